@@ -1,0 +1,1 @@
+"""CLI verbs, one module each; ``gnnsys.cli`` discovers them (``bench_*``: ``bench`` kinds)."""

@@ -1,0 +1,57 @@
+"""Exception hierarchy for gnnsys.
+
+Every class here pickles with its arguments intact (``__reduce__``), so an error raised inside a
+Ray actor reaches the driver as the same type with the same fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GnnsysError(Exception):
+    """Base class of every error gnnsys raises on purpose."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), self.args)
+
+
+class DatasetNotFoundError(GnnsysError, FileNotFoundError):
+    """A dataset's files are missing; the message says where gnnsys looked and how to get them."""
+
+
+class PartitionStoreError(GnnsysError):
+    """A partition directory is missing, corrupt or of an unknown format.
+
+    Args:
+        message: What is wrong, naming the file and the fix.
+        path: The offending file or directory.
+    """
+
+    def __init__(self, message: str, path: str = "") -> None:
+        super().__init__(message, path)
+        self.message = message
+        self.path = path
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class RemoteCallTimeoutError(GnnsysError, TimeoutError):
+    """A remote call (to a shard owner or a worker) did not answer within its deadline."""
+
+
+class WorkerFailedError(GnnsysError):
+    """One or more training workers failed.
+
+    Args:
+        errors_by_rank: Rank -> the worker's error text (with its traceback).
+    """
+
+    def __init__(self, errors_by_rank: dict[int, str]) -> None:
+        super().__init__(errors_by_rank)
+        self.errors_by_rank = dict(errors_by_rank)
+
+    def __str__(self) -> str:
+        parts = [f"rank {r}: {msg}" for r, msg in sorted(self.errors_by_rank.items())]
+        return f"{len(parts)} worker(s) failed\n" + "\n".join(parts)

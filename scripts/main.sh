@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The README's main job: set up .venv if needed, then run gnnsys on the embedded default graph.
+# Extra arguments are passed to the command.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/venv.sh"
+exec .venv/bin/gnnsys info synthetic:sbm "$@"

@@ -1,0 +1,35 @@
+"""Shared fixtures: small synthetic graphs and one Ray instance per test session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from gnnsys.datasets.synthetic import sbm
+from gnnsys.types import Graph
+
+
+@pytest.fixture(scope="session")
+def tiny_graph() -> Graph:
+    """A 1000-node SBM graph with 16 features and 4 classes."""
+    return sbm(num_nodes=1000, num_classes=4, avg_degree=8, num_features=16, seed=0)
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[Any]:
+    """One local Ray instance for the whole test session (loopback, no dashboard).
+
+    Logical CPUs exceed the 2 physical cores so 4 workers plus owners can be scheduled.
+    """
+    ray = pytest.importorskip("ray")
+    ray.init(
+        num_cpus=16,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        log_to_driver=False,
+        object_store_memory=512 * 1024 * 1024,
+    )
+    yield ray
+    ray.shutdown()
