@@ -1,0 +1,47 @@
+"""Sampler interfaces: where neighbors come from (``NeighborSource``) and what a sampler emits.
+
+The randomness contract that makes distributed sampling reproducible: the neighbors drawn for a
+destination node depend only on ``(seed, hop, dst gid, fanout, replace)`` and that node's in-edge
+list in global CSR order, never on which process draws them or what else is in the request. A
+shard keeps each owned node's in-edges in global CSR order, so sampling a node at its owner gives
+exactly the draw the whole-graph source gives; partitioned and replicated training then see
+identical batches for the same seed.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from torch import Tensor
+
+from gnnsys.types import NeighborSample, SampledSubgraph
+
+
+class NeighborSource(Protocol):
+    """Draws in-neighbors of destination nodes (local CSR, or remote owners over Ray)."""
+
+    def sample_neighbors(
+        self, dst_gid: Tensor, fanout: int, *, seed: int, hop: int, replace: bool = False
+    ) -> NeighborSample:
+        """Draw up to ``fanout`` in-neighbors of every node in ``dst_gid`` (``-1``: all).
+
+        Args:
+            dst_gid: ``[M]`` int64 destination gids (may repeat; each is drawn independently
+                of the others but identically for equal gids).
+            fanout: Neighbors per destination; ``-1`` takes every in-neighbor.
+            seed: Batch seed; with ``hop`` it fixes the draw (see the module docstring).
+            hop: Hop index, seed hop = 0.
+            replace: Draw with replacement (exactly ``fanout`` when the degree is > 0).
+
+        Returns:
+            ``NeighborSample`` grouped by destination in request order.
+        """
+        ...
+
+
+class Sampler(Protocol):
+    """Turns a batch of seed gids into a ``SampledSubgraph``."""
+
+    def sample(self, seed_gid: Tensor, *, seed: int) -> SampledSubgraph:
+        """Sample the multi-hop neighborhood of ``seed_gid`` with batch seed ``seed``."""
+        ...
