@@ -38,7 +38,7 @@ def sbm(
     homophily: float = 0.8,
     degree_sigma: float = 1.0,
     num_features: int = 64,
-    feature_signal: float = 0.35,
+    feature_signal: float = 0.25,
     train: float = 0.1,
     val: float = 0.05,
     test: float = 0.1,
