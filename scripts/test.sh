@@ -3,8 +3,8 @@
 # Extra arguments go to pytest (e.g. -m "not ray and not slow" for a quick local run).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/venv.sh"
-.venv/bin/ruff format --check gnnsys tests benchmarks examples
-.venv/bin/ruff check gnnsys tests benchmarks examples
+.venv/bin/ruff format --check .
+.venv/bin/ruff check .
 .venv/bin/mypy gnnsys
 set +e
 .venv/bin/python -m pytest -m "not gpu" "$@"
