@@ -1,0 +1,81 @@
+"""Byte ledger: exact counts of the tensors a worker sends to other processes, by category.
+
+Only payload tensors count (``ndarray.nbytes`` / ``Tensor.nbytes``): Ray's framing, actor-call
+arguments that are scalars (fanout, seed, hop) and gloo's protocol bytes are excluded, so two runs
+with the same seed give identical counts on any machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from torch import Tensor
+
+__all__ = ["CATEGORIES", "Ledger", "LedgerSnapshot"]
+
+CATEGORIES: tuple[str, ...] = (
+    "structure_request",
+    "structure_response",
+    "feature_request",
+    "feature_response",
+    "allreduce",
+)
+"""Traffic categories; every snapshot lists all of them (zeros included)."""
+
+
+def _nbytes(arrays: tuple[np.ndarray | Tensor, ...]) -> int:
+    return sum(int(a.nbytes) for a in arrays)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerSnapshot:
+    """Bytes and messages per category at one point in time (or a difference of two).
+
+    Attributes:
+        bytes: Category -> payload bytes.
+        messages: Category -> number of messages (one per remote call or collective).
+    """
+
+    bytes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
+    messages: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
+
+    def __add__(self, other: LedgerSnapshot) -> LedgerSnapshot:
+        return LedgerSnapshot(
+            bytes={c: self.bytes[c] + other.bytes[c] for c in CATEGORIES},
+            messages={c: self.messages[c] + other.messages[c] for c in CATEGORIES},
+        )
+
+    def __sub__(self, other: LedgerSnapshot) -> LedgerSnapshot:
+        return LedgerSnapshot(
+            bytes={c: self.bytes[c] - other.bytes[c] for c in CATEGORIES},
+            messages={c: self.messages[c] - other.messages[c] for c in CATEGORIES},
+        )
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes over every category."""
+        return sum(self.bytes.values())
+
+
+class Ledger:
+    """Mutable counters owned by one worker; read them with :meth:`snapshot`."""
+
+    def __init__(self) -> None:
+        self._bytes = dict.fromkeys(CATEGORIES, 0)
+        self._messages = dict.fromkeys(CATEGORIES, 0)
+
+    def record(self, category: str, *payload: np.ndarray | Tensor) -> None:
+        """Count one message of ``category`` carrying ``payload``.
+
+        Raises:
+            ValueError: ``category`` is not one of :data:`CATEGORIES`.
+        """
+        if category not in self._bytes:
+            raise ValueError(f"unknown ledger category {category!r}; use one of {CATEGORIES}")
+        self._bytes[category] += _nbytes(payload)
+        self._messages[category] += 1
+
+    def snapshot(self) -> LedgerSnapshot:
+        """A frozen copy of the counters."""
+        return LedgerSnapshot(bytes=dict(self._bytes), messages=dict(self._messages))

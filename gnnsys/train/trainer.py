@@ -1,0 +1,284 @@
+"""Per-worker training loop in pure torch: sample -> fetch -> forward/backward -> sync -> step.
+
+No Ray here. Distribution enters through three injected handles: the ``Sampler`` (whose
+``NeighborSource`` may route to remote owners), the ``FeatureSource`` (likewise) and the
+:class:`GradSync` (a gloo allreduce, or nothing for one process). The same loop therefore runs
+single-process in tests and inside each Ray worker.
+
+Batch schedule: the coordinator fixes ``num_batches`` for every rank (so the allreduce in each
+step has a partner on every rank and never hangs); rank ``r`` splits a seeded permutation of its
+own train seeds into that many near-equal batches (``torch.tensor_split``), so every seed is seen
+exactly once per epoch without padding or truncation.
+
+Shape legend: ``B`` seeds in a batch, ``N`` sampled nodes, ``F`` features, ``C`` classes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.nn import functional
+
+from gnnsys.cache.base import FeatureSource
+from gnnsys.sampler.base import Sampler
+from gnnsys.types import Block
+
+__all__ = [
+    "EpochStats",
+    "GradSync",
+    "LocalSync",
+    "Trainer",
+    "batch_seed_for",
+    "epoch_batches",
+    "full_graph_logits",
+]
+
+log = logging.getLogger(__name__)
+
+
+def _mix(*values: int) -> int:
+    """A 63-bit seed from integers (SeedSequence mixing: stable across numpy versions)."""
+    state = np.random.SeedSequence([v & 0xFFFFFFFF for v in values]).generate_state(2)
+    return int((int(state[0]) << 31) ^ int(state[1])) & ((1 << 63) - 1)
+
+
+def batch_seed_for(seed: int, rank: int, epoch: int, batch_index: int) -> int:
+    """The sampler seed of one batch: a function of the run seed and the batch's coordinates only.
+
+    Both topologies use it, so with the sampler's randomness contract they draw identical batches.
+    """
+    return _mix(seed, 0x5EED, rank, epoch, batch_index)
+
+
+def epoch_batches(
+    num_seeds: int, num_batches: int, *, seed: int, rank: int, epoch: int
+) -> list[Tensor]:
+    """Positions into a rank's train seeds for each of ``num_batches`` batches of one epoch.
+
+    Args:
+        num_seeds: Train seeds this rank owns.
+        num_batches: Batches every rank runs this epoch (same on all ranks).
+        seed: Run seed.
+        rank: This worker's rank.
+        epoch: Epoch index (0-based).
+
+    Returns:
+        ``num_batches`` int64 tensors; together a permutation of ``range(num_seeds)``. Some are
+        empty when ``num_seeds < num_batches`` (that rank then contributes zero gradients).
+    """
+    if num_batches < 1:
+        raise ValueError(f"num_batches={num_batches}; every rank needs >= 1 batch per epoch")
+    gen = torch.Generator().manual_seed(_mix(seed, 0xBA7C, rank, epoch))
+    perm = torch.randperm(num_seeds, generator=gen)
+    return list(torch.tensor_split(perm, num_batches))
+
+
+class GradSync(Protocol):
+    """Sums a flat gradient buffer over every rank in place and divides by the world size."""
+
+    def allreduce_mean_(self, flat: Tensor) -> None:
+        """Average ``flat`` over ranks, in place (a collective: every rank must call it)."""
+        ...
+
+
+class LayerwiseModel(Protocol):
+    """What exact evaluation needs from a model (every model in ``gnnsys.models`` has it)."""
+
+    num_layers: int
+
+    def forward_layer(self, layer: int, x: Tensor, block: Block) -> Tensor:
+        """Apply layer ``layer`` (activation included except after the last)."""
+        ...
+
+
+class LocalSync:
+    """The single-process :class:`GradSync`: nothing to average."""
+
+    def allreduce_mean_(self, flat: Tensor) -> None:
+        """Leave ``flat`` unchanged."""
+        del flat
+
+
+@dataclass(frozen=True, slots=True)
+class EpochStats:
+    """What one rank did in one epoch.
+
+    Attributes:
+        loss_sum: Sum over seeds of the cross-entropy (divide by ``num_seeds``).
+        num_correct: Train seeds predicted correctly (in training mode, dropout on).
+        num_seeds: Seeds trained on.
+        seconds: Time split ``sample``, ``fetch``, ``compute``, ``sync`` (seconds).
+    """
+
+    loss_sum: float
+    num_correct: int
+    num_seeds: int
+    seconds: dict[str, float]
+
+
+class Trainer:
+    """Trains a model on one rank's seeds; see the module docstring for the schedule."""
+
+    @dataclass(frozen=True, kw_only=True, slots=True)
+    class Config:
+        """Optimisation settings (the model and sampler have their own configs)."""
+
+        lr: float = 0.003
+        """Adam learning rate."""
+        weight_decay: float = 0.0
+        """Adam weight decay."""
+        batch_size: int = 1024
+        """Seeds per batch per worker (the global batch is ``batch_size * P``)."""
+        seed: int = 0
+        """Run seed: fixes the seed order, every sampled batch and the model's initial weights."""
+
+        def __post_init__(self) -> None:
+            if self.lr <= 0:
+                raise ValueError(f"lr={self.lr}; choose a positive learning rate")
+            if self.batch_size < 1:
+                raise ValueError(f"batch_size={self.batch_size}; choose batch_size >= 1")
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        model: nn.Module,
+        sampler: Sampler,
+        features: FeatureSource,
+        train_gid: Tensor,
+        train_y: Tensor,
+        rank: int = 0,
+        sync: GradSync | None = None,
+    ) -> None:
+        if train_gid.shape != train_y.shape:
+            raise ValueError(
+                f"train_gid {tuple(train_gid.shape)} != train_y {tuple(train_y.shape)}"
+            )
+        self.config = config
+        self.model = model
+        self.sampler = sampler
+        self.features = features
+        self.train_gid = train_gid.long()
+        self.train_y = train_y.long()
+        self.rank = rank
+        self.sync: GradSync = sync if sync is not None else LocalSync()
+        self.optimizer = torch.optim.Adam(
+            model.parameters(), lr=config.lr, weight_decay=config.weight_decay
+        )
+
+    def num_local_batches(self) -> int:
+        """Batches this rank needs for one pass over its seeds (the coordinator takes the max)."""
+        return max(1, -(-int(self.train_gid.numel()) // self.config.batch_size))
+
+    def train_epoch(
+        self, epoch: int, num_batches: int, hook: Callable[[int], None] | None = None
+    ) -> EpochStats:
+        """Run ``num_batches`` steps of ``epoch``; ``hook(batch_index)`` runs before each step."""
+        self.model.train()
+        seconds = dict.fromkeys(("sample", "fetch", "compute", "sync"), 0.0)
+        loss_sum, correct, count = 0.0, 0, 0
+        batches = epoch_batches(
+            int(self.train_gid.numel()),
+            num_batches,
+            seed=self.config.seed,
+            rank=self.rank,
+            epoch=epoch,
+        )
+        for b, pos_B in enumerate(batches):
+            if hook is not None:
+                hook(b)
+            step = self._step(pos_B, batch_seed_for(self.config.seed, self.rank, epoch, b), seconds)
+            loss_sum += step[0]
+            correct += step[1]
+            count += int(pos_B.numel())
+        return EpochStats(loss_sum=loss_sum, num_correct=correct, num_seeds=count, seconds=seconds)
+
+    def _step(self, pos_B: Tensor, batch_seed: int, seconds: dict[str, float]) -> tuple[float, int]:
+        """One optimisation step; returns (summed loss, correct predictions)."""
+        self.optimizer.zero_grad(set_to_none=False)
+        loss_sum, correct = 0.0, 0
+        if pos_B.numel():
+            t0 = time.perf_counter()
+            sub = self.sampler.sample(self.train_gid[pos_B], seed=batch_seed)
+            t1 = time.perf_counter()
+            x_NF = self.features.fetch(sub.n_id)
+            t2 = time.perf_counter()
+            logits_BC = self.model(x_NF, sub.blocks)[: sub.batch_size]
+            y_B = self.train_y[pos_B]
+            loss = functional.cross_entropy(logits_BC, y_B)
+            torch.autograd.backward(loss)
+            loss_sum = float(loss.detach()) * int(y_B.numel())
+            correct = int((logits_BC.argmax(-1) == y_B).sum())
+            seconds["sample"] += t1 - t0
+            seconds["fetch"] += t2 - t1
+            seconds["compute"] += time.perf_counter() - t2
+        t3 = time.perf_counter()
+        self._sync_grads()
+        seconds["sync"] += time.perf_counter() - t3
+        t4 = time.perf_counter()
+        self.optimizer.step()
+        seconds["compute"] += time.perf_counter() - t4
+        return loss_sum, correct
+
+    def _sync_grads(self) -> None:
+        """Average gradients over ranks in one flat buffer (one collective per step)."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        for p in params:
+            if p.grad is None:  # a parameter unused in this batch still joins the collective
+                p.grad = torch.zeros_like(p)
+        grads = [p.grad for p in params if p.grad is not None]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        self.sync.allreduce_mean_(flat)
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+    def state(self) -> dict[str, Any]:
+        """Model and optimizer ``state_dict`` plus this rank's torch RNG state."""
+        return {
+            "model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
+            "optimizer": self.optimizer.state_dict(),
+            "rng": {"torch": torch.get_rng_state()},
+        }
+
+    def load_state(
+        self, model_state: dict[str, Any], optimizer_state: dict[str, Any], rng: dict[str, Any]
+    ) -> None:
+        """Restore what :meth:`state` returned (RNG included, so dropout masks repeat)."""
+        self.model.load_state_dict(model_state)
+        self.optimizer.load_state_dict(optimizer_state)
+        torch.set_rng_state(rng["torch"])
+
+
+def full_block(indptr: np.ndarray, indices: np.ndarray, num_nodes: int) -> Block:
+    """A block whose destinations and sources are all ``num_nodes`` nodes (every in-edge)."""
+    return Block(
+        num_src=num_nodes,
+        num_dst=num_nodes,
+        rowptr=torch.from_numpy(np.asarray(indptr, dtype=np.int64)),
+        col=torch.from_numpy(np.asarray(indices, dtype=np.int64)),
+        e_id=torch.arange(int(indptr[-1]), dtype=torch.int64),
+    )
+
+
+@torch.no_grad()
+def full_graph_logits(model: nn.Module, block: Block, x_NF: Tensor) -> Tensor:
+    """Exact layer-wise inference: every layer over every node with all its in-neighbors.
+
+    Costs one ``[N, H]`` activation per layer and no sampling, so the accuracy it gives does not
+    depend on fanouts or on the partition.
+    """
+    model.eval()
+    layered = cast(LayerwiseModel, model)
+    h = x_NF
+    for layer in range(layered.num_layers):
+        h = layered.forward_layer(layer, h, block)
+    return h
