@@ -391,6 +391,8 @@ class PartitionShard:
         halo_gid: ``[H]`` int64 k-hop in-neighbors owned elsewhere, ascending.
         halo_part: ``[H]`` int32 owner of each halo node.
         x: ``[M, F]`` owned features or ``None``; ``y``, masks: owned rows or ``None``.
+        indices_local: ``[E]`` int64 local index of each edge's source, or ``None``: its lid
+            when owned, ``M + j`` when it is ``halo_gid[j]``.
     """
 
     part: int
@@ -407,6 +409,7 @@ class PartitionShard:
     train_mask: np.ndarray | None = None
     val_mask: np.ndarray | None = None
     test_mask: np.ndarray | None = None
+    indices_local: np.ndarray | None = None
 
     @property
     def num_owned(self) -> int:
