@@ -1,0 +1,194 @@
+"""Read a partition directory: manifest, partition book, shards, and a full integrity check.
+
+Reads are memory-mapped (``np.load(mmap_mode="r", allow_pickle=False)``): loading a shard
+costs page-table entries, not RAM, until rows are touched. Every array's shape and dtype are
+checked against the manifest on load (cheap); ``verify`` also recomputes every sha256 (reads
+every byte). Any problem raises ``PartitionStoreError`` naming the file and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from gnnsys.errors import PartitionStoreError
+from gnnsys.store.layout import (
+    MANIFEST,
+    NODE_TO_PART,
+    SHARD_ARRAYS,
+    SHARD_DATA,
+    Manifest,
+    shard_file,
+)
+from gnnsys.store.writer import sha256_file
+from gnnsys.types import PartitionBook, PartitionShard
+
+_FIX = "re-create the directory with `gnnsys partition`"
+
+
+def read_manifest(root: str | os.PathLike[str]) -> Manifest:
+    """Parse and validate ``root/manifest.json``.
+
+    Raises:
+        PartitionStoreError: Missing directory or manifest, invalid JSON, unknown
+            ``format_version`` or keys.
+    """
+    path = Path(root) / MANIFEST
+    if not Path(root).is_dir():
+        raise PartitionStoreError(
+            f"{root}: not a partition directory (it does not exist); create it with "
+            "`gnnsys partition DATASET --parts P --out DIR`",
+            str(root),
+        )
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise PartitionStoreError(
+            f"{path}: cannot read the manifest ({err}); {_FIX}", str(path)
+        ) from err
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise PartitionStoreError(
+            f"{path}: manifest is not valid JSON ({err}); {_FIX}", str(path)
+        ) from err
+    return Manifest.from_json(obj, str(path))
+
+
+def load_array(root: Path, manifest: Manifest, rel: str, *, mmap: bool = True) -> np.ndarray:
+    """Load ``root/rel`` and check it against its manifest entry (shape, dtype; not sha256).
+
+    Raises:
+        PartitionStoreError: No manifest entry, missing file, not a valid ``.npy`` (e.g.
+            truncated), or a shape/dtype that differs from the manifest.
+    """
+    path = root / rel
+    entry = manifest.files.get(rel)
+    if entry is None:
+        raise PartitionStoreError(f"{root / MANIFEST}: no entry for {rel}; {_FIX}", str(path))
+    if not path.is_file():
+        raise PartitionStoreError(f"{path}: file missing; {_FIX}", str(path))
+    try:
+        arr: np.ndarray = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as err:
+        raise PartitionStoreError(
+            f"{path}: not a readable .npy array, probably truncated ({err}); {_FIX}", str(path)
+        ) from err
+    if tuple(arr.shape) != entry.shape or arr.dtype.str != entry.dtype:
+        raise PartitionStoreError(
+            f"{path}: array is {arr.dtype.str} {tuple(arr.shape)} but the manifest says "
+            f"{entry.dtype} {entry.shape}; the file was replaced or corrupted. {_FIX}",
+            str(path),
+        )
+    return arr
+
+
+def _check_part_ids(arr: np.ndarray, num_parts: int, path: Path) -> None:
+    if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= num_parts):
+        raise PartitionStoreError(
+            f"{path}: part id out of range [{int(arr.min())}, {int(arr.max())}], expected "
+            f"[0, {num_parts - 1}]; the file is corrupted. {_FIX}",
+            str(path),
+        )
+
+
+def load_book(root: str | os.PathLike[str]) -> PartitionBook:
+    """The ``PartitionBook`` of a partition directory (reads ``node_to_part.npy`` into RAM).
+
+    Raises:
+        PartitionStoreError: On any corruption, including part ids out of range.
+    """
+    root = Path(root)
+    manifest = read_manifest(root)
+    part_N = np.asarray(load_array(root, manifest, NODE_TO_PART, mmap=False))
+    _check_part_ids(part_N, manifest.num_parts, root / NODE_TO_PART)
+    if part_N.shape != (manifest.num_nodes,) or part_N.dtype != np.int32:
+        raise PartitionStoreError(
+            f"{root / NODE_TO_PART}: expected [{manifest.num_nodes}] int32; {_FIX}",
+            str(root / NODE_TO_PART),
+        )
+    return PartitionBook.from_assignment(part_N, manifest.num_parts)
+
+
+def load_shard(root: str | os.PathLike[str], part: int, *, mmap: bool = True) -> PartitionShard:
+    """Load the shard of ``part`` (memory-mapped unless ``mmap=False``).
+
+    Args:
+        root: The partition directory.
+        part: Part id in ``[0, P)``.
+        mmap: Memory-map the arrays (read-only) instead of reading them into RAM.
+
+    Raises:
+        PartitionStoreError: ``part`` out of range, or any missing or corrupt file.
+    """
+    root = Path(root)
+    manifest = read_manifest(root)
+    if not 0 <= part < manifest.num_parts:
+        raise PartitionStoreError(
+            f"{root}: part id {part} out of range; this directory has parts "
+            f"0..{manifest.num_parts - 1} (pass one of those)",
+            str(root),
+        )
+    arrays = {k: load_array(root, manifest, shard_file(part, k), mmap=mmap) for k in SHARD_ARRAYS}
+    data = {
+        k: load_array(root, manifest, shard_file(part, k), mmap=mmap)
+        for k in SHARD_DATA
+        if shard_file(part, k) in manifest.files
+    }
+    _check_shard(root, manifest, part, arrays)
+    return PartitionShard(
+        part=part, num_parts=manifest.num_parts, num_nodes=manifest.num_nodes, **arrays, **data
+    )
+
+
+def _check_shard(root: Path, manifest: Manifest, part: int, arrays: dict[str, np.ndarray]) -> None:
+    """Cheap structural checks: sizes agree with each other and with the manifest summary."""
+    indptr, summary = arrays["indptr"], manifest.parts[part]
+    num_edges = arrays["indices_gid"].shape[0]
+    consistent = (
+        indptr.shape[0] == arrays["owned_gid"].shape[0] + 1
+        and int(indptr[0]) == 0
+        and int(indptr[-1]) == num_edges
+        and arrays["e_id"].shape[0] == num_edges
+        and arrays["indices_local"].shape[0] == num_edges
+        and arrays["halo_part"].shape == arrays["halo_gid"].shape
+        and summary.num_owned == arrays["owned_gid"].shape[0]
+        and summary.num_edges == num_edges
+        and summary.num_halo == arrays["halo_gid"].shape[0]
+    )
+    if not consistent:
+        path = root / shard_file(part, "indptr")
+        raise PartitionStoreError(
+            f"{path.parent}: shard arrays disagree in size with each other or the manifest; {_FIX}",
+            str(path.parent),
+        )
+    _check_part_ids(arrays["halo_part"], manifest.num_parts, root / shard_file(part, "halo_part"))
+
+
+def verify(root: str | os.PathLike[str]) -> Manifest:
+    """Check everything: manifest, every file's shape, dtype and sha256, every shard's sizes.
+
+    Reads every byte once (sha256), so it takes about as long as copying the directory.
+
+    Returns:
+        The manifest, when the directory is intact.
+
+    Raises:
+        PartitionStoreError: The first problem found, naming the file and the fix.
+    """
+    root = Path(root)
+    manifest = read_manifest(root)
+    for rel, entry in sorted(manifest.files.items()):
+        load_array(root, manifest, rel)
+        if sha256_file(root / rel) != entry.sha256:
+            raise PartitionStoreError(
+                f"{root / rel}: sha256 mismatch; the file changed after it was written. {_FIX}",
+                str(root / rel),
+            )
+    load_book(root)
+    for part in range(manifest.num_parts):
+        load_shard(root, part)
+    return manifest
