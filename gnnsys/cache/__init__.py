@@ -1,1 +1,50 @@
-"""Stage: cache."""
+"""Stage 5, cache: halo feature rows for every block's source nodes, cached and compressed.
+
+``HaloCache`` (one per worker, byte budget, encoded slots), admission policies in
+``admission`` (pure decisions: ``none``, ``degree``, ``presample``, ``adaptive``), codecs in
+``codecs`` (``CODECS``), and ``HaloFetcher`` that fills misses from a ``FeatureSource``.
+"""
+
+from __future__ import annotations
+
+from gnnsys.cache.admission import (
+    ADMISSION_POLICIES,
+    AdaptiveAdmission,
+    AdmissionPlan,
+    AdmissionPolicy,
+    NoAdmission,
+    StaticAdmission,
+    degree_scores,
+    make_policy,
+    presample_scores,
+)
+from gnnsys.cache.base import EncodedFeatureSource, FeatureSource
+from gnnsys.cache.codecs import CODECS, AutoCodec, Codec, EncodedRows, make_codec
+from gnnsys.cache.fetcher import FetchStats, HaloFetcher, LocalFeatureSource
+from gnnsys.cache.halo_cache import INDEX_BYTES_PER_ROW, CacheStats, EncodedLookup, HaloCache
+
+__all__ = [
+    "ADMISSION_POLICIES",
+    "CODECS",
+    "INDEX_BYTES_PER_ROW",
+    "AdaptiveAdmission",
+    "AdmissionPlan",
+    "AdmissionPolicy",
+    "AutoCodec",
+    "CacheStats",
+    "Codec",
+    "EncodedFeatureSource",
+    "EncodedLookup",
+    "EncodedRows",
+    "FeatureSource",
+    "FetchStats",
+    "HaloCache",
+    "HaloFetcher",
+    "LocalFeatureSource",
+    "NoAdmission",
+    "StaticAdmission",
+    "degree_scores",
+    "make_codec",
+    "make_policy",
+    "presample_scores",
+]
