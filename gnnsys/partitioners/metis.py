@@ -110,7 +110,9 @@ class Metis:
         empty = [b for b, total in zip(self.config.balance, w_NC.sum(0), strict=True) if not total]
         if empty:
             raise ValueError(f"balance constraint(s) {empty} have zero total weight; drop them")
-        flat: np.ndarray = np.ascontiguousarray(w_NC.ravel())  # node-major, as METIS expects
+        # Node-major (w[v * C + c]), as METIS expects; pymetis infers C from the length.
+        # METIS meets several constraints less tightly than one (about 1.02-1.08 at 20k nodes).
+        flat: np.ndarray = np.ascontiguousarray(w_NC.ravel())
         return flat
 
 
