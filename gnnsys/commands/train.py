@@ -1,0 +1,145 @@
+"""``gnnsys train [DATASET] [options]``: distributed training on Ray (see docs/training.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from typing import Any
+
+_EXAMPLES = """examples:
+  gnnsys train                                   # synthetic:sbm (100k nodes), 2 workers
+  gnnsys train planetoid:cora --parts 4 --epochs 20 --out runs/cora
+  gnnsys train --store runs/cora/store --parts 4 --resume --out runs/cora
+  gnnsys train synthetic:sbm --address 127.0.0.1:6379 --parts 2   # join a running cluster
+"""
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``train``."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        "train",
+        help="train a GNN across P Ray workers, one per partition",
+        description="Partition DATASET (unless --store is given), start one shard owner and "
+        "one trainer per part on Ray, and train; writes RUN_DIR/metrics.jsonl, "
+        "checkpoint.pt and summary.json.",
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("dataset", nargs="?", help="dataset name (default: the preset's)")
+    p.add_argument("--preset", default="default", help="named config in gnnsys.presets")
+    p.add_argument("--root", help="dataset directory")
+    p.add_argument("--store", help="existing partition store (skips partitioning)")
+    p.add_argument("--parts", type=int, help="P: partitions = workers")
+    p.add_argument("--partitioner", help="partitioning strategy (default metis)")
+    p.add_argument("--model", choices=("sage", "gcn", "gat"))
+    p.add_argument("--hidden", type=int, help="hidden width")
+    p.add_argument("--fanouts", help="neighbors per hop, seed hop first, e.g. 15,10")
+    p.add_argument("--batch-size", type=int, help="seeds per batch per worker")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--lr", type=float)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--out", help="run directory (default runs/train-TIMESTAMP)")
+    p.add_argument("--address", help="join this Ray cluster instead of starting one")
+    p.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoint.pt")
+    p.add_argument("--topology", choices=("auto", "partitioned", "replicated"))
+    p.add_argument("--deadline", type=float, help="seconds per remote call / without progress")
+    p.add_argument("--max-restarts", type=int, help="group restarts after a worker dies")
+    p.add_argument("--num-nodes", type=int, help="nodes of a synthetic dataset")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--inject-fault", help=argparse.SUPPRESS)  # KIND:RANK:EPOCH:BATCH, tests
+    p.set_defaults(func=run)
+
+
+def build_config(args: argparse.Namespace) -> Any:
+    """The preset's ``RunConfig`` with the given flags applied."""
+    from gnnsys.presets import PRESETS
+
+    if args.preset not in PRESETS:
+        raise ValueError(f"unknown preset {args.preset!r}; choose one of {sorted(PRESETS)}")
+    cfg = PRESETS[args.preset]()
+
+    def pick(**kw: Any) -> dict[str, Any]:
+        return {k: v for k, v in kw.items() if v is not None}
+
+    params = dict(cfg.data.dataset_params) | pick(num_nodes=args.num_nodes)
+    data = replace(
+        cfg.data,
+        **pick(dataset=args.dataset, root=args.root, store=args.store),
+        **pick(partitioner=args.partitioner),
+        dataset_params=tuple(sorted(params.items())),
+    )
+    fanouts = None if args.fanouts is None else _parse_fanouts(args.fanouts)
+    return replace(
+        cfg,
+        data=data,
+        cluster=replace(
+            cfg.cluster, **pick(parts=args.parts, topology=args.topology, address=args.address)
+        ),
+        sampler=replace(cfg.sampler, **pick(fanouts=fanouts)),
+        model=replace(cfg.model, **pick(name=args.model, hidden=args.hidden)),
+        trainer=replace(
+            cfg.trainer, **pick(batch_size=args.batch_size, lr=args.lr, seed=args.seed)
+        ),
+        loop=replace(
+            cfg.loop,
+            resume=args.resume,
+            progress=not args.no_progress and sys.stderr.isatty(),
+            **pick(epochs=args.epochs, deadline_s=args.deadline),
+        ),
+        failure=replace(cfg.failure, **pick(max_restarts=args.max_restarts)),
+    )
+
+
+def _parse_fanouts(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(f) for f in text.split(","))
+    except ValueError as err:
+        raise ValueError(f"--fanouts {text!r}; use comma-separated ints, e.g. 15,10") from err
+
+
+def _parse_fault(text: str | None) -> Any:
+    if text is None:
+        return None
+    from gnnsys.train.worker import FaultSpec
+
+    kind, rank, epoch, batch = text.split(":")
+    return FaultSpec(kind, int(rank), int(epoch), int(batch))
+
+
+def print_table(history: list[dict[str, Any]]) -> None:
+    """The per-epoch summary table."""
+    head = (
+        f"{'epoch':>5} {'loss':>8} {'train':>7} {'val':>7} {'test':>7} {'sec':>7} {'MiB sent':>9}"
+    )
+    print(head)
+    print("-" * len(head))
+    for m in history:
+        mib = sum(m["bytes"].values()) / 2**20
+        print(
+            f"{m['epoch']:>5} {m['loss']:>8.4f} {m['train_acc']:>7.4f} {m['val_acc']:>7.4f} "
+            f"{m['test_acc']:>7.4f} {m['seconds']['total']:>7.1f} {mib:>9.1f}"
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``gnnsys train``; returns the exit code (1 when workers failed)."""
+    from gnnsys.errors import WorkerFailedError
+    from gnnsys.train.run import train
+
+    config = build_config(args)
+    out = args.out or f"runs/train-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        result = train(config, out, fault=_parse_fault(args.inject_fault))
+    except WorkerFailedError as err:
+        print(f"gnnsys train: error: {err}", file=sys.stderr)
+        return 1
+    print_table(result.history)
+    best = result.summary["best"]
+    print(
+        f"best val_acc {best['val_acc']:.4f} (epoch {best['epoch']}, test_acc "
+        f"{best['test_acc']:.4f}); topology {result.summary['config']['cluster']['topology']}; "
+        f"run dir {result.run_dir}"
+    )
+    return 0

@@ -1,0 +1,301 @@
+"""The driver's control loop: an explicit state machine that decides, then has the group execute.
+
+States and transitions (``_step`` runs one handler and returns ``(previous, next)``)::
+
+    START -> SPAWN -> TRAIN -> RECORD -> TRAIN ... -> DONE
+                ^       |         |
+                |       v         v
+                +---- RECOVER ----+ -> FAILED
+
+``RECORD`` evaluates exactly on the driver (layer-wise over the whole graph), appends one line
+to ``metrics.jsonl`` and writes the checkpoint, in that order, so a checkpoint of epoch ``e``
+always has ``e``'s metrics line. ``RECOVER`` asks the pure ``FailurePolicy``; a restart kills
+the whole group, re-creates it and reloads the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from gnnsys.errors import WorkerFailedError
+from gnnsys.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from gnnsys.train.failure import FailureAction, FailurePolicy
+from gnnsys.train.group import ActorGroup, GroupFailure, Resources
+from gnnsys.train.ledger import LedgerSnapshot
+from gnnsys.train.models import build_model
+from gnnsys.train.trainer import full_block, full_graph_logits
+from gnnsys.train.worker import WorkerEpochReport, WorkerSpec
+from gnnsys.types import Graph
+
+__all__ = ["Coordinator", "State"]
+
+log = logging.getLogger(__name__)
+
+METRICS_NAME = "metrics.jsonl"
+
+
+class State(enum.Enum):
+    """Where the coordinator is; see the module docstring for the transitions."""
+
+    START = "start"
+    SPAWN = "spawn"
+    TRAIN = "train"
+    RECORD = "record"
+    RECOVER = "recover"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class Coordinator:
+    """Runs ``epochs`` epochs on an :class:`ActorGroup`, recovering per the failure policy.
+
+    Args:
+        config: Loop settings.
+        template: Worker spec of rank 0 (``world_size`` = number of parts).
+        policy: Decides restart or abort on a failure.
+        run_dir: Where ``metrics.jsonl`` and ``checkpoint.pt`` go.
+        eval_graph: The whole graph with features, labels and masks, for exact evaluation.
+    """
+
+    @dataclass(frozen=True, kw_only=True, slots=True)
+    class Config:
+        """Driver-loop settings."""
+
+        epochs: int = 3
+        """Epochs to train (a resumed run continues up to this count)."""
+        deadline_s: float = 120.0
+        """Deadline of every remote call, and longest time without a finished batch."""
+        resume: bool = False
+        """Continue from ``run_dir/checkpoint.pt`` (else start fresh, removing old files)."""
+        progress: bool = True
+        """Show a tqdm bar per epoch on the driver."""
+        resources: Resources = Resources()
+        """Logical CPUs per actor."""
+
+        def __post_init__(self) -> None:
+            if self.epochs < 1:
+                raise ValueError(f"epochs={self.epochs}; choose epochs >= 1")
+            if self.deadline_s <= 0:
+                raise ValueError(f"deadline_s={self.deadline_s}; choose a positive deadline")
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        template: WorkerSpec,
+        policy: FailurePolicy,
+        run_dir: Path,
+        eval_graph: Graph,
+    ) -> None:
+        self.config, self.template, self.policy = config, template, policy
+        self.run_dir, self.graph = Path(run_dir), eval_graph
+        self.state = State.START
+        self.epoch = 0
+        self.restarts = 0
+        self.num_batches = 0
+        self.history: list[dict[str, Any]] = []
+        self.group: ActorGroup | None = None
+        self.ckpt: Checkpoint | None = None
+        self.failure: GroupFailure | None = None
+        self.error: Exception | None = None
+        self._reports: list[WorkerEpochReport] = []
+        self._epoch_seconds = 0.0
+
+    # ---- loop ---------------------------------------------------------------------------------
+    def run(self) -> list[dict[str, Any]]:
+        """Drive the state machine to ``DONE`` and return every epoch's metrics.
+
+        Raises:
+            WorkerFailedError: The policy aborted; the message has each failed rank's traceback.
+        """
+        try:
+            while self.state not in (State.DONE, State.FAILED):
+                self._step()
+        finally:
+            self._kill_group()
+        if self.error is not None:
+            raise self.error
+        return self.history
+
+    def _step(self) -> tuple[State, State]:
+        """Run the current state's handler; returns ``(previous, next)``."""
+        handlers = {
+            State.START: self._start,
+            State.SPAWN: self._spawn,
+            State.TRAIN: self._train,
+            State.RECORD: self._record,
+            State.RECOVER: self._recover,
+        }
+        previous = self.state
+        self.state = handlers[previous]()
+        log.debug("coordinator %s -> %s (epoch %d)", previous.value, self.state.value, self.epoch)
+        return previous, self.state
+
+    # ---- handlers -----------------------------------------------------------------------------
+    def _start(self) -> State:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        metrics = self.run_dir / METRICS_NAME
+        if self.config.resume:
+            self.ckpt = load_checkpoint(self.run_dir)
+        else:
+            (self.run_dir / "checkpoint.pt").unlink(missing_ok=True)
+        if self.ckpt is not None and len(self.ckpt.rng_by_rank) != self.template.world_size:
+            raise ValueError(
+                f"checkpoint in {self.run_dir} has {len(self.ckpt.rng_by_rank)} ranks but this "
+                f"run has {self.template.world_size}; resume with the same --parts"
+            )
+        self.epoch = 0 if self.ckpt is None else self.ckpt.epoch + 1
+        kept = _read_metrics(metrics) if self.ckpt is not None else []
+        self.history = [m for m in kept if m["epoch"] < self.epoch]
+        metrics.write_text("".join(json.dumps(m) + "\n" for m in self.history))
+        return State.SPAWN
+
+    def _spawn(self) -> State:
+        self._kill_group()
+        spec = replace(self.template, attempt=self.restarts)
+        try:
+            self.group = ActorGroup(spec, self.config.resources, self.config.deadline_s)
+            if self.ckpt is not None:
+                self.group.load(self.ckpt)
+            self.num_batches = self.group.num_batches()
+        except GroupFailure as failure:
+            self.failure = failure
+            return State.RECOVER
+        return State.TRAIN if self.epoch < self.config.epochs else State.DONE
+
+    def _train(self) -> State:
+        assert self.group is not None
+        bar = tqdm(
+            total=self.num_batches,
+            desc=f"epoch {self.epoch}",
+            unit="batch",
+            disable=not self.config.progress,
+            leave=False,
+        )
+        start = time.perf_counter()
+        try:
+            self._reports = self.group.train_epoch(
+                self.epoch, self.num_batches, lambda done: bar.update(done - bar.n)
+            )
+        except GroupFailure as failure:
+            self.failure = failure
+            return State.RECOVER
+        finally:
+            bar.close()
+        self._epoch_seconds = time.perf_counter() - start
+        return State.RECORD
+
+    def _record(self) -> State:
+        assert self.group is not None
+        try:
+            states = self.group.states()
+        except GroupFailure as failure:
+            self.failure = failure
+            return State.RECOVER
+        start = time.perf_counter()
+        accs = self._evaluate(states[0]["model"])
+        metrics = self._metrics(accs, time.perf_counter() - start)
+        self.history.append(metrics)
+        with open(self.run_dir / METRICS_NAME, "a") as fh:
+            fh.write(json.dumps(metrics) + "\n")
+        best = max(m["val_acc"] for m in self.history)
+        self.ckpt = Checkpoint(
+            epoch=self.epoch,
+            model_state=states[0]["model"],
+            optimizer_state=states[0]["optimizer"],
+            rng_by_rank=[s["rng"] for s in states],
+            best_val_acc=best,
+        )
+        save_checkpoint(self.run_dir, self.ckpt)
+        log.info(
+            "epoch %d: loss %.4f val_acc %.4f test_acc %.4f (%.1fs)",
+            self.epoch,
+            metrics["loss"],
+            metrics["val_acc"],
+            metrics["test_acc"],
+            metrics["seconds"]["total"],
+        )
+        self.epoch += 1
+        return State.TRAIN if self.epoch < self.config.epochs else State.DONE
+
+    def _recover(self) -> State:
+        assert self.failure is not None
+        status = self.failure.status(self.restarts, self.ckpt is not None)
+        decision = self.policy.decide(status)
+        log.warning("failure (%s): %s", status.kind.value, decision.reason)
+        self._kill_group()
+        if decision.action is FailureAction.ABORT:
+            self.error = WorkerFailedError(status.errors_by_rank)
+            return State.FAILED
+        self.restarts += 1
+        self.ckpt = load_checkpoint(self.run_dir) if self.ckpt is not None else None
+        self.epoch = 0 if self.ckpt is None else self.ckpt.epoch + 1
+        self.history = [m for m in self.history if m["epoch"] < self.epoch]
+        return State.SPAWN
+
+    # ---- helpers ------------------------------------------------------------------------------
+    def _kill_group(self) -> None:
+        if self.group is not None:
+            self.group.kill()
+            self.group = None
+
+    def _evaluate(self, model_state: dict[str, Any]) -> dict[str, float]:
+        """Exact accuracy on the train, val and test masks from rank 0's weights."""
+        graph = self.graph
+        if not hasattr(self, "_eval_model"):
+            spec = self.template
+            self._eval_model = build_model(
+                spec.model, spec.num_features, spec.num_classes, len(spec.sampler.fanouts)
+            )
+            self._eval_block = full_block(graph.indptr, graph.indices, graph.num_nodes)
+            assert graph.x is not None and graph.y is not None
+            self._eval_x = torch.from_numpy(graph.x.astype("float32", copy=False))
+            self._eval_y = torch.from_numpy(graph.y)
+        self._eval_model.load_state_dict(model_state)
+        pred_N = full_graph_logits(self._eval_model, self._eval_block, self._eval_x).argmax(-1)
+        out = {}
+        for split in ("train", "val", "test"):
+            mask = getattr(graph, f"{split}_mask")
+            hit = (pred_N == self._eval_y)[torch.from_numpy(mask)] if mask is not None else None
+            out[f"{split}_acc"] = (
+                float(hit.float().mean()) if hit is not None and hit.numel() else 0.0
+            )
+        return out
+
+    def _metrics(self, accs: dict[str, float], eval_seconds: float) -> dict[str, Any]:
+        """One ``metrics.jsonl`` object from the ranks' reports."""
+        reports = self._reports
+        seeds = sum(r.stats.num_seeds for r in reports)
+        traffic = sum((r.traffic for r in reports), LedgerSnapshot())
+        split = {
+            key: sum(r.stats.seconds[key] for r in reports) / len(reports)
+            for key in ("sample", "fetch", "compute", "sync")
+        }
+        return {
+            "epoch": self.epoch,
+            "loss": sum(r.stats.loss_sum for r in reports) / max(seeds, 1),
+            **accs,
+            "batch_train_acc": sum(r.stats.num_correct for r in reports) / max(seeds, 1),
+            "seconds": {"total": self._epoch_seconds, **split, "eval": eval_seconds},
+            "bytes": traffic.bytes,
+            "messages": traffic.messages,
+            "num_batches": self.num_batches,
+            "peak_rss_bytes": [r.peak_rss_bytes for r in reports],
+            "restarts": self.restarts,
+        }
+
+
+def _read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Parsed lines of ``metrics.jsonl`` (empty when missing)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -1,0 +1,267 @@
+"""Remote neighbor sampling and feature fetch: routing (pure torch) plus the Ray executor.
+
+A worker sees remote shards only through the stage protocols: :class:`RoutedNeighborSource` is
+the sampler's ``NeighborSource`` and :class:`RoutedFeatureSource` the trainer's
+``FeatureSource``. Each splits a request by owner, serves its own part locally, and sends one
+message per remote owner (so one per hop per owner for sampling, one per mini-batch per owner for
+features) through an :class:`OwnerClient`. The Ray client issues every owner's call before
+waiting on any, so owners work in parallel, and every wait has a deadline.
+
+The ledger counts the payload arrays of every message: ``dst_gid`` out and
+``count/src_gid/e_id`` back for structure, ``gid`` out and the float32 rows back for features.
+
+Shape legend: ``M`` destinations, ``E`` drawn edges, ``K`` requested rows, ``F`` features.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from gnnsys.errors import RemoteCallTimeoutError
+from gnnsys.sampler.base import NeighborSource
+from gnnsys.train.ledger import Ledger
+from gnnsys.types import NeighborSample
+
+__all__ = [
+    "OwnerClient",
+    "RayOwnerClient",
+    "RoutedFeatureSource",
+    "RoutedNeighborSource",
+    "ShardOwner",
+]
+
+log = logging.getLogger(__name__)
+
+SampleArrays = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""``(count_M, src_gid_E, e_id_E)`` int64 arrays as an owner returns them."""
+
+
+class OwnerClient(Protocol):
+    """Sends one batched request to each owner and returns the answers keyed by part."""
+
+    def sample_many(
+        self, dst_by_part: dict[int, np.ndarray], fanout: int, *, seed: int, hop: int, replace: bool
+    ) -> dict[int, SampleArrays]:
+        """Sample in-neighbors of ``dst_by_part[p]`` at owner ``p``, for every ``p`` at once."""
+        ...
+
+    def fetch_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        """Feature rows ``[K, F]`` float32 of ``gid_by_part[p]`` from owner ``p``."""
+        ...
+
+
+def _group_by_owner(part_M: np.ndarray, skip: int) -> dict[int, np.ndarray]:
+    """Positions of each owner's entries in request order (one stable sort), except ``skip``."""
+    order = np.argsort(part_M, kind="stable")
+    parts, starts = np.unique(part_M[order], return_index=True)
+    groups = np.split(order, starts[1:])
+    return {int(p): g for p, g in zip(parts, groups, strict=True) if int(p) != skip}
+
+
+class RoutedNeighborSource:
+    """``NeighborSource`` over a partitioned graph: owned dsts locally, the rest at their owners.
+
+    Args:
+        part: This worker's part.
+        part_N: ``[N]`` owner of every gid (from the partition book).
+        local: Source over this part's shard (answers only owned gids).
+        client: Executor for the remote calls.
+        ledger: Counts ``structure_request`` / ``structure_response``.
+    """
+
+    def __init__(
+        self,
+        part: int,
+        part_N: np.ndarray,
+        local: NeighborSource,
+        client: OwnerClient,
+        ledger: Ledger,
+    ) -> None:
+        self.part, self.part_N, self.local = part, part_N, local
+        self.client, self.ledger = client, ledger
+
+    def sample_neighbors(
+        self, dst_gid: Tensor, fanout: int, *, seed: int, hop: int, replace: bool = False
+    ) -> NeighborSample:
+        """Same contract as ``NeighborSource.sample_neighbors``; see the module docstring."""
+        dst_np = dst_gid.numpy().astype(np.int64, copy=False)
+        part_M = self.part_N[dst_np]
+        local_pos = np.flatnonzero(part_M == self.part)
+        remote_pos = _group_by_owner(part_M, skip=self.part)
+        requests = {p: dst_np[pos] for p, pos in remote_pos.items()}
+        for req in requests.values():
+            self.ledger.record("structure_request", req)
+        answers = (
+            self.client.sample_many(requests, fanout, seed=seed, hop=hop, replace=replace)
+            if requests
+            else {}
+        )
+        pieces: list[tuple[np.ndarray, SampleArrays]] = []
+        for p, pos in remote_pos.items():
+            self.ledger.record("structure_response", *answers[p])
+            pieces.append((pos, answers[p]))
+        if local_pos.size:
+            mine = self.local.sample_neighbors(
+                torch.from_numpy(dst_np[local_pos]), fanout, seed=seed, hop=hop, replace=replace
+            )
+            arrays = (mine.count_M.numpy(), mine.src_gid_E.numpy(), mine.e_id_E.numpy())
+            pieces.append((local_pos, arrays))
+        return _merge_samples(int(dst_np.shape[0]), pieces)
+
+
+def _merge_samples(num_dst: int, pieces: list[tuple[np.ndarray, SampleArrays]]) -> NeighborSample:
+    """Interleave per-owner answers back into request order (grouped by destination)."""
+    count_M = np.zeros(num_dst, dtype=np.int64)
+    for pos, (count, _, _) in pieces:
+        count_M[pos] = count
+    start_M = np.concatenate([[0], np.cumsum(count_M)[:-1]]).astype(np.int64)
+    total = int(count_M.sum())
+    src_E = np.empty(total, dtype=np.int64)
+    eid_E = np.empty(total, dtype=np.int64)
+    for pos, (count, src, eid) in pieces:
+        count = count.astype(np.int64, copy=False)
+        # Output slot of each drawn edge: its dst's start plus its rank within that dst.
+        within = np.arange(src.shape[0], dtype=np.int64) - np.repeat(
+            np.cumsum(count) - count, count
+        )
+        slots = np.repeat(start_M[pos], count) + within
+        src_E[slots] = src
+        eid_E[slots] = eid
+    return NeighborSample(
+        count_M=torch.from_numpy(count_M),
+        src_gid_E=torch.from_numpy(src_E),
+        e_id_E=torch.from_numpy(eid_E),
+    )
+
+
+class RoutedFeatureSource:
+    """``FeatureSource`` over partitioned features: owned rows locally, the rest at owners.
+
+    Args:
+        part: This worker's part.
+        part_N: ``[N]`` owner of every gid.
+        lid_N: ``[N]`` lid of every gid inside its owner's shard.
+        local_x: ``[M_own, F]`` this part's feature rows (memory-mapped is fine).
+        client: Executor for the remote calls.
+        ledger: Counts ``feature_request`` / ``feature_response``.
+    """
+
+    def __init__(
+        self,
+        part: int,
+        part_N: np.ndarray,
+        lid_N: np.ndarray,
+        local_x: np.ndarray,
+        client: OwnerClient,
+        ledger: Ledger,
+    ) -> None:
+        self.part, self.part_N, self.lid_N, self.local_x = part, part_N, lid_N, local_x
+        self.client, self.ledger = client, ledger
+
+    def fetch(self, gid: Tensor) -> Tensor:
+        """Rows ``[K, F]`` float32 for ``gid`` in request order; one message per remote owner."""
+        gid_np = gid.numpy().astype(np.int64, copy=False)
+        part_K = self.part_N[gid_np]
+        out_KF = np.empty((gid_np.shape[0], self.local_x.shape[1]), dtype=np.float32)
+        local_pos = np.flatnonzero(part_K == self.part)
+        out_KF[local_pos] = self.local_x[self.lid_N[gid_np[local_pos]]]
+        remote_pos = _group_by_owner(part_K, skip=self.part)
+        requests = {p: gid_np[pos] for p, pos in remote_pos.items()}
+        for req in requests.values():
+            self.ledger.record("feature_request", req)
+        answers = self.client.fetch_many(requests) if requests else {}
+        for p, pos in remote_pos.items():
+            self.ledger.record("feature_response", answers[p])
+            out_KF[pos] = answers[p]
+        return torch.from_numpy(out_KF)
+
+
+class ShardOwner:
+    """Holds one shard (memory-mapped) and answers neighbor and feature requests for its nodes.
+
+    Used as a Ray actor (``ray.remote(ShardOwner)``); plain methods, so it also runs in-process.
+
+    Args:
+        root: Partition store directory.
+        part: The part this owner serves.
+    """
+
+    def __init__(self, root: str, part: int) -> None:
+        from gnnsys.sampler import CSRNeighborSource
+        from gnnsys.store import load_book, load_shard
+
+        torch.set_num_threads(1)  # owners share the cores with the trainers
+        shard = load_shard(root, part)
+        book = load_book(root)
+        self.part = part
+        self._lid_N = book.lid_N
+        self._x = shard.x
+        self._source = CSRNeighborSource.from_shard(shard, book.lid_N)
+
+    def ping(self) -> int:
+        """Liveness check; returns the part."""
+        return self.part
+
+    def sample(
+        self, dst_gid: np.ndarray, fanout: int, seed: int, hop: int, replace: bool
+    ) -> SampleArrays:
+        """Draw in-neighbors of owned ``dst_gid`` (see ``NeighborSource.sample_neighbors``)."""
+        got = self._source.sample_neighbors(
+            torch.from_numpy(np.array(dst_gid, dtype=np.int64)),
+            fanout,
+            seed=seed,
+            hop=hop,
+            replace=replace,
+        )
+        return (got.count_M.numpy(), got.src_gid_E.numpy(), got.e_id_E.numpy())
+
+    def fetch(self, gid: np.ndarray) -> np.ndarray:
+        """Float32 rows ``[K, F]`` of owned ``gid``."""
+        if self._x is None:
+            raise ValueError(f"part {self.part} has no features; the store was written without x")
+        out: np.ndarray = np.asarray(self._x[self._lid_N[gid]], dtype=np.float32)
+        return out
+
+
+class RayOwnerClient:
+    """:class:`OwnerClient` over ``ShardOwner`` actor handles, with a deadline on every wait.
+
+    Args:
+        owners: Actor handle of each part's owner, indexed by part.
+        deadline_s: Seconds a batch of calls may take before ``RemoteCallTimeoutError``.
+    """
+
+    def __init__(self, owners: list[Any], deadline_s: float) -> None:
+        self.owners, self.deadline_s = owners, deadline_s
+
+    def _get(self, refs: dict[int, Any], what: str) -> dict[int, Any]:
+        import ray
+
+        try:
+            values = ray.get(list(refs.values()), timeout=self.deadline_s)
+        except ray.exceptions.GetTimeoutError as err:
+            raise RemoteCallTimeoutError(
+                f"{what} to parts {sorted(refs)} got no answer within {self.deadline_s}s; "
+                "raise the deadline (--deadline) or check the owners' logs"
+            ) from err
+        return dict(zip(refs, values, strict=True))
+
+    def sample_many(
+        self, dst_by_part: dict[int, np.ndarray], fanout: int, *, seed: int, hop: int, replace: bool
+    ) -> dict[int, SampleArrays]:
+        """One ``ShardOwner.sample`` call per part, all in flight together."""
+        refs = {
+            p: self.owners[p].sample.remote(dst, fanout, seed, hop, replace)
+            for p, dst in dst_by_part.items()
+        }
+        return self._get(refs, "sample_neighbors")
+
+    def fetch_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        """One ``ShardOwner.fetch`` call per part, all in flight together."""
+        refs = {p: self.owners[p].fetch.remote(gid) for p, gid in gid_by_part.items()}
+        return self._get(refs, "fetch")

@@ -1,0 +1,264 @@
+"""Ray actors of a training run and the executor that spawns, calls and kills them.
+
+Per part ``p`` there are two actors: a ``ShardOwner`` (``gnnsys.train.transport``) that serves
+part ``p``'s structure and features to everyone, and a :class:`TrainWorker` (rank ``p``) that
+trains on part ``p``'s train seeds. Trainers form a torch.distributed gloo group for the gradient
+allreduce; owners stay stateless readers, so the group can be restarted without them.
+
+:class:`ActorGroup` is the only place that creates or kills actors. ``TrainWorker`` runs as a
+threaded actor (``max_concurrency=2``) so the driver can poll ``progress()`` while an epoch runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, cast
+
+import numpy as np
+import psutil
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from gnnsys.train.ledger import Ledger, LedgerSnapshot
+from gnnsys.train.models import ModelSpec, build_model
+from gnnsys.train.shards import assemble_graph
+from gnnsys.train.trainer import EpochStats, Trainer
+from gnnsys.train.transport import RayOwnerClient, RoutedFeatureSource, RoutedNeighborSource
+
+__all__ = ["FaultSpec", "TrainWorker", "WorkerEpochReport", "WorkerSpec"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class FaultSpec:
+    """Test-only fault injection: at ``(epoch, batch)`` rank ``rank`` raises or exits.
+
+    Fires only on the first attempt (``WorkerSpec.attempt == 0``), so a restarted group runs
+    clean; ``exit`` kills the process like ``ray.kill`` would, ``raise`` is a bug in user code.
+    """
+
+    kind: str
+    rank: int
+    epoch: int
+    batch: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("raise", "exit"):
+            raise ValueError(f"fault kind {self.kind!r}; use 'raise' or 'exit'")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    """Everything one trainer needs; pickled to the actor, so frozen.
+
+    Attributes:
+        rank: This worker's rank = the part it trains on.
+        world_size: ``P``.
+        store: Partition store directory (visible to every node).
+        topology: ``partitioned`` or ``replicated`` (``auto`` is resolved by the coordinator).
+        trainer: Optimisation settings.
+        sampler: ``NeighborSampler.Config``.
+        model: Model architecture.
+        num_features: ``F`` of the input features.
+        num_classes: ``C``, the model's output width.
+        deadline_s: Deadline of every remote call and of the gloo collectives.
+        attempt: 0 for the first group, incremented on each restart.
+        fault: Injected fault, for tests.
+    """
+
+    rank: int
+    world_size: int
+    store: str
+    topology: str
+    trainer: Trainer.Config
+    sampler: Any
+    model: ModelSpec
+    num_features: int
+    num_classes: int
+    deadline_s: float
+    attempt: int = 0
+    fault: FaultSpec | None = field(default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerEpochReport:
+    """What a worker returns after an epoch.
+
+    Attributes:
+        rank: The worker's rank.
+        stats: Loss, accuracy and time split.
+        traffic: Ledger difference over the epoch.
+        peak_rss_bytes: Peak resident memory of the worker process so far.
+    """
+
+    rank: int
+    stats: EpochStats
+    traffic: LedgerSnapshot
+    peak_rss_bytes: int
+
+
+class GlooSync:
+    """``GradSync`` over the default gloo process group; counts its payload in the ledger."""
+
+    def __init__(self, world_size: int, ledger: Ledger) -> None:
+        self.world_size, self.ledger = world_size, ledger
+
+    def allreduce_mean_(self, flat: Tensor) -> None:
+        """Sum ``flat`` over ranks (blocks until every rank joins), then divide by ``P``."""
+        self.ledger.record("allreduce", flat)
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        flat.div_(self.world_size)
+
+
+def _peak_rss() -> int:
+    """Peak RSS in bytes (``ru_maxrss`` is KiB on Linux)."""
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _build_trainer(spec: WorkerSpec, owners: list[Any], ledger: Ledger) -> Trainer:
+    """Load this rank's shard and wire sampler, feature source and model into a ``Trainer``."""
+    from gnnsys.sampler import CSRNeighborSource, NeighborSampler
+    from gnnsys.store import load_book, load_shard
+
+    shard = load_shard(spec.store, spec.rank)
+    book = load_book(spec.store)
+    client = RayOwnerClient(owners, spec.deadline_s)
+    if spec.topology == "replicated":
+        source: Any = CSRNeighborSource.from_graph(assemble_graph(spec.store, with_data=False))
+    else:
+        local = CSRNeighborSource.from_shard(shard, book.lid_N)
+        source = RoutedNeighborSource(spec.rank, book.part_N, local, client, ledger)
+    if shard.x is None or shard.y is None or shard.train_mask is None:
+        raise ValueError(f"part {spec.rank} lacks x, y or train_mask; rewrite the store with them")
+    features = RoutedFeatureSource(spec.rank, book.part_N, book.lid_N, shard.x, client, ledger)
+    train_lid = np.flatnonzero(np.asarray(shard.train_mask))
+    torch.manual_seed(spec.trainer.seed)  # identical initial weights on every rank
+    model = build_model(spec.model, spec.num_features, spec.num_classes, len(spec.sampler.fanouts))
+    return Trainer(
+        spec.trainer,
+        model=model,
+        sampler=NeighborSampler(spec.sampler, source=source),
+        features=features,
+        train_gid=torch.from_numpy(np.asarray(shard.owned_gid)[train_lid].astype(np.int64)),
+        train_y=torch.from_numpy(np.asarray(shard.y)[train_lid].astype(np.int64)),
+        rank=spec.rank,
+        sync=GlooSync(spec.world_size, ledger) if spec.world_size > 1 else None,
+    )
+
+
+class TrainWorker:
+    """Trainer of one rank, used as a Ray actor; see the module docstring."""
+
+    def __init__(self, spec: WorkerSpec, owners: list[Any]) -> None:
+        torch.set_num_threads(1)  # P workers share few cores; >1 thread only oversubscribes
+        self.spec = spec
+        self.ledger = Ledger()
+        self.trainer = _build_trainer(spec, owners, self.ledger)
+        self._progress = 0
+        self._lock = threading.Lock()
+
+    def address(self) -> tuple[str, int]:
+        """This node's IP and a free TCP port (rank 0 hosts the gloo rendezvous)."""
+        import ray
+
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            port = int(sock.getsockname()[1])
+        node_ip = cast(Callable[[], str], ray.util.get_node_ip_address)
+        return node_ip(), port
+
+    def init_group(self, host: str, port: int) -> None:
+        """Join the gloo group (blocks until all ``P`` ranks have joined or the deadline)."""
+        if self.spec.world_size > 1:
+            dist.init_process_group(
+                "gloo",
+                init_method=f"tcp://{host}:{port}",
+                rank=self.spec.rank,
+                world_size=self.spec.world_size,
+                timeout=timedelta(seconds=self.spec.deadline_s),
+            )
+
+    def num_local_batches(self) -> int:
+        """Batches this rank needs per epoch."""
+        return self.trainer.num_local_batches()
+
+    def load_state(
+        self, model: dict[str, Any], optimizer: dict[str, Any], rng: dict[str, Any]
+    ) -> None:
+        """Restore a checkpoint's model, optimizer and this rank's RNG."""
+        self.trainer.load_state(model, optimizer, rng)
+
+    def state(self) -> dict[str, Any]:
+        """Model, optimizer and RNG state (see ``Trainer.state``)."""
+        return self.trainer.state()
+
+    def progress(self) -> int:
+        """Batches finished in the running epoch (answered while ``train_epoch`` runs)."""
+        with self._lock:
+            return self._progress
+
+    def _before_batch(self, epoch: int, batch: int) -> None:
+        with self._lock:
+            self._progress = batch
+        fault = self.spec.fault
+        if (
+            fault is None
+            or self.spec.attempt
+            or (fault.rank, fault.epoch, fault.batch)
+            != (
+                self.spec.rank,
+                epoch,
+                batch,
+            )
+        ):
+            return
+        if fault.kind == "exit":
+            log.warning(
+                "fault injection: rank %d exits at epoch %d batch %d", fault.rank, epoch, batch
+            )
+            os._exit(1)
+        raise RuntimeError(f"injected fault at rank {fault.rank} epoch {epoch} batch {batch}")
+
+    def train_epoch(self, epoch: int, num_batches: int) -> WorkerEpochReport:
+        """Train one epoch of ``num_batches`` steps and report stats and traffic."""
+        before = self.ledger.snapshot()
+        stats = self.trainer.train_epoch(
+            epoch, num_batches, hook=lambda b: self._before_batch(epoch, b)
+        )
+        with self._lock:
+            self._progress = num_batches
+        return WorkerEpochReport(
+            rank=self.spec.rank,
+            stats=stats,
+            traffic=self.ledger.snapshot() - before,
+            peak_rss_bytes=_peak_rss(),
+        )
+
+    def close(self) -> None:
+        """Leave the gloo group."""
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def format_exception(err: BaseException) -> str:
+    """Traceback text of ``err`` (for ``WorkerFailedError``)."""
+    return "".join(traceback.format_exception(type(err), err, err.__traceback__))
+
+
+def rss_of_pid(pid: int) -> int:
+    """Current RSS of a process in bytes (0 when it is gone)."""
+    try:
+        return int(psutil.Process(pid).memory_info().rss)
+    except psutil.Error:
+        return 0

@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from conftest import LocalOwnerClient
+
+from gnnsys.sampler import CSRNeighborSource
+from gnnsys.store import load_book, load_shard
+from gnnsys.train.ledger import Ledger
+from gnnsys.train.transport import RoutedFeatureSource, RoutedNeighborSource
+from gnnsys.types import Graph
+
+
+def _routed(
+    store: Path, part: int
+) -> tuple[RoutedNeighborSource, RoutedFeatureSource, Ledger, LocalOwnerClient]:
+    book = load_book(store)
+    shard = load_shard(store, part)
+    client = LocalOwnerClient(store, book.num_parts)
+    ledger = Ledger()
+    local = CSRNeighborSource.from_shard(shard, book.lid_N)
+    assert shard.x is not None
+    return (
+        RoutedNeighborSource(part, book.part_N, local, client, ledger),
+        RoutedFeatureSource(part, book.part_N, book.lid_N, shard.x, client, ledger),
+        ledger,
+        client,
+    )
+
+
+def test_routed_sampling_equals_whole_graph(tiny_graph: Graph, store4: Path) -> None:
+    routed, _, ledger, client = _routed(store4, part=1)
+    whole = CSRNeighborSource.from_graph(tiny_graph)
+    dst = torch.tensor([5, 900, 5, 17, 333, 42, 999, 0], dtype=torch.int64)
+    for fanout, replace in ((3, False), (-1, False), (4, True)):
+        got = routed.sample_neighbors(dst, fanout, seed=7, hop=1, replace=replace)
+        want = whole.sample_neighbors(dst, fanout, seed=7, hop=1, replace=replace)
+        assert torch.equal(got.count_M, want.count_M)
+        assert torch.equal(got.src_gid_E, want.src_gid_E)
+        assert torch.equal(got.e_id_E, want.e_id_E)
+    # one message per remote owner per call
+    book = load_book(store4)
+    remote_parts = set(book.owner(dst.numpy()).tolist()) - {1}
+    assert sorted(p for _, p in client.calls[: len(remote_parts)]) == sorted(remote_parts)
+    assert ledger.snapshot().messages["structure_request"] == 3 * len(remote_parts)
+
+
+def test_structure_bytes_are_exact(store4: Path) -> None:
+    routed, _, ledger, _ = _routed(store4, part=0)
+    book = load_book(store4)
+    dst = torch.arange(0, 1000, 7, dtype=torch.int64)
+    got = routed.sample_neighbors(dst, 5, seed=1, hop=0)
+    remote = book.owner(dst.numpy()) != 0
+    snap = ledger.snapshot()
+    assert snap.bytes["structure_request"] == 8 * int(remote.sum())
+    remote_edges = int(got.count_M[torch.from_numpy(remote)].sum())
+    # count_M (int64) per remote dst + src_gid and e_id (int64) per remote edge
+    assert snap.bytes["structure_response"] == 8 * int(remote.sum()) + 16 * remote_edges
+
+
+def test_feature_fetch_rows_and_bytes(tiny_graph: Graph, store4: Path) -> None:
+    _, features, ledger, client = _routed(store4, part=2)
+    gid = torch.tensor([3, 3, 700, 1, 999, 250], dtype=torch.int64)
+    rows = features.fetch(gid)
+    assert tiny_graph.x is not None
+    assert torch.equal(rows, torch.from_numpy(tiny_graph.x[gid.numpy()]))
+    remote = int((load_book(store4).owner(gid.numpy()) != 2).sum())
+    snap = ledger.snapshot()
+    assert snap.bytes["feature_request"] == 8 * remote
+    assert snap.bytes["feature_response"] == 4 * tiny_graph.num_features * remote
+    assert snap.messages["feature_request"] == len({p for op, p in client.calls if op == "fetch"})
