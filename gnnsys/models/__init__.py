@@ -1,1 +1,19 @@
-"""Stage: models."""
+"""Stage 8, models: single-device GNNs over ``Block`` lists, built on ``gnnsys.kernels``.
+
+``MODELS`` maps a name to a class constructed as ``cls(in_dim, hidden_dim, out_dim, num_layers,
+dropout)``; every model has ``forward(x_NF, blocks)``, ``forward_layer(i, x_src, block)`` and
+``num_layers``.
+"""
+
+from __future__ import annotations
+
+from gnnsys.models.base import BlockModel
+from gnnsys.models.gat import GAT, GATLayer
+from gnnsys.models.gcn import GCN
+from gnnsys.models.layers import GCNLayer, SAGELayer
+from gnnsys.models.sage import SAGE
+
+__all__ = ["GAT", "GCN", "MODELS", "SAGE", "BlockModel", "GATLayer", "GCNLayer", "SAGELayer"]
+
+MODELS: dict[str, type[BlockModel]] = {"sage": SAGE, "gcn": GCN, "gat": GAT}
+"""Model registry: name -> class."""
