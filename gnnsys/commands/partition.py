@@ -1,0 +1,234 @@
+"""``gnnsys partition DATASET --parts P --method NAME --out DIR``: split a graph and store it.
+
+Also home of the helpers the partition benchmark shares: dataset loading (a registry name or an
+``.npz`` CSR file), ``KEY=VALUE`` option parsing, and ``Measured`` (wall time + peak RSS).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+
+def add_parser(sub: Any) -> None:
+    """Register the ``partition`` verb."""
+    from gnnsys.partitioners import PARTITIONERS
+
+    p: argparse.ArgumentParser = sub.add_parser(
+        "partition",
+        help="split a graph into parts and write a partition directory",
+        description="Assign every node to a part, then write DIR (manifest.json, node_to_part, "
+        "one folder per part with its CSR, k-hop halo and features). Prints a summary table.",
+    )
+    add_dataset_args(p)
+    p.add_argument("--parts", type=int, required=True, help="number of parts P")
+    p.add_argument("--method", default="metis", choices=sorted(PARTITIONERS), help="strategy")
+    p.add_argument("--out", required=True, help="partition directory to create")
+    p.add_argument("--seed", type=int, default=0, help="seed of the partitioner (default 0)")
+    p.add_argument(
+        "--balance",
+        help="metis only: comma list of quantities to balance, from nodes,train,edges",
+    )
+    p.add_argument("--hops", type=int, default=2, help="k of the k-hop halo (GNN layers)")
+    p.add_argument(
+        "-O",
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="partitioner option, e.g. -O passes=3 -O order=degree (see docs/partitioning.md)",
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace DIR if it exists")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.set_defaults(func=run)
+
+
+def add_dataset_args(p: argparse.ArgumentParser) -> None:
+    """``DATASET``, ``--root`` and ``-D KEY=VALUE`` (shared with ``bench partition``)."""
+    p.add_argument(
+        "dataset",
+        help="dataset name (e.g. planetoid:cora, synthetic:rmat) or a .npz file holding a CSR "
+        "(indptr, indices; optional x, y, train_mask, val_mask, test_mask)",
+    )
+    p.add_argument("--root", help="data directory laid out like shared/datasets")
+    p.add_argument(
+        "-D",
+        "--dataset-param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="dataset option, e.g. -D num_nodes=2400000 for synthetic graphs",
+    )
+
+
+def parse_kv(items: list[str]) -> dict[str, Any]:
+    """``["a=1", "b=x,y"]`` -> ``{"a": 1, "b": ("x", "y")}`` (JSON scalars, comma tuples).
+
+    Raises:
+        ValueError: An item without ``=``.
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"option {item!r} is not KEY=VALUE; write e.g. passes=3")
+        values = [_scalar(v) for v in raw.split(",")] if "," in raw else None
+        out[key] = tuple(values) if values is not None else _scalar(raw)
+    return out
+
+
+def _scalar(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def load_graph(name: str, root: str | None, params: dict[str, Any]) -> Any:
+    """Load a registry dataset, or an ``.npz`` CSR file when ``name`` is an existing path."""
+    from gnnsys.types import Graph
+
+    path = Path(name)
+    if path.suffix == ".npz" and path.is_file():
+        with np.load(path, allow_pickle=False) as z:
+            keys = ("x", "y", "train_mask", "val_mask", "test_mask")
+            fields = {k: z[k] for k in keys if k in z.files}
+            indptr = z["indptr"].astype(np.int64)
+            indices = z["indices"]
+            if indices.dtype == np.int64 and indptr.shape[0] - 1 < 2**31:
+                indices = indices.astype(np.int32)
+        return Graph(
+            indptr=indptr, indices=indices, num_nodes=indptr.shape[0] - 1, name=path.stem, **fields
+        )
+    from gnnsys.datasets import load
+
+    return load(name, root=root, **params)
+
+
+class Measured:
+    """Context manager measuring wall time and the process's peak RSS inside the block.
+
+    RSS is sampled every 20 ms by a thread (psutil), so the peak covers native code such as
+    METIS; spikes shorter than the interval can be missed.
+    """
+
+    def __init__(self, interval_s: float = 0.02) -> None:
+        self.interval_s = interval_s
+        self.seconds = 0.0
+        self.peak_rss_bytes = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._start = 0.0
+
+    def _poll(self) -> None:
+        import psutil
+
+        proc = psutil.Process()
+        while True:
+            self.peak_rss_bytes = max(self.peak_rss_bytes, int(proc.memory_info().rss))
+            if self._stop.wait(self.interval_s):
+                return
+
+    def __enter__(self) -> Measured:
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.seconds = time.perf_counter() - self._start
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+def partitioner_options(method: str, balance: str | None, options: list[str]) -> dict[str, Any]:
+    """The ``Config`` keyword arguments for ``method`` from ``--balance`` and ``-O`` flags."""
+    cfg = parse_kv(options)
+    if balance:
+        if method != "metis":
+            raise ValueError(f"--balance applies to --method metis only, not {method!r}")
+        cfg["balance"] = tuple(b.strip() for b in balance.split(",") if b.strip())
+    return cfg
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load, assign, write, and print the summary."""
+    from tqdm import tqdm
+
+    from gnnsys.partitioners import make_partitioner
+    from gnnsys.partitioners.metrics import balance, edge_cut, part_loads
+    from gnnsys.store import write_partitions
+
+    cfg = partitioner_options(args.method, args.balance, args.option)
+    partitioner = make_partitioner(args.method, **cfg)
+    with Measured() as load_m:
+        graph = load_graph(args.dataset, args.root, parse_kv(args.dataset_param))
+    logger.info("loaded %s: %d nodes, %d edges", graph.name, graph.num_nodes, graph.num_edges)
+    with Measured() as assign_m:
+        assignment = partitioner.assign(graph, args.parts, seed=args.seed)
+    with Measured() as write_m, tqdm(total=args.parts, desc="writing parts", unit="part") as bar:
+        write_partitions(
+            graph,
+            assignment,
+            args.out,
+            num_hops=args.hops,
+            overwrite=args.overwrite,
+            progress=lambda _: bar.update(1),
+        )
+    from gnnsys.store import read_manifest
+
+    manifest = read_manifest(args.out)
+    loads = part_loads(graph, assignment.part_N, args.parts)
+    cut = edge_cut(graph, assignment.part_N)
+    summary = {
+        "dataset": graph.name,
+        "method": args.method,
+        "parts": args.parts,
+        "num_nodes": graph.num_nodes,
+        "num_edges": graph.num_edges,
+        "edge_cut": cut,
+        "edge_cut_fraction": round(cut / max(graph.num_edges, 1), 6),
+        "node_balance": round(balance(loads["nodes"]), 4),
+        "edge_balance": round(balance(loads["edges"]), 4),
+        "train_balance": round(balance(loads["train"]), 4) if "train" in loads else None,
+        "halo_factor": round(sum(p.num_halo for p in manifest.parts) / graph.num_nodes, 4),
+        "load_seconds": round(load_m.seconds, 3),
+        "assign_seconds": round(assign_m.seconds, 3),
+        "write_seconds": round(write_m.seconds, 3),
+        "peak_rss_bytes": max(
+            load_m.peak_rss_bytes, assign_m.peak_rss_bytes, write_m.peak_rss_bytes
+        ),
+        "assign_peak_rss_bytes": assign_m.peak_rss_bytes,
+        "out": str(args.out),
+    }
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print_table(manifest, summary)
+    return 0
+
+
+def print_table(manifest: Any, summary: dict[str, Any]) -> None:
+    """Per-part sizes, then the totals."""
+    print(f"{'part':>6} {'owned':>12} {'in-edges':>14} {'halo':>12}")
+    for p, entry in enumerate(manifest.parts):
+        print(f"{p:>6} {entry.num_owned:>12,} {entry.num_edges:>14,} {entry.num_halo:>12,}")
+    width = max(map(len, summary))
+    for key, value in summary.items():
+        print(f"{key:>{width}}: {value}")
