@@ -6,16 +6,37 @@ import os
 from typing import Any
 
 from gnnsys.datasets.base import DatasetSource
+from gnnsys.datasets.deezer import load_deezer
+from gnnsys.datasets.musae import load_musae
+from gnnsys.datasets.npz import load_npz
+from gnnsys.datasets.ogb import load_ogb
+from gnnsys.datasets.planetoid import load_planetoid
 from gnnsys.datasets.synthetic import load_synthetic
 from gnnsys.types import Graph
 
 __all__ = ["DATASETS", "KNOWN_NAMES", "load"]
 
-DATASETS: dict[str, DatasetSource] = {"synthetic": load_synthetic}
+DATASETS: dict[str, DatasetSource] = {
+    "synthetic": load_synthetic,
+    "planetoid": load_planetoid,
+    "npz": load_npz,
+    "musae": load_musae,
+    "deezer": load_deezer,
+    "ogb": load_ogb,
+}
 """Family name (before the ``:``) -> loader."""
 
 KNOWN_NAMES: dict[str, str] = {
     "synthetic:sbm": "degree-corrected SBM, 100k nodes, 64 Gaussian features (embedded default)",
+    "synthetic:rmat": "R-MAT power law (a,b,c=.57,.19,.19), planted communities; up to 2.4M nodes",
+    "planetoid:cora": "Cora, Planetoid files + public split (2708 nodes, 1433 features, 7 classes)",
+    "planetoid:citeseer": "CiteSeer, Planetoid files + public split (3327 nodes, 6 classes)",
+    "planetoid:pubmed": "PubMed, Planetoid files; features only for 1060 of 19717 nodes here",
+    "npz:cora": "Cora, gnn-benchmark .npz, seeded 20-per-class/500/1000 split",
+    "npz:citeseer": "CiteSeer, gnn-benchmark .npz (3312 nodes), seeded split",
+    "npz:cora_ml": "Cora-ML, PPNP .npz (2995 nodes, 2879 features), seeded split",
+    "musae:facebook": "Facebook page-page (22470 nodes, 4714 binary features, 4 classes)",
+    "deezer:hu": "Deezer HU (47538 nodes, 84 genres multi-label, degree features substitute)",
 }
 """Dataset names `gnnsys datasets` lists, with a one-line description each."""
 

@@ -7,8 +7,11 @@ A loader is any callable ``(variant, root, **params) -> Graph``; the registry in
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, TypeAlias
+
+import numpy as np
 
 from gnnsys.errors import DatasetNotFoundError
 from gnnsys.types import Graph
@@ -17,12 +20,13 @@ DATA_ENV = "GNNSYS_DATA"
 """Environment variable naming a data root laid out like ``../shared/datasets``."""
 
 
-class DatasetSource(Protocol):
-    """Loads one family of datasets (``planetoid``, ``synthetic``, ...)."""
+DatasetSource: TypeAlias = Callable[..., Graph]
+"""Loads one family of datasets: ``loader(variant, root, **params) -> Graph``.
 
-    def __call__(self, variant: str, root: Path | None, **params: Any) -> Graph:
-        """Return the graph ``family:variant``; raise ``DatasetNotFoundError`` if files lack."""
-        ...
+``root`` is a ``Path`` or ``None``; ``params`` are keyword-only and family-specific, so each
+loader spells out its own (an unknown one is a ``TypeError`` naming it). A loader raises
+``DatasetNotFoundError`` when files are missing and ``ValueError`` for an unknown variant.
+"""
 
 
 def candidate_roots(root: str | os.PathLike[str] | None) -> list[Path]:
@@ -53,3 +57,62 @@ def find_dir(root: str | os.PathLike[str] | None, subdir: str, dataset: str) -> 
         f"dataset {dataset!r} not found; looked in {looked}. Pass --root DIR (a directory laid out "
         f"like shared/datasets, with a {subdir}/ folder) or set {DATA_ENV}=DIR"
     )
+
+
+def require_file(path: Path, dataset: str, how_to_get: str) -> Path:
+    """``path`` if it is a file, else a ``DatasetNotFoundError`` naming it and how to get it.
+
+    Args:
+        path: The file a loader needs.
+        dataset: Dataset name for the message, e.g. ``"planetoid:cora"``.
+        how_to_get: One sentence on where the file comes from.
+
+    Returns:
+        ``path`` unchanged.
+    """
+    if not path.is_file():
+        raise DatasetNotFoundError(
+            f"dataset {dataset!r} is incomplete: {path} is missing. {how_to_get}"
+        )
+    return path
+
+
+def csr_to_dense(
+    data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]
+) -> np.ndarray:
+    """``[R, F]`` float32 dense matrix from CSR arrays (duplicates summed, as scipy does).
+
+    Costs one ``[R, F]`` float32 array plus ``nnz`` int64 row ids.
+    """
+    out = np.zeros(shape, dtype=np.float32)
+    counts: np.ndarray = np.diff(indptr.astype(np.int64))
+    rows = np.repeat(np.arange(shape[0]), counts)
+    np.add.at(out, (rows, indices.astype(np.int64)), data.astype(np.float32))
+    return out
+
+
+def csr_to_coo(indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """``[2, E]`` int64 COO (row 0 = CSR row, row 1 = column) from a CSR pattern."""
+    counts: np.ndarray = np.diff(indptr.astype(np.int64))
+    rows = np.repeat(np.arange(indptr.shape[0] - 1), counts)
+    return np.stack([rows, indices.astype(np.int64)])
+
+
+def read_edge_csv(path: Path) -> np.ndarray:
+    """``[2, E]`` int64 COO from a ``src,dst`` CSV with one header line (numpy's C parser)."""
+    pairs = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.int64, ndmin=2)
+    if pairs.shape[1] != 2:
+        raise ValueError(f"{path} has {pairs.shape[1]} columns; expected two (src,dst)")
+    return np.ascontiguousarray(pairs.T)
+
+
+def lists_to_coo(lists_by_key: dict[str, list[Any]]) -> tuple[np.ndarray, list[Any]]:
+    """Rows and flat values of a JSON ``{"<row>": [values, ...]}`` map (one pass, vectorized).
+
+    Returns:
+        ``(row_K, values)``: ``[K]`` int64 row of every value, and the ``K`` values in order.
+    """
+    keys = np.fromiter(map(int, lists_by_key), dtype=np.int64, count=len(lists_by_key))
+    lengths = np.fromiter(map(len, lists_by_key.values()), dtype=np.int64, count=keys.shape[0])
+    values = [v for vs in lists_by_key.values() for v in vs]
+    return np.repeat(keys, lengths), values

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from gnnsys.datasets.splits import fraction_split
 from gnnsys.types import Graph, coo_to_csr
 
 
@@ -19,16 +20,7 @@ def split_masks(
     num_nodes: int, rng: np.random.Generator, train: float, val: float, test: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Disjoint random train/val/test masks with the given fractions of ``num_nodes``."""
-    if min(train, val, test) < 0 or train + val + test > 1:
-        raise ValueError(f"split fractions {train}, {val}, {test} must be >= 0 and sum to <= 1")
-    perm = rng.permutation(num_nodes)
-    cuts = np.cumsum([int(train * num_nodes), int(val * num_nodes), int(test * num_nodes)])
-    masks = []
-    for lo, hi in zip((0, cuts[0], cuts[1]), cuts, strict=True):
-        mask = np.zeros(num_nodes, dtype=bool)
-        mask[perm[lo:hi]] = True
-        masks.append(mask)
-    return masks[0], masks[1], masks[2]
+    return fraction_split(num_nodes, rng, train, val, test)
 
 
 def sbm(
