@@ -1,1 +1,15 @@
-"""Stage: sampler."""
+"""Stage 4, sampler: seed gids -> ``SampledSubgraph`` (hop-sliced blocks, seeds first).
+
+``NeighborSampler`` asks a ``NeighborSource`` for neighbors once per hop; ``CSRNeighborSource``
+serves the whole graph or one shard from memory, and ``gnnsys.train.transport`` serves remote
+owners. Draws are counter-based (``gnnsys.sampler.draw``), so every source draws identically.
+"""
+
+from __future__ import annotations
+
+from gnnsys.sampler.base import NeighborSource, Sampler
+from gnnsys.sampler.csr_source import CSRNeighborSource
+from gnnsys.sampler.draw import batch_seed
+from gnnsys.sampler.neighbor import NeighborSampler
+
+__all__ = ["CSRNeighborSource", "NeighborSampler", "NeighborSource", "Sampler", "batch_seed"]

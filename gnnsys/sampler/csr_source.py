@@ -1,0 +1,143 @@
+"""``CSRNeighborSource``: neighbor draws from an in-edge CSR held in this process.
+
+It serves both the whole graph (rows = gids) and one shard (rows = lids of the owned nodes). A
+shard keeps each owned node's in-edges in global CSR order, and the draw depends only on the dst
+gid and that list (see ``gnnsys.sampler.draw``), so both give identical samples.
+
+Shape legend: ``M`` destinations, ``E`` drawn edges, ``R`` CSR rows, ``N`` gids.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from gnnsys.sampler.draw import draw_key, draw_positions
+from gnnsys.types import Graph, NeighborSample, PartitionShard
+
+__all__ = ["CSRNeighborSource"]
+
+
+def _as_tensor(name: str, value: Tensor | np.ndarray) -> Tensor:
+    if isinstance(value, np.ndarray):
+        value = torch.from_numpy(value)
+    if not isinstance(value, Tensor) or value.dim() != 1:
+        raise TypeError(f"{name} must be a 1-D tensor or numpy array, got {type(value).__name__}")
+    if value.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"{name} has dtype {value.dtype}; use int32 or int64")
+    return value
+
+
+class CSRNeighborSource:
+    """Implements ``NeighborSource`` over an in-edge CSR in memory.
+
+    Args:
+        indptr: ``[R + 1]`` int64 row pointer.
+        indices: ``[E]`` int32/int64 source gids of each row's in-edges, in global CSR order.
+        e_id: ``[E]`` int64 global edge ids; ``None`` means position = edge id (whole graph).
+        row_of_gid: ``[N]`` gid -> row; ``None`` means row = gid (whole graph). Negative = absent.
+        owned_gid: ``[R]`` gid of each row; when given, requests for gids whose row holds another
+            gid raise (a shard given the global ``lid_N`` map needs it).
+
+    Raises:
+        TypeError: A tensor of the wrong kind or dtype.
+        ValueError: Inconsistent lengths.
+    """
+
+    def __init__(
+        self,
+        indptr: Tensor | np.ndarray,
+        indices: Tensor | np.ndarray,
+        e_id: Tensor | np.ndarray | None = None,
+        row_of_gid: Tensor | np.ndarray | None = None,
+        *,
+        owned_gid: Tensor | np.ndarray | None = None,
+    ) -> None:
+        self.indptr = _as_tensor("indptr", indptr).long()
+        self.indices = _as_tensor("indices", indices)
+        self.e_id = None if e_id is None else _as_tensor("e_id", e_id).long()
+        self.row_of_gid = None if row_of_gid is None else _as_tensor("row_of_gid", row_of_gid)
+        self.owned_gid = None if owned_gid is None else _as_tensor("owned_gid", owned_gid).long()
+        self.num_rows = int(self.indptr.shape[0]) - 1
+        num_edges = int(self.indptr[-1])
+        if self.num_rows < 0 or int(self.indices.shape[0]) != num_edges:
+            raise ValueError(
+                f"indices has {self.indices.shape[0]} entries but indptr[-1]={num_edges}; "
+                "pass a CSR whose indptr ends at len(indices)"
+            )
+        if self.e_id is not None and int(self.e_id.shape[0]) != num_edges:
+            raise ValueError(f"e_id has {self.e_id.shape[0]} entries; expected {num_edges}")
+        if self.owned_gid is not None and int(self.owned_gid.shape[0]) != self.num_rows:
+            raise ValueError(
+                f"owned_gid has {self.owned_gid.shape[0]} rows; expected {self.num_rows}"
+            )
+
+    @classmethod
+    def from_graph(cls, graph: Graph) -> CSRNeighborSource:
+        """Source over a whole ``Graph`` (shares its arrays; edge id = CSR position)."""
+        return cls(graph.indptr, graph.indices)
+
+    @classmethod
+    def from_shard(cls, shard: PartitionShard, lid_N: Tensor | np.ndarray) -> CSRNeighborSource:
+        """Source over one shard: answers only for the shard's owned gids.
+
+        Args:
+            shard: Owned gids ascending, their in-edges in global CSR order, global ``e_id``.
+            lid_N: ``PartitionBook.lid_N``, gid -> lid inside its owner.
+        """
+        return cls(
+            shard.indptr.astype(np.int64, copy=False),
+            shard.indices_gid,
+            shard.e_id.astype(np.int64, copy=False),
+            lid_N,
+            owned_gid=shard.owned_gid.astype(np.int64, copy=False),
+        )
+
+    def _rows(self, gid_M: Tensor) -> Tensor:
+        """CSR rows of ``gid_M``; raises ``ValueError`` naming the first gid not held here."""
+        if gid_M.numel() == 0:
+            return gid_M
+        limit = self.num_rows if self.row_of_gid is None else int(self.row_of_gid.shape[0])
+        lo, hi = int(gid_M.min()), int(gid_M.max())
+        if lo < 0 or hi >= limit:
+            self._raise_not_held(lo if lo < 0 else hi)
+        if self.row_of_gid is None:
+            return gid_M
+        rows_M = self.row_of_gid.index_select(0, gid_M).long()
+        bad_M = (rows_M < 0) | (rows_M >= self.num_rows)
+        if self.owned_gid is not None and self.num_rows > 0:
+            held_M = self.owned_gid.index_select(0, rows_M.clamp(0, self.num_rows - 1))
+            bad_M |= held_M != gid_M
+        if bool(bad_M.any()):
+            self._raise_not_held(int(gid_M[bad_M][0]))
+        return rows_M
+
+    def _raise_not_held(self, gid: int) -> None:
+        raise ValueError(
+            f"gid {gid} is not held by this CSRNeighborSource ({self.num_rows} rows); "
+            "send the request to the gid's owner (PartitionBook.owner)"
+        )
+
+    def sample_neighbors(
+        self, dst_gid: Tensor, fanout: int, *, seed: int, hop: int, replace: bool = False
+    ) -> NeighborSample:
+        """Draw up to ``fanout`` in-neighbors of every node in ``dst_gid`` (``-1``: all).
+
+        See ``NeighborSource.sample_neighbors``; cost is ``O(M * fanout^2 + E)``, independent
+        of degrees (``fanout=-1`` costs the sum of the degrees).
+
+        Raises:
+            ValueError: ``fanout`` is 0 or below -1, or a gid is not held here.
+        """
+        if fanout == 0 or fanout < -1:
+            raise ValueError(f"fanout={fanout}; use a positive fanout or -1 for all neighbors")
+        gid_M = dst_gid.long()
+        rows_M = self._rows(gid_M)
+        start_M = self.indptr.index_select(0, rows_M)
+        deg_M = self.indptr.index_select(0, rows_M + 1) - start_M
+        key = draw_key(seed, hop, fanout, replace)
+        count_M, pos_E = draw_positions(gid_M, start_M, deg_M, fanout, key=key, replace=replace)
+        src_gid_E = self.indices.index_select(0, pos_E).long()
+        e_id_E = pos_E if self.e_id is None else self.e_id.index_select(0, pos_E)
+        return NeighborSample(count_M=count_M, src_gid_E=src_gid_E, e_id_E=e_id_E)

@@ -1,0 +1,175 @@
+"""NeighborSampler: PyG node order, hop-sliced blocks, one source call per hop."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import Tensor
+
+from gnnsys.sampler import CSRNeighborSource, NeighborSampler
+from gnnsys.types import Graph, NeighborSample, PartitionBook
+from tests.sampler.shard_helpers import hand_shard
+
+
+def _sampler(graph: Graph, fanouts: tuple[int, ...], replace: bool = False) -> NeighborSampler:
+    config = NeighborSampler.Config(fanouts=fanouts, replace=replace)
+    return NeighborSampler(config, source=CSRNeighborSource.from_graph(graph))
+
+
+def _block_dst(rowptr: Tensor) -> Tensor:
+    return torch.repeat_interleave(torch.arange(rowptr.shape[0] - 1), rowptr.diff())
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_layout_and_edges(tiny_graph: Graph, replace: bool) -> None:
+    seeds = torch.tensor([10, 3, 999, 0, 512])
+    sub = _sampler(tiny_graph, (4, 3, 2), replace).sample(seeds, seed=123)
+    assert torch.equal(sub.n_id[: sub.batch_size], seeds) and sub.batch_size == 5
+    assert sum(sub.num_sampled_nodes) == sub.n_id.numel() == sub.n_id.unique().numel()
+    assert len(sub.num_sampled_nodes) == 4 and len(sub.num_sampled_edges) == 3
+    assert [b.num_edges for b in sub.blocks] == [
+        sum(sub.num_sampled_edges[:3]),
+        sum(sub.num_sampled_edges[:2]),
+        sub.num_sampled_edges[0],
+    ]
+    indices = torch.from_numpy(tiny_graph.indices.astype(np.int64))
+    dst_of_edge = torch.from_numpy(tiny_graph.dst_of_edges())
+    for block in sub.blocks:
+        assert (
+            block.rowptr.shape[0] == block.num_dst + 1 and int(block.rowptr[-1]) == block.num_edges
+        )
+        assert int(block.col.max()) < block.num_src and block.num_src <= sub.n_id.numel()
+        src_gid, dst_gid = sub.n_id[block.col], sub.n_id[_block_dst(block.rowptr)]
+        assert torch.equal(indices[block.e_id], src_gid)
+        assert torch.equal(dst_of_edge[block.e_id], dst_gid)
+    assert sub.blocks[-1].num_dst == 5  # seed hop last
+
+
+def test_counts_per_node_match_fanout(tiny_graph: Graph) -> None:
+    fanouts = (5, 2)
+    sub = _sampler(tiny_graph, fanouts).sample(torch.arange(0, 1000, 7), seed=1)
+    deg = torch.from_numpy(tiny_graph.in_degree)
+    counts = sub.blocks[0].rowptr.diff()
+    start = 0
+    for hop, fanout in enumerate(fanouts):
+        dst_gid = sub.n_id[start : start + sub.num_sampled_nodes[hop]]
+        hop_counts = counts[start : start + dst_gid.numel()]
+        assert torch.equal(hop_counts, deg[dst_gid].clamp(max=fanout))
+        start += dst_gid.numel()
+
+
+def test_no_duplicate_edges_without_replacement(tiny_graph: Graph) -> None:
+    sub = _sampler(tiny_graph, (6, 6)).sample(torch.arange(50), seed=9)
+    e_id = sub.blocks[0].e_id
+    assert e_id.unique().numel() == e_id.numel()
+
+
+def test_full_neighborhood(tiny_graph: Graph) -> None:
+    sub = _sampler(tiny_graph, (-1,)).sample(torch.tensor([4, 8]), seed=0)
+    want = int(tiny_graph.in_degree[4] + tiny_graph.in_degree[8])
+    assert sub.num_sampled_edges == (want,)
+
+
+def test_determinism(tiny_graph: Graph) -> None:
+    seeds = torch.arange(100, 160)
+    a = _sampler(tiny_graph, (5, 5)).sample(seeds, seed=42)
+    sampler = _sampler(tiny_graph, (5, 5))
+    sampler.sample(torch.arange(300, 400), seed=1)  # state left by an earlier batch is reset
+    b = sampler.sample(seeds, seed=42)
+    c = sampler.sample(seeds, seed=43)
+    assert torch.equal(a.n_id, b.n_id) and torch.equal(a.blocks[0].e_id, b.blocks[0].e_id)
+    assert not torch.equal(a.blocks[0].e_id, c.blocks[0].e_id)
+
+
+class _CountingSource:
+    """Wraps a source, recording each request (the runtime batches one request per call)."""
+
+    def __init__(self, inner: CSRNeighborSource) -> None:
+        self.inner = inner
+        self.requests: list[Tensor] = []
+
+    def sample_neighbors(
+        self, dst_gid: Tensor, fanout: int, *, seed: int, hop: int, replace: bool = False
+    ) -> NeighborSample:
+        self.requests.append(dst_gid)
+        return self.inner.sample_neighbors(dst_gid, fanout, seed=seed, hop=hop, replace=replace)
+
+
+def test_one_deduplicated_request_per_hop(tiny_graph: Graph) -> None:
+    source = _CountingSource(CSRNeighborSource.from_graph(tiny_graph))
+    sampler = NeighborSampler(NeighborSampler.Config(fanouts=(8, 8, 8)), source=source)
+    sub = sampler.sample(torch.arange(20), seed=0)
+    assert len(source.requests) == 3
+    for request in source.requests:
+        assert request.unique().numel() == request.numel()
+    assert sum(r.numel() for r in source.requests) == sum(sub.num_sampled_nodes[:3])
+
+
+class _RoutedSource:
+    """Sends each gid to its owner's shard source, as the distributed runtime does."""
+
+    def __init__(self, book: PartitionBook, parts: list[CSRNeighborSource]) -> None:
+        self.book, self.parts = book, parts
+
+    def sample_neighbors(
+        self, dst_gid: Tensor, fanout: int, *, seed: int, hop: int, replace: bool = False
+    ) -> NeighborSample:
+        owner = torch.from_numpy(self.book.owner(dst_gid))
+        count = torch.zeros(dst_gid.numel(), dtype=torch.int64)
+        src_by_dst: list[Tensor] = [torch.zeros(0, dtype=torch.int64)] * dst_gid.numel()
+        eid_by_dst = list(src_by_dst)
+        for part, source in enumerate(self.parts):
+            where = torch.nonzero(owner == part).squeeze(1)
+            got = source.sample_neighbors(
+                dst_gid[where], fanout, seed=seed, hop=hop, replace=replace
+            )
+            count[where] = got.count_M
+            for pos, src, eid in zip(
+                where.tolist(),
+                got.src_gid_E.split(got.count_M.tolist()),
+                got.e_id_E.split(got.count_M.tolist()),
+                strict=True,
+            ):
+                src_by_dst[pos], eid_by_dst[pos] = src, eid
+        return NeighborSample(count, torch.cat(src_by_dst), torch.cat(eid_by_dst))
+
+
+def test_partitioned_sampling_equals_whole_graph(tiny_graph: Graph) -> None:
+    part_N = (np.random.default_rng(1).random(tiny_graph.num_nodes) < 0.5).astype(np.int32)
+    book = PartitionBook.from_assignment(part_N, 2)
+    parts = [
+        CSRNeighborSource.from_shard(hand_shard(tiny_graph, part_N, p), book.lid_N) for p in (0, 1)
+    ]
+    config = NeighborSampler.Config(fanouts=(4, 3))
+    routed = NeighborSampler(config, source=_RoutedSource(book, parts))
+    whole = _sampler(tiny_graph, (4, 3))
+    seeds = torch.tensor([1, 77, 500, 3])
+    a, b = routed.sample(seeds, seed=5), whole.sample(seeds, seed=5)
+    assert torch.equal(a.n_id, b.n_id)
+    assert torch.equal(a.blocks[0].col, b.blocks[0].col)
+    assert torch.equal(a.blocks[0].e_id, b.blocks[0].e_id)
+
+
+def test_rejects_bad_input(tiny_graph: Graph) -> None:
+    with pytest.raises(ValueError, match="fanouts"):
+        NeighborSampler.Config(fanouts=(5, 0))
+    with pytest.raises(ValueError, match="fanouts"):
+        NeighborSampler.Config(fanouts=())
+    sampler = _sampler(tiny_graph, (3,))
+    with pytest.raises(ValueError, match="repeated"):
+        sampler.sample(torch.tensor([1, 2, 1]), seed=0)
+    with pytest.raises(ValueError, match="non-empty"):
+        sampler.sample(torch.tensor([], dtype=torch.int64), seed=0)
+    with pytest.raises(ValueError, match="not held"):
+        sampler.sample(torch.tensor([5000]), seed=0)
+    sub = sampler.sample(torch.tensor([1, 2]), seed=0)  # usable after errors
+    assert sub.batch_size == 2
+
+
+def test_isolated_seeds_give_empty_hops() -> None:
+    graph = Graph.from_edge_index(np.array([[0], [1]]), 4)
+    sampler = _sampler(graph, (2, 2))
+    sub = sampler.sample(torch.tensor([2, 3]), seed=0)
+    assert sub.num_sampled_nodes == (2, 0, 0) and sub.num_sampled_edges == (0, 0)
+    assert sub.blocks[0].rowptr.tolist() == [0, 0, 0]
