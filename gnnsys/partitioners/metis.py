@@ -65,14 +65,15 @@ class Metis:
         balance: tuple[str, ...] = ("nodes",)
         """Quantities kept balanced, any of ``nodes``, ``train``, ``edges`` (one METIS
         constraint each)."""
-        imbalance: float = 0.03
-        """Allowed load imbalance per constraint: max part weight <= (1 + imbalance) * mean."""
+        imbalance: float | None = None
+        """Allowed load imbalance per constraint: max part weight <= (1 + imbalance) * mean;
+        ``None`` keeps METIS's default (0.001 per bisection when recursive, 0.03 for k-way)."""
         recursive: bool | None = None
         """Recursive bisection instead of k-way; ``None`` lets pymetis pick (``P <= 8``)."""
 
         def __post_init__(self) -> None:
             check_balance(tuple(self.balance))
-            if not 0.0 < self.imbalance <= 1.0:
+            if self.imbalance is not None and not 0.0 < self.imbalance <= 1.0:
                 raise ValueError(f"imbalance={self.imbalance}; choose a value in (0, 1]")
 
     def __init__(self, config: Config | None = None) -> None:
@@ -130,7 +131,9 @@ def run_pymetis(
     import pymetis
 
     dtype = pymetis.zero_copy_dtype()
-    options = pymetis.Options(seed=int(seed) % (2**31), ufactor=max(1, round(1000 * cfg.imbalance)))
+    options = pymetis.Options(seed=int(seed) % (2**31))
+    if cfg.imbalance is not None:
+        options.ufactor = max(1, round(1000 * cfg.imbalance))
     result = pymetis.part_graph(
         num_parts,
         pymetis.CSRAdjacency(xadj.astype(dtype, copy=False), adjncy.astype(dtype, copy=False)),

@@ -8,7 +8,8 @@ in-neighbors live, discounted by the part's load:
   with ``alpha = sqrt(P) * m / N^gamma`` (``m`` undirected edges).
 
 Parts at capacity ``C = ceil((1 + slack) * N / P)`` are never chosen. Ties go to the lighter
-part, then rotate with the node's stream position, so nodes without placed neighbors spread out.
+part, then rotate with the node's stream position, so nodes without placed neighbors spread out;
+when restreaming, a tie keeps a node in its current part.
 
 Vectorization: nodes are decided ``chunk`` at a time. Within a chunk the loads are those at
 the chunk's start and nodes do not see each other's choice; with ``chunk << N / P`` (the
@@ -84,21 +85,28 @@ def neighbor_part_counts(
     return counts.reshape(nodes_K.shape[0], num_parts).astype(np.float64)
 
 
-def capacity_argmax(score_KP: np.ndarray, room_P: np.ndarray) -> np.ndarray:
+def capacity_argmax(
+    score_KP: np.ndarray, room_P: np.ndarray, current_K: np.ndarray | None = None
+) -> np.ndarray:
     """Best part per row such that no part receives more than ``room_P`` rows.
 
-    Rows are served in order: a row whose choice overflows its part is re-decided among the
-    parts still open to it. Terminates because ``sum(room_P) >= K`` (see ``_stream``).
+    When a part is over-subscribed, rows already in it (``current_K``, when restreaming) keep
+    their place first, then rows in order; the rest are re-decided among the parts still open
+    to them. Without that priority a newcomer could take a staying node's slot and push it to a
+    worse part, which made restreaming *raise* the cut. Terminates because ``sum(room_P) >= K``
+    (see ``run_stream``) and every retry closes at least one option of a row.
     """
     score_KP = score_KP.copy()
     score_KP[:, room_P <= 0] = -np.inf
     choice_K: np.ndarray = np.argmax(score_KP, axis=1)
+    rows_K = np.arange(choice_K.shape[0])
     while True:
-        order_K = np.argsort(choice_K, kind="stable")
+        moving_K = np.zeros_like(choice_K) if current_K is None else choice_K != current_K
+        order_K = np.lexsort((rows_K, moving_K, choice_K))
         counts_P = np.bincount(choice_K, minlength=room_P.shape[0])
         starts_P = np.cumsum(counts_P) - counts_P
         rank_K = np.empty_like(choice_K)
-        rank_K[order_K] = np.arange(choice_K.shape[0]) - starts_P[choice_K[order_K]]
+        rank_K[order_K] = rows_K - starts_P[choice_K[order_K]]
         over_K = rank_K >= room_P[choice_K]
         if not over_K.any():
             return choice_K
@@ -135,7 +143,10 @@ def run_stream(
             count_KP = neighbor_part_counts(graph, part_N, nodes_K, num_parts)
             score_KP = score(count_KP, load_P.astype(np.float64))
             score_KP += _tie_break(np.arange(start, start + nodes_K.shape[0]), load_P, capacity)
-            choice_K = capacity_argmax(score_KP, capacity - load_P)
+            if placed[0] >= 0:  # restreaming: a tie keeps the node where it is (no churn)
+                score_KP[np.arange(nodes_K.shape[0]), placed] += 1e-3
+            current_K = placed if placed[0] >= 0 else None
+            choice_K = capacity_argmax(score_KP, capacity - load_P, current_K)
             part_N[nodes_K] = choice_K
             load_P += np.bincount(choice_K, minlength=num_parts)
     return part_N

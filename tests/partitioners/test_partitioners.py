@@ -164,3 +164,30 @@ def test_edgeless_graph() -> None:
     g = Graph(indptr=np.zeros(6, dtype=np.int64), indices=np.zeros(0, np.int32), num_nodes=5)
     for method in ("metis", "ldg", "fennel", "hash"):
         assert np.bincount(partition(g, method, 2).part_N).min() > 0
+
+
+def test_capacity_argmax_keeps_stayers_first() -> None:
+    # part 0 has one free slot; row 1 already lives there, row 0 would like to move in
+    score = np.array([[5.0, 1.0], [2.0, 1.0]])
+    choice = capacity_argmax(score, np.array([1, 5]), current_K=np.array([1, 0]))
+    assert choice.tolist() == [1, 0]
+
+
+def test_restreaming_does_not_raise_the_cut(tiny_graph: Graph) -> None:
+    from gnnsys.partitioners.metrics import edge_cut
+
+    one = partition(tiny_graph, "fennel", 4, seed=3)
+    three = partition(tiny_graph, "fennel", 4, seed=3, passes=3)
+    assert edge_cut(tiny_graph, three.part_N) <= edge_cut(tiny_graph, one.part_N)
+
+
+def test_metis_same_as_pymetis_direct(tiny_graph: Graph) -> None:
+    import pymetis
+
+    direct = pymetis.part_graph(
+        4,
+        pymetis.CSRAdjacency(tiny_graph.indptr, tiny_graph.indices.astype(np.int64)),
+        options=pymetis.Options(seed=5),
+    )
+    ours = partition(tiny_graph, "metis", 4, seed=5)
+    np.testing.assert_array_equal(ours.part_N, np.asarray(direct.vertex_part))
