@@ -17,6 +17,7 @@ from gnnsys.cache.admission import (
     degree_scores,
     make_policy,
     presample_scores,
+    tie_break,
 )
 from gnnsys.cache.base import EncodedFeatureSource, FeatureSource
 from gnnsys.cache.codecs import CODECS, AutoCodec, Codec, EncodedRows, make_codec
@@ -47,4 +48,5 @@ __all__ = [
     "make_codec",
     "make_policy",
     "presample_scores",
+    "tie_break",
 ]

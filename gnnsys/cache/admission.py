@@ -40,6 +40,7 @@ __all__ = [
     "degree_scores",
     "make_policy",
     "presample_scores",
+    "tie_break",
 ]
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
@@ -172,12 +173,17 @@ class AdaptiveAdmission:
         """Weight of history per batch; 0.99 halves a count's weight in ~69 batches."""
         warm_weight: float = 1.0
         """Multiplier of the warm-start scores (presample counts are accesses per epoch)."""
+        margin: float = 1.0
+        """Hysteresis: a fetched row displaces a cached one only if its count is higher by more
+        than this (in units of one current access); damps swaps driven by sampling noise."""
 
         def __post_init__(self) -> None:
             if not 0.0 < self.decay <= 1.0:
                 raise ValueError(f"decay={self.decay}; choose 0 < decay <= 1")
-            if self.warm_weight < 0:
-                raise ValueError(f"warm_weight={self.warm_weight}; choose warm_weight >= 0")
+            if self.warm_weight < 0 or self.margin < 0:
+                raise ValueError(
+                    f"warm_weight={self.warm_weight}, margin={self.margin}; both must be >= 0"
+                )
 
     name = "adaptive"
 
@@ -216,7 +222,7 @@ class AdaptiveAdmission:
         is_new = np.concatenate(
             [np.zeros(cached_gid.shape[0], bool), np.ones(candidate_gid.shape[0], bool)]
         )
-        score = self._count_N.numpy()[pool]
+        score = self._count_N.numpy()[pool] - is_new * (self.config.margin * self._inc)
         order = np.lexsort((pool, is_new, -score))  # last key is primary
         keep = np.zeros(pool.shape[0], dtype=bool)
         keep[order[:capacity_rows]] = True
@@ -240,6 +246,17 @@ def degree_scores(
     score = torch.bincount(src, minlength=num_nodes).double()
     score[torch.as_tensor(np.asarray(owned_gid), dtype=torch.int64)] = 0.0
     return score
+
+
+def tie_break(score_N: Tensor, by_N: Tensor) -> Tensor:
+    """``score_N`` with ties (and zeros among nodes ``by_N`` ranks) ordered by ``by_N``.
+
+    Adds ``by_N / (max(by_N) + 1) < 1``, so the order of distinct integer scores (access counts)
+    is kept and equal counts rank by ``by_N`` (e.g. presample counts tie-broken by degree): a
+    one-epoch dry run leaves many halo nodes at count 0 or 1.
+    """
+    by = by_N.double().clamp_min(0.0)
+    return score_N.double() + by / (float(by.max()) + 1.0 if by.numel() else 1.0)
 
 
 def presample_scores(

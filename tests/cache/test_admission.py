@@ -47,7 +47,9 @@ def test_none_policy_admits_nothing() -> None:
 
 
 def test_adaptive_keeps_top_counts_prefers_cached_on_ties() -> None:
-    policy = AdaptiveAdmission(AdaptiveAdmission.Config(decay=1.0), score_N=torch.zeros(10))
+    policy = AdaptiveAdmission(
+        AdaptiveAdmission.Config(decay=1.0, margin=0.0), score_N=torch.zeros(10)
+    )
     policy.observe(torch.tensor([1, 2, 3]))
     policy.observe(torch.tensor([3, 4]))
     plan = policy.decide(torch.tensor([3, 4]), torch.tensor([1, 2]), capacity_rows=3)
@@ -59,12 +61,27 @@ def test_adaptive_keeps_top_counts_prefers_cached_on_ties() -> None:
 
 
 def test_adaptive_decay_forgets_old_accesses() -> None:
-    policy = AdaptiveAdmission(AdaptiveAdmission.Config(decay=0.5), score_N=torch.zeros(4))
+    policy = AdaptiveAdmission(
+        AdaptiveAdmission.Config(decay=0.5, margin=0.0), score_N=torch.zeros(4)
+    )
     for _ in range(5):
         policy.observe(torch.tensor([0]))
     policy.observe(torch.tensor([1]))
     policy.observe(torch.tensor([1]))
     plan = policy.decide(torch.tensor([1]), torch.tensor([0]), capacity_rows=1)
+    assert plan.admit_gid.tolist() == [1] and plan.evict_gid.tolist() == [0]
+
+
+def test_adaptive_margin_damps_swaps() -> None:
+    policy = AdaptiveAdmission(
+        AdaptiveAdmission.Config(decay=1.0, margin=1.0), score_N=torch.zeros(4)
+    )
+    policy.observe(torch.tensor([0, 1]))
+    policy.observe(torch.tensor([1]))
+    # count(1) = 2 exceeds count(0) = 1 by exactly the margin: no swap
+    assert policy.decide(torch.tensor([1]), torch.tensor([0]), 1).admit_gid.numel() == 0
+    policy.observe(torch.tensor([1]))
+    plan = policy.decide(torch.tensor([1]), torch.tensor([0]), 1)
     assert plan.admit_gid.tolist() == [1] and plan.evict_gid.tolist() == [0]
 
 

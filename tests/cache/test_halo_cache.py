@@ -86,7 +86,9 @@ def test_cache_never_exceeds_budget_under_churn(capacity_rows: int) -> None:
     codec = make_codec("int4")
     row = codec.row_nbytes(F) + INDEX_BYTES_PER_ROW
     budget = capacity_rows * row + row // 2
-    policy = AdaptiveAdmission(AdaptiveAdmission.Config(decay=0.5), score_N=torch.zeros(2000))
+    policy = AdaptiveAdmission(
+        AdaptiveAdmission.Config(decay=0.5, margin=0.0), score_N=torch.zeros(2000)
+    )
     cache = HaloCache(
         HaloCache.Config(capacity_bytes=budget, policy="adaptive"),
         feature_dim=F,
