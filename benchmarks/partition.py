@@ -27,11 +27,12 @@ from gnnsys.types import Graph, coo_to_csr
 
 def rmat_graph(scale: int, edge_factor: int, seed: int) -> Graph:
     """Seeded symmetric R-MAT (a, b, c = 0.57, 0.19, 0.19), ids permuted, no loops/duplicates."""
-    try:
-        from gnnsys.datasets import load
+    try:  # synthetic:rmat (planted communities) when gnnsys has it
+        from gnnsys.datasets.rmat import rmat
 
-        return load("synthetic:rmat", num_nodes=1 << scale, seed=seed)
-    except (ValueError, TypeError):
+        n = 1 << scale
+        return rmat(num_nodes=n, avg_degree=2.0 * edge_factor, num_features=0, seed=seed)
+    except ImportError:
         pass
     rng = np.random.default_rng(seed)
     n, m = 1 << scale, edge_factor * (1 << scale)

@@ -2,8 +2,8 @@
 
 The CSR hand-off is vectorized: when the graph is already symmetric, loop-free and deduplicated
 (every dataset gnnsys loads is), its ``indptr``/``indices`` go to METIS as they are (one int64
-cast of ``indices``); otherwise one sort symmetrizes it. The symmetry check costs one sort of
-``E`` int64 keys, a few percent of METIS's own time.
+cast of ``indices``); otherwise one sort symmetrizes it. The exact symmetry check is one O(E)
+transpose in C (scipy), a few percent of METIS's own time.
 
 Shape legend: ``N`` nodes, ``E`` edges, ``C`` balance constraints, ``P`` parts.
 """
@@ -36,21 +36,47 @@ def metis_csr(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
     Returns the graph's own arrays (``indices`` cast to int64) when they already qualify.
     """
     n = graph.num_nodes
-    indices = np.asarray(graph.indices)
-    dst_E = graph.dst_of_edges()
-    src_E = indices.astype(np.int64)
-    key_fwd = dst_E * n + src_E
-    rows_sorted = key_fwd.size < 2 or bool(np.all(key_fwd[1:] > key_fwd[:-1]))
-    if rows_sorted and not np.any(src_E == dst_E):
-        key_rev = src_E * n + dst_E
-        key_rev.sort()
-        if np.array_equal(key_fwd, key_rev):
-            return np.asarray(graph.indptr, dtype=np.int64), src_E
-        del key_rev
-    del key_fwd
+    if _is_metis_ready(graph):
+        return np.asarray(graph.indptr, dtype=np.int64), graph.indices.astype(np.int64)
     logger.info("graph %s is not symmetric or has self-loops; symmetrizing for METIS", graph.name)
+    dst_E = graph.dst_of_edges()
+    src_E = np.asarray(graph.indices, dtype=np.int64)
     xadj, adjncy = coo_to_csr(src_E, dst_E, n, symmetric=True, self_loops=False)
     return xadj, adjncy.astype(np.int64)
+
+
+def _is_metis_ready(graph: Graph) -> bool:
+    """Rows sorted without duplicates, no self-loop, and equal to its transpose (exact).
+
+    The transpose is scipy's C counting sort (``tocsc``): O(E) time, one extra ``E`` of int32
+    plus ``E`` bytes, instead of sorting ``E`` int64 keys (3x slower, 3x the memory).
+    """
+    n, num_edges = graph.num_nodes, graph.num_edges
+    try:
+        import scipy.sparse as sp
+    except ImportError:  # scipy comes with torch_geometric; this path is a safety net
+        return _is_metis_ready_by_sort(graph)
+    adj = sp.csr_matrix(
+        (np.ones(num_edges, dtype=bool), graph.indices, graph.indptr), shape=(n, n), copy=False
+    )
+    if not adj.has_canonical_format or adj.diagonal().any():
+        return False
+    transposed = adj.tocsc()  # its (indptr, indices) are the CSR of adj.T, rows sorted
+    return bool(
+        np.array_equal(transposed.indptr, graph.indptr)
+        and np.array_equal(transposed.indices, graph.indices)
+    )
+
+
+def _is_metis_ready_by_sort(graph: Graph) -> bool:
+    dst_E = graph.dst_of_edges()
+    src_E = np.asarray(graph.indices, dtype=np.int64)
+    key_fwd = dst_E * graph.num_nodes + src_E
+    if np.any(src_E == dst_E) or np.any(key_fwd[1:] <= key_fwd[:-1]):
+        return False
+    key_rev = src_E * graph.num_nodes + dst_E
+    key_rev.sort()
+    return bool(np.array_equal(key_fwd, key_rev))
 
 
 class Metis:

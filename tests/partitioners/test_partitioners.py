@@ -191,3 +191,24 @@ def test_metis_same_as_pymetis_direct(tiny_graph: Graph) -> None:
     )
     ours = partition(tiny_graph, "metis", 4, seed=5)
     np.testing.assert_array_equal(ours.part_N, np.asarray(direct.vertex_part))
+
+
+def test_symmetry_checks_agree() -> None:
+    from gnnsys.partitioners.metis import _is_metis_ready, _is_metis_ready_by_sort
+
+    cases = {
+        "path": (path_graph(6), True),
+        "directed": (Graph.from_edge_index(np.array([[0, 1], [1, 2]]), 3), False),
+        "loop": (Graph.from_edge_index(np.array([[0, 1, 1], [1, 0, 1]]), 2), False),
+        "unsorted": (
+            Graph(
+                indptr=np.array([0, 2, 3, 4], dtype=np.int64),
+                indices=np.array([2, 1, 0, 0], dtype=np.int32),
+                num_nodes=3,
+            ),
+            False,
+        ),
+    }
+    for name, (g, expected) in cases.items():
+        assert _is_metis_ready(g) is expected, name
+        assert _is_metis_ready_by_sort(g) is expected, name
