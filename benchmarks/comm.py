@@ -41,6 +41,7 @@ from gnnsys.cache import (
     HaloFetcher,
     LocalFeatureSource,
     degree_scores,
+    inclusion_scores,
     make_codec,
     make_policy,
     presample_scores,
@@ -218,6 +219,11 @@ class Part:
             sampler, self.train_gid, self.owned_N, batch_size=args.batch_size, seed=args.seed
         )
         self.presample = tie_break(counts, self.degree)
+        self.analytic = tie_break(
+            inclusion_scores(graph.indptr, graph.indices, self.train_gid, self.owned_N,
+                             fanouts=args.fanout_tuple, batch_size=args.batch_size),
+            self.degree,
+        )  # fmt: skip
         self.traces = halo_traces(sampler, self.train_gid, self.owned_N, args)
         self.owned_bytes = int(owned_gid.shape[0]) * x.shape[1] * 4
         self.source = LocalFeatureSource(x, part_N, p)
@@ -345,7 +351,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--fanouts", default=None, help="default 15,10,5 for rmat, else 15,10")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--epochs", type=int, default=1, help="measured epochs after warm-up")
-    p.add_argument("--policies", default="none,degree,presample,adaptive")
+    p.add_argument(
+        "--policies",
+        default="none,degree,presample,adaptive",
+        help="also presample-analytic (vertex-inclusion probabilities instead of a dry run)",
+    )
     p.add_argument("--ratios", default="0.2,1.0")
     p.add_argument("--codecs", default="fp32,fp16,int8,int4")
     p.add_argument("--wire", default=None, help="lossless wire stage: zstd (or lz4)")

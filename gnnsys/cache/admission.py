@@ -38,6 +38,7 @@ __all__ = [
     "NoAdmission",
     "StaticAdmission",
     "degree_scores",
+    "inclusion_scores",
     "make_policy",
     "presample_scores",
     "tie_break",
@@ -297,6 +298,51 @@ def presample_scores(
             remote = sub.n_id[~owned_N[sub.n_id]]
             count.index_add_(0, remote, torch.ones(remote.shape, dtype=torch.float64))
     return count / epochs
+
+
+def inclusion_scores(
+    indptr: Tensor | np.ndarray,
+    indices: Tensor | np.ndarray,
+    train_gid: Tensor,
+    owned_N: Tensor,
+    *,
+    fanouts: tuple[int, ...],
+    batch_size: int,
+) -> Tensor:
+    """``[N]`` analytic expected accesses per epoch of each halo gid (no dry run).
+
+    The vertex-inclusion model of SALIENT++: a batch holds each train seed with probability
+    ``q = B / T``; a node reached at hop ``h`` with probability ``p_h(u)`` draws each in-neighbor
+    ``v`` with probability ``min(1, fanout_h / deg(u))``, independently, so
+    ``p_{h+1}(v) = 1 - prod_u (1 - p_h(u) * min(1, fanout_h / deg(u)))`` and a node is accessed
+    with ``P(v) = 1 - prod_h (1 - p_h(v))``. Returns ``ceil(T / B) * P`` (0 for owned gids).
+    Costs one pass over the ``E`` edges per hop (an ``E`` float64 temporary).
+
+    Args:
+        indptr: ``[N + 1]`` in-edge CSR row pointer of the whole graph.
+        indices: ``[E]`` source gids.
+        train_gid: ``[T]`` this worker's train seeds.
+        owned_N: ``[N]`` bool, True for owned gids.
+        fanouts: Per hop, seed hop first (-1: all neighbors).
+        batch_size: ``B``.
+    """
+    indptr_t = torch.as_tensor(np.asarray(indptr), dtype=torch.int64)
+    src_E = torch.as_tensor(np.asarray(indices), dtype=torch.int64)
+    n = int(indptr_t.shape[0]) - 1
+    deg = (indptr_t[1:] - indptr_t[:-1]).double()
+    dst_E = torch.repeat_interleave(torch.arange(n), indptr_t[1:] - indptr_t[:-1])
+    num_train = max(int(train_gid.shape[0]), 1)
+    p = torch.zeros(n, dtype=torch.float64)
+    p[train_gid] = min(1.0, batch_size / num_train)
+    log_miss = torch.log1p(-p.clamp(max=1 - 1e-12))
+    for fanout in fanouts:
+        rate = torch.ones_like(deg) if fanout < 0 else (fanout / deg.clamp_min(1.0)).clamp(max=1.0)
+        w_E = torch.log1p(-(p * rate).clamp(max=1 - 1e-12))[dst_E]
+        p = -torch.expm1(torch.zeros(n, dtype=torch.float64).index_add_(0, src_E, w_E))
+        log_miss += torch.log1p(-p.clamp(max=1 - 1e-12))
+    score = -torch.expm1(log_miss) * float(-(-num_train // batch_size))
+    score[owned_N] = 0.0
+    return score
 
 
 ADMISSION_POLICIES: dict[str, Callable[..., AdmissionPolicy]] = {

@@ -13,6 +13,7 @@ from gnnsys.cache import (
     NoAdmission,
     StaticAdmission,
     degree_scores,
+    inclusion_scores,
     make_codec,
     make_policy,
     presample_scores,
@@ -28,6 +29,22 @@ def test_degree_scores_count_in_edges_from_halo_nodes() -> None:
     indices_gid = np.array([1, 2, 2, 3, 0])
     score = degree_scores(indices_gid, np.array([0, 1]), num_nodes=5)
     assert score.tolist() == [0.0, 0.0, 2.0, 1.0, 0.0]
+
+
+def test_inclusion_scores_follow_the_vertex_inclusion_model() -> None:
+    # in-edges: 0 <- 1, 0 <- 2, 1 <- 3, 2 <- 3; seed 0 (owned), one batch, fanout 1 then 1
+    indptr = np.array([0, 2, 3, 4, 4])
+    indices = np.array([1, 2, 3, 3])
+    owned = torch.tensor([True, False, False, False])
+    got = inclusion_scores(indptr, indices, torch.tensor([0]), owned, fanouts=(1, 1), batch_size=1)
+    # p1(1) = p1(2) = 1/2; p2(3) = 1 - (1 - 1/2)(1 - 1/2) = 3/4 (independence approximation)
+    assert torch.allclose(got, torch.tensor([0.0, 0.5, 0.5, 0.75], dtype=torch.float64))
+    # two batches per epoch (T=2, B=1) and fanout -1 (all): each halo node appears in both
+    got = inclusion_scores(
+        indptr, indices, torch.tensor([0, 1]), owned, fanouts=(-1,), batch_size=1
+    )
+    assert got[1].item() == pytest.approx(2 * (1 - 0.5 * 0.5))
+    assert got[2].item() == pytest.approx(2 * 0.5)
 
 
 def test_static_policy_top_by_score_ties_to_lower_gid() -> None:
