@@ -6,7 +6,9 @@ The coordinator decides; :class:`ActorGroup` executes. Failures come back as a
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -17,7 +19,7 @@ from gnnsys.train.failure import FailureKind, FailureStatus
 from gnnsys.train.transport import ShardOwner
 from gnnsys.train.worker import TrainWorker, WorkerEpochReport, WorkerSpec
 
-__all__ = ["ActorGroup", "GroupFailure", "Resources"]
+__all__ = ["ActorGroup", "GroupFailure", "Resources", "actor_name"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,16 @@ class Resources:
 
     worker_cpus: float = 1.0
     owner_cpus: float = 0.5
+
+
+def actor_name(kind: str, rank: int, template: WorkerSpec) -> str:
+    """Ray name of an actor: ``gnnsys-{kind}-{rank}-a{attempt}-{driver pid}-{store hash}``.
+
+    Deterministic, so tests and operators can find (and kill) a given rank; unique per driver
+    process, store and attempt, so concurrent runs on one cluster do not collide.
+    """
+    store_hash = hashlib.sha1(template.store.encode()).hexdigest()[:8]
+    return f"gnnsys-{kind}-{rank}-a{template.attempt}-{os.getpid()}-{store_hash}"
 
 
 class GroupFailure(Exception):  # noqa: N818 (a control-flow signal carrying a record)
@@ -77,19 +89,23 @@ class ActorGroup:
         import ray
 
         self.deadline_s = deadline_s
-        owner_cls = ray.remote(ShardOwner).options(
-            num_cpus=resources.owner_cpus, max_restarts=0, scheduling_strategy="SPREAD"
-        )
-        worker_cls = ray.remote(TrainWorker).options(
-            num_cpus=resources.worker_cpus,
-            max_restarts=0,
-            max_concurrency=2,
-            scheduling_strategy="SPREAD",
-        )
+        owner_cls, worker_cls = ray.remote(ShardOwner), ray.remote(TrainWorker)
+        owner_opts: dict[str, Any] = {"num_cpus": resources.owner_cpus}
+        worker_opts: dict[str, Any] = {"num_cpus": resources.worker_cpus, "max_concurrency": 2}
         world = template.world_size
-        self.owners = [owner_cls.remote(template.store, p) for p in range(world)]
+        self.owners: list[Any] = [
+            owner_cls.options(
+                name=actor_name("owner", p, template), scheduling_strategy="SPREAD", **owner_opts
+            ).remote(template.store, p)
+            for p in range(world)
+        ]
         self.workers: list[Any] = [
-            worker_cls.remote(replace(template, rank=r), self.owners) for r in range(world)
+            worker_cls.options(
+                name=actor_name("worker", r, template),
+                scheduling_strategy="SPREAD",
+                **worker_opts,
+            ).remote(replace(template, rank=r), self.owners)
+            for r in range(world)
         ]
         self._call_all(lambda _, a: a.ping.remote(), self.owners)
         host, port = self._call_all(lambda _, w: w.address.remote(), self.workers[:1])[0]
