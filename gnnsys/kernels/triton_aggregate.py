@@ -47,14 +47,14 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"  # what triton.jit s
 
 
 def _autotune_configs() -> list[triton.Config]:
-    """Tile shapes to try (one in the interpreter, which cannot benchmark)."""
+    """Tile shapes to try (one in the interpreter, which cannot benchmark; see ``_launch``)."""
     if _INTERPRET:
         return [triton.Config({"BLOCK_E": 32, "BLOCK_F": 256}, num_warps=4)]
+    # Four configs: each (F, reduce, quant, dtypes) key compiles and times every one of them.
+    shapes = ((16, 64, 2), (32, 64, 4), (16, 128, 4), (32, 128, 4))
     return [
-        triton.Config({"BLOCK_E": be, "BLOCK_F": bf}, num_warps=w, num_stages=s)
-        for be in (16, 32)
-        for bf in (32, 64, 128)
-        for w, s in ((2, 2), (4, 3))
+        triton.Config({"BLOCK_E": be, "BLOCK_F": bf}, num_warps=w, num_stages=2)
+        for be, bf, w in shapes
     ]
 
 
@@ -144,10 +144,17 @@ def _launch(inputs: AggInputs, x: Tensor) -> tuple[Tensor, Tensor | None]:
     def grid(meta: dict[str, Any]) -> tuple[int, int]:
         return (num_dst, triton.cdiv(num_f, meta["BLOCK_F"]))
 
-    _csr_aggregate_kernel[grid](
+    kernel: Any = _csr_aggregate_kernel
+    tiles: dict[str, int] = {}
+    if _INTERPRET:
+        # Bypass the autotuner (it needs a driver) and size the feature tile to F: every
+        # interpreted tl op costs time in proportion to the tile.
+        kernel = _csr_aggregate_kernel.fn
+        tiles = {"BLOCK_E": 32, "BLOCK_F": min(256, max(16, triton.next_power_of_2(num_f)))}
+    kernel[grid](
         x, scale, zero, inputs.rowptr.contiguous(), inputs.col.contiguous(), out, arg,
         num_f, x.stride(0), out.stride(0),
-        REDUCE=_REDUCE_CODE[reduce], QUANT=_QUANT_CODE[quant],
+        REDUCE=_REDUCE_CODE[reduce], QUANT=_QUANT_CODE[quant], **tiles,
     )  # fmt: skip
     return out, (arg if reduce == "max" else None)
 

@@ -85,6 +85,7 @@ def compare_to_reference(
 
     gen = torch.Generator().manual_seed(seed)
     kw = inputs_for(dtype, torch.randn(csr.num_src, num_features, generator=gen))
+    kw = {k: v.to(csr.rowptr.device) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
     x = kw.pop("x")
     with use_backend("reference"):
         ref = aggregate(x, csr.rowptr, csr.col, reduce, **kw)
@@ -98,8 +99,8 @@ def compare_grads(backend: str, csr: Csr, reduce: str, num_features: int = 24) -
     from gnnsys.kernels import aggregate, use_backend
 
     gen = torch.Generator().manual_seed(1)
-    x = torch.randn(csr.num_src, num_features, generator=gen)
-    grad = torch.randn(csr.num_dst, num_features, generator=gen)
+    x = torch.randn(csr.num_src, num_features, generator=gen).to(csr.rowptr.device)
+    grad = torch.randn(csr.num_dst, num_features, generator=gen).to(csr.rowptr.device)
     grads = []
     for name in ("reference", backend):
         xg = x.clone().requires_grad_(True)
