@@ -1,7 +1,8 @@
 """Seeded synthetic graphs: never download, same seed -> identical arrays.
 
 ``sbm``: a degree-corrected stochastic block model with class-correlated Gaussian features; the
-embedded default graph of the README's main job.
+embedded default graph of the README's main job. ``rmat``: an R-MAT power-law graph with planted
+communities, built in chunks up to ogbn-products size (``gnnsys.datasets.rmat``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from gnnsys.datasets.rmat import rmat
 from gnnsys.datasets.splits import fraction_split
 from gnnsys.types import Graph, coo_to_csr
 
@@ -90,8 +92,8 @@ def sbm(
     )
 
 
-GENERATORS: dict[str, Callable[..., Graph]] = {"sbm": sbm}
-"""Synthetic generators by variant name; the R-MAT writer registers ``rmat`` here."""
+GENERATORS: dict[str, Callable[..., Graph]] = {"sbm": sbm, "rmat": rmat}
+"""Synthetic generators by variant name (``synthetic:<name>``)."""
 
 
 def load_synthetic(variant: str, root: Path | None = None, **params: Any) -> Graph:
