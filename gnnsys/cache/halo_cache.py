@@ -237,6 +237,8 @@ class HaloCache:
         self._evict(plan.evict_gid)
         admit = plan.admit_gid[: self._num_free]
         if admit.shape[0] == 0:
+            if plan.evict_gid.shape[0]:
+                self._reindex()
             return 0
         order = torch.argsort(gid)
         src_pos = order[torch.searchsorted(gid[order], admit)]
@@ -255,8 +257,7 @@ class HaloCache:
         self._slot_gid[slot] = -1
         self._free_slots[self._num_free : self._num_free + slot.shape[0]] = slot
         self._num_free += int(slot.shape[0])
-        self._evicted += int(slot.shape[0])
-        self._reindex()
+        self._evicted += int(slot.shape[0])  # the caller reindexes once after admitting
 
     def _reindex(self) -> None:
         """Rebuild the sorted gid index (O(S log S); once per insert or eviction)."""
