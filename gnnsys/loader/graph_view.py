@@ -33,12 +33,22 @@ class GraphView:
         num_nodes: ``N``.
         node_attrs: Name -> ``[N, ...]`` tensor, sliced by ``n_id`` into every batch.
         edge_attrs: Name -> ``[E, ...]`` tensor, sliced by ``e_id`` into every batch.
+        data: The PyG ``Data`` it came from, or ``None`` for a gnnsys ``Graph``. Attributes are
+            read from it per batch, so ``del loader.data.x`` (PyG's examples do this for the
+            inference loader) stops slicing ``x``.
     """
 
     source: CSRNeighborSource
     num_nodes: int
     node_attrs: dict[str, Tensor] = field(default_factory=dict)
     edge_attrs: dict[str, Tensor] = field(default_factory=dict)
+    data: Any = None
+
+    def attrs(self) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        """``(node_attrs, edge_attrs)`` as they are now (re-read from ``data`` when it is set)."""
+        if self.data is None:
+            return self.node_attrs, self.edge_attrs
+        return _split_attrs(self.data)
 
     @classmethod
     def of(cls, data: Any) -> GraphView:
@@ -88,15 +98,20 @@ class GraphView:
         if num_nodes < 2**31:
             indices = indices.int()  # halves the bytes the sampler's gathers touch
         source = CSRNeighborSource(indptr, indices, perm_E)
-        node_attrs, edge_attrs = {}, {}
-        for key, value in data.items():
-            if key == "edge_index" or not isinstance(value, Tensor):
-                continue
-            if data.is_node_attr(key):
-                node_attrs[key] = value
-            elif data.is_edge_attr(key):
-                edge_attrs[key] = value
-        return cls(source, num_nodes, node_attrs, edge_attrs)
+        return cls(source, num_nodes, data=data)
+
+
+def _split_attrs(data: Any) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """Node-level and edge-level tensors of a PyG ``Data`` (``edge_index`` excluded)."""
+    node_attrs, edge_attrs = {}, {}
+    for key, value in data.items():
+        if key == "edge_index" or not isinstance(value, Tensor):
+            continue
+        if data.is_node_attr(key):
+            node_attrs[key] = value
+        elif data.is_edge_attr(key):
+            edge_attrs[key] = value
+    return node_attrs, edge_attrs
 
 
 def edge_index_of(sub: SampledSubgraph) -> Tensor:

@@ -53,7 +53,7 @@ def layerwise_inference(
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size}; choose batch_size >= 1")
     view = GraphView.of(graph)
-    x_all = view.node_attrs.get("x") if x is None else x
+    x_all = view.attrs()[0].get("x") if x is None else x
     if x_all is None:
         raise ValueError("the graph has no x; pass x=<[N, F] tensor>")
     sampler = NeighborSampler(NeighborSampler.Config(fanouts=(-1,)), source=view.source)

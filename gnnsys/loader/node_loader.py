@@ -105,6 +105,8 @@ class NeighborLoader:
                 f"need batch_size >= 1 and prefetch >= 0, got {batch_size}, {prefetch}"
             )
         self.view = GraphView.of(data)
+        self.data = data
+        """The input graph; PyG code may delete attributes it does not need per batch."""
         config = NeighborSampler.Config(fanouts=tuple(num_neighbors), replace=replace)
         self.sampler = NeighborSampler(config, source=self.view.source)
         self.input_gid = _input_gid(input_nodes, self.view.num_nodes)
@@ -131,9 +133,10 @@ class NeighborLoader:
         seed_gid = self.input_gid.index_select(0, input_id)
         sub = self.sampler.sample(seed_gid, seed=batch_seed(self.seed, epoch, batch_index))
         out = to_pyg_data(sub, None, None)
-        for key, value in self.view.node_attrs.items():
+        node_attrs, edge_attrs = self.view.attrs()
+        for key, value in node_attrs.items():
             out[key] = value.index_select(0, sub.n_id)
-        for key, value in self.view.edge_attrs.items():
+        for key, value in edge_attrs.items():
             out[key] = value.index_select(0, out.e_id)
         out.input_id = input_id
         return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import threading
 
 import pytest
@@ -124,3 +125,11 @@ def test_layerwise_inference_equals_full_graph(pyg_data: Data, tiny_graph: Graph
     for graph in (pyg_data, tiny_graph):
         got = layerwise_inference(convs, graph, batch_size=128, activation=torch.relu)
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_deleting_data_attrs_stops_slicing(pyg_data: Data) -> None:
+    loader = NeighborLoader(copy.copy(pyg_data), [2], batch_size=10)
+    del loader.data.x  # PyG's examples do this for the inference loader
+    batch = next(iter(loader))
+    assert "x" not in batch and "y" in batch
+    assert pyg_data.x is not None  # the caller's Data is untouched
