@@ -25,7 +25,36 @@ def add_parser(sub: Any) -> None:
         "(default: $GNNSYS_DATA, then ../shared/datasets)",
     )
     info.add_argument("--json", action="store_true", help="print one JSON object")
+    info.add_argument(
+        "--param",
+        "-p",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="loader parameter, repeatable, e.g. -p num_nodes=1000000 -p seed=1 "
+        "(values parse as JSON when they can, else stay strings)",
+    )
     info.set_defaults(func=run_info)
+
+
+def parse_params(pairs: list[str]) -> dict[str, Any]:
+    """``["num_nodes=1000", "features=random"]`` -> ``{"num_nodes": 1000, "features": "random"}``.
+
+    Raises:
+        ValueError: An item without ``=``.
+    """
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--param {pair!r} is not KEY=VALUE; write e.g. --param seed=1")
+        try:
+            params[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            params[key] = raw
+        if isinstance(params[key], list):
+            params[key] = tuple(params[key])
+    return params
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -63,7 +92,12 @@ def run_info(args: argparse.Namespace) -> int:
     from gnnsys.datasets import load
 
     start = time.perf_counter()
-    graph = load(args.dataset, root=args.root)
+    try:
+        graph = load(args.dataset, root=args.root, **parse_params(args.param))
+    except TypeError as err:  # an unknown --param: report it like any other bad value
+        if "unexpected keyword argument" not in str(err):
+            raise
+        raise ValueError(f"{args.dataset} does not take that --param: {err}") from err
     summary = graph_summary(graph)
     summary["load_seconds"] = round(time.perf_counter() - start, 3)
     if args.json:
