@@ -31,6 +31,7 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("cora", "planetoid:cora", {}),
     ("facebook", "musae:facebook", {}),
     ("rmat-1M", "synthetic:rmat", dict(num_nodes=1_000_000, avg_degree=20, num_features=100)),
+    ("rmat-1M-nofeat", "synthetic:rmat", dict(num_nodes=1_000_000, avg_degree=20, num_features=0)),
     ("rmat-products", "synthetic:rmat", PRODUCTS),
 ]
 

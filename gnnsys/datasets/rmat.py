@@ -22,10 +22,11 @@ neighbourhood to do well.
 
 Memory: edges are drawn in chunks of ``chunk_edges`` pairs (int32 ids), then placed into CSR by
 a chunked counting sort and deduplicated per block of rows, in place. Peak is about the drawn
-pairs (8 B each) + the directed indices (4 B each) + one chunk's temporaries, all freed before
-the features are written, so the whole build stays within 2x the final arrays (measured in
-``benchmarks/datasets.py``). The result is symmetric, without self-loops or duplicates; duplicates
-mean the final directed edge count is somewhat below ``num_edges`` (drawn).
+pairs (8 B each) + the directed indices (4 B each) + ~100 MB of temporaries, all freed before the
+features are written block by block into ``x``. With features (default ``F = 100``) the build
+peaks below 2x the final arrays; with ``num_features=0`` the edge build alone is ~3x its small
+result (``benchmarks/datasets.py`` measures both). The result is symmetric, without self-loops
+or duplicates, so the final directed edge count is somewhat below ``num_edges`` (drawn).
 
 Determinism: the same arguments give identical arrays (chunk ``i`` draws from the seed sequence
 ``[seed, 1, i]``), on any machine.
@@ -103,10 +104,11 @@ def rmat(
         raise ValueError(f"num_edges={drawn}; choose num_edges >= 0 (or avg_degree >= 0)")
     rng = np.random.default_rng([seed, 0])
     ids = _IdMap.build(num_nodes, num_classes, rng)
+    y = ids.slot_N % num_classes
     pairs = _draw_pairs(ids, drawn // 2, homophily, abc, seed, chunk_edges)
+    del ids  # frees the raw-id table (64 MiB at products size) before the CSR build
     indptr, indices = _pairs_to_csr(pairs, num_nodes)
     log.debug("rmat: %d nodes, %d directed edges (%d drawn)", num_nodes, indices.shape[0], drawn)
-    y = (ids.slot_N % num_classes).astype(np.int64)
     x = _features(y, num_classes, num_features, feature_signal, rng, seed)
     masks = fraction_split(num_nodes, rng, train, val, test)
     return Graph(
