@@ -9,7 +9,12 @@ configurations see identical accesses. Policies:
 - ``none``: no cache (the DistDGL-equivalent baseline with ``fp32``);
 - ``degree``: static top halo nodes by in-edges into the part;
 - ``presample``: static top halo nodes by accesses in one dry-run epoch (its own seeds);
-- ``adaptive``: online decayed counts, warm-started from the same presample scores.
+- ``presample-analytic``: static, by SALIENT++-style vertex-inclusion probabilities;
+- ``adaptive``: online decayed counts, warm-started from presample scores (the analytic ones
+  by default, ``--adaptive-warm dryrun`` for the dry-run counts).
+
+Scores are tie-broken: dry-run and analytic presample by degree, degree (in-edges into the part)
+by global in-degree, so nodes two or three hops out still rank.
 
 Static caches and adaptive's warm start are prefetched before epoch 0 (``prefetch_*`` fields);
 the ``*_per_epoch`` figures are the mean over the measured epochs. The cache budget is
@@ -53,6 +58,7 @@ from gnnsys.types import Graph, SampledSubgraph
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared"
 CACHE_DIR = Path("/tmp/gnnsys-comm-cache")
 MARGIN = 1.0
+ADAPTIVE_WARM = "analytic"
 
 
 # ---- datasets -----------------------------------------------------------------------------------
@@ -208,22 +214,28 @@ class Part:
         train = torch.from_numpy(graph.train_mask) & self.owned_N
         self.train_gid = torch.nonzero(train).flatten()
         indptr = torch.from_numpy(graph.indptr)
-        deg = indptr[owned_gid + 1] - indptr[owned_gid]
+        in_degree = indptr[1:] - indptr[:-1]
+        deg = in_degree[owned_gid]
         starts = torch.repeat_interleave(indptr[owned_gid], deg)
         offs = torch.arange(int(deg.sum())) - torch.repeat_interleave(
             torch.cumsum(deg, 0) - deg, deg
         )
         src = torch.from_numpy(graph.indices.astype(np.int64))[starts + offs]
-        self.degree = degree_scores(src, owned_gid, graph.num_nodes)
+        # In-edges into this part first; global in-degree orders the rest (nodes 2-3 hops out
+        # have no edge into the part but are sampled too), owned gids stay 0.
+        self.degree = tie_break(degree_scores(src, owned_gid, graph.num_nodes), in_degree)
+        self.degree[self.owned_N] = 0.0
         counts = presample_scores(
             sampler, self.train_gid, self.owned_N, batch_size=args.batch_size, seed=args.seed
         )
         self.presample = tie_break(counts, self.degree)
+        self.presample[self.owned_N] = 0.0
         self.analytic = tie_break(
             inclusion_scores(graph.indptr, graph.indices, self.train_gid, self.owned_N,
                              fanouts=args.fanout_tuple, batch_size=args.batch_size),
             self.degree,
         )  # fmt: skip
+        self.analytic[self.owned_N] = 0.0
         self.traces = halo_traces(sampler, self.train_gid, self.owned_N, args)
         self.owned_bytes = int(owned_gid.shape[0]) * x.shape[1] * 4
         self.source = LocalFeatureSource(x, part_N, p)
@@ -236,12 +248,13 @@ def run_config(parts: list[Part], policy: str, ratio: float, codec: Any, feature
     epochs = len(parts[0].traces)
     t0 = time.perf_counter()
     for part in parts:
-        score = part.degree if policy == "degree" else part.presample
+        warm = part.analytic if ADAPTIVE_WARM == "analytic" else part.presample
+        scores = {"degree": part.degree, "presample-analytic": part.analytic, "adaptive": warm}
+        score = scores.get(policy, part.presample)
+        name = policy.removesuffix("-analytic")  # the analytic variant is a presample policy
         config = AdaptiveAdmission.Config(decay=decay, margin=MARGIN)
-        pol = make_policy(policy, score_N=score, owned_N=part.owned_N, config=config)
-        cfg = HaloCache.Config.from_ratio(
-            ratio, owned_feature_bytes=part.owned_bytes, policy=policy
-        )
+        pol = make_policy(name, score_N=score, owned_N=part.owned_N, config=config)
+        cfg = HaloCache.Config.from_ratio(ratio, owned_feature_bytes=part.owned_bytes, policy=name)
         cache = HaloCache(cfg, feature_dim=feature_dim, codec=codec, policy=pol)
         fetcher = HaloFetcher(cache, part.source, codec, wire=wire)
         fetcher.warm_up()
@@ -365,9 +378,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--decay", type=float, default=0.99, help="adaptive policy decay per batch")
     p.add_argument("--margin", type=float, default=1.0, help="adaptive policy hysteresis")
+    p.add_argument("--adaptive-warm", choices=("analytic", "dryrun"), default="analytic",
+                   help="adaptive warm start: inclusion scores or dry-run counts")  # fmt: skip
     args = p.parse_args(argv)
-    global MARGIN
-    MARGIN = args.margin
+    global MARGIN, ADAPTIVE_WARM
+    MARGIN, ADAPTIVE_WARM = args.margin, args.adaptive_warm
     torch.set_num_threads(2)
     for name in args.dataset.split(","):
         bench_dataset(name, args)
