@@ -90,13 +90,19 @@ class _Max(torch.autograd.Function):
         return grad_NF, None, None
 
 
-def _pack_bytes(u_NF: Tensor, scale_N: Tensor, bias_N: Tensor) -> Tensor:
-    """FBGEMM rowwise byte layout ``[N, F + 8]`` uint8: ``u``, fp32 scale, fp32 bias."""
+def _pack_bytes(u_NF: Tensor, scale_N: Tensor, bias_N: Tensor, flip: bool) -> Tensor:
+    """FBGEMM rowwise layout ``[N, F + 8]`` uint8: ``u`` (``^ 0x80`` if flip), fp32 scale, bias.
+
+    One pass over ``u``, written straight into the packed rows.
+    """
     n, f = u_NF.shape
     packed = torch.empty((n, f + 8), dtype=torch.uint8, device=u_NF.device)
-    packed[:, :f] = u_NF
-    packed[:, f : f + 4] = scale_N.float().contiguous().view(torch.uint8).view(n, 4)
-    packed[:, f + 4 :] = bias_N.float().contiguous().view(torch.uint8).view(n, 4)
+    if flip:
+        torch.bitwise_xor(u_NF, 0x80, out=packed[:, :f])
+    else:
+        packed[:, :f] = u_NF
+    meta = torch.stack([scale_N.float(), bias_N.float()], dim=1)  # [N, 2] fp32
+    packed[:, f:] = meta.view(torch.uint8)
     return packed
 
 
@@ -107,8 +113,8 @@ def pack_int8_rowwise(q_NF: Tensor, scale_N: Tensor, zero_N: Tensor) -> Tensor:
     makes that equal ``(q - zero) * scale``.
     """
     scale32 = scale_N.float()
-    u_NF = q_NF.contiguous().view(torch.uint8) ^ 0x80  # int8 -> uint8 offset by 128, bit for bit
-    return _pack_bytes(u_NF, scale32, -(zero_N.float() + 128.0) * scale32)
+    u_NF = q_NF.contiguous().view(torch.uint8)  # ^ 0x80 maps int8 q to q + 128, bit for bit
+    return _pack_bytes(u_NF, scale32, -(zero_N.float() + 128.0) * scale32, flip=True)
 
 
 def _aggregate_quantized(inputs: AggInputs) -> Tensor:
@@ -121,7 +127,7 @@ def _aggregate_quantized(inputs: AggInputs) -> Tensor:
     if inputs.quant == "int4":
         scale32 = inputs.scale.float()
         u_NF = unpack_int4(inputs.x, inputs.num_features).contiguous()
-        packed = _pack_bytes(u_NF, scale32, -inputs.zero.float() * scale32)
+        packed = _pack_bytes(u_NF, scale32, -inputs.zero.float() * scale32, flip=False)
     else:
         packed = pack_int8_rowwise(inputs.x, inputs.scale, inputs.zero)
     col, rowptr = inputs.col, inputs.rowptr.to(inputs.col.dtype)
