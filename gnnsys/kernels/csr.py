@@ -185,7 +185,7 @@ def _build_transpose(rowptr: Tensor, col: Tensor, num_src: int) -> tuple[Tensor,
     perm = torch.argsort(col, stable=True)
     col_t = dst_of_edges(rowptr)[perm].to(col.dtype)
     counts = torch.bincount(col.long(), minlength=num_src)
-    rowptr_t = torch.zeros(num_src + 1, dtype=col.dtype, device=col.device)
+    rowptr_t = torch.zeros(num_src + 1, dtype=torch.int64, device=col.device)
     torch.cumsum(counts, dim=0, out=rowptr_t[1:])
     return rowptr_t, col_t
 
@@ -208,7 +208,7 @@ def transpose_csr(rowptr: Tensor, col: Tensor, num_src: int) -> tuple[Tensor, Te
         num_src: ``N``.
 
     Returns:
-        ``(rowptr_t [N + 1], col_t [E])`` in ``col``'s dtype; ``col_t`` holds destination rows.
+        ``(rowptr_t [N + 1] int64, col_t [E] in col's dtype)``; ``col_t`` holds destination rows.
     """
     key = (id(rowptr), id(col), num_src)
     hit = _TRANSPOSE_CACHE.get(key)
