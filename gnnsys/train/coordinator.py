@@ -290,6 +290,7 @@ class Coordinator:
             "messages": traffic.messages,
             "num_batches": self.num_batches,
             "peak_rss_bytes": [r.peak_rss_bytes for r in reports],
+            "num_ray_nodes": len({r.node_id for r in reports}),
             "restarts": self.restarts,
         }
 

@@ -98,12 +98,14 @@ class WorkerEpochReport:
         stats: Loss, accuracy and time split.
         traffic: Ledger difference over the epoch.
         peak_rss_bytes: Peak resident memory of the worker process so far.
+        node_id: Ray node the worker runs on.
     """
 
     rank: int
     stats: EpochStats
     traffic: LedgerSnapshot
     peak_rss_bytes: int
+    node_id: str
 
 
 class GlooSync:
@@ -124,6 +126,12 @@ def _peak_rss() -> int:
     import resource
 
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _node_id() -> str:
+    import ray
+
+    return str(ray.get_runtime_context().get_node_id())
 
 
 def _build_trainer(spec: WorkerSpec, owners: list[Any], ledger: Ledger) -> Trainer:
@@ -243,6 +251,7 @@ class TrainWorker:
             stats=stats,
             traffic=self.ledger.snapshot() - before,
             peak_rss_bytes=_peak_rss(),
+            node_id=_node_id(),
         )
 
     def close(self) -> None:
