@@ -9,6 +9,8 @@ Shape legend: ``M`` destinations, ``E`` drawn edges, ``R`` CSR rows, ``N`` gids.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -21,7 +23,11 @@ __all__ = ["CSRNeighborSource"]
 
 def _as_tensor(name: str, value: Tensor | np.ndarray) -> Tensor:
     if isinstance(value, np.ndarray):
-        value = torch.from_numpy(value)
+        with warnings.catch_warnings():
+            # Read-only memory-mapped shard arrays: the source never writes to them, and a copy
+            # would cost the whole shard's RAM.
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            value = torch.from_numpy(value)
     if not isinstance(value, Tensor) or value.dim() != 1:
         raise TypeError(f"{name} must be a 1-D tensor or numpy array, got {type(value).__name__}")
     if value.dtype not in (torch.int32, torch.int64):

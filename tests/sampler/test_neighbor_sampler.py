@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -173,3 +175,22 @@ def test_isolated_seeds_give_empty_hops() -> None:
     sub = sampler.sample(torch.tensor([2, 3]), seed=0)
     assert sub.num_sampled_nodes == (2, 0, 0) and sub.num_sampled_edges == (0, 0)
     assert sub.blocks[0].rowptr.tolist() == [0, 0, 0]
+
+
+def test_store_shards_sample_like_the_whole_graph(tiny_graph: Graph, tmp_path: Path) -> None:
+    from gnnsys.store.reader import load_shard
+    from gnnsys.store.writer import write_partitions
+    from gnnsys.types import Assignment
+
+    part_N = (np.arange(tiny_graph.num_nodes) % 3).astype(np.int32)
+    book = write_partitions(tiny_graph, Assignment(part_N, 3, "test"), tmp_path / "parts")
+    parts = [
+        CSRNeighborSource.from_shard(load_shard(tmp_path / "parts", p), book.lid_N)
+        for p in range(3)
+    ]
+    routed = NeighborSampler(
+        NeighborSampler.Config(fanouts=(3, 3)), source=_RoutedSource(book, parts)
+    )
+    seeds = torch.tensor([0, 10, 20, 31])
+    a, b = routed.sample(seeds, seed=8), _sampler(tiny_graph, (3, 3)).sample(seeds, seed=8)
+    assert torch.equal(a.n_id, b.n_id) and torch.equal(a.blocks[0].e_id, b.blocks[0].e_id)
