@@ -5,7 +5,8 @@ Prints one JSON line per case:
      "import_rss_gib": ..., "graph_gib": ..., "build_over_graph": ..., ...}
 ``build_over_graph`` = (peak RSS - RSS after importing gnnsys) / bytes of the final arrays: the
 "peak memory <= 2x the final arrays" claim of synthetic:rmat. The products-size case takes
-/tmp/gnnsys-heavy.lock so it never overlaps another engineer's heavy run.
+/tmp/gnnsys-heavy.lock so it never overlaps another engineer's heavy run; do not wrap this
+script in `flock` on the same file, or the inner lock waits on the outer one forever.
 
 Usage: python benchmarks/datasets.py [--only NAME ...] [--no-products] [--root DIR]
 """
