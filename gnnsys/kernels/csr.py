@@ -14,6 +14,7 @@ Quantized layouts (agreed with the cache codecs):
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +28,7 @@ __all__ = [
     "dequantize",
     "dst_of_edges",
     "transpose_csr",
+    "transpose_mean_weights",
     "unpack_int4",
 ]
 
@@ -190,17 +192,42 @@ def _build_transpose(rowptr: Tensor, col: Tensor, num_src: int) -> tuple[Tensor,
     return rowptr_t, col_t
 
 
-_CacheEntry = tuple["weakref.ref[Tensor]", "weakref.ref[Tensor]", int, int, Tensor, Tensor]
-_TRANSPOSE_CACHE: dict[tuple[int, int, int], _CacheEntry] = {}
-_TRANSPOSE_CACHE_SIZE = 8
+_CacheEntry = tuple["weakref.ref[Tensor]", "weakref.ref[Tensor]", int, int, tuple[Tensor, ...]]
+_CSR_CACHE: dict[tuple[str, int, int, int], _CacheEntry] = {}
+_CSR_CACHE_SIZE = 16
+
+
+def _cached(
+    kind: str,
+    rowptr: Tensor,
+    col: Tensor,
+    num_src: int,
+    build: Callable[[], tuple[Tensor, ...]],
+) -> tuple[Tensor, ...]:
+    """Memoise ``build()`` per ``(kind, rowptr, col)`` tensor objects.
+
+    Entries hold the tensors by weak reference and are checked against their version counters,
+    so a freed or modified-in-place CSR never returns a stale result.
+    """
+    key = (kind, id(rowptr), id(col), num_src)
+    hit = _CSR_CACHE.get(key)
+    versions = (rowptr._version, col._version)
+    if hit is not None and hit[0]() is rowptr and hit[1]() is col and hit[2:4] == versions:
+        return hit[4]
+    value = build()
+    for stale in [k for k, v in _CSR_CACHE.items() if v[0]() is None or v[1]() is None]:
+        del _CSR_CACHE[stale]
+    while len(_CSR_CACHE) >= _CSR_CACHE_SIZE:
+        del _CSR_CACHE[next(iter(_CSR_CACHE))]
+    _CSR_CACHE[key] = (weakref.ref(rowptr), weakref.ref(col), *versions, value)
+    return value
 
 
 def transpose_csr(rowptr: Tensor, col: Tensor, num_src: int) -> tuple[Tensor, Tensor]:
     """CSR of the transposed adjacency: for every source row, the destinations it feeds.
 
-    Results are cached per ``(rowptr, col)`` tensor object (held by weak reference and checked
-    against the tensors' version counters), so a full-graph block pays the sort once; a fresh
-    sampled block pays it on every backward pass.
+    Cached per ``(rowptr, col)`` tensor object, so a full-graph block pays the sort once; a
+    fresh sampled block pays it on every backward pass.
 
     Args:
         rowptr: ``[M + 1]`` destination CSR row pointer.
@@ -210,21 +237,21 @@ def transpose_csr(rowptr: Tensor, col: Tensor, num_src: int) -> tuple[Tensor, Te
     Returns:
         ``(rowptr_t [N + 1] int64, col_t [E] in col's dtype)``; ``col_t`` holds destination rows.
     """
-    key = (id(rowptr), id(col), num_src)
-    hit = _TRANSPOSE_CACHE.get(key)
-    if hit is not None:
-        r_ref, c_ref, r_ver, c_ver, rowptr_t, col_t = hit
-        if (
-            r_ref() is rowptr
-            and c_ref() is col
-            and (r_ver, c_ver) == (rowptr._version, col._version)
-        ):
-            return rowptr_t, col_t
-    rowptr_t, col_t = _build_transpose(rowptr, col, num_src)
-    for stale in [k for k, v in _TRANSPOSE_CACHE.items() if v[0]() is None or v[1]() is None]:
-        del _TRANSPOSE_CACHE[stale]
-    while len(_TRANSPOSE_CACHE) >= _TRANSPOSE_CACHE_SIZE:
-        del _TRANSPOSE_CACHE[next(iter(_TRANSPOSE_CACHE))]
-    entry = (weakref.ref(rowptr), weakref.ref(col), rowptr._version, col._version, rowptr_t, col_t)
-    _TRANSPOSE_CACHE[key] = entry
+    rowptr_t, col_t = _cached(
+        "transpose", rowptr, col, num_src, lambda: _build_transpose(rowptr, col, num_src)
+    )
     return rowptr_t, col_t
+
+
+def transpose_mean_weights(rowptr: Tensor, col: Tensor, num_src: int) -> Tensor:
+    """``[E]`` fp32 ``1 / max(deg, 1)`` of each transposed edge's destination (mean backward).
+
+    Cached like ``transpose_csr``: the mean backward then needs no ``[M, F]`` division pass.
+    """
+
+    def build() -> tuple[Tensor, ...]:
+        _, col_t = transpose_csr(rowptr, col, num_src)
+        inv_deg_M = 1.0 / (rowptr[1:] - rowptr[:-1]).clamp(min=1).to(torch.float32)
+        return (inv_deg_M.index_select(0, col_t.long()),)
+
+    return _cached("mean_weights", rowptr, col, num_src, build)[0]

@@ -8,8 +8,9 @@ Why these ops (measured on the 2-core CI box, see docs/kernels.md and benchmarks
   each neighbour row once and never materialises the ``[E, F]`` messages (gather + ``index_add_``
   is 10-15x slower). Mean is a sum followed by an in-place divide by the degree.
 - Backward (sum/mean): the same ``embedding_bag`` over the *transposed* CSR (cached per graph in
-  ``csr.transpose_csr``). Autograd through ``embedding_bag`` or ``torch.sparse.mm`` instead
-  scatters per edge or rebuilds the transpose every step (2-3x slower).
+  ``csr.transpose_csr``; mean adds cached per-edge ``1/deg`` weights). Autograd through
+  ``embedding_bag`` or ``torch.sparse.mm`` instead scatters per edge or rebuilds the transpose
+  every step (2-3x slower).
 - Backward (max): the forward's per-element argmax row, scattered with ``scatter_add_``.
 - int8 rows: FBGEMM's ``quantized.embedding_bag_byte_rowwise_offsets`` reads the ``F`` bytes of a
   row plus an inline fp32 scale/bias. Our layout keeps scale/zero apart, so each call repacks
@@ -25,16 +26,25 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
-from gnnsys.kernels.csr import AggInputs, dequantize, transpose_csr, unpack_int4
+from gnnsys.kernels.csr import (
+    AggInputs,
+    dequantize,
+    transpose_csr,
+    transpose_mean_weights,
+    unpack_int4,
+)
 
 __all__ = ["aggregate_torch", "pack_int8_rowwise"]
 
 _MODE_SUM, _MODE_MAX = 0, 2
 
 
-def _bag(x_NF: Tensor, col: Tensor, rowptr: Tensor, mode: int) -> tuple[Tensor, Tensor]:
+def _bag(
+    x_NF: Tensor, col: Tensor, rowptr: Tensor, mode: int, weights: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """``embedding_bag`` over a CSR: returns ``(out [M, F], max_row [M, F])`` (mode max only)."""
-    out = torch.embedding_bag(x_NF, col, rowptr.to(col.dtype), False, mode, False, None, True)
+    offsets = rowptr.to(col.dtype)
+    out = torch.embedding_bag(x_NF, col, offsets, False, mode, False, weights, True)
     return out[0], out[3]
 
 
@@ -60,10 +70,15 @@ class _SumMean(torch.autograd.Function):
         if not ctx.needs_input_grad[0]:
             return None, None, None, None
         rowptr_t, col_t = transpose_csr(ctx.rowptr, ctx.col, ctx.num_src)
+        weights = None
         if ctx.mean:
-            # One [M, F] pass; cheaper than per-edge weights in the E-sized gather.
-            grad_MF = grad_MF / _degree(ctx.rowptr).clamp(min=1).to(grad_MF.dtype)[:, None]
-        grad_NF, _ = _bag(grad_MF.contiguous(), col_t, rowptr_t, _MODE_SUM)
+            # Per-edge 1/deg weights (cached) instead of an [M, F] division pass: ~10% faster.
+            weights = transpose_mean_weights(ctx.rowptr, ctx.col, ctx.num_src)
+            if grad_MF.dtype == torch.float64:  # fp32 weights would cost fp64 its precision
+                inv_deg_M = 1.0 / _degree(ctx.rowptr).clamp(min=1).to(torch.float64)
+                weights = inv_deg_M.index_select(0, col_t.long())
+            weights = weights.to(grad_MF.dtype)
+        grad_NF, _ = _bag(grad_MF.contiguous(), col_t, rowptr_t, _MODE_SUM, weights)
         return grad_NF, None, None, None
 
 

@@ -61,3 +61,11 @@ def test_quantized_has_no_grad(small_csr: Csr) -> None:
     ones = torch.ones(small_csr.num_src, dtype=torch.float16)
     out = aggregate(q, small_csr.rowptr, small_csr.col, "mean", scale=ones, zero=ones)
     assert out.dtype == torch.float32 and not out.requires_grad
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_gradcheck_float64(reduce: str) -> None:
+    csr = random_csr(num_src=20, num_dst=12, max_deg=5, seed=4, hub_deg=9)
+    x = torch.randn(csr.num_src, 2, dtype=torch.float64, requires_grad=True)
+    with use_backend("torch"):
+        assert torch.autograd.gradcheck(lambda t: aggregate(t, csr.rowptr, csr.col, reduce), (x,))
