@@ -76,6 +76,7 @@ def _connect(cluster: ClusterSpec) -> bool:
         return True
     need = int(cluster.parts * 1.5 + 1)
     ray.init(
+        address="local",  # a new private instance, never someone else's running cluster
         num_cpus=max(os.cpu_count() or 1, need),
         include_dashboard=False,
         _node_ip_address="127.0.0.1",
