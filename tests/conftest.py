@@ -25,6 +25,7 @@ def ray_session() -> Iterator[Any]:
     """
     ray = pytest.importorskip("ray")
     ray.init(
+        address="local",  # never join another user's running cluster on this machine
         num_cpus=16,
         include_dashboard=False,
         _node_ip_address="127.0.0.1",
