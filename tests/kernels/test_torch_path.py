@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kernel_helpers import Csr, compare_grads, compare_to_reference, random_csr
+from kernel_helpers import Csr, compare_grads, compare_to_reference, inputs_for, random_csr
 
 from gnnsys.kernels import aggregate, use_backend
 
@@ -69,3 +69,18 @@ def test_gradcheck_float64(reduce: str) -> None:
     x = torch.randn(csr.num_src, 2, dtype=torch.float64, requires_grad=True)
     with use_backend("torch"):
         assert torch.autograd.gradcheck(lambda t: aggregate(t, csr.rowptr, csr.col, reduce), (x,))
+
+
+def test_int8_workspace_reuse_keeps_earlier_results(small_csr: Csr) -> None:
+    """The repack buffer is reused across calls; earlier outputs must not alias it."""
+    outs, refs = [], []
+    for seed, f in ((0, 24), (1, 8)):
+        kw = inputs_for(
+            "int8", torch.randn(small_csr.num_src, f, generator=torch.Generator().manual_seed(seed))
+        )
+        x = kw.pop("x")
+        outs.append(aggregate(x, small_csr.rowptr, small_csr.col, "sum", **kw))
+        with use_backend("reference"):
+            refs.append(aggregate(x, small_csr.rowptr, small_csr.col, "sum", **kw))
+    for out, ref in zip(outs, refs, strict=True):
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-4)
