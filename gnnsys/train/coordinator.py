@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -108,6 +109,7 @@ class Coordinator:
         self.failure: GroupFailure | None = None
         self.error: Exception | None = None
         self._reports: list[WorkerEpochReport] = []
+        self._evaluator: Evaluator | None = None
         self._epoch_seconds = 0.0
 
     # ---- loop ---------------------------------------------------------------------------------
@@ -202,7 +204,9 @@ class Coordinator:
             self.failure = failure
             return State.RECOVER
         start = time.perf_counter()
-        accs = self._evaluate(states[0]["model"])
+        if self._evaluator is None:
+            self._evaluator = Evaluator(self.graph, self.template)
+        accs = self._evaluator.accuracies(states[0]["model"])
         metrics = self._metrics(accs, time.perf_counter() - start)
         self.history.append(metrics)
         with open(self.run_dir / METRICS_NAME, "a") as fh:
@@ -248,29 +252,6 @@ class Coordinator:
             self.group.kill()
             self.group = None
 
-    def _evaluate(self, model_state: dict[str, Any]) -> dict[str, float]:
-        """Exact accuracy on the train, val and test masks from rank 0's weights."""
-        graph = self.graph
-        if not hasattr(self, "_eval_model"):
-            spec = self.template
-            self._eval_model = build_model(
-                spec.model, spec.num_features, spec.num_classes, len(spec.sampler.fanouts)
-            )
-            self._eval_block = full_block(graph.indptr, graph.indices, graph.num_nodes)
-            assert graph.x is not None and graph.y is not None
-            self._eval_x = torch.from_numpy(graph.x.astype("float32", copy=False))
-            self._eval_y = torch.from_numpy(graph.y)
-        self._eval_model.load_state_dict(model_state)
-        pred_N = full_graph_logits(self._eval_model, self._eval_block, self._eval_x).argmax(-1)
-        out = {}
-        for split in ("train", "val", "test"):
-            mask = getattr(graph, f"{split}_mask")
-            hit = (pred_N == self._eval_y)[torch.from_numpy(mask)] if mask is not None else None
-            out[f"{split}_acc"] = (
-                float(hit.float().mean()) if hit is not None and hit.numel() else 0.0
-            )
-        return out
-
     def _metrics(self, accs: dict[str, float], eval_seconds: float) -> dict[str, Any]:
         """One ``metrics.jsonl`` object from the ranks' reports."""
         reports = self._reports
@@ -293,6 +274,36 @@ class Coordinator:
             "num_ray_nodes": len({r.node_id for r in reports}),
             "restarts": self.restarts,
         }
+
+
+class Evaluator:
+    """Exact accuracy of a model state on the train, val and test masks (driver side).
+
+    Holds one model, the whole-graph block and the features; costs one ``[N, H]`` activation per
+    layer while evaluating.
+    """
+
+    def __init__(self, graph: Graph, spec: WorkerSpec) -> None:
+        if graph.x is None or graph.y is None:
+            raise ValueError("exact evaluation needs a graph with x and y; rewrite the store")
+        self.graph = graph
+        self.model = build_model(
+            spec.model, spec.num_features, spec.num_classes, len(spec.sampler.fanouts)
+        )
+        self.block = full_block(graph.indptr, graph.indices, graph.num_nodes)
+        self.x_NF = torch.from_numpy(np.asarray(graph.x, dtype=np.float32))
+        self.y_N = torch.from_numpy(graph.y)
+
+    def accuracies(self, model_state: dict[str, Any]) -> dict[str, float]:
+        """``{"train_acc", "val_acc", "test_acc"}`` (0.0 for a split without nodes)."""
+        self.model.load_state_dict(model_state)
+        hit_N = full_graph_logits(self.model, self.block, self.x_NF).argmax(-1) == self.y_N
+        out = {}
+        for split in ("train", "val", "test"):
+            mask = getattr(self.graph, f"{split}_mask")
+            hits = hit_N[torch.from_numpy(mask)] if mask is not None else hit_N[:0]
+            out[f"{split}_acc"] = float(hits.float().mean()) if hits.numel() else 0.0
+        return out
 
 
 def _read_metrics(path: Path) -> list[dict[str, Any]]:
