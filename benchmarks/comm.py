@@ -59,16 +59,18 @@ SHARED = Path(__file__).resolve().parents[1] / ".." / "shared"
 CACHE_DIR = Path("/tmp/gnnsys-comm-cache")
 MARGIN = 1.0
 ADAPTIVE_WARM = "analytic"
+BASELINE_RMAT = False
 
 
 # ---- datasets -----------------------------------------------------------------------------------
 def load_rmat(scale: int, feature_dim: int, train_frac: float, seed: int) -> Graph:
-    """R-MAT from gnnsys (once registered) or shared/baselines/make_rmat.py; Gaussian features."""
+    """gnnsys's R-MAT, or (``--baseline-rmat``, or before it existed) make_rmat.py + Gaussian x."""
     from gnnsys.datasets.synthetic import GENERATORS
 
-    if "rmat" in GENERATORS:
-        g = GENERATORS["rmat"](scale=scale, seed=seed)
-        indptr, indices = g.indptr, g.indices
+    if "rmat" in GENERATORS and not BASELINE_RMAT:
+        # gnnsys's R-MAT has planted communities and its own features and splits
+        return GENERATORS["rmat"](num_nodes=1 << scale, num_features=feature_dim, train=train_frac,
+                                  seed=seed)  # fmt: skip
     else:
         spec = importlib.util.spec_from_file_location(
             "make_rmat", SHARED / "baselines/make_rmat.py"
@@ -380,11 +382,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--decay", type=float, default=0.99, help="adaptive policy decay per batch")
     p.add_argument("--margin", type=float, default=1.0, help="adaptive policy hysteresis")
+    p.add_argument("--baseline-rmat", action="store_true",
+                   help="R-MAT of make_rmat.py (no communities, Gaussian x)")  # fmt: skip
     p.add_argument("--adaptive-warm", choices=("analytic", "dryrun"), default="analytic",
                    help="adaptive warm start: inclusion scores or dry-run counts")  # fmt: skip
     args = p.parse_args(argv)
-    global MARGIN, ADAPTIVE_WARM
-    MARGIN, ADAPTIVE_WARM = args.margin, args.adaptive_warm
+    global MARGIN, ADAPTIVE_WARM, BASELINE_RMAT
+    MARGIN, ADAPTIVE_WARM, BASELINE_RMAT = args.margin, args.adaptive_warm, args.baseline_rmat
     torch.set_num_threads(2)
     for name in args.dataset.split(","):
         bench_dataset(name, args)
