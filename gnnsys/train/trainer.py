@@ -15,6 +15,7 @@ Shape legend: ``B`` seeds in a batch, ``N`` sampled nodes, ``F`` features, ``C``
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Callable
@@ -242,10 +243,10 @@ class Trainer:
             offset += g.numel()
 
     def state(self) -> dict[str, Any]:
-        """Model and optimizer ``state_dict`` plus this rank's torch RNG state."""
+        """Copies of the model and optimizer ``state_dict`` plus this rank's torch RNG state."""
         return {
             "model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": copy.deepcopy(self.optimizer.state_dict()),  # Adam mutates in place
             "rng": {"torch": torch.get_rng_state()},
         }
 
