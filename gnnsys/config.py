@@ -16,13 +16,14 @@ from gnnsys.train.models import ModelSpec
 from gnnsys.train.prepare import DataSpec
 from gnnsys.train.run import ClusterSpec
 from gnnsys.train.trainer import Trainer
+from gnnsys.train.transport import FetchSpec
 
 __all__ = ["RunConfig"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunConfig:
-    """One training run: data, cluster layout, sampler, model, optimiser, loop and failures."""
+    """One training run: data, cluster, sampler, model, optimiser, loop, failures, fetch."""
 
     data: DataSpec = field(default_factory=DataSpec)
     cluster: ClusterSpec = field(default_factory=ClusterSpec)
@@ -31,6 +32,7 @@ class RunConfig:
     trainer: Trainer.Config = field(default_factory=Trainer.Config)
     loop: Coordinator.Config = field(default_factory=Coordinator.Config)
     failure: FailurePolicy.Config = field(default_factory=FailurePolicy.Config)
+    fetch: FetchSpec = field(default_factory=FetchSpec)
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON-ready dict (for ``summary.json``)."""

@@ -47,6 +47,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--deadline", type=float, help="seconds per remote call / without progress")
     p.add_argument("--max-restarts", type=int, help="group restarts after a worker dies")
     p.add_argument("--num-nodes", type=int, help="nodes of a synthetic dataset")
+    p.add_argument(
+        "--codec", help="codec of remote feature rows: fp32 (default), fp16, bf16, int8, ..."
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--inject-fault", help=argparse.SUPPRESS)  # KIND:RANK:EPOCH:BATCH, tests
     p.set_defaults(func=run)
@@ -89,6 +92,7 @@ def build_config(args: argparse.Namespace) -> Any:
             **pick(epochs=args.epochs, deadline_s=args.deadline),
         ),
         failure=replace(cfg.failure, **pick(max_restarts=args.max_restarts)),
+        fetch=replace(cfg.fetch, **pick(codec=args.codec)),
     )
 
 

@@ -76,6 +76,13 @@ class Ledger:
         self._bytes[category] += _nbytes(payload)
         self._messages[category] += 1
 
+    def record_nbytes(self, category: str, nbytes: int) -> None:
+        """Count one message of ``category`` whose payload size is already known (encoded rows)."""
+        if category not in self._bytes:
+            raise ValueError(f"unknown ledger category {category!r}; use one of {CATEGORIES}")
+        self._bytes[category] += int(nbytes)
+        self._messages[category] += 1
+
     def snapshot(self) -> LedgerSnapshot:
         """A frozen copy of the counters."""
         return LedgerSnapshot(bytes=dict(self._bytes), messages=dict(self._messages))

@@ -132,6 +132,7 @@ def train(
             num_features=graph.num_features,
             num_classes=graph.num_classes,
             deadline_s=config.loop.deadline_s,
+            fetch=config.fetch,
             fault=fault,
         )
         coordinator = Coordinator(

@@ -16,18 +16,21 @@ Shape legend: ``M`` destinations, ``E`` drawn edges, ``K`` requested rows, ``F``
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.errors import RemoteCallTimeoutError
 from gnnsys.sampler.base import NeighborSource
 from gnnsys.train.ledger import Ledger
 from gnnsys.types import NeighborSample
 
 __all__ = [
+    "FetchSpec",
     "OwnerClient",
     "RayOwnerClient",
     "RoutedFeatureSource",
@@ -41,6 +44,27 @@ SampleArrays = tuple[np.ndarray, np.ndarray, np.ndarray]
 """``(count_M, src_gid_E, e_id_E)`` int64 arrays as an owner returns them."""
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FetchSpec:
+    """How remote feature rows travel."""
+
+    codec: str = "fp32"
+    """Codec in ``gnnsys.cache.CODECS`` the owners encode rows with (``fp32``: plain rows)."""
+
+    def __post_init__(self) -> None:
+        from gnnsys.cache.codecs import CODECS
+
+        if self.codec not in CODECS or self.codec == "auto":
+            choices = sorted(set(CODECS) - {"auto"})
+            raise ValueError(f"codec={self.codec!r}; choose one of {choices}")
+
+    def make(self) -> Codec | None:
+        """The codec object, or ``None`` for plain float32 rows."""
+        from gnnsys.cache.codecs import make_codec
+
+        return None if self.codec == "fp32" else make_codec(self.codec)
+
+
 class OwnerClient(Protocol):
     """Sends one batched request to each owner and returns the answers keyed by part."""
 
@@ -52,6 +76,12 @@ class OwnerClient(Protocol):
 
     def fetch_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
         """Feature rows ``[K, F]`` float32 of ``gid_by_part[p]`` from owner ``p``."""
+        ...
+
+    def fetch_encoded_many(
+        self, gid_by_part: dict[int, np.ndarray], codec: Codec
+    ) -> dict[int, EncodedRows]:
+        """Rows of ``gid_by_part[p]`` encoded by owner ``p`` with ``codec`` before sending."""
         ...
 
 
@@ -149,6 +179,8 @@ class RoutedFeatureSource:
         local_x: ``[M_own, F]`` this part's feature rows (memory-mapped is fine).
         client: Executor for the remote calls.
         ledger: Counts ``feature_request`` / ``feature_response``.
+        codec: Owners encode rows with it before sending (``None``: plain float32 rows); the
+            ledger then counts the encoded bytes (``EncodedRows.nbytes``).
     """
 
     def __init__(
@@ -159,9 +191,10 @@ class RoutedFeatureSource:
         local_x: np.ndarray,
         client: OwnerClient,
         ledger: Ledger,
+        codec: Codec | None = None,
     ) -> None:
         self.part, self.part_N, self.lid_N, self.local_x = part, part_N, lid_N, local_x
-        self.client, self.ledger = client, ledger
+        self.client, self.ledger, self.codec = client, ledger, codec
 
     def fetch(self, gid: Tensor) -> Tensor:
         """Rows ``[K, F]`` float32 for ``gid`` in request order; one message per remote owner."""
@@ -174,10 +207,18 @@ class RoutedFeatureSource:
         requests = {p: gid_np[pos] for p, pos in remote_pos.items()}
         for req in requests.values():
             self.ledger.record("feature_request", req)
-        answers = self.client.fetch_many(requests) if requests else {}
+        if not requests:
+            return torch.from_numpy(out_KF)
+        if self.codec is None:
+            answers = self.client.fetch_many(requests)
+            for p, pos in remote_pos.items():
+                self.ledger.record("feature_response", answers[p])
+                out_KF[pos] = answers[p]
+            return torch.from_numpy(out_KF)
+        encoded = self.client.fetch_encoded_many(requests, self.codec)
         for p, pos in remote_pos.items():
-            self.ledger.record("feature_response", answers[p])
-            out_KF[pos] = answers[p]
+            self.ledger.record_nbytes("feature_response", encoded[p].nbytes)
+            out_KF[pos] = self.codec.decode(encoded[p]).numpy()
         return torch.from_numpy(out_KF)
 
 
@@ -227,6 +268,10 @@ class ShardOwner:
         out: np.ndarray = np.asarray(self._x[self._lid_N[gid]], dtype=np.float32)
         return out
 
+    def fetch_encoded(self, gid: np.ndarray, codec: Codec) -> EncodedRows:
+        """Rows of owned ``gid`` encoded with ``codec`` (what travels instead of float32)."""
+        return codec.encode(torch.from_numpy(self.fetch(gid)))
+
 
 class RayOwnerClient:
     """:class:`OwnerClient` over ``ShardOwner`` actor handles, with a deadline on every wait.
@@ -265,3 +310,12 @@ class RayOwnerClient:
         """One ``ShardOwner.fetch`` call per part, all in flight together."""
         refs = {p: self.owners[p].fetch.remote(gid) for p, gid in gid_by_part.items()}
         return self._get(refs, "fetch")
+
+    def fetch_encoded_many(
+        self, gid_by_part: dict[int, np.ndarray], codec: Codec
+    ) -> dict[int, EncodedRows]:
+        """One ``ShardOwner.fetch_encoded`` call per part, all in flight together."""
+        refs = {
+            p: self.owners[p].fetch_encoded.remote(gid, codec) for p, gid in gid_by_part.items()
+        }
+        return self._get(refs, "fetch_encoded")

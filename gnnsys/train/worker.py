@@ -31,7 +31,12 @@ from gnnsys.train.ledger import Ledger, LedgerSnapshot
 from gnnsys.train.models import ModelSpec, build_model
 from gnnsys.train.shards import assemble_graph
 from gnnsys.train.trainer import EpochStats, Trainer
-from gnnsys.train.transport import RayOwnerClient, RoutedFeatureSource, RoutedNeighborSource
+from gnnsys.train.transport import (
+    FetchSpec,
+    RayOwnerClient,
+    RoutedFeatureSource,
+    RoutedNeighborSource,
+)
 
 __all__ = ["FaultSpec", "TrainWorker", "WorkerEpochReport", "WorkerSpec"]
 
@@ -71,6 +76,7 @@ class WorkerSpec:
         num_features: ``F`` of the input features.
         num_classes: ``C``, the model's output width.
         deadline_s: Deadline of every remote call and of the gloo collectives.
+        fetch: How remote feature rows travel (codec).
         attempt: 0 for the first group, incremented on each restart.
         fault: Injected fault, for tests.
     """
@@ -85,6 +91,7 @@ class WorkerSpec:
     num_features: int
     num_classes: int
     deadline_s: float
+    fetch: FetchSpec = field(default_factory=FetchSpec)
     attempt: int = 0
     fault: FaultSpec | None = field(default=None)
 
@@ -149,7 +156,9 @@ def _build_trainer(spec: WorkerSpec, owners: list[Any], ledger: Ledger) -> Train
         source = RoutedNeighborSource(spec.rank, book.part_N, local, client, ledger)
     if shard.x is None or shard.y is None or shard.train_mask is None:
         raise ValueError(f"part {spec.rank} lacks x, y or train_mask; rewrite the store with them")
-    features = RoutedFeatureSource(spec.rank, book.part_N, book.lid_N, shard.x, client, ledger)
+    features = RoutedFeatureSource(
+        spec.rank, book.part_N, book.lid_N, shard.x, client, ledger, spec.fetch.make()
+    )
     train_lid = np.flatnonzero(np.asarray(shard.train_mask))
     torch.manual_seed(spec.trainer.seed)  # identical initial weights on every rank
     model = build_model(spec.model, spec.num_features, spec.num_classes, len(spec.sampler.fanouts))

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.partitioners import partition
 from gnnsys.store import write_partitions
 from gnnsys.train.transport import SampleArrays, ShardOwner
@@ -40,3 +41,9 @@ class LocalOwnerClient:
     def fetch_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
         self.calls += [("fetch", p) for p in gid_by_part]
         return {p: self.owners[p].fetch(gid) for p, gid in gid_by_part.items()}
+
+    def fetch_encoded_many(
+        self, gid_by_part: dict[int, np.ndarray], codec: Codec
+    ) -> dict[int, EncodedRows]:
+        self.calls += [("fetch", p) for p in gid_by_part]
+        return {p: self.owners[p].fetch_encoded(gid, codec) for p, gid in gid_by_part.items()}

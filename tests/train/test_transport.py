@@ -70,3 +70,30 @@ def test_feature_fetch_rows_and_bytes(tiny_graph: Graph, store4: Path) -> None:
     assert snap.bytes["feature_request"] == 8 * remote
     assert snap.bytes["feature_response"] == 4 * tiny_graph.num_features * remote
     assert snap.messages["feature_request"] == len({p for op, p in client.calls if op == "fetch"})
+
+
+def test_encoded_fetch_counts_encoded_bytes(tiny_graph: Graph, store4: Path) -> None:
+    from gnnsys.cache.codecs import make_codec
+
+    _, plain, plain_ledger, _ = _routed(store4, part=0)
+    book = load_book(store4)
+    shard = load_shard(store4, 0)
+    assert shard.x is not None and tiny_graph.x is not None
+    ledger = Ledger()
+    client = LocalOwnerClient(store4, book.num_parts)
+    codec = make_codec("int8")
+    encoded = RoutedFeatureSource(0, book.part_N, book.lid_N, shard.x, client, ledger, codec)
+    gid = torch.arange(0, 1000, 3, dtype=torch.int64)
+    rows = encoded.fetch(gid)
+    exact = torch.from_numpy(tiny_graph.x[gid.numpy()])
+    assert torch.allclose(rows, exact, atol=0.05)
+    plain.fetch(gid)
+    remote = book.owner(gid.numpy()) != 0
+    want = sum(
+        codec.encode(exact[torch.from_numpy(remote & (book.owner(gid.numpy()) == p))]).nbytes
+        for p in range(1, book.num_parts)
+    )
+    got = ledger.snapshot()
+    assert got.bytes["feature_response"] == want
+    assert got.bytes["feature_response"] < plain_ledger.snapshot().bytes["feature_response"] / 3
+    assert got.bytes["feature_request"] == plain_ledger.snapshot().bytes["feature_request"]
