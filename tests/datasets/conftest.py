@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "datasets"
+SHARED = Path(
+    os.environ.get("GNNSYS_DATA") or Path(__file__).resolve().parents[3] / "shared" / "datasets"
+)
 
 
 @pytest.fixture(scope="session")
 def shared_root() -> Path:
-    """``../shared/datasets`` next to the repository; skip the test when it is absent."""
+    """``$GNNSYS_DATA``, else ``../shared/datasets`` next to the repository; skip when absent."""
     if not SHARED.is_dir():
-        pytest.skip(f"real datasets not present at {SHARED} (only on the shared CI machine)")
+        pytest.skip(f"real datasets not present at {SHARED}; set GNNSYS_DATA to a copy of them")
     return SHARED
