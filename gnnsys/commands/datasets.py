@@ -37,26 +37,6 @@ def add_parser(sub: Any) -> None:
     info.set_defaults(func=run_info)
 
 
-def parse_params(pairs: list[str]) -> dict[str, Any]:
-    """``["num_nodes=1000", "features=random"]`` -> ``{"num_nodes": 1000, "features": "random"}``.
-
-    Raises:
-        ValueError: An item without ``=``.
-    """
-    params: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--param {pair!r} is not KEY=VALUE; write e.g. --param seed=1")
-        try:
-            params[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            params[key] = raw
-        if isinstance(params[key], list):
-            params[key] = tuple(params[key])
-    return params
-
-
 def run_list(args: argparse.Namespace) -> int:
     """Print every known dataset name with its description."""
     from gnnsys.datasets import KNOWN_NAMES
@@ -89,11 +69,12 @@ def graph_summary(graph: Any) -> dict[str, Any]:
 
 def run_info(args: argparse.Namespace) -> int:
     """Load the dataset and print its summary."""
+    from gnnsys.commands.partition import parse_kv
     from gnnsys.datasets import load
 
     start = time.perf_counter()
     try:
-        graph = load(args.dataset, root=args.root, **parse_params(args.param))
+        graph = load(args.dataset, root=args.root, **parse_kv(args.param))
     except TypeError as err:  # an unknown --param: report it like any other bad value
         if "unexpected keyword argument" not in str(err):
             raise

@@ -81,7 +81,7 @@ def parse_kv(items: list[str]) -> dict[str, Any]:
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise ValueError(f"option {item!r} is not KEY=VALUE; write e.g. passes=3")
+            raise ValueError(f"option {item!r} is not KEY=VALUE; write e.g. seed=1 or passes=3")
         values = [_scalar(v) for v in raw.split(",")] if "," in raw else None
         out[key] = tuple(values) if values is not None else _scalar(raw)
     return out
