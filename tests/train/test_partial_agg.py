@@ -63,29 +63,23 @@ def test_owner_equals_requester(tiny_graph: Graph, placement: str, layer_kind: s
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
-def test_requester_placement_sends_nothing(tiny_graph: Graph) -> None:
-    n_id, block, part_all = first_block(tiny_graph)
+def plan_for(graph: Graph, placement: str, *, cached: bool = False):
+    """Plan part 0's first block with nothing (or everything) available without a fetch."""
+    n_id, block, part_all = first_block(graph)
+    available = torch.full((len(n_id),), cached, dtype=torch.bool)
     plan = plan_partial(
-        block,
-        n_id,
-        part_all[n_id],
-        my_part=0,
-        available_N=torch.zeros(len(n_id), dtype=torch.bool),
-        placement="requester",
+        block, n_id, part_all[n_id], my_part=0, available_N=available, placement=placement
     )
+    return plan, block
+
+
+def test_requester_placement_sends_nothing(tiny_graph: Graph) -> None:
+    plan, _ = plan_for(tiny_graph, "requester")
     assert plan.requests == () and plan.rows_avoided == 0 and bool(plan.need_row_N.all())
 
 
 def test_cached_rows_stay_local(tiny_graph: Graph) -> None:
-    n_id, block, part_all = first_block(tiny_graph)
-    plan = plan_partial(
-        block,
-        n_id,
-        part_all[n_id],
-        my_part=0,
-        available_N=torch.ones(len(n_id), dtype=torch.bool),
-        placement="owner",
-    )
+    plan, block = plan_for(tiny_graph, "owner", cached=True)
     assert plan.requests == () and plan.local_col.numel() == block.num_edges
 
 
