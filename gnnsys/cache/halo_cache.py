@@ -166,6 +166,10 @@ class HaloCache:
         """``[rows_held]`` cached gids, ascending."""
         return self._sorted_gid
 
+    def contains(self, gid: Tensor) -> Tensor:
+        """``[K]`` bool: which ``gid`` are cached (no counters, no policy step)."""
+        return self._find(torch.as_tensor(gid, dtype=torch.int64))[0]
+
     def _find(self, gid: Tensor) -> tuple[Tensor, Tensor]:
         """(hit mask ``[K]``, slot of each hit) for ``gid``; one binary search per gid."""
         if self._sorted_gid.shape[0] == 0:

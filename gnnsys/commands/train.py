@@ -13,6 +13,7 @@ _EXAMPLES = """examples:
   gnnsys train planetoid:cora --parts 4 --epochs 20 --out runs/cora
   gnnsys train --store runs/cora/store --parts 4 --resume --out runs/cora
   gnnsys train synthetic:sbm --address 127.0.0.1:6379 --parts 2   # join a running cluster
+  gnnsys train synthetic:sbm --parts 4 --cache-policy presample --cache-ratio 0.1 --codec int8
 """
 
 
@@ -48,7 +49,32 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-restarts", type=int, help="group restarts after a worker dies")
     p.add_argument("--num-nodes", type=int, help="nodes of a synthetic dataset")
     p.add_argument(
-        "--codec", help="codec of remote feature rows: fp32 (default), fp16, bf16, int8, ..."
+        "--codec",
+        help="codec of remote feature rows: fp32 (default), fp16, bf16, int8, int4, binary, or "
+        "auto (smallest lossless codec the features admit, else int8)",
+    )
+    p.add_argument(
+        "--cache-policy",
+        choices=("none", "degree", "presample", "adaptive"),
+        help="halo cache admission (default none): degree = most in-edges into the part, "
+        "presample = most accessed in a dry-run epoch, adaptive = online counts",
+    )
+    p.add_argument(
+        "--cache-ratio",
+        type=float,
+        help="cache budget as a fraction of the worker's own fp32 feature bytes, e.g. 0.1",
+    )
+    p.add_argument("--cache-mb", type=float, help="cache budget in MiB (overrides --cache-ratio)")
+    p.add_argument(
+        "--wire",
+        choices=("zstd", "lz4"),
+        help="measure a lossless wire stage over the encoded rows (reported as bytes_wire)",
+    )
+    p.add_argument(
+        "--aggregate-at",
+        choices=("requester", "owner", "auto"),
+        help="where layer 1 aggregates remote neighbors: requester (rows travel, default), "
+        "owner (partial sums travel; SAGE-mean and GCN), auto (fewer bytes per owner)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--inject-fault", help=argparse.SUPPRESS)  # KIND:RANK:EPOCH:BATCH, tests
@@ -92,7 +118,11 @@ def build_config(args: argparse.Namespace) -> Any:
             **pick(epochs=args.epochs, deadline_s=args.deadline),
         ),
         failure=replace(cfg.failure, **pick(max_restarts=args.max_restarts)),
-        fetch=replace(cfg.fetch, **pick(codec=args.codec)),
+        fetch=replace(
+            cfg.fetch,
+            **pick(codec=args.codec, cache_policy=args.cache_policy, cache_ratio=args.cache_ratio),
+            **pick(cache_mb=args.cache_mb, wire=args.wire, aggregate_at=args.aggregate_at),
+        ),
     )
 
 
@@ -116,14 +146,18 @@ def print_table(history: list[dict[str, Any]]) -> None:
     """The per-epoch summary table."""
     head = (
         f"{'epoch':>5} {'loss':>8} {'train':>7} {'val':>7} {'test':>7} {'sec':>7} {'MiB sent':>9}"
+        f" {'feat MiB':>9} {'hit rate':>8}"
     )
     print(head)
     print("-" * len(head))
     for m in history:
         mib = sum(m["bytes"].values()) / 2**20
+        feat = sum(v for k, v in m["bytes"].items() if k.startswith(("feature_", "partial_")))
+        hit = f"{m['cache']['hit_rate']:>8.3f}" if "cache" in m else f"{'-':>8}"
         print(
             f"{m['epoch']:>5} {m['loss']:>8.4f} {m['train_acc']:>7.4f} {m['val_acc']:>7.4f} "
-            f"{m['test_acc']:>7.4f} {m['seconds']['total']:>7.1f} {mib:>9.1f}"
+            f"{m['test_acc']:>7.4f} {m['seconds']['total']:>7.1f} {mib:>9.1f} "
+            f"{feat / 2**20:>9.2f} {hit}"
         )
 
 

@@ -13,6 +13,7 @@ Quantized layouts (agreed with the cache codecs):
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -195,6 +196,7 @@ def _build_transpose(rowptr: Tensor, col: Tensor, num_src: int) -> tuple[Tensor,
 _CacheEntry = tuple["weakref.ref[Tensor]", "weakref.ref[Tensor]", int, int, tuple[Tensor, ...]]
 _CSR_CACHE: dict[tuple[str, int, int, int], _CacheEntry] = {}
 _CSR_CACHE_SIZE = 16
+_CSR_LOCK = threading.Lock()  # trainer threads of the in-process executor share the cache
 
 
 def _cached(
@@ -215,11 +217,12 @@ def _cached(
     if hit is not None and hit[0]() is rowptr and hit[1]() is col and hit[2:4] == versions:
         return hit[4]
     value = build()
-    for stale in [k for k, v in _CSR_CACHE.items() if v[0]() is None or v[1]() is None]:
-        del _CSR_CACHE[stale]
-    while len(_CSR_CACHE) >= _CSR_CACHE_SIZE:
-        del _CSR_CACHE[next(iter(_CSR_CACHE))]
-    _CSR_CACHE[key] = (weakref.ref(rowptr), weakref.ref(col), *versions, value)
+    with _CSR_LOCK:
+        for stale in [k for k, v in _CSR_CACHE.items() if v[0]() is None or v[1]() is None]:
+            del _CSR_CACHE[stale]
+        while len(_CSR_CACHE) >= _CSR_CACHE_SIZE:
+            del _CSR_CACHE[next(iter(_CSR_CACHE))]
+        _CSR_CACHE[key] = (weakref.ref(rowptr), weakref.ref(col), *versions, value)
     return value
 
 

@@ -254,26 +254,62 @@ class Coordinator:
 
     def _metrics(self, accs: dict[str, float], eval_seconds: float) -> dict[str, Any]:
         """One ``metrics.jsonl`` object from the ranks' reports."""
-        reports = self._reports
-        seeds = sum(r.stats.num_seeds for r in reports)
-        traffic = sum((r.traffic for r in reports), LedgerSnapshot())
-        split = {
-            key: sum(r.stats.seconds[key] for r in reports) / len(reports)
-            for key in ("sample", "fetch", "compute", "sync")
+        return epoch_metrics(
+            self.epoch,
+            self._reports,
+            accs,
+            epoch_seconds=self._epoch_seconds,
+            eval_seconds=eval_seconds,
+            num_batches=self.num_batches,
+            restarts=self.restarts,
+        )
+
+
+def epoch_metrics(
+    epoch: int,
+    reports: list[WorkerEpochReport],
+    accs: dict[str, float],
+    *,
+    epoch_seconds: float,
+    eval_seconds: float,
+    num_batches: int,
+    restarts: int,
+) -> dict[str, Any]:
+    """One ``metrics.jsonl`` object from the ranks' reports (shared with the local executor).
+
+    ``bytes``/``messages`` are the epoch's traffic summed over ranks; ``warmup_bytes`` is the
+    traffic before epoch 0 (presample dry run, cache prefetch), repeated on every line;
+    ``cache`` sums the ranks' cache counters over the epoch (absent without a cache).
+    """
+    seeds = sum(r.stats.num_seeds for r in reports)
+    traffic = sum((r.traffic for r in reports), LedgerSnapshot())
+    warmup = sum((r.warmup for r in reports), LedgerSnapshot())
+    split = {
+        key: sum(r.stats.seconds[key] for r in reports) / len(reports)
+        for key in ("sample", "fetch", "compute", "sync")
+    }
+    metrics: dict[str, Any] = {
+        "epoch": epoch,
+        "loss": sum(r.stats.loss_sum for r in reports) / max(seeds, 1),
+        **accs,
+        "batch_train_acc": sum(r.stats.num_correct for r in reports) / max(seeds, 1),
+        "seconds": {"total": epoch_seconds, **split, "eval": eval_seconds},
+        "bytes": traffic.bytes,
+        "messages": traffic.messages,
+        "warmup_bytes": warmup.bytes,
+        "num_batches": num_batches,
+        "peak_rss_bytes": [r.peak_rss_bytes for r in reports],
+        "num_ray_nodes": len({r.node_id for r in reports}),
+        "restarts": restarts,
+    }
+    if any(r.cache for r in reports):
+        cache: dict[str, float] = {
+            k: sum(r.cache.get(k, 0) for r in reports) for k in reports[0].cache
         }
-        return {
-            "epoch": self.epoch,
-            "loss": sum(r.stats.loss_sum for r in reports) / max(seeds, 1),
-            **accs,
-            "batch_train_acc": sum(r.stats.num_correct for r in reports) / max(seeds, 1),
-            "seconds": {"total": self._epoch_seconds, **split, "eval": eval_seconds},
-            "bytes": traffic.bytes,
-            "messages": traffic.messages,
-            "num_batches": self.num_batches,
-            "peak_rss_bytes": [r.peak_rss_bytes for r in reports],
-            "num_ray_nodes": len({r.node_id for r in reports}),
-            "restarts": self.restarts,
-        }
+        looked = cache["rows_requested"]
+        cache["hit_rate"] = cache["rows_hit"] / looked if looked else 0.0
+        metrics["cache"] = cache
+    return metrics
 
 
 class Evaluator:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from gnnsys.train.coordinator import Coordinator
@@ -27,7 +28,7 @@ from gnnsys.train.worker import FaultSpec, WorkerSpec
 if TYPE_CHECKING:
     from gnnsys.config import RunConfig
 
-__all__ = ["ClusterSpec", "TrainResult", "train"]
+__all__ = ["ClusterSpec", "TrainResult", "summary_of", "train"]
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,8 @@ def train(
             num_edges=graph.num_edges,
             num_parts=config.cluster.parts,
         )
+        fetch = config.fetch.resolve_codec(torch.from_numpy(np.asarray(graph.x, dtype=np.float32)))
+        config = replace(config, fetch=fetch)
         template = WorkerSpec(
             rank=0,
             world_size=config.cluster.parts,
@@ -143,7 +146,7 @@ def train(
             eval_graph=graph,
         )
         history = coordinator.run()
-        summary = _summary(config, history, store, topology, coordinator.restarts)
+        summary = summary_of(config, history, store, topology, coordinator.restarts)
         summary["wall_seconds"] = time.perf_counter() - wall
         (run_path / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
         return TrainResult(history=history, summary=summary, run_dir=run_path)
@@ -152,12 +155,10 @@ def train(
             ray.shutdown()
 
 
-def _summary(
+def summary_of(
     config: RunConfig, history: list[dict[str, Any]], store: Path, topology: str, restarts: int
 ) -> dict[str, Any]:
     """The ``summary.json`` object: final and best epochs, config, versions, partition."""
-    import ray
-
     from gnnsys import __version__
     from gnnsys.store import read_manifest
 
@@ -170,7 +171,7 @@ def _summary(
         "versions": {
             "gnnsys": __version__,
             "torch": torch.__version__,
-            "ray": ray.__version__,
+            "ray": _ray_version(),
             "python": platform.python_version(),
         },
         "partition": {
@@ -183,3 +184,9 @@ def _summary(
         },
         "restarts": restarts,
     }
+
+
+def _ray_version() -> str:
+    import ray
+
+    return str(ray.__version__)

@@ -15,12 +15,14 @@ Shape legend: ``B`` seeds in a batch, ``N`` sampled nodes, ``F`` features, ``C``
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -28,8 +30,12 @@ from torch import Tensor, nn
 from torch.nn import functional
 
 from gnnsys.cache.base import FeatureSource
+from gnnsys.models import BlockModel
 from gnnsys.sampler.base import Sampler
-from gnnsys.types import Block
+from gnnsys.types import Block, SampledSubgraph
+
+if TYPE_CHECKING:
+    from gnnsys.train.owner_agg import FirstLayerAggregator
 
 __all__ = [
     "EpochStats",
@@ -157,6 +163,8 @@ class Trainer:
         train_y: Tensor,
         rank: int = 0,
         sync: GradSync | None = None,
+        rng_lock: threading.Lock | None = None,
+        first_layer: FirstLayerAggregator | None = None,
     ) -> None:
         if train_gid.shape != train_y.shape:
             raise ValueError(
@@ -170,6 +178,11 @@ class Trainer:
         self.train_y = train_y.long()
         self.rank = rank
         self.sync: GradSync = sync if sync is not None else LocalSync()
+        self.first_layer = first_layer  # owner-side layer-0 aggregation (issue 8), or None
+        if first_layer is not None and not isinstance(model, BlockModel):
+            raise TypeError(f"first_layer needs a gnnsys.models.BlockModel, got {type(model)}")
+        self._rng_lock = rng_lock  # shared by in-process ranks; None: this process's RNG
+        self._rng_state = torch.get_rng_state()
         self.optimizer = torch.optim.Adam(
             model.parameters(), lr=config.lr, weight_decay=config.weight_decay
         )
@@ -209,12 +222,13 @@ class Trainer:
             t0 = time.perf_counter()
             sub = self.sampler.sample(self.train_gid[pos_B], seed=batch_seed)
             t1 = time.perf_counter()
-            x_NF = self.features.fetch(sub.n_id)
+            forward = self._inputs(sub)
             t2 = time.perf_counter()
-            logits_BC = self.model(x_NF, sub.blocks)[: sub.batch_size]
             y_B = self.train_y[pos_B]
-            loss = functional.cross_entropy(logits_BC, y_B)
-            torch.autograd.backward(loss)
+            with self._own_rng():
+                logits_BC = forward()[: sub.batch_size]
+                loss = functional.cross_entropy(logits_BC, y_B)
+                torch.autograd.backward(loss)
             loss_sum = float(loss.detach()) * int(y_B.numel())
             correct = int((logits_BC.argmax(-1) == y_B).sum())
             seconds["sample"] += t1 - t0
@@ -227,6 +241,33 @@ class Trainer:
         self.optimizer.step()
         seconds["compute"] += time.perf_counter() - t4
         return loss_sum, correct
+
+    @contextlib.contextmanager
+    def _own_rng(self) -> Iterator[None]:
+        """Run the random part of a step (dropout) on this rank's own torch RNG stream.
+
+        A process-wide RNG is shared by the trainer threads of the in-process executor; with a
+        ``rng_lock`` each rank swaps its own state in under the lock (serialising its forward
+        and backward), so a rank draws the same masks as it would alone in a Ray worker.
+        """
+        if self._rng_lock is None:
+            yield
+            return
+        with self._rng_lock:
+            torch.set_rng_state(self._rng_state)
+            try:
+                yield
+            finally:
+                self._rng_state = torch.get_rng_state()
+
+    def _inputs(self, sub: SampledSubgraph) -> Callable[[], Tensor]:
+        """Fetch layer 0's inputs (through ``first_layer`` when set); returns the forward pass."""
+        if self.first_layer is None:
+            x_NF = self.features.fetch(sub.n_id)
+            return lambda: cast(Tensor, self.model(x_NF, sub.blocks))
+        model = cast(BlockModel, self.model)
+        first = self.first_layer.gather(model.layers[0], sub, self.features)
+        return lambda: model.forward_from_first_agg(first.agg_MF, first.x_dst_MF, sub.blocks)
 
     def _sync_grads(self) -> None:
         """Average gradients over ranks in one flat buffer (one collective per step)."""
@@ -247,7 +288,9 @@ class Trainer:
         return {
             "model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
             "optimizer": copy.deepcopy(self.optimizer.state_dict()),  # Adam mutates in place
-            "rng": {"torch": torch.get_rng_state()},
+            "rng": {
+                "torch": self._rng_state if self._rng_lock is not None else torch.get_rng_state()
+            },
         }
 
     def load_state(
@@ -256,7 +299,9 @@ class Trainer:
         """Restore what :meth:`state` returned (RNG included, so dropout masks repeat)."""
         self.model.load_state_dict(model_state)
         self.optimizer.load_state_dict(optimizer_state)
-        torch.set_rng_state(rng["torch"])
+        self._rng_state = rng["torch"]
+        if self._rng_lock is None:
+            torch.set_rng_state(rng["torch"])
 
 
 def full_block(indptr: np.ndarray, indices: np.ndarray, num_nodes: int) -> Block:

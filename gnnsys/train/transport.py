@@ -36,6 +36,7 @@ __all__ = [
     "RoutedFeatureSource",
     "RoutedNeighborSource",
     "ShardOwner",
+    "group_by_owner",
 ]
 
 log = logging.getLogger(__name__)
@@ -137,8 +138,20 @@ class OwnerClient(Protocol):
         """Rows of ``gid_by_part[p]`` encoded by owner ``p`` with ``codec`` before sending."""
         ...
 
+    def partial_many(
+        self,
+        req_by_part: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]],
+        codec: Codec | None = None,
+    ) -> dict[int, EncodedRows]:
+        """Partial sums ``[G, F]`` of ``req_by_part[p]`` computed at owner ``p``, for every ``p``.
 
-def _group_by_owner(part_M: np.ndarray, skip: int) -> dict[int, np.ndarray]:
+        Each request is ``(group_rowptr, src_gid, src_weight)`` (see ``ShardOwner.partial_sums``);
+        answers are encoded with ``codec``, or plain float32 (codec ``fp32``) without one.
+        """
+        ...
+
+
+def group_by_owner(part_M: np.ndarray, skip: int) -> dict[int, np.ndarray]:
     """Positions of each owner's entries in request order (one stable sort), except ``skip``."""
     order = np.argsort(part_M, kind="stable")
     parts, starts = np.unique(part_M[order], return_index=True)
@@ -175,7 +188,7 @@ class RoutedNeighborSource:
         dst_np = dst_gid.numpy().astype(np.int64, copy=False)
         part_M = self.part_N[dst_np]
         local_pos = np.flatnonzero(part_M == self.part)
-        remote_pos = _group_by_owner(part_M, skip=self.part)
+        remote_pos = group_by_owner(part_M, skip=self.part)
         requests = {p: dst_np[pos] for p, pos in remote_pos.items()}
         for req in requests.values():
             self.ledger.record("structure_request", req)
@@ -256,7 +269,7 @@ class RoutedFeatureSource:
         out_KF = np.empty((gid_np.shape[0], self.local_x.shape[1]), dtype=np.float32)
         local_pos = np.flatnonzero(part_K == self.part)
         out_KF[local_pos] = self.local_x[self.lid_N[gid_np[local_pos]]]
-        remote_pos = _group_by_owner(part_K, skip=self.part)
+        remote_pos = group_by_owner(part_K, skip=self.part)
         requests = {p: gid_np[pos] for p, pos in remote_pos.items()}
         for req in requests.values():
             self.ledger.record("feature_request", req)
@@ -325,6 +338,47 @@ class ShardOwner:
         """Rows of owned ``gid`` encoded with ``codec`` (what travels instead of float32)."""
         return codec.encode(torch.from_numpy(self.fetch(gid)))
 
+    def partial_sums(
+        self,
+        group_rowptr: np.ndarray,
+        src_gid: np.ndarray,
+        src_weight: np.ndarray | None = None,
+        codec: Codec | None = None,
+    ) -> EncodedRows:
+        """Owner-side first-layer aggregation (issue 8): one sum of owned rows per group.
+
+        Row ``g`` of the answer is ``sum_{k in group g} w_k * x[src_gid[k]]`` (``w = 1`` without
+        ``src_weight``), computed by ``gnnsys.kernels.aggregate`` over the gathered rows, so only
+        ``G`` rows travel back instead of the ``K`` (or their distinct subset) requested.
+
+        Args:
+            group_rowptr: ``[G + 1]`` int64 grouping of the ``K`` pairs (by destination).
+            src_gid: ``[K]`` int64 owned source gids.
+            src_weight: ``[K]`` float32 per-pair weights (GCN's ``s_j``), or ``None``.
+            codec: Encode the sums with it for the wire (``None``: plain float32 rows).
+
+        Returns:
+            ``[G, F]`` sums as ``EncodedRows`` (codec ``fp32`` when ``codec`` is ``None``).
+
+        Raises:
+            ValueError: The store has no features, or the arrays do not fit together.
+        """
+        from gnnsys.train.partial_agg import owner_partial_sums
+
+        rowptr = torch.from_numpy(np.asarray(group_rowptr, dtype=np.int64))
+        if rowptr.numel() < 1 or int(rowptr[-1]) != len(src_gid):
+            raise ValueError(
+                f"group_rowptr ends at {int(rowptr[-1]) if rowptr.numel() else None} but "
+                f"{len(src_gid)} src_gid were sent; pass one gid per pair"
+            )
+        rows_KF = torch.from_numpy(self.fetch(np.asarray(src_gid, dtype=np.int64)))
+        weight = None if src_weight is None else torch.from_numpy(np.asarray(src_weight))
+        pos_K = torch.arange(rows_KF.shape[0], dtype=torch.int64)
+        sums_GF = owner_partial_sums(rows_KF, pos_K, rowptr, weight).float().contiguous()
+        if codec is None:
+            return EncodedRows("fp32", int(sums_GF.shape[1]), sums_GF)
+        return codec.encode(sums_GF)
+
 
 class RayOwnerClient:
     """:class:`OwnerClient` over ``ShardOwner`` actor handles, with a deadline on every wait.
@@ -372,3 +426,15 @@ class RayOwnerClient:
             p: self.owners[p].fetch_encoded.remote(gid, codec) for p, gid in gid_by_part.items()
         }
         return self._get(refs, "fetch_encoded")
+
+    def partial_many(
+        self,
+        req_by_part: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]],
+        codec: Codec | None = None,
+    ) -> dict[int, EncodedRows]:
+        """One ``ShardOwner.partial_sums`` call per part, all in flight together."""
+        refs = {
+            p: self.owners[p].partial_sums.remote(rowptr, gid, weight, codec)
+            for p, (rowptr, gid, weight) in req_by_part.items()
+        }
+        return self._get(refs, "partial_sums")

@@ -27,12 +27,14 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from gnnsys.train.halo import build_cached_source, cache_report
 from gnnsys.train.ledger import Ledger, LedgerSnapshot
 from gnnsys.train.models import ModelSpec, build_model
 from gnnsys.train.shards import assemble_graph
-from gnnsys.train.trainer import EpochStats, Trainer
+from gnnsys.train.trainer import EpochStats, GradSync, Trainer
 from gnnsys.train.transport import (
     FetchSpec,
+    OwnerClient,
     RayOwnerClient,
     RoutedFeatureSource,
     RoutedNeighborSource,
@@ -106,6 +108,8 @@ class WorkerEpochReport:
         traffic: Ledger difference over the epoch.
         peak_rss_bytes: Peak resident memory of the worker process so far.
         node_id: Ray node the worker runs on.
+        warmup: Traffic before epoch 0 (presample dry run and cache prefetch).
+        cache: Cache and fetcher counters over the epoch (``cache_report``; empty: no cache).
     """
 
     rank: int
@@ -113,6 +117,14 @@ class WorkerEpochReport:
     traffic: LedgerSnapshot
     peak_rss_bytes: int
     node_id: str
+    warmup: LedgerSnapshot = field(default_factory=LedgerSnapshot)
+    cache: dict[str, int] = field(default_factory=dict)
+
+
+def _diff(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    """Per-epoch cache counters; held/capacity figures are levels, not counts."""
+    levels = ("rows_held", "capacity_rows", "bytes_held", "capacity_bytes")
+    return {k: v if k in levels else v - before.get(k, 0) for k, v in after.items()}
 
 
 class GlooSync:
@@ -138,17 +150,24 @@ def _peak_rss() -> int:
 def _node_id() -> str:
     import ray
 
+    if not ray.is_initialized():
+        return "local"  # the in-process executor (gnnsys.train.local)
     return str(ray.get_runtime_context().get_node_id())
 
 
-def _build_trainer(spec: WorkerSpec, owners: list[Any], ledger: Ledger) -> Trainer:
+def _build_trainer(
+    spec: WorkerSpec,
+    client: OwnerClient,
+    ledger: Ledger,
+    sync: GradSync | None,
+    rng_lock: threading.Lock | None = None,
+) -> Trainer:
     """Load this rank's shard and wire sampler, feature source and model into a ``Trainer``."""
     from gnnsys.sampler import CSRNeighborSource, NeighborSampler
     from gnnsys.store import load_book, load_shard
 
     shard = load_shard(spec.store, spec.rank)
     book = load_book(spec.store)
-    client = RayOwnerClient(owners, spec.deadline_s)
     if spec.topology == "replicated":
         source: Any = CSRNeighborSource.from_graph(assemble_graph(spec.store, with_data=False))
     else:
@@ -156,32 +175,68 @@ def _build_trainer(spec: WorkerSpec, owners: list[Any], ledger: Ledger) -> Train
         source = RoutedNeighborSource(spec.rank, book.part_N, local, client, ledger)
     if shard.x is None or shard.y is None or shard.train_mask is None:
         raise ValueError(f"part {spec.rank} lacks x, y or train_mask; rewrite the store with them")
-    features = RoutedFeatureSource(
-        spec.rank, book.part_N, book.lid_N, shard.x, client, ledger, spec.fetch.make()
-    )
+    sampler = NeighborSampler(spec.sampler, source=source)
     train_lid = np.flatnonzero(np.asarray(shard.train_mask))
+    train_gid = torch.from_numpy(np.asarray(shard.owned_gid)[train_lid].astype(np.int64))
+    features: Any
+    if spec.fetch.cached:
+        features = build_cached_source(
+            spec.fetch,
+            shard=shard,
+            book=book,
+            client=client,
+            ledger=ledger,
+            sampler=sampler,
+            train_gid=train_gid,
+            batch_size=spec.trainer.batch_size,
+            seed=spec.trainer.seed * 7919 + spec.rank,
+        )
+    else:
+        features = RoutedFeatureSource(
+            spec.rank, book.part_N, book.lid_N, shard.x, client, ledger, spec.fetch.make()
+        )
     torch.manual_seed(spec.trainer.seed)  # identical initial weights on every rank
     model = build_model(spec.model, spec.num_features, spec.num_classes, len(spec.sampler.fanouts))
     return Trainer(
         spec.trainer,
         model=model,
-        sampler=NeighborSampler(spec.sampler, source=source),
+        sampler=sampler,
         features=features,
-        train_gid=torch.from_numpy(np.asarray(shard.owned_gid)[train_lid].astype(np.int64)),
+        train_gid=train_gid,
         train_y=torch.from_numpy(np.asarray(shard.y)[train_lid].astype(np.int64)),
         rank=spec.rank,
-        sync=GlooSync(spec.world_size, ledger) if spec.world_size > 1 else None,
+        sync=sync,
+        rng_lock=rng_lock,
     )
 
 
 class TrainWorker:
     """Trainer of one rank, used as a Ray actor; see the module docstring."""
 
-    def __init__(self, spec: WorkerSpec, owners: list[Any]) -> None:
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        owners: list[Any],
+        *,
+        client: OwnerClient | None = None,
+        sync: Callable[[Ledger], GradSync] | None = None,
+        rng_lock: threading.Lock | None = None,
+    ) -> None:
         torch.set_num_threads(1)  # P workers share few cores; >1 thread only oversubscribes
         self.spec = spec
         self.ledger = Ledger()
-        self.trainer = _build_trainer(spec, owners, self.ledger)
+        if client is None:
+            client = RayOwnerClient(owners, spec.deadline_s)
+        grad_sync: GradSync | None = None
+        if sync is not None:
+            grad_sync = sync(self.ledger)
+        elif spec.world_size > 1:
+            grad_sync = GlooSync(spec.world_size, self.ledger)
+        self.trainer = _build_trainer(spec, client, self.ledger, grad_sync, rng_lock)
+        warm = getattr(self.trainer.features, "warm_up", None)
+        if warm is not None:
+            warm()  # before the first epoch's snapshot: reported as warm-up traffic
+        self.warmup = self.ledger.snapshot()
         self._progress = 0
         self._lock = threading.Lock()
 
@@ -250,6 +305,7 @@ class TrainWorker:
     def train_epoch(self, epoch: int, num_batches: int) -> WorkerEpochReport:
         """Train one epoch of ``num_batches`` steps and report stats and traffic."""
         before = self.ledger.snapshot()
+        cache_before = cache_report(self.trainer.features)
         stats = self.trainer.train_epoch(
             epoch, num_batches, hook=lambda b: self._before_batch(epoch, b)
         )
@@ -261,6 +317,8 @@ class TrainWorker:
             traffic=self.ledger.snapshot() - before,
             peak_rss_bytes=_peak_rss(),
             node_id=_node_id(),
+            warmup=self.warmup,
+            cache=_diff(cache_report(self.trainer.features), cache_before),
         )
 
     def close(self) -> None:

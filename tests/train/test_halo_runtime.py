@@ -1,0 +1,155 @@
+"""The halo cache and codecs in the runtime: ledger exactness, budget, executors agreeing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from gnnsys.cache.codecs import make_codec
+from gnnsys.commands.train import add_parser, build_config
+from gnnsys.config import RunConfig
+from gnnsys.datasets.synthetic import sbm
+from gnnsys.sampler import CSRNeighborSource, NeighborSampler
+from gnnsys.store import load_book, load_shard
+from gnnsys.train.halo import OwnerRows
+from gnnsys.train.ledger import Ledger
+from gnnsys.train.local import LocalOwnerClient, train_local
+from gnnsys.train.prepare import DataSpec
+from gnnsys.train.trainer import batch_seed_for, epoch_batches
+from gnnsys.train.transport import FetchSpec, ShardOwner
+
+N, F = 1000, 16
+
+
+def _config(parts: int, epochs: int = 2, **fetch: Any) -> RunConfig:
+    cfg = RunConfig()
+    return replace(
+        cfg,
+        data=DataSpec(
+            dataset="synthetic:sbm",
+            partitioner="random",
+            dataset_params=(("num_nodes", N), ("num_features", F)),
+        ),
+        cluster=replace(cfg.cluster, parts=parts, topology="partitioned"),
+        sampler=NeighborSampler.Config(fanouts=(5, 5)),
+        model=replace(cfg.model, hidden=32),
+        trainer=replace(cfg.trainer, batch_size=16, lr=0.01),
+        loop=replace(cfg.loop, epochs=epochs, progress=False, deadline_s=60.0),
+        fetch=FetchSpec(**fetch),
+    )
+
+
+def _remote_rows(run_dir: Path, cfg: RunConfig, epoch: int, num_batches: int) -> int:
+    """Independent count: remote rows of every rank's batches, replayed on the whole graph."""
+    store = run_dir / "store"
+    book = load_book(store)
+    graph = sbm(num_nodes=N, num_features=F)
+    sampler = NeighborSampler(cfg.sampler, source=CSRNeighborSource.from_graph(graph))
+    rows = 0
+    for rank in range(book.num_parts):
+        shard = load_shard(store, rank)
+        assert shard.train_mask is not None
+        train_gid = torch.from_numpy(np.asarray(shard.owned_gid)[np.asarray(shard.train_mask)])
+        batches = epoch_batches(
+            int(train_gid.numel()), num_batches, seed=cfg.trainer.seed, rank=rank, epoch=epoch
+        )
+        for b, pos in enumerate(batches):
+            if pos.numel():
+                sub = sampler.sample(
+                    train_gid[pos], seed=batch_seed_for(cfg.trainer.seed, rank, epoch, b)
+                )
+                rows += int((book.owner(sub.n_id.numpy()) != rank).sum())
+    return rows
+
+
+def test_owner_rows_come_back_in_request_order_and_are_counted(tmp_path: Path) -> None:
+    cfg = _config(parts=4)
+    train_local(replace(cfg, loop=replace(cfg.loop, epochs=1)), tmp_path)
+    store = tmp_path / "store"
+    book = load_book(store)
+    client = LocalOwnerClient([ShardOwner(str(store), p) for p in range(4)])
+    ledger = Ledger()
+    rows = OwnerRows(0, book.part_N, client, ledger)
+    gid = torch.from_numpy(np.flatnonzero(book.part_N != 0)[::-7].copy())  # descending, mixed
+    codec = make_codec("int8")
+    got = codec.decode(rows.fetch_encoded(gid, codec))
+    x = sbm(num_nodes=N, num_features=F).x
+    assert x is not None
+    want = codec.decode(codec.encode(torch.from_numpy(np.asarray(x, np.float32))[gid]))
+    assert torch.equal(got, want)
+    snap = ledger.snapshot()
+    assert snap.bytes["feature_request"] == 8 * gid.numel()
+    assert snap.bytes["feature_response"] == gid.numel() * codec.row_nbytes(F)
+    assert snap.messages["feature_request"] == 3  # one per remote owner
+    with pytest.raises(ValueError, match="owned by part 0"):
+        rows.fetch(torch.tensor([int(np.flatnonzero(book.part_N == 0)[0])]))
+
+
+@pytest.mark.timeout(120)
+def test_cached_run_ledger_matches_cache_counters_and_budget(tmp_path: Path) -> None:
+    cfg = _config(parts=4, codec="int8", cache_policy="presample", cache_ratio=0.25)
+    history = train_local(cfg, tmp_path).history
+    row_bytes = make_codec("int8").row_nbytes(F)
+    for m in history:
+        cache = m["cache"]
+        assert m["bytes"]["feature_response"] == cache["bytes_received"]
+        assert m["bytes"]["feature_request"] == 8 * cache["rows_fetched"]
+        assert cache["rows_fetched"] * row_bytes == cache["bytes_received"]
+        assert cache["bytes_held"] <= cache["capacity_bytes"]
+        assert cache["rows_requested"] == _remote_rows(tmp_path, cfg, m["epoch"], m["num_batches"])
+        assert cache["rows_hit"] + cache["rows_fetched"] <= cache["rows_requested"]
+        assert 0.0 < cache["hit_rate"] < 1.0
+    assert history[0]["warmup_bytes"]["feature_response"] > 0  # the prefetch
+    assert history[0]["warmup_bytes"]["structure_request"] > 0  # the presample dry run
+
+
+@pytest.mark.timeout(120)
+def test_cached_runs_repeat_exactly(tmp_path: Path) -> None:
+    cfg = _config(parts=2, codec="int4", cache_policy="adaptive", cache_ratio=0.1)
+    first = train_local(cfg, tmp_path / "a").history
+    second = train_local(cfg, tmp_path / "b").history
+    for a, b in zip(first, second, strict=True):
+        assert a["bytes"] == b["bytes"] and a["cache"] == b["cache"]
+        assert a["loss"] == b["loss"] and a["test_acc"] == b["test_acc"]
+
+
+def test_auto_codec_resolves_on_the_driver(tmp_path: Path) -> None:
+    result = train_local(_config(parts=2, epochs=1, codec="auto", lossy_codec="fp16"), tmp_path)
+    assert result.summary["config"]["fetch"]["codec"] == "fp16"  # sbm features are not binary
+
+
+def test_train_cli_sets_the_fetch_spec() -> None:
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    args = parser.parse_args(
+        "train --cache-policy degree --cache-ratio 0.1 --codec int8 --wire zstd "
+        "--aggregate-at auto".split()
+    )
+    fetch = build_config(args).fetch
+    assert (fetch.cache_policy, fetch.cache_ratio, fetch.codec) == ("degree", 0.1, "int8")
+    assert (fetch.wire, fetch.aggregate_at, fetch.cached) == ("zstd", "auto", True)
+    with pytest.raises(ValueError, match="cache_policy='lru'"):
+        FetchSpec(cache_policy="lru")
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(240)
+def test_ray_and_local_executors_agree(ray_session: Any, tmp_path: Path) -> None:
+    from gnnsys.train.run import train
+
+    cfg = _config(parts=2, codec="int8", cache_policy="adaptive", cache_ratio=0.25)
+    ray_hist = train(cfg, tmp_path / "ray").history
+    local_hist = train_local(cfg, tmp_path / "local").history
+    for r, loc in zip(ray_hist, local_hist, strict=True):
+        assert r["bytes"] == loc["bytes"] and r["messages"] == loc["messages"]
+        assert r["cache"] == loc["cache"] and r["warmup_bytes"] == loc["warmup_bytes"]
+        assert r["loss"] == loc["loss"] and r["test_acc"] == loc["test_acc"]
+    summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
+    assert summary["config"]["fetch"]["cache_policy"] == "adaptive"
