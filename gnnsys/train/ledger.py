@@ -3,6 +3,11 @@
 Only payload tensors count (``ndarray.nbytes`` / ``Tensor.nbytes``): Ray's framing, actor-call
 arguments that are scalars (fanout, seed, hop) and gloo's protocol bytes are excluded, so two runs
 with the same seed give identical counts on any machine.
+
+Besides bytes and messages per traffic category (:data:`CATEGORIES`), the ledger keeps plain
+counters (:data:`COUNTERS`) of things that are not bytes on the wire, so ``total_bytes`` stays a
+sum of real traffic: owner-side partial aggregation (issue 8) counts the (destination, source)
+pairs it sent, the partial sums it got back and the remote rows that did not travel.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from torch import Tensor
 
-__all__ = ["CATEGORIES", "Ledger", "LedgerSnapshot"]
+__all__ = ["CATEGORIES", "COUNTERS", "Ledger", "LedgerSnapshot"]
 
 CATEGORIES: tuple[str, ...] = (
     "structure_request",
@@ -20,8 +25,24 @@ CATEGORIES: tuple[str, ...] = (
     "feature_request",
     "feature_response",
     "allreduce",
+    "partial_request",
+    "partial_response",
 )
-"""Traffic categories; every snapshot lists all of them (zeros included)."""
+"""Traffic categories; every snapshot lists all of them (zeros included).
+
+``partial_request``: what a requester sends an owner for owner-side aggregation (group row
+pointer, source gids, GCN weights); ``partial_response``: the partial sums it gets back (float32,
+or the run codec's encoded bytes).
+"""
+
+COUNTERS: tuple[str, ...] = ("partial_pairs", "partial_sums", "rows_avoided")
+"""Non-byte counters; every snapshot lists all of them (zeros included).
+
+``partial_pairs``: (destination, source) pairs sent to owners; ``partial_sums``: partial-sum rows
+returned (one per destination and owner); ``rows_avoided``: distinct remote feature rows the
+requester did not fetch because their owner aggregated them (multiply by the wire bytes of one
+row, plus 8 for its gid, for the bytes they would have cost).
+"""
 
 
 def _nbytes(arrays: tuple[np.ndarray | Tensor, ...]) -> int:
@@ -35,21 +56,25 @@ class LedgerSnapshot:
     Attributes:
         bytes: Category -> payload bytes.
         messages: Category -> number of messages (one per remote call or collective).
+        counts: Counter in :data:`COUNTERS` -> value (not bytes; see there).
     """
 
     bytes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
     messages: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
 
     def __add__(self, other: LedgerSnapshot) -> LedgerSnapshot:
         return LedgerSnapshot(
             bytes={c: self.bytes[c] + other.bytes[c] for c in CATEGORIES},
             messages={c: self.messages[c] + other.messages[c] for c in CATEGORIES},
+            counts={c: self.counts[c] + other.counts[c] for c in COUNTERS},
         )
 
     def __sub__(self, other: LedgerSnapshot) -> LedgerSnapshot:
         return LedgerSnapshot(
             bytes={c: self.bytes[c] - other.bytes[c] for c in CATEGORIES},
             messages={c: self.messages[c] - other.messages[c] for c in CATEGORIES},
+            counts={c: self.counts[c] - other.counts[c] for c in COUNTERS},
         )
 
     @property
@@ -64,6 +89,7 @@ class Ledger:
     def __init__(self) -> None:
         self._bytes = dict.fromkeys(CATEGORIES, 0)
         self._messages = dict.fromkeys(CATEGORIES, 0)
+        self._counts = dict.fromkeys(COUNTERS, 0)
 
     def record(self, category: str, *payload: np.ndarray | Tensor) -> None:
         """Count one message of ``category`` carrying ``payload``.
@@ -83,6 +109,18 @@ class Ledger:
         self._bytes[category] += int(nbytes)
         self._messages[category] += 1
 
+    def count(self, counter: str, value: int) -> None:
+        """Add ``value`` to a non-byte counter.
+
+        Raises:
+            ValueError: ``counter`` is not one of :data:`COUNTERS`.
+        """
+        if counter not in self._counts:
+            raise ValueError(f"unknown ledger counter {counter!r}; use one of {COUNTERS}")
+        self._counts[counter] += int(value)
+
     def snapshot(self) -> LedgerSnapshot:
         """A frozen copy of the counters."""
-        return LedgerSnapshot(bytes=dict(self._bytes), messages=dict(self._messages))
+        return LedgerSnapshot(
+            bytes=dict(self._bytes), messages=dict(self._messages), counts=dict(self._counts)
+        )
