@@ -30,6 +30,7 @@ from torch import Tensor
 from gnnsys.train.halo import build_cached_source, cache_report
 from gnnsys.train.ledger import Ledger, LedgerSnapshot
 from gnnsys.train.models import ModelSpec, build_model
+from gnnsys.train.owner_agg import build_first_layer
 from gnnsys.train.shards import assemble_graph
 from gnnsys.train.trainer import EpochStats, GradSync, Trainer
 from gnnsys.train.transport import (
@@ -197,6 +198,15 @@ def _build_trainer(
         )
     torch.manual_seed(spec.trainer.seed)  # identical initial weights on every rank
     model = build_model(spec.model, spec.num_features, spec.num_classes, len(spec.sampler.fanouts))
+    first_layer = build_first_layer(  # None for requester placement (or a non-linear layer 0)
+        spec.fetch,
+        model,
+        part=spec.rank,
+        part_N=book.part_N,
+        num_features=spec.num_features,
+        client=client,
+        ledger=ledger,
+    )
     return Trainer(
         spec.trainer,
         model=model,
@@ -207,6 +217,7 @@ def _build_trainer(
         rank=spec.rank,
         sync=sync,
         rng_lock=rng_lock,
+        first_layer=first_layer,
     )
 
 

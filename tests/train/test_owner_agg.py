@@ -7,7 +7,7 @@ In-process tests call the same ``ShardOwner`` objects directly; the ``ray`` test
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -324,3 +324,40 @@ def test_gat_falls_back_through_actors(
         )
     assert got is None
     assert sum("not linear" in r.getMessage() for r in caplog.records) == 1
+
+
+# --- the whole runtime (in-process executor, same workers as Ray) ---------------------------------
+
+
+def _run_config(placement: str, model: str) -> Any:
+    from gnnsys.config import RunConfig
+    from gnnsys.train.models import ModelSpec
+    from gnnsys.train.prepare import DataSpec
+
+    cfg = RunConfig()
+    return replace(
+        cfg,
+        data=DataSpec(
+            dataset="synthetic:sbm",
+            partitioner="random",
+            dataset_params=(("num_nodes", 600), ("num_features", 16)),
+        ),
+        cluster=replace(cfg.cluster, parts=2, topology="partitioned"),
+        sampler=NeighborSampler.Config(fanouts=(4, 3)),
+        model=ModelSpec(name=model, hidden=16, dropout=0.0),
+        trainer=replace(cfg.trainer, batch_size=32, lr=0.01),
+        loop=replace(cfg.loop, epochs=2, progress=False, deadline_s=60.0),
+        fetch=FetchSpec(aggregate_at=placement),
+    )
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("model", ["sage", "gcn"])
+def test_train_local_owner_matches_requester(tmp_path: Path, model: str) -> None:
+    from gnnsys.train.local import train_local
+
+    got = {p: train_local(_run_config(p, model), tmp_path / p) for p in ("requester", "owner")}
+    for want, have in zip(got["requester"].history, got["owner"].history, strict=True):
+        assert have["loss"] == pytest.approx(want["loss"], rel=1e-4)
+        assert have["bytes"]["partial_request"] > 0 and want["bytes"]["partial_request"] == 0
+        assert have["bytes"]["feature_request"] < want["bytes"]["feature_request"]
