@@ -131,11 +131,25 @@ def _run_epoch(
     return [r for r in reports if r is not None]
 
 
-def train_local(config: RunConfig, run_dir: str | os.PathLike[str]) -> TrainResult:
+def train_local(
+    config: RunConfig,
+    run_dir: str | os.PathLike[str],
+    *,
+    traffic_only: bool = False,
+    threads: int | None = None,
+) -> TrainResult:
     """Train ``config`` in this process; writes ``metrics.jsonl`` and ``summary.json``.
 
     The topology is always ``partitioned`` (every remote row and neighbor list goes through an
     owner and the ledger). ``config.cluster.address`` is ignored; nothing starts Ray.
+
+    Args:
+        config: The run.
+        run_dir: Output directory (created).
+        traffic_only: Replay every epoch's sampling and fetching without the model
+            (``Trainer.replay_epoch``): the same traffic and cache counters, no accuracy.
+        threads: torch intra-op threads for the ranks' forward/backward (which run one at a
+            time, see ``Trainer``); ``None`` keeps 1, as a Ray worker has (bit-equal results).
     """
     run_path = Path(run_dir)
     run_path.mkdir(parents=True, exist_ok=True)
@@ -166,11 +180,11 @@ def train_local(config: RunConfig, run_dir: str | os.PathLike[str]) -> TrainResu
     )
     threads_before = torch.get_num_threads()
     try:
-        history = _train_epochs(config, template, graph, run_path)
+        history = _train_epochs(config, template, graph, run_path, traffic_only, threads)
     finally:
         torch.set_num_threads(threads_before)  # TrainWorker pins 1 thread per rank
     resolved = replace(config, fetch=fetch, cluster=replace(config.cluster, topology="partitioned"))
-    summary = summary_of(resolved, history, store, "partitioned", 0)
+    summary = summary_of(resolved, [] if traffic_only else history, store, "partitioned", 0)
     summary["executor"] = "local"
     summary["wall_seconds"] = time.perf_counter() - wall
     (run_path / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -178,7 +192,12 @@ def train_local(config: RunConfig, run_dir: str | os.PathLike[str]) -> TrainResu
 
 
 def _train_epochs(
-    config: RunConfig, template: WorkerSpec, graph: Any, run_path: Path
+    config: RunConfig,
+    template: WorkerSpec,
+    graph: Any,
+    run_path: Path,
+    traffic_only: bool,
+    threads: int | None,
 ) -> list[dict[str, Any]]:
     parts = template.world_size
     owners = [ShardOwner(template.store, p) for p in range(parts)]
@@ -196,16 +215,21 @@ def _train_epochs(
         for r in range(parts)
     ]
     num_batches = max(w.num_local_batches() for w in workers)
-    evaluator = Evaluator(graph, template)
+    if threads is not None:
+        torch.set_num_threads(threads)  # after TrainWorker pinned 1
+    evaluator = None if traffic_only else Evaluator(graph, template)
     metrics_path = run_path / METRICS_NAME
     metrics_path.write_text("")
     history: list[dict[str, Any]] = []
     for epoch in range(config.loop.epochs):
         start = time.perf_counter()
-        reports = _run_epoch(workers, room, epoch, num_batches)
+        if evaluator is None:
+            reports = [w.replay_epoch(epoch, num_batches) for w in workers]
+        else:
+            reports = _run_epoch(workers, room, epoch, num_batches)
         seconds = time.perf_counter() - start
         t_eval = time.perf_counter()
-        accs = evaluator.accuracies(workers[0].state()["model"])
+        accs = {} if evaluator is None else evaluator.accuracies(workers[0].state()["model"])
         metrics = epoch_metrics(
             epoch,
             reports,
@@ -218,12 +242,5 @@ def _train_epochs(
         history.append(metrics)
         with open(metrics_path, "a") as fh:
             fh.write(json.dumps(metrics) + "\n")
-        log.info(
-            "epoch %d: loss %.4f val_acc %.4f test_acc %.4f (%.1fs)",
-            epoch,
-            metrics["loss"],
-            metrics["val_acc"],
-            metrics["test_acc"],
-            seconds,
-        )
+        log.info("epoch %d: %s (%.1fs)", epoch, accs or "traffic replayed", seconds)
     return history

@@ -214,6 +214,36 @@ class Trainer:
             count += int(pos_B.numel())
         return EpochStats(loss_sum=loss_sum, num_correct=correct, num_seeds=count, seconds=seconds)
 
+    def replay_epoch(self, epoch: int, num_batches: int) -> EpochStats:
+        """The data path of ``train_epoch`` without the model: sample and fetch every batch.
+
+        Same batches, seeds, feature source, cache and owner calls as training, so the ledger
+        and cache counters equal a training epoch's exactly (sampling and fetching never depend
+        on the weights); ``gnnsys bench comm`` uses it to measure traffic per configuration.
+        """
+        seconds = dict.fromkeys(("sample", "fetch", "compute", "sync"), 0.0)
+        count = 0
+        batches = epoch_batches(
+            int(self.train_gid.numel()),
+            num_batches,
+            seed=self.config.seed,
+            rank=self.rank,
+            epoch=epoch,
+        )
+        for b, pos_B in enumerate(batches):
+            if not pos_B.numel():
+                continue
+            t0 = time.perf_counter()
+            sub = self.sampler.sample(
+                self.train_gid[pos_B], seed=batch_seed_for(self.config.seed, self.rank, epoch, b)
+            )
+            t1 = time.perf_counter()
+            self._inputs(sub)
+            seconds["sample"] += t1 - t0
+            seconds["fetch"] += time.perf_counter() - t1
+            count += int(pos_B.numel())
+        return EpochStats(loss_sum=0.0, num_correct=0, num_seeds=count, seconds=seconds)
+
     def _step(self, pos_B: Tensor, batch_seed: int, seconds: dict[str, float]) -> tuple[float, int]:
         """One optimisation step; returns (summed loss, correct predictions)."""
         self.optimizer.zero_grad(set_to_none=False)

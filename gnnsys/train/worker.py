@@ -332,6 +332,21 @@ class TrainWorker:
             cache=_diff(cache_report(self.trainer.features), cache_before),
         )
 
+    def replay_epoch(self, epoch: int, num_batches: int) -> WorkerEpochReport:
+        """Sample and fetch ``epoch``'s batches without training; report traffic and cache."""
+        before = self.ledger.snapshot()
+        cache_before = cache_report(self.trainer.features)
+        stats = self.trainer.replay_epoch(epoch, num_batches)
+        return WorkerEpochReport(
+            rank=self.spec.rank,
+            stats=stats,
+            traffic=self.ledger.snapshot() - before,
+            peak_rss_bytes=_peak_rss(),
+            node_id=_node_id(),
+            warmup=self.warmup,
+            cache=_diff(cache_report(self.trainer.features), cache_before),
+        )
+
     def close(self) -> None:
         """Leave the gloo group."""
         if dist.is_initialized():

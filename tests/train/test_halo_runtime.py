@@ -153,3 +153,28 @@ def test_ray_and_local_executors_agree(ray_session: Any, tmp_path: Path) -> None
         assert r["loss"] == loc["loss"] and r["test_acc"] == loc["test_acc"]
     summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
     assert summary["config"]["fetch"]["cache_policy"] == "adaptive"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("placement", ["requester", "auto"])
+def test_traffic_replay_equals_training_traffic(tmp_path: Path, placement: str) -> None:
+    cfg = _config(
+        parts=4, codec="int8", cache_policy="adaptive", cache_ratio=0.1, aggregate_at=placement
+    )
+    trained = train_local(cfg, tmp_path / "train").history
+    replayed = train_local(cfg, tmp_path / "replay", traffic_only=True).history
+    for t, r in zip(trained, replayed, strict=True):
+        feature_keys = [k for k in t["bytes"] if k != "allreduce"]
+        assert {k: t["bytes"][k] for k in feature_keys} == {k: r["bytes"][k] for k in feature_keys}
+        assert t["cache"] == r["cache"] and t["warmup_bytes"] == r["warmup_bytes"]
+        assert "test_acc" not in r and r["bytes"]["allreduce"] == 0
+
+
+@pytest.mark.timeout(120)
+def test_cache_never_changes_what_the_model_sees(tmp_path: Path) -> None:
+    plain = train_local(_config(parts=4, codec="int4"), tmp_path / "plain").history
+    cached = _config(parts=4, codec="int4", cache_policy="degree", cache_ratio=0.25)
+    with_cache = train_local(cached, tmp_path / "cached").history
+    assert [m["loss"] for m in plain] == [m["loss"] for m in with_cache]
+    assert [m["test_acc"] for m in plain] == [m["test_acc"] for m in with_cache]
+    assert with_cache[-1]["bytes"]["feature_response"] < plain[-1]["bytes"]["feature_response"]
