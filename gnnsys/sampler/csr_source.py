@@ -10,6 +10,7 @@ Shape legend: ``M`` destinations, ``E`` drawn edges, ``R`` CSR rows, ``N`` gids.
 from __future__ import annotations
 
 import warnings
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -51,6 +52,10 @@ class CSRNeighborSource:
         ValueError: Inconsistent lengths.
     """
 
+    concurrent_calls: ClassVar[bool] = True
+    """``sample_neighbors`` only reads, in numpy (no torch intra-op threads), so several threads
+    may call it at once on disjoint chunks of a request (see ``NeighborSampler.Config``)."""
+
     def __init__(
         self,
         indptr: Tensor | np.ndarray,
@@ -66,6 +71,10 @@ class CSRNeighborSource:
         self.row_of_gid = None if row_of_gid is None else _as_tensor("row_of_gid", row_of_gid)
         self.owned_gid = None if owned_gid is None else _as_tensor("owned_gid", owned_gid).long()
         self.num_rows = int(self.indptr.shape[0]) - 1
+        # numpy views of the same memory: the draw runs in numpy, single-threaded per call.
+        self._indptr = self.indptr.numpy()
+        self._indices = self.indices.numpy()
+        self._e_id = None if self.e_id is None else self.e_id.numpy()
         num_edges = int(self.indptr[-1])
         if self.num_rows < 0 or int(self.indices.shape[0]) != num_edges:
             raise ValueError(
@@ -100,9 +109,9 @@ class CSRNeighborSource:
             owned_gid=shard.owned_gid.astype(np.int64, copy=False),
         )
 
-    def _rows(self, gid_M: Tensor) -> Tensor:
+    def _rows(self, gid_M: np.ndarray) -> np.ndarray:
         """CSR rows of ``gid_M``; raises ``ValueError`` naming the first gid not held here."""
-        if gid_M.numel() == 0:
+        if gid_M.shape[0] == 0:
             return gid_M
         limit = self.num_rows if self.row_of_gid is None else int(self.row_of_gid.shape[0])
         lo, hi = int(gid_M.min()), int(gid_M.max())
@@ -110,13 +119,13 @@ class CSRNeighborSource:
             self._raise_not_held(lo if lo < 0 else hi)
         if self.row_of_gid is None:
             return gid_M
-        rows_M = self.row_of_gid.index_select(0, gid_M).long()
+        rows_M = self.row_of_gid.numpy().take(gid_M).astype(np.int64, copy=False)
         bad_M = (rows_M < 0) | (rows_M >= self.num_rows)
         if self.owned_gid is not None and self.num_rows > 0:
-            held_M = self.owned_gid.index_select(0, rows_M.clamp(0, self.num_rows - 1))
+            held_M = self.owned_gid.numpy().take(rows_M.clip(0, self.num_rows - 1))
             bad_M |= held_M != gid_M
-        if bool(bad_M.any()):
-            self._raise_not_held(int(gid_M[bad_M][0]))
+        if bad_M.any():
+            self._raise_not_held(int(gid_M[np.argmax(bad_M)]))
         return rows_M
 
     def _raise_not_held(self, gid: int) -> None:
@@ -131,19 +140,25 @@ class CSRNeighborSource:
         """Draw up to ``fanout`` in-neighbors of every node in ``dst_gid`` (``-1``: all).
 
         See ``NeighborSource.sample_neighbors``; cost is ``O(M * fanout^2 + E)``, independent
-        of degrees (``fanout=-1`` costs the sum of the degrees).
+        of degrees (``fanout=-1`` costs the sum of the degrees). Safe to call from several
+        threads at once.
 
         Raises:
             ValueError: ``fanout`` is 0 or below -1, or a gid is not held here.
         """
         if fanout == 0 or fanout < -1:
             raise ValueError(f"fanout={fanout}; use a positive fanout or -1 for all neighbors")
-        gid_M = dst_gid.long()
+        gid_M = dst_gid.numpy().astype(np.int64, copy=False)
         rows_M = self._rows(gid_M)
-        start_M = self.indptr.index_select(0, rows_M)
-        deg_M = self.indptr.index_select(0, rows_M + 1) - start_M
+        start_M = self._indptr.take(rows_M)
+        deg_M = self._indptr.take(rows_M + 1)
+        deg_M -= start_M
         key = draw_key(seed, hop, fanout, replace)
         count_M, pos_E = draw_positions(gid_M, start_M, deg_M, fanout, key=key, replace=replace)
-        src_gid_E = self.indices.index_select(0, pos_E).long()
-        e_id_E = pos_E if self.e_id is None else self.e_id.index_select(0, pos_E)
-        return NeighborSample(count_M=count_M, src_gid_E=src_gid_E, e_id_E=e_id_E)
+        src_gid_E = self._indices.take(pos_E).astype(np.int64, copy=False)
+        e_id_E = pos_E if self._e_id is None else self._e_id.take(pos_E)
+        return NeighborSample(
+            count_M=torch.from_numpy(count_M),
+            src_gid_E=torch.from_numpy(src_gid_E),
+            e_id_E=torch.from_numpy(e_id_E),
+        )

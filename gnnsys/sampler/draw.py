@@ -32,10 +32,8 @@ Shape legend: ``M`` destinations, ``k`` fanout, ``E`` drawn edges.
 from __future__ import annotations
 
 import numpy as np
-import torch
-from torch import Tensor
 
-__all__ = ["batch_seed", "draw_key", "draw_positions", "ragged_arange", "splitmix64"]
+__all__ = ["batch_seed", "draw_key", "draw_positions", "ragged_range", "splitmix64"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MUL1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -45,11 +43,14 @@ _MASK64 = (1 << 64) - 1
 
 def splitmix64(x: np.ndarray) -> np.ndarray:
     """Splitmix64 finalizer of ``x`` (uint64, any shape); overwrites and returns ``x``."""
-    x ^= x >> np.uint64(30)
+    # One scratch array for the shifts instead of a fresh temporary per step: the temporaries
+    # were most of the cost (allocation and page faults on arrays of a few MB).
+    tmp = np.empty_like(x)
+    x ^= np.right_shift(x, np.uint64(30), out=tmp)
     x *= _MUL1
-    x ^= x >> np.uint64(27)
+    x ^= np.right_shift(x, np.uint64(27), out=tmp)
     x *= _MUL2
-    x ^= x >> np.uint64(31)
+    x ^= np.right_shift(x, np.uint64(31), out=tmp)
     return x
 
 
@@ -97,52 +98,85 @@ def _hashes(gid_M: np.ndarray, key: int, k: int) -> np.ndarray:
     h_M += np.uint64(key)
     splitmix64(h_M)
     counter_k = (np.arange(1, k + 1, dtype=np.uint64) * _GOLDEN)[:, None]
-    return splitmix64(h_M[None, :] + counter_k)
+    return splitmix64(np.add(h_M[None, :], counter_k))
 
 
 def _below(hash_kM: np.ndarray, bound: np.ndarray) -> np.ndarray:
     """Uniform ints in ``[0, bound)`` from the hashes' top 32 bits (Lemire's multiply-shift).
 
     A multiply instead of a 64-bit division; bias below ``bound / 2**32`` (1e-5 at degree 4e4).
-    ``bound`` must be below ``2**32``, which CSR degrees are in practice (checked by callers).
+    ``bound`` (uint64, broadcast against ``hash_kM``) must be below ``2**32``, which CSR degrees
+    are in practice. Overwrites ``hash_kM`` and returns it viewed as int64 (values < ``bound``).
     """
-    out = hash_kM >> np.uint64(32)
-    out *= bound.astype(np.uint64)
-    out >>= np.uint64(32)
-    result: np.ndarray = out.astype(np.int64)
-    return result
+    hash_kM >>= np.uint64(32)
+    hash_kM *= bound
+    hash_kM >>= np.uint64(32)
+    out: np.ndarray = hash_kM.view(np.int64)
+    return out
 
 
 def _floyd(gid_M: np.ndarray, deg_M: np.ndarray, k: int, key: int) -> np.ndarray:
-    """``[M, k]`` distinct offsets in ``[0, deg)`` for rows with ``deg > k`` (Floyd's algorithm)."""
-    # j_i = d - k + i; draw t_i uniform in [0, j_i].
-    top_kM = deg_M[None, :] - k + np.arange(k, dtype=np.int64)[:, None]
-    out_kM = _below(_hashes(gid_M, key, k), top_kM + 1)
+    """``[k, M]`` distinct offsets in ``[0, deg)`` for rows with ``deg > k`` (Floyd's algorithm).
+
+    Rows with ``deg <= k`` come out as garbage (the caller overwrites them): running them
+    through the same vectorized steps is cheaper than gathering the other rows out and back.
+    """
+    # j_i = d - k + i; draw t_i uniform in [0, j_i]. Bounds wrap for rows with d <= k: harmless.
+    top_M = deg_M - k
+    bound_kM = np.add((top_M + 1).astype(np.uint64)[None, :], _steps(k)[:, None])
+    out_kM = _below(_hashes(gid_M, key, k), bound_kM)
     # Row i is final once step i ran. Membership tests column by column: k^2/2 contiguous
     # compares of length M (numpy's any(axis=1) over a short axis is several times slower).
+    seen_M = np.empty(gid_M.shape[0], dtype=bool)
+    hit_M = np.empty_like(seen_M)
     for i in range(1, k):
         t_M = out_kM[i]
-        seen_M = out_kM[0] == t_M
+        np.equal(out_kM[0], t_M, out=seen_M)
         for prev in range(1, i):
-            seen_M |= out_kM[prev] == t_M
-        np.copyto(t_M, top_kM[i], where=seen_M)
-    out_Mk: np.ndarray = out_kM.T
-    return out_Mk
+            seen_M |= np.equal(out_kM[prev], t_M, out=hit_M)
+        np.copyto(t_M, top_M + i, where=seen_M)
+    return out_kM
 
 
-def ragged_arange(count_M: Tensor) -> Tensor:
-    """``cat([arange(c) for c in count_M])`` without a Python loop (``[sum(count)]`` int64)."""
+def _steps(k: int) -> np.ndarray:
+    return np.arange(k, dtype=np.uint64)
+
+
+def ragged_range(start_M: np.ndarray, count_M: np.ndarray) -> np.ndarray:
+    """``cat([arange(s, s + c) for s, c in zip(start_M, count_M)])`` without a Python loop."""
     total = int(count_M.sum())
-    starts_M = torch.cumsum(count_M, 0) - count_M
-    return torch.arange(total, dtype=torch.int64) - torch.repeat_interleave(
-        starts_M, count_M, output_size=total
-    )
+    shift_M = start_M - (np.cumsum(count_M) - count_M)
+    out: np.ndarray = np.repeat(shift_M, count_M)
+    out += np.arange(total, dtype=np.int64)
+    return out
+
+
+def _grouped(pos_kM: np.ndarray, count_M: np.ndarray) -> np.ndarray:
+    """The first ``count[m]`` entries of every column ``m``, grouped by destination (``[E]``)."""
+    k = pos_kM.shape[0]
+    pos_Mk = np.ascontiguousarray(pos_kM.T)  # the one transpose: edges grouped by destination
+    short_M = count_M < k
+    if not short_M.any():
+        return pos_Mk.reshape(-1)
+    keep_kM = np.less(np.arange(k)[:, None], count_M[None, :])  # inner axis M: fast compare
+    out: np.ndarray = pos_Mk[keep_kM.T]
+    return out
 
 
 def draw_positions(
-    gid_M: Tensor, start_M: Tensor, deg_M: Tensor, fanout: int, *, key: int, replace: bool
-) -> tuple[Tensor, Tensor]:
+    gid_M: np.ndarray,
+    start_M: np.ndarray,
+    deg_M: np.ndarray,
+    fanout: int,
+    *,
+    key: int,
+    replace: bool,
+) -> tuple[np.ndarray, np.ndarray]:
     """CSR positions of the drawn in-edges, grouped by destination in request order.
+
+    Pure numpy (single-threaded, releases the GIL inside every array op), so several threads
+    can draw disjoint chunks of a request at once; the draw of a row depends only on its own
+    ``(gid, deg)``, so chunking never changes the result.
 
     Args:
         gid_M: ``[M]`` int64 destination gids (they seed the hashes).
@@ -153,29 +187,21 @@ def draw_positions(
         replace: Draw with replacement.
 
     Returns:
-        ``(count_M, pos_E)``: edges drawn per destination and their CSR positions
+        ``(count_M, pos_E)`` int64: edges drawn per destination and their CSR positions
         (``start + offset``, offset in ``[0, deg)``).
     """
     if fanout == -1:
-        total = int(deg_M.sum())
-        pos_E = ragged_arange(deg_M)
-        pos_E += torch.repeat_interleave(start_M, deg_M, output_size=total)
-        return deg_M, pos_E
+        return deg_M, ragged_range(start_M, deg_M)
     k = fanout
-    gid, start, deg = gid_M.numpy(), start_M.numpy(), deg_M.numpy()
-    slot_k = np.arange(k, dtype=np.int64)
     if replace:
-        count = np.where(deg > 0, k, 0)
-        offset_Mk = np.zeros((deg.shape[0], k), dtype=np.int64)
-        live = np.flatnonzero(deg > 0)
-        if live.size:
-            offset_Mk[live] = _below(_hashes(gid[live], key, k), deg[live][None, :]).T
+        count_M = np.where(deg_M > 0, k, 0)
+        # Rows with deg 0 draw offset 0 (bound 0) and are dropped by count 0.
+        off_kM = _below(_hashes(gid_M, key, k), deg_M.astype(np.uint64)[None, :])
     else:
-        count = np.minimum(deg, k)
-        offset_Mk = np.broadcast_to(slot_k, (deg.shape[0], k)).copy()
-        big = np.flatnonzero(deg > k)
-        if big.size:
-            offset_Mk[big] = _floyd(gid[big], deg[big], k, key)
-    offset_Mk += start[:, None]
-    drawn_E = offset_Mk[slot_k[None, :] < count[:, None]]
-    return torch.from_numpy(count), torch.from_numpy(drawn_E)
+        count_M = np.minimum(deg_M, k)
+        off_kM = _floyd(gid_M, deg_M, k, key)
+        short_M = deg_M <= k
+        if short_M.any():  # take every in-edge: offsets 0 .. deg-1
+            np.copyto(off_kM, np.arange(k, dtype=np.int64)[:, None], where=short_M[None, :])
+    off_kM += start_M[None, :]
+    return count_M, _grouped(off_kM, count_M)

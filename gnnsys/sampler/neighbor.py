@@ -15,9 +15,15 @@ Edges are grouped by destination and destinations appear in ``n_id`` order, so t
 layer ``l`` (input layer first) is therefore a *prefix* of the arrays of the input block: every
 block is a zero-copy slice.
 
-Relabelling uses a gid -> local-id table of ``N`` int64 kept between batches (as DGL and PyG do
+Relabelling uses a gid -> local-id table of ``N`` int32 kept between batches (as DGL and PyG do
 with their hash maps): ``O(E)`` gathers instead of a sort, and only touched entries are reset.
 It grows on demand, so a remote source need not tell the sampler ``N``.
+
+Threads (``Config.num_threads``): a hop with enough destinations is cut into contiguous chunks,
+one per thread; each thread draws its chunk (when the source allows concurrent calls) and looks
+its sources up, and only one scatter-min per hop runs alone (``gnnsys.sampler.relabel``). A
+node's draw depends only on ``(seed, hop, gid, degree)`` and ids follow first appearance in the
+whole hop, so the batch is identical for every thread count.
 
 Shape legend: ``B`` seeds, ``N`` sampled nodes, ``E`` sampled edges, ``M`` destinations of a hop.
 """
@@ -27,24 +33,29 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from gnnsys.sampler.base import NeighborSource
+from gnnsys.sampler.relabel import ChunkPool, LocalIds, Piece
 from gnnsys.types import Block, SampledSubgraph
 
 __all__ = ["NeighborSampler"]
 
-_UNSEEN = -1
-_FIRST_BIAS = (1 << 31) - 2  # int32 table: candidate positions map below _UNSEEN in the amin
+# Destinations per chunk below which a hop is not split: a chunk must keep a thread busy for
+# well over the ~50 us a hand-off costs (hop 1 of the 15,10,5 R-MAT benchmark has ~5k).
+_MIN_DST_PER_CHUNK = 2048
 
 
 class NeighborSampler:
     """Implements ``Sampler``: fanout sampling of in-neighbors, hop by hop.
 
     Args:
-        config: Fanouts and replacement.
+        config: Fanouts, replacement and threads.
         source: Where neighbors come from (``CSRNeighborSource`` or a remote implementation).
+            A source whose class sets ``concurrent_calls = True`` is called once per chunk, from
+            several threads at once; any other source gets one call per hop.
 
     Not reentrant: one sampler serves one thread at a time (a lock enforces it).
     """
@@ -57,64 +68,38 @@ class NeighborSampler:
         """Neighbors drawn per hop, seed hop first; -1 takes every neighbor."""
         replace: bool = False
         """Draw with replacement (exactly ``fanout`` edges for nodes with any in-edge)."""
+        num_threads: int | None = None
+        """Threads one ``sample`` call uses (the caller's included); ``None`` follows
+        ``torch.get_num_threads()`` at call time, so a Ray worker pinned to 1 thread samples on
+        1 thread. The result never depends on it."""
 
         def __post_init__(self) -> None:
-            """Reject fanouts of 0 or below -1, and an empty tuple."""
+            """Reject fanouts of 0 or below -1, an empty tuple, and num_threads below 1."""
             fanouts = tuple(self.fanouts)
             if not fanouts or any(not isinstance(f, int) or f == 0 or f < -1 for f in fanouts):
                 raise ValueError(
                     f"fanouts must be a non-empty tuple of ints > 0 or -1, got {self.fanouts!r}"
                 )
             object.__setattr__(self, "fanouts", fanouts)
+            threads = self.num_threads
+            if threads is not None and (not isinstance(threads, int) or threads < 1):
+                raise ValueError(f"num_threads must be an int >= 1 or None, got {threads!r}")
 
     def __init__(self, config: Config, *, source: NeighborSource) -> None:
         if not isinstance(config, NeighborSampler.Config):
             raise TypeError(f"config must be NeighborSampler.Config, got {type(config).__name__}")
         self.config = config
         self.source = source
-        self._local_of_gid = torch.full((0,), _UNSEEN, dtype=torch.int32)
+        self._ids = LocalIds()
+        self._pool = ChunkPool(1)
         self._lock = threading.Lock()
 
-    def _grow(self, max_gid: int) -> None:
-        size = int(self._local_of_gid.shape[0])
-        if max_gid >= size:
-            grown = torch.full((max(max_gid + 1, 2 * size),), _UNSEEN, dtype=torch.int32)
-            grown[:size] = self._local_of_gid
-            self._local_of_gid = grown
-
-    def _add_seeds(self, seed_gid: Tensor) -> None:
-        batch = int(seed_gid.shape[0])
-        self._grow(int(seed_gid.max()))
-        local_B = torch.arange(batch, dtype=torch.int32)
-        self._local_of_gid.index_copy_(0, seed_gid, local_B)
-        if not torch.equal(self._local_of_gid.index_select(0, seed_gid), local_B):
-            self._local_of_gid[seed_gid] = _UNSEEN
-            raise ValueError("seed_gid has repeated gids; pass each seed once (e.g. torch.unique)")
-
-    def _relabel(self, src_gid_E: Tensor, num_known: int) -> tuple[Tensor, Tensor]:
-        """Local ids of ``src_gid_E``, giving new gids ids ``num_known..`` by first appearance.
-
-        Returns:
-            ``(col_E, new_gid)``: int64 local ids of the sources, and the new gids in id order.
-        """
-        if src_gid_E.numel():
-            self._grow(int(src_gid_E.max()))
-        table = self._local_of_gid
-        col_E = table.index_select(0, src_gid_E)
-        fresh_F = torch.nonzero(col_E < 0).squeeze(1)
-        cand_F = src_gid_E.index_select(0, fresh_F)
-        if cand_F.numel() == 0:
-            return col_E.long(), cand_F
-        # First occurrence of each new gid: amin of its positions, biased below _UNSEEN. amin
-        # is order-independent, so the result does not depend on the thread count.
-        pos_F = torch.arange(cand_F.shape[0], dtype=torch.int32) - _FIRST_BIAS
-        table.scatter_reduce_(0, cand_F, pos_F, reduce="amin")
-        first = torch.nonzero(table.index_select(0, cand_F) == pos_F).squeeze(1)
-        new_gid = cand_F.index_select(0, first)
-        new_local = torch.arange(num_known, num_known + new_gid.shape[0], dtype=torch.int32)
-        table.index_copy_(0, new_gid, new_local)
-        col_E.index_copy_(0, fresh_F, table.index_select(0, cand_F))
-        return col_E.long(), new_gid
+    def _chunk_pool(self) -> ChunkPool:
+        threads = self.config.num_threads or torch.get_num_threads()
+        if self._pool.num_threads != threads:
+            self._pool.close()
+            self._pool = ChunkPool(threads)
+        return self._pool
 
     def sample(self, seed_gid: Tensor, *, seed: int) -> SampledSubgraph:
         """Sample the ``len(fanouts)``-hop in-neighborhood of ``seed_gid``.
@@ -133,71 +118,135 @@ class NeighborSampler:
             raise ValueError(
                 f"seed_gid must be a non-empty 1-D tensor, got {tuple(seed_gid.shape)}"
             )
-        seed_gid = seed_gid.long()
-        if int(seed_gid.min()) < 0:
-            raise ValueError(f"seed_gid has negative gid {int(seed_gid.min())}; gids are >= 0")
+        seeds = seed_gid.long().contiguous().numpy()
+        if int(seeds.min()) < 0:
+            raise ValueError(f"seed_gid has negative gid {int(seeds.min())}; gids are >= 0")
         with self._lock:
-            self._add_seeds(seed_gid)
-            node_parts = [seed_gid]
+            pool = self._chunk_pool()
+            self._ids.add_seeds(seeds)
+            touched = [seeds]  # every table entry this batch writes; reset before returning
             try:
-                return self._sample_hops(seed_gid, seed, node_parts)
+                return self._sample_hops(seeds, seed, pool, touched)
             finally:
-                self._local_of_gid.index_fill_(0, torch.cat(node_parts), _UNSEEN)
+                for gid in touched:  # empty unless a hop raised: _finish resets on success
+                    self._ids.reset(gid)
 
     def _sample_hops(
-        self, seed_gid: Tensor, seed: int, node_parts: list[Tensor]
+        self, seeds: np.ndarray, seed: int, pool: ChunkPool, touched: list[np.ndarray]
     ) -> SampledSubgraph:
-        """Run every hop; ``node_parts`` collects n_id segments (the caller resets the table)."""
-        frontier = seed_gid
-        num_known = int(seed_gid.shape[0])
-        counts, cols, e_ids = [], [], []
+        """Run every hop; ``touched`` collects the gids written to the table."""
+        frontier = seeds
+        num_known = int(seeds.shape[0])
+        node_parts, hops = [seeds], []
         for hop, fanout in enumerate(self.config.fanouts):
-            if frontier.numel() == 0:
-                empty = torch.zeros(0, dtype=torch.int64)
-                counts.append(empty)
-                cols.append(empty)
-                e_ids.append(empty)
-                node_parts.append(empty)
-                continue
-            drawn = self.source.sample_neighbors(
-                frontier, fanout, seed=seed, hop=hop, replace=self.config.replace
-            )
-            col_E, frontier = self._relabel(drawn.src_gid_E.long(), num_known)
-            num_known += int(frontier.shape[0])
-            counts.append(drawn.count_M.long())
-            cols.append(col_E)
-            e_ids.append(drawn.e_id_E.long())
+            pieces = self._draw(frontier, fanout, hop, seed, pool) if frontier.size else []
+            touched.extend(p.cand_F for p in pieces)  # claim writes them; a no-op if all assigned
+            num_known = self._ids.number(pieces, num_known, pool)
+            frontier = np.concatenate([p.new_U for p in pieces]) if pieces else seeds[:0]
             node_parts.append(frontier)
-        return _assemble(node_parts, counts, cols, e_ids)
+            hops.append(pieces)
+        return self._finish(node_parts, hops, pool, touched)
+
+    def _finish(
+        self,
+        node_parts: list[np.ndarray],
+        hops: list[list[Piece]],
+        pool: ChunkPool,
+        touched: list[np.ndarray],
+    ) -> SampledSubgraph:
+        """Concatenate the output and reset the table, split over the threads."""
+        pieces = [p for hop_pieces in hops for p in hop_pieces]
+        num_edges = sum(int(p.src_E.shape[0]) for p in pieces)
+        col_all = np.empty(num_edges, dtype=np.int64)
+        e_id_all = np.empty(num_edges, dtype=np.int64)
+        resets = list(touched)
+        touched.clear()  # from here on nothing can raise between the table and the caller
+
+        def col_and_reset(part: int) -> None:
+            if part == 0:  # one copy; the int32 ids widen to int64 inside it
+                np.concatenate([col_all[:0]] + [p.col_E for p in pieces], out=col_all)
+            else:
+                np.concatenate([e_id_all[:0]] + [p.e_id_E for p in pieces], out=e_id_all)
+            for gid in resets[part::2]:
+                self._ids.reset(gid)
+
+        pool.map(col_and_reset, [0, 1])
+        return _assemble(node_parts, hops, pieces, col_all, e_id_all)
+
+    def _draw(
+        self, frontier: np.ndarray, fanout: int, hop: int, seed: int, pool: ChunkPool
+    ) -> list[Piece]:
+        """The hop's edges as looked-up pieces: one per thread when the hop is big enough."""
+        num_chunks = max(1, min(pool.num_threads, frontier.shape[0] // _MIN_DST_PER_CHUNK))
+        replace = self.config.replace
+
+        def draw(dst: np.ndarray) -> Piece:
+            got = self.source.sample_neighbors(
+                torch.from_numpy(dst), fanout, seed=seed, hop=hop, replace=replace
+            )
+            return Piece(_np64(got.count_M), _np64(got.src_gid_E), _np64(got.e_id_E))
+
+        if num_chunks > 1 and getattr(self.source, "concurrent_calls", False):
+            pieces = pool.map(draw, np.array_split(frontier, num_chunks))
+        else:
+            pieces = _split(draw(frontier), num_chunks)
+        self._ids.grow(max((int(p.src_E.max()) for p in pieces if p.src_E.size), default=0))
+        return pool.map(self._ids.lookup, pieces)
+
+
+def _np64(values: Tensor) -> np.ndarray:
+    out: np.ndarray = values.long().contiguous().numpy()
+    return out
+
+
+def _split(piece: Piece, num_chunks: int) -> list[Piece]:
+    """Cut one hop's edges into ``num_chunks`` pieces at destination boundaries (views)."""
+    if num_chunks == 1:
+        return [piece]
+    bounds_M = np.linspace(0, piece.count_M.shape[0], num_chunks + 1).astype(np.int64)
+    ends_M = np.concatenate([[0], np.cumsum(piece.count_M)])
+    cuts = [(int(bounds_M[c]), int(bounds_M[c + 1])) for c in range(num_chunks)]
+    return [
+        Piece(
+            piece.count_M[a:b],
+            piece.src_E[ends_M[a] : ends_M[b]],
+            piece.e_id_E[ends_M[a] : ends_M[b]],
+        )
+        for a, b in cuts
+    ]
 
 
 def _assemble(
-    node_parts: list[Tensor], counts: list[Tensor], cols: list[Tensor], e_ids: list[Tensor]
+    node_parts: list[np.ndarray],
+    hops: list[list[Piece]],
+    pieces: list[Piece],
+    col_all: np.ndarray,
+    e_id_all: np.ndarray,
 ) -> SampledSubgraph:
-    """Concatenate the hops and cut one prefix block per layer (input layer first)."""
+    """Cut one prefix block per layer (input layer first) out of the concatenated hops."""
     num_nodes = tuple(int(p.shape[0]) for p in node_parts)
-    num_edges = tuple(int(c.shape[0]) for c in cols)
-    count_all = torch.cat(counts)
-    rowptr_all = torch.zeros(count_all.shape[0] + 1, dtype=torch.int64)
-    torch.cumsum(count_all, 0, out=rowptr_all[1:])
-    col_all, e_id_all = torch.cat(cols), torch.cat(e_ids)
-    num_hops = len(counts)
+    num_edges = tuple(sum(int(p.src_E.shape[0]) for p in hop_pieces) for hop_pieces in hops)
+    count_all = np.concatenate([col_all[:0]] + [p.count_M for p in pieces])
+    rowptr_all = np.zeros(count_all.shape[0] + 1, dtype=np.int64)
+    np.cumsum(count_all, out=rowptr_all[1:])
+    rowptr_t, col_t, e_id_t = (torch.from_numpy(a) for a in (rowptr_all, col_all, e_id_all))
+    num_hops = len(hops)
     blocks = []
     for layer in range(num_hops):
-        hops = num_hops - layer  # this layer sees the edges of hops 0 .. hops-1
-        num_dst = sum(num_nodes[:hops])
-        num_e = sum(num_edges[:hops])
+        hops_seen = num_hops - layer  # this layer sees the edges of hops 0 .. hops_seen-1
+        num_dst = sum(num_nodes[:hops_seen])
+        num_e = sum(num_edges[:hops_seen])
         blocks.append(
             Block(
-                num_src=sum(num_nodes[: hops + 1]),
+                num_src=sum(num_nodes[: hops_seen + 1]),
                 num_dst=num_dst,
-                rowptr=rowptr_all[: num_dst + 1],
-                col=col_all[:num_e],
-                e_id=e_id_all[:num_e],
+                rowptr=rowptr_t[: num_dst + 1],
+                col=col_t[:num_e],
+                e_id=e_id_t[:num_e],
             )
         )
     return SampledSubgraph(
-        n_id=torch.cat(node_parts),
+        n_id=torch.from_numpy(np.concatenate(node_parts)),
         blocks=tuple(blocks),
         batch_size=num_nodes[0],
         num_sampled_nodes=num_nodes,

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import Tensor
 
-from gnnsys.sampler import CSRNeighborSource, NeighborSampler
-from gnnsys.types import Graph, NeighborSample, PartitionBook
+from gnnsys.sampler import CSRNeighborSource, NeighborSampler, neighbor
+from gnnsys.types import Graph, NeighborSample, PartitionBook, SampledSubgraph
 from tests.sampler.shard_helpers import hand_shard
 
 
@@ -194,3 +194,67 @@ def test_store_shards_sample_like_the_whole_graph(tiny_graph: Graph, tmp_path: P
     seeds = torch.tensor([0, 10, 20, 31])
     a, b = routed.sample(seeds, seed=8), _sampler(tiny_graph, (3, 3)).sample(seeds, seed=8)
     assert torch.equal(a.n_id, b.n_id) and torch.equal(a.blocks[0].e_id, b.blocks[0].e_id)
+
+
+class _SerialSource(_CountingSource):
+    """A source that does not allow concurrent calls (like a remote owner)."""
+
+    concurrent_calls = False
+
+
+def _every_field(sub: SampledSubgraph) -> list[Tensor]:
+    block = sub.blocks[0]
+    return [sub.n_id, block.rowptr, block.col, block.e_id]
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_thread_count_never_changes_the_batch(
+    tiny_graph: Graph, replace: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(neighbor, "_MIN_DST_PER_CHUNK", 4)  # split even tiny hops
+    seeds = torch.arange(0, 1000, 9)
+    subs = []
+    for threads in (1, 2, 3):
+        config = NeighborSampler.Config(fanouts=(5, 4, -1), replace=replace, num_threads=threads)
+        sampler = NeighborSampler(config, source=CSRNeighborSource.from_graph(tiny_graph))
+        subs.append(sampler.sample(seeds, seed=17))
+        subs.append(sampler.sample(seeds, seed=17))  # and again, on the reset table
+    for sub in subs[1:]:
+        assert sub.num_sampled_nodes == subs[0].num_sampled_nodes
+        assert sub.num_sampled_edges == subs[0].num_sampled_edges
+        for got, want in zip(_every_field(sub), _every_field(subs[0]), strict=True):
+            assert torch.equal(got, want)
+
+
+def test_serial_source_gets_one_call_per_hop_at_any_thread_count(
+    tiny_graph: Graph, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(neighbor, "_MIN_DST_PER_CHUNK", 4)
+    source = _SerialSource(CSRNeighborSource.from_graph(tiny_graph))
+    config = NeighborSampler.Config(fanouts=(6, 6), num_threads=2)
+    got = NeighborSampler(config, source=source).sample(torch.arange(40), seed=3)
+    want = _sampler(tiny_graph, (6, 6)).sample(torch.arange(40), seed=3)
+    assert len(source.requests) == 2
+    for a, b in zip(_every_field(got), _every_field(want), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_error_in_a_worker_thread_leaves_the_sampler_usable(
+    tiny_graph: Graph, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(neighbor, "_MIN_DST_PER_CHUNK", 4)
+    part_N = (np.arange(tiny_graph.num_nodes) % 2).astype(np.int32)
+    book = PartitionBook.from_assignment(part_N, 2)
+    shard = CSRNeighborSource.from_shard(hand_shard(tiny_graph, part_N, 0), book.lid_N)
+    sampler = NeighborSampler(NeighborSampler.Config(fanouts=(3,), num_threads=2), source=shard)
+    with pytest.raises(ValueError, match="not held"):
+        sampler.sample(torch.tensor([0, 2, 4, 6, 8, 10, 12, 1]), seed=0)  # gid 1: other shard
+    assert not bool((torch.from_numpy(sampler._ids.table_N) != -1).any())
+    sub = sampler.sample(torch.tensor([0, 2, 4, 6, 8, 10]), seed=0)
+    assert sub.batch_size == 6
+
+
+def test_num_threads_config() -> None:
+    with pytest.raises(ValueError, match="num_threads"):
+        NeighborSampler.Config(num_threads=0)
+    assert NeighborSampler.Config().num_threads is None
