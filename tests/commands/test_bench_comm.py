@@ -1,0 +1,71 @@
+"""``gnnsys bench comm``: grid, best-row choice and the files it writes (tiny synthetic graph)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gnnsys.cli import main
+from gnnsys.commands.bench_comm import CommConfig, grid, pick_best
+
+REQUIRED = {
+    "policy",
+    "ratio",
+    "codec",
+    "aggregate_at",
+    "remote_feature_bytes_per_epoch",
+    "remote_vertices_per_epoch",
+    "hit_rate",
+    "test_acc",
+    "epoch_seconds",
+}
+
+
+def test_grid_lists_the_no_cache_case_once_per_codec() -> None:
+    configs = grid(["none", "degree"], [0.0, 0.1], ["fp32", "int8"])
+    assert configs == [
+        CommConfig("none", 0.0, "fp32"),
+        CommConfig("none", 0.0, "int8"),
+        CommConfig("degree", 0.1, "fp32"),
+        CommConfig("degree", 0.1, "int8"),
+    ]
+
+
+def test_best_is_cheapest_within_half_a_point_at_ratio_at_most_a_quarter() -> None:
+    def row(ratio: float, acc: float, nbytes: float) -> dict[str, object]:
+        return {
+            "aggregate_at": "requester",
+            "ratio": ratio,
+            "test_acc": acc,
+            "remote_feature_bytes_per_epoch": nbytes,
+        }
+
+    base = row(0.0, 0.900, 100.0)
+    rows = [base, row(0.25, 0.896, 10.0), row(0.1, 0.890, 1.0), row(0.5, 0.9, 0.5)]
+    assert pick_best(rows, base) is rows[1]
+
+
+@pytest.mark.timeout(240)
+def test_bench_comm_writes_table_jsonl_and_plots(tmp_path: Path) -> None:
+    out = tmp_path / "comm"
+    argv = [
+        "bench", "comm", "synthetic:sbm", "-D", "num_nodes=800", "-D", "num_features=8",
+        "--parts", "2", "--policies", "none,presample", "--ratios", "0,0.25",
+        "--codecs", "fp32,int8,binary", "--aggregate-at", "requester,owner", "--epochs", "1",
+        "--fanouts", "4,4", "--batch-size", "32", "--confirm-seeds", "0", "--out", str(out),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert all(REQUIRED <= set(r) for r in rows)
+    assert {r["codec"] for r in rows} == {"fp32", "int8"}  # sbm features are not 0/1
+    base = [r for r in rows if r["baseline"]]
+    assert len(base) == 1 and base[0]["bytes_reduction"] == 1.0 and base[0]["hit_rate"] == 0.0
+    assert sum(r["best"] for r in rows) <= 1
+    owner = [r for r in rows if r["aggregate_at"] == "owner"]
+    assert owner and all(r["acc_source"] == "trained" for r in owner)
+    cached = [r for r in rows if r["policy"] == "presample"]
+    assert cached and all(r["hit_rate"] > 0 for r in cached)
+    assert "(baseline)" in (out / "results.md").read_text()
+    assert (out / "pareto.png").stat().st_size > 0 and (out / "hit_rate.png").stat().st_size > 0
