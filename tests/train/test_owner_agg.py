@@ -329,7 +329,7 @@ def test_gat_falls_back_through_actors(
 # --- the whole runtime (in-process executor, same workers as Ray) ---------------------------------
 
 
-def _run_config(placement: str, model: str) -> Any:
+def _run_config(placement: str, model: str, **fetch: Any) -> Any:
     from gnnsys.config import RunConfig
     from gnnsys.train.models import ModelSpec
     from gnnsys.train.prepare import DataSpec
@@ -347,7 +347,7 @@ def _run_config(placement: str, model: str) -> Any:
         model=ModelSpec(name=model, hidden=16, dropout=0.0),
         trainer=replace(cfg.trainer, batch_size=32, lr=0.01),
         loop=replace(cfg.loop, epochs=2, progress=False, deadline_s=60.0),
-        fetch=FetchSpec(aggregate_at=placement),
+        fetch=FetchSpec(aggregate_at=placement, **fetch),
     )
 
 
@@ -361,3 +361,19 @@ def test_train_local_owner_matches_requester(tmp_path: Path, model: str) -> None
         assert have["loss"] == pytest.approx(want["loss"], rel=1e-4)
         assert have["bytes"]["partial_request"] > 0 and want["bytes"]["partial_request"] == 0
         assert have["bytes"]["feature_request"] < want["bytes"]["feature_request"]
+
+
+@pytest.mark.timeout(120)
+def test_train_local_owner_with_halo_cache(tmp_path: Path) -> None:
+    """Cached rows are resident: aggregated locally, exact, and never sent as pairs."""
+    from gnnsys.train.local import train_local
+
+    cache = {"cache_policy": "degree", "cache_ratio": 0.5}
+    got = {
+        p: train_local(_run_config(p, "sage", **cache), tmp_path / p) for p in ("requester", "auto")
+    }
+    for want, have in zip(got["requester"].history, got["auto"].history, strict=True):
+        assert have["loss"] == pytest.approx(want["loss"], rel=1e-4)
+        assert have["cache"]["rows_hit"] > 0
+        remote = ("feature_request", "feature_response", "partial_request", "partial_response")
+        assert sum(have["bytes"][c] for c in remote) <= sum(want["bytes"][c] for c in remote)
