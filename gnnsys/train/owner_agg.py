@@ -191,6 +191,12 @@ class FirstLayerAggregator:
             return 4 * self.num_features
         return int(self.codec.row_nbytes(self.num_features))
 
+    def sum_bytes(self) -> int:
+        """Wire bytes of one partial sum (the partial codec's, else float32)."""
+        if self.partial_codec is None:
+            return 4 * self.num_features
+        return int(self.partial_codec.row_nbytes(self.num_features))
+
     def plan(self, layer: nn.Module, sub: SampledSubgraph, features: FeatureSource) -> PartialPlan:
         """Decide this batch's split (pure apart from reading the cache's residency).
 
@@ -243,6 +249,7 @@ class FirstLayerAggregator:
             available_N=available_N,
             placement=self.config.placement,
             row_bytes=self.row_bytes(),
+            sum_bytes=self.sum_bytes(),
             src_weight_N=weight_N,
         )
 

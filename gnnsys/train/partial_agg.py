@@ -125,6 +125,7 @@ def plan_partial(
     placement: str = "owner",
     row_bytes: int = 0,
     src_weight_N: Tensor | None = None,
+    sum_bytes: int | None = None,
 ) -> PartialPlan:
     """Decide which block-0 edges each owner aggregates; pure, no I/O.
 
@@ -137,6 +138,8 @@ def plan_partial(
         placement: ``"requester"`` (no owner aggregates), ``"owner"`` or ``"auto"``.
         row_bytes: Bytes of one feature row on the wire (``auto`` compares costs with it).
         src_weight_N: ``[N]`` per-source weights (GCN's ``s_j``), or ``None``.
+        sum_bytes: Bytes of one partial sum on the wire (default ``row_bytes``); differs when
+            rows and sums travel in different formats (e.g. ``binary`` rows, float32 sums).
 
     Returns:
         The plan; ``combine_partials`` turns its answers into the layer's aggregation.
@@ -148,6 +151,7 @@ def plan_partial(
         raise ValueError(f"placement={placement!r}; choose one of {PLACEMENTS}")
     if placement == "auto" and row_bytes <= 0:
         raise ValueError(f"placement='auto' needs row_bytes > 0, got {row_bytes}")
+    sum_nbytes = row_bytes if sum_bytes is None else sum_bytes
     num_src, num_dst = block.num_src, block.num_dst
     part_N, col_E = part_N.long(), block.col.long()
     remote_N = (part_N != my_part) & ~available_N.bool()
@@ -166,7 +170,7 @@ def plan_partial(
             weight = None if src_weight_N is None else src_weight_N[src_S[sel]].float()
             request = _owner_request(part, dst_S[sel], n_id[src_S[sel]].long(), weight)
             rows = int(torch.unique(src_S[sel]).numel())
-            partial_cost = request.request_nbytes() + request.num_groups * row_bytes
+            partial_cost = request.request_nbytes() + request.num_groups * sum_nbytes
             if placement == "auto" and partial_cost >= _rows_cost(rows, row_bytes):
                 remote_only_N[src_S[sel]] = False  # this owner sends rows instead
                 continue

@@ -83,18 +83,29 @@ def test_cached_rows_stay_local(tiny_graph: Graph) -> None:
     assert plan.requests == () and plan.local_col.numel() == block.num_edges
 
 
-def test_auto_never_costs_more_than_rows(tiny_graph: Graph) -> None:
+@pytest.mark.parametrize(("row_bytes", "sum_bytes"), [(64, None), (64, 64), (2, 64), (64, 2)])
+def test_auto_never_costs_more_than_rows(
+    tiny_graph: Graph, row_bytes: int, sum_bytes: int | None
+) -> None:
+    """Also when rows and sums travel in different formats (binary rows, float32 sums)."""
     n_id, block, part_all = first_block(tiny_graph)
     part_N = part_all[n_id]
     none = torch.zeros(len(n_id), dtype=torch.bool)
-    row_bytes = 64
     auto = plan_partial(
-        block, n_id, part_N, my_part=0, available_N=none, placement="auto", row_bytes=row_bytes
+        block,
+        n_id,
+        part_N,
+        my_part=0,
+        available_N=none,
+        placement="auto",
+        row_bytes=row_bytes,
+        sum_bytes=sum_bytes,
     )
+    per_sum = row_bytes if sum_bytes is None else sum_bytes
 
     def cost(plan) -> int:
         remote_rows = int(((part_N != 0) & plan.need_row_N).sum())
-        partial = sum(r.request_nbytes() + r.num_groups * row_bytes for r in plan.requests)
+        partial = sum(r.request_nbytes() + r.num_groups * per_sum for r in plan.requests)
         return remote_rows * (8 + row_bytes) + partial
 
     req = plan_partial(block, n_id, part_N, my_part=0, available_N=none, placement="requester")
