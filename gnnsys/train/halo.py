@@ -11,7 +11,8 @@ Scores per policy (all from what the worker holds, no driver round trip):
 
 - ``degree``: in-edges from each halo node into the owned nodes (``shard.indices_gid``);
 - ``presample``: halo accesses per epoch in ``presample_epochs`` dry-run epochs of this worker's
-  own sampler over its train seeds (remote sampling included, counted as warm-up traffic);
+  own sampler over its train seeds (remote sampling included, counted as warm-up traffic),
+  ties broken by the degree scores;
 - ``adaptive``: online decayed counts, warm-started from the presample scores.
 
 Shape legend: ``K`` requested rows, ``F`` features, ``N`` nodes of the whole graph.
@@ -35,6 +36,7 @@ from gnnsys.cache import (
     degree_scores,
     make_policy,
     presample_scores,
+    tie_break,
 )
 from gnnsys.cache.codecs import Codec, EncodedRows, concat, make_codec, take
 from gnnsys.sampler.base import Sampler
@@ -160,9 +162,10 @@ def _scores(
     owned_N[torch.from_numpy(np.asarray(shard.owned_gid, dtype=np.int64))] = True
     if fetch.cache_policy == "none":
         return None
+    degree = degree_scores(shard.indices_gid, shard.owned_gid, shard.num_nodes)
     if fetch.cache_policy == "degree":
-        return degree_scores(shard.indices_gid, shard.owned_gid, shard.num_nodes)
-    return presample_scores(
+        return degree
+    counts = presample_scores(
         sampler,
         train_gid,
         owned_N,
@@ -170,6 +173,7 @@ def _scores(
         epochs=fetch.presample_epochs,
         seed=seed,
     )
+    return tie_break(counts, degree)  # one dry-run epoch leaves many ties at counts 0 and 1
 
 
 def build_cached_source(
