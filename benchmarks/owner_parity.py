@@ -58,6 +58,14 @@ SETTINGS: dict[str, dict[str, Any]] = {
         "lr": 0.005,
         "hidden": 64,
     },
+    "sbm": {  # bytes figure (issue 8 asks for synthetic:sbm): 100k nodes, F = 64 Gaussian
+        "dataset": "synthetic:sbm",
+        "fanouts": (15, 10),
+        "batch": 4096,
+        "epochs": 2,
+        "lr": 0.003,
+        "hidden": 64,
+    },
 }
 PARTS = 4
 FEATURE = ("feature_request", "feature_response")
@@ -124,7 +132,7 @@ def summarize(name: str, s: dict[str, Any], rows: list[dict[str, Any]]) -> dict[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", default="cora,facebook")
+    parser.add_argument("--datasets", default="cora,facebook", help="cora, facebook, sbm")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--placements", default="requester,owner,auto")
     parser.add_argument("--codec", default="fp32")
