@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -58,7 +59,8 @@ def run_gnnsys(
     ids = indices.astype(np.int32) if indptr.shape[0] - 1 < 2**31 else indices
     source = CSRNeighborSource(indptr, ids)
     fanouts = tuple(int(f) for f in args.fanouts.split(","))
-    sampler = NeighborSampler(NeighborSampler.Config(fanouts=fanouts), source=source)
+    config = NeighborSampler.Config(fanouts=fanouts, num_threads=threads)
+    sampler = NeighborSampler(config, source=source)
     num_nodes = indptr.shape[0] - 1
     gen = torch.Generator().manual_seed(args.seed)
     batches = [
@@ -83,6 +85,7 @@ def run_gnnsys(
         "seconds": seconds,
         "seeds_per_s": args.batches * args.batch_size / seconds,
         "sampled_edges_per_s": edges / seconds,
+        "load_avg_1m": os.getloadavg()[0],  # other users of the shared cores, at the end
     }
 
 
@@ -95,6 +98,7 @@ def run_dgl(graph: Path, args: argparse.Namespace, threads: int) -> dict[str, ob
     cmd += ["--batches", str(args.batches), "--threads", str(threads), "--seed", str(args.seed)]
     done = subprocess.run(cmd, check=True, capture_output=True, text=True)
     result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    result["load_avg_1m"] = os.getloadavg()[0]
     return result
 
 

@@ -134,7 +134,8 @@ def _floyd(gid_M: np.ndarray, deg_M: np.ndarray, k: int, key: int) -> np.ndarray
         np.equal(out_kM[0], t_M, out=seen_M)
         for prev in range(1, i):
             seen_M |= np.equal(out_kM[prev], t_M, out=hit_M)
-        np.copyto(t_M, top_M + i, where=seen_M)
+        hit = np.flatnonzero(seen_M)  # few rows: t_i was taken, take j_i (never taken yet)
+        t_M[hit] = top_M[hit] + i
     return out_kM
 
 
@@ -154,12 +155,12 @@ def ragged_range(start_M: np.ndarray, count_M: np.ndarray) -> np.ndarray:
 def _grouped(pos_kM: np.ndarray, count_M: np.ndarray) -> np.ndarray:
     """The first ``count[m]`` entries of every column ``m``, grouped by destination (``[E]``)."""
     k = pos_kM.shape[0]
-    pos_Mk = np.ascontiguousarray(pos_kM.T)  # the one transpose: edges grouped by destination
-    short_M = count_M < k
-    if not short_M.any():
-        return pos_Mk.reshape(-1)
-    keep_kM = np.less(np.arange(k)[:, None], count_M[None, :])  # inner axis M: fast compare
-    out: np.ndarray = pos_Mk[keep_kM.T]
+    if not (count_M < k).any():
+        return np.ascontiguousarray(pos_kM.T).reshape(-1)
+    # Transposed views of a mask built with M as the inner axis: one strided pass that
+    # transposes and compacts at once (2x faster than a transpose copy, then a mask).
+    keep_kM = np.less(np.arange(k)[:, None], count_M[None, :])
+    out: np.ndarray = pos_kM.T[keep_kM.T]
     return out
 
 

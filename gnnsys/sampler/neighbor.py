@@ -140,8 +140,10 @@ class NeighborSampler:
         node_parts, hops = [seeds], []
         for hop, fanout in enumerate(self.config.fanouts):
             pieces = self._draw(frontier, fanout, hop, seed, pool) if frontier.size else []
-            touched.extend(p.cand_F for p in pieces)  # claim writes them; a no-op if all assigned
+            touched.extend(p.cand_F for p in pieces)  # claimed; those not assigned need a reset
             num_known = self._ids.number(pieces, num_known, pool)
+            del touched[len(touched) - len(pieces) :]  # assigned: each is some piece's new_U
+            touched.extend(p.new_U for p in pieces)
             frontier = np.concatenate([p.new_U for p in pieces]) if pieces else seeds[:0]
             node_parts.append(frontier)
             hops.append(pieces)
@@ -159,10 +161,10 @@ class NeighborSampler:
         num_edges = sum(int(p.src_E.shape[0]) for p in pieces)
         col_all = np.empty(num_edges, dtype=np.int64)
         e_id_all = np.empty(num_edges, dtype=np.int64)
-        resets = list(touched)
+        resets = list(touched)  # the seeds and every hop's new gids: each entry written once
         touched.clear()  # from here on nothing can raise between the table and the caller
 
-        def col_and_reset(part: int) -> None:
+        def copy_and_reset(part: int) -> None:
             if part == 0:  # one copy; the int32 ids widen to int64 inside it
                 np.concatenate([col_all[:0]] + [p.col_E for p in pieces], out=col_all)
             else:
@@ -170,7 +172,7 @@ class NeighborSampler:
             for gid in resets[part::2]:
                 self._ids.reset(gid)
 
-        pool.map(col_and_reset, [0, 1])
+        pool.map(copy_and_reset, [0, 1])
         return _assemble(node_parts, hops, pieces, col_all, e_id_all)
 
     def _draw(
