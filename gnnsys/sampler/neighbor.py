@@ -44,8 +44,10 @@ from gnnsys.types import Block, SampledSubgraph
 __all__ = ["NeighborSampler"]
 
 # Destinations per chunk below which a hop is not split: a chunk must keep a thread busy for
-# well over the ~50 us a hand-off costs (hop 1 of the 15,10,5 R-MAT benchmark has ~5k).
-_MIN_DST_PER_CHUNK = 2048
+# well over the ~50 us a hand-off costs. 256 splits even the seed hop of a 1024-seed batch
+# (its 512-destination chunks draw 7.5k edges each at fanout 15); 2048 left that hop serial
+# and cut the measured critical path less (13.6 vs 12.0 ms per batch on the R-MAT benchmark).
+_MIN_DST_PER_CHUNK = 256
 
 
 class NeighborSampler:
@@ -134,12 +136,17 @@ class NeighborSampler:
     def _sample_hops(
         self, seeds: np.ndarray, seed: int, pool: ChunkPool, touched: list[np.ndarray]
     ) -> SampledSubgraph:
-        """Run every hop; ``touched`` collects the gids written to the table."""
+        """Run every hop; ``touched`` collects the gids written to the table.
+
+        Rounds per split hop: draw + lookup (which also fills the previous hop's ids), detect,
+        assign; one more at the end fills the last hop while copying the output.
+        """
         frontier = seeds
         num_known = int(seeds.shape[0])
         node_parts, hops = [seeds], []
+        unfilled: list[Piece] = []
         for hop, fanout in enumerate(self.config.fanouts):
-            pieces = self._draw(frontier, fanout, hop, seed, pool) if frontier.size else []
+            pieces = self._draw(frontier, fanout, hop, seed, pool, unfilled)
             touched.extend(p.cand_F for p in pieces)  # claimed; those not assigned need a reset
             num_known = self._ids.number(pieces, num_known, pool)
             del touched[len(touched) - len(pieces) :]  # assigned: each is some piece's new_U
@@ -147,6 +154,7 @@ class NeighborSampler:
             frontier = np.concatenate([p.new_U for p in pieces]) if pieces else seeds[:0]
             node_parts.append(frontier)
             hops.append(pieces)
+            unfilled = pieces
         return self._finish(node_parts, hops, pool, touched)
 
     def _finish(
@@ -156,44 +164,86 @@ class NeighborSampler:
         pool: ChunkPool,
         touched: list[np.ndarray],
     ) -> SampledSubgraph:
-        """Concatenate the output and reset the table, split over the threads."""
+        """Fill the last hop and copy every piece into the output, then reset the table."""
         pieces = [p for hop_pieces in hops for p in hop_pieces]
-        num_edges = sum(int(p.src_E.shape[0]) for p in pieces)
-        col_all = np.empty(num_edges, dtype=np.int64)
-        e_id_all = np.empty(num_edges, dtype=np.int64)
+        first_unfilled = len(pieces) - (len(hops[-1]) if hops else 0)
+        ends = np.cumsum([0] + [int(p.src_E.shape[0]) for p in pieces]).tolist()
+        col_all = np.empty(ends[-1], dtype=np.int64)
+        e_id_all = np.empty(ends[-1], dtype=np.int64)
         resets = list(touched)  # the seeds and every hop's new gids: each entry written once
         touched.clear()  # from here on nothing can raise between the table and the caller
+        num_tasks = pool.num_threads
 
-        def copy_and_reset(part: int) -> None:
-            if part == 0:  # one copy; the int32 ids widen to int64 inside it
-                np.concatenate([col_all[:0]] + [p.col_E for p in pieces], out=col_all)
-            else:
-                np.concatenate([e_id_all[:0]] + [p.e_id_E for p in pieces], out=e_id_all)
-            for gid in resets[part::2]:
+        def copy(t: int) -> None:
+            for i in range(t, len(pieces), num_tasks):
+                if i >= first_unfilled:
+                    self._ids.fill(pieces[i])
+                col_all[ends[i] : ends[i + 1]] = pieces[i].col_E  # int32 ids widen here
+                e_id_all[ends[i] : ends[i + 1]] = pieces[i].e_id_E
+
+        def reset(t: int) -> None:
+            for gid in resets[t::num_tasks]:
                 self._ids.reset(gid)
 
-        pool.map(copy_and_reset, [0, 1])
+        pool.map(copy, range(num_tasks))
+        pool.map(reset, range(num_tasks))  # only once every fill has read the table
         return _assemble(node_parts, hops, pieces, col_all, e_id_all)
 
     def _draw(
-        self, frontier: np.ndarray, fanout: int, hop: int, seed: int, pool: ChunkPool
+        self,
+        frontier: np.ndarray,
+        fanout: int,
+        hop: int,
+        seed: int,
+        pool: ChunkPool,
+        unfilled: list[Piece],
     ) -> list[Piece]:
-        """The hop's edges as looked-up pieces: one per thread when the hop is big enough."""
+        """The hop's edges as looked-up pieces (one per thread when the hop is big enough).
+
+        The same round fills ``unfilled``, the previous hop's pieces: that reads table entries
+        this round never writes.
+        """
         num_chunks = max(1, min(pool.num_threads, frontier.shape[0] // _MIN_DST_PER_CHUNK))
-        replace = self.config.replace
+        concurrent = num_chunks > 1 and getattr(self.source, "concurrent_calls", False)
+        chunks: list[np.ndarray] = []
+        pieces: list[Piece] = []
+        if concurrent:
+            chunks = np.array_split(frontier, num_chunks)  # drawn inside the round
+        elif frontier.size:  # one call, then per-thread lookups
+            pieces = _split(self._call_source(frontier, fanout, hop, seed), num_chunks)
+            self._grow_for(pieces)
+        table_size = int(self._ids.table_N.shape[0])
+        num_tasks = max(len(chunks), len(pieces), len(unfilled), 1)
 
-        def draw(dst: np.ndarray) -> Piece:
-            got = self.source.sample_neighbors(
-                torch.from_numpy(dst), fanout, seed=seed, hop=hop, replace=replace
-            )
-            return Piece(_np64(got.count_M), _np64(got.src_gid_E), _np64(got.e_id_E))
+        def task(t: int) -> Piece | None:
+            for piece in unfilled[t::num_tasks]:
+                self._ids.fill(piece)
+            if t < len(chunks):
+                piece = self._call_source(chunks[t], fanout, hop, seed)
+                if piece.src_E.size and int(piece.src_E.max()) >= table_size:
+                    return piece  # not looked up: the table must grow first, between rounds
+            elif t < len(pieces):
+                piece = pieces[t]
+            else:
+                return None
+            return self._ids.lookup(piece)
 
-        if num_chunks > 1 and getattr(self.source, "concurrent_calls", False):
-            pieces = pool.map(draw, np.array_split(frontier, num_chunks))
-        else:
-            pieces = _split(draw(frontier), num_chunks)
+        done = [p for p in pool.map(task, range(num_tasks)) if p is not None]
+        late = [p for p in done if p.col_E.shape != p.src_E.shape]
+        if late:  # rare: the table doubles when it grows
+            self._grow_for(late)
+            for piece in late:
+                self._ids.lookup(piece)
+        return done
+
+    def _call_source(self, dst: np.ndarray, fanout: int, hop: int, seed: int) -> Piece:
+        got = self.source.sample_neighbors(
+            torch.from_numpy(dst), fanout, seed=seed, hop=hop, replace=self.config.replace
+        )
+        return Piece(_np64(got.count_M), _np64(got.src_gid_E), _np64(got.e_id_E))
+
+    def _grow_for(self, pieces: list[Piece]) -> None:
         self._ids.grow(max((int(p.src_E.max()) for p in pieces if p.src_E.size), default=0))
-        return pool.map(self._ids.lookup, pieces)
 
 
 def _np64(values: Tensor) -> np.ndarray:

@@ -164,8 +164,9 @@ class LocalIds:
     def number(self, pieces: Sequence[Piece], num_known: int, pool: ChunkPool) -> int:
         """Give one hop's unseen sources ids from ``num_known`` on; returns the next free id.
 
-        Every piece must have been through ``lookup``; afterwards their ``col_E`` are complete
-        and ``new_U`` lists the hop's new gids, piece by piece, in id order.
+        Every piece must have been through ``lookup``; afterwards ``new_U`` lists the hop's new
+        gids, piece by piece, in id order, and ``fill`` may complete each ``col_E`` (the
+        sampler runs it in its next round).
         """
         self.claim(pieces)
         pool.map(self.detect, pieces)
@@ -173,7 +174,6 @@ class LocalIds:
             piece.first_id = num_known
             num_known += int(piece.new_U.shape[0])
         pool.map(self.assign, pieces)
-        pool.map(self.fill, pieces)
         return num_known
 
     def fill(self, piece: Piece) -> None:
