@@ -31,6 +31,7 @@ Shape legend: ``B`` seeds, ``N`` sampled nodes, ``E`` sampled edges, ``M`` desti
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -164,30 +165,44 @@ class NeighborSampler:
         pool: ChunkPool,
         touched: list[np.ndarray],
     ) -> SampledSubgraph:
-        """Fill the last hop and copy every piece into the output, then reset the table."""
+        """Fill the last hop and build the output arrays, then reset the table: two rounds."""
         pieces = [p for hop_pieces in hops for p in hop_pieces]
         first_unfilled = len(pieces) - (len(hops[-1]) if hops else 0)
         ends = np.cumsum([0] + [int(p.src_E.shape[0]) for p in pieces]).tolist()
-        col_all = np.empty(ends[-1], dtype=np.int64)
-        e_id_all = np.empty(ends[-1], dtype=np.int64)
+        num_dst = sum(int(p.count_M.shape[0]) for p in pieces)
+        col_all, e_id_all = np.empty(ends[-1], np.int64), np.empty(ends[-1], np.int64)
+        rowptr_all = np.zeros(num_dst + 1, dtype=np.int64)
+        n_id = np.empty(sum(int(p.shape[0]) for p in node_parts), dtype=np.int64)
         resets = list(touched)  # the seeds and every hop's new gids: each entry written once
         touched.clear()  # from here on nothing can raise between the table and the caller
-        num_tasks = pool.num_threads
 
-        def copy(t: int) -> None:
-            for i in range(t, len(pieces), num_tasks):
+        def copy(i: int) -> None:  # one piece, or (past the pieces) the rowptr or the n_id
+            if i < len(pieces):
                 if i >= first_unfilled:
                     self._ids.fill(pieces[i])
                 col_all[ends[i] : ends[i + 1]] = pieces[i].col_E  # int32 ids widen here
                 e_id_all[ends[i] : ends[i + 1]] = pieces[i].e_id_E
+            elif i == len(pieces):
+                np.concatenate([col_all[:0]] + [p.count_M for p in pieces], out=rowptr_all[1:])
+                np.cumsum(rowptr_all, out=rowptr_all)
+            else:
+                np.concatenate(node_parts, out=n_id)
 
-        def reset(t: int) -> None:
-            for gid in resets[t::num_tasks]:
-                self._ids.reset(gid)
+        jobs = list(range(len(pieces) + 2))
+        self._spread(pool, copy, jobs)
+        self._spread(pool, lambda i: self._ids.reset(resets[i]), list(range(len(resets))))
+        return _assemble(node_parts, hops, rowptr_all, col_all, e_id_all, n_id)
 
-        pool.map(copy, range(num_tasks))
-        pool.map(reset, range(num_tasks))  # only once every fill has read the table
-        return _assemble(node_parts, hops, pieces, col_all, e_id_all)
+    @staticmethod
+    def _spread(pool: ChunkPool, job: Callable[[int], None], items: list[int]) -> None:
+        """Run ``job`` on every item, round-robin over the pool's threads (one hand-off)."""
+        step = pool.num_threads
+
+        def task(t: int) -> None:
+            for i in items[t::step]:
+                job(i)
+
+        pool.map(task, range(min(step, len(items))))
 
     def _draw(
         self,
@@ -271,16 +286,14 @@ def _split(piece: Piece, num_chunks: int) -> list[Piece]:
 def _assemble(
     node_parts: list[np.ndarray],
     hops: list[list[Piece]],
-    pieces: list[Piece],
+    rowptr_all: np.ndarray,
     col_all: np.ndarray,
     e_id_all: np.ndarray,
+    n_id: np.ndarray,
 ) -> SampledSubgraph:
     """Cut one prefix block per layer (input layer first) out of the concatenated hops."""
     num_nodes = tuple(int(p.shape[0]) for p in node_parts)
     num_edges = tuple(sum(int(p.src_E.shape[0]) for p in hop_pieces) for hop_pieces in hops)
-    count_all = np.concatenate([col_all[:0]] + [p.count_M for p in pieces])
-    rowptr_all = np.zeros(count_all.shape[0] + 1, dtype=np.int64)
-    np.cumsum(count_all, out=rowptr_all[1:])
     rowptr_t, col_t, e_id_t = (torch.from_numpy(a) for a in (rowptr_all, col_all, e_id_all))
     num_hops = len(hops)
     blocks = []
@@ -298,7 +311,7 @@ def _assemble(
             )
         )
     return SampledSubgraph(
-        n_id=torch.from_numpy(np.concatenate(node_parts)),
+        n_id=torch.from_numpy(n_id),
         blocks=tuple(blocks),
         batch_size=num_nodes[0],
         num_sampled_nodes=num_nodes,

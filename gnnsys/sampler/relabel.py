@@ -19,8 +19,9 @@ the values compared are biased positions (below ``-1``) or ids (``>= 0``) and ne
 Min and position order do not depend on where the chunks are cut, so the ids (and the whole
 batch) are identical for any thread count.
 
-Every array op here is numpy: single-threaded per call and the GIL is released inside it, so
-two threads on two pieces overlap; torch ops would start their own intra-op threads per call.
+Every array op in the parallel steps is numpy: single-threaded per call and the GIL is released
+inside it, so two threads on two pieces overlap; torch ops would start their own intra-op
+threads per call. The serial ``claim`` uses torch's faster scatter-min.
 
 Shape legend: ``E`` edges of a piece, ``F`` fresh sources of a piece, ``U`` first occurrences.
 """
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import numpy as np
+import torch
 
 __all__ = ["ChunkPool", "LocalIds", "Piece"]
 
@@ -137,11 +139,15 @@ class LocalIds:
 
     def claim(self, pieces: Sequence[Piece]) -> None:
         """Serial: every unseen gid's entry becomes its first global position, biased."""
+        table_N = torch.from_numpy(self.table_N)  # same memory
         base = 0
         for piece in pieces:
             piece.base = base
             num = int(piece.cand_F.shape[0])
-            np.minimum.at(self.table_N, piece.cand_F, self._biased(base, num))
+            # torch's scatter-min is 1.5-3x numpy's np.minimum.at here; it runs alone, so its
+            # intra-op threads (if any) cannot collide with the numpy workers.
+            biased_F = torch.from_numpy(self._biased(base, num))
+            table_N.scatter_reduce_(0, torch.from_numpy(piece.cand_F), biased_F, reduce="amin")
             base += num
 
     @staticmethod
