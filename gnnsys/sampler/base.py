@@ -18,7 +18,13 @@ from gnnsys.types import NeighborSample, SampledSubgraph
 
 
 class NeighborSource(Protocol):
-    """Draws in-neighbors of destination nodes (local CSR, or remote owners over Ray)."""
+    """Draws in-neighbors of destination nodes (local CSR, or remote owners over Ray).
+
+    Optional class attribute ``concurrent_calls: bool`` (absent means ``False``): when true,
+    ``NeighborSampler`` cuts a big hop into per-thread chunks and calls ``sample_neighbors``
+    from several threads at once (``CSRNeighborSource`` sets it); otherwise it sends one
+    request per hop, so a remote source keeps one round trip per hop per owner.
+    """
 
     def sample_neighbors(
         self, dst_gid: Tensor, fanout: int, *, seed: int, hop: int, replace: bool = False
