@@ -30,6 +30,7 @@ Shape legend: ``B`` seeds, ``N`` sampled nodes, ``E`` sampled edges, ``M`` desti
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -99,7 +100,9 @@ class NeighborSampler:
 
     def _chunk_pool(self) -> ChunkPool:
         threads = self.config.num_threads or torch.get_num_threads()
-        if self._pool.num_threads != threads:
+        if self._pool.pid != os.getpid():  # forked: the workers stayed in the parent
+            self._pool = ChunkPool(threads)
+        elif self._pool.num_threads != threads:
             self._pool.close()
             self._pool = ChunkPool(threads)
         return self._pool

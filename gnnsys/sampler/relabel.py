@@ -28,6 +28,7 @@ Shape legend: ``E`` edges of a piece, ``F`` fresh sources of a piece, ``U`` firs
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -81,6 +82,7 @@ class ChunkPool:
 
     def __init__(self, num_threads: int) -> None:
         self.num_threads = num_threads
+        self.pid = os.getpid()  # a forked child inherits the pool but not its threads
         self._pool: ThreadPoolExecutor | None = None
         if num_threads > 1:
             self._pool = ThreadPoolExecutor(num_threads - 1, thread_name_prefix="gnnsys-sampler")

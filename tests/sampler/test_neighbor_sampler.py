@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -258,3 +259,20 @@ def test_num_threads_config() -> None:
     with pytest.raises(ValueError, match="num_threads"):
         NeighborSampler.Config(num_threads=0)
     assert NeighborSampler.Config().num_threads is None
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.timeout(60)  # without the fork guard the child waits forever on a dead worker
+def test_sampler_used_before_fork_works_in_the_child(
+    tiny_graph: Graph, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(neighbor, "_MIN_DST_PER_CHUNK", 4)
+    config = NeighborSampler.Config(fanouts=(5, 5), num_threads=2)
+    sampler = NeighborSampler(config, source=CSRNeighborSource.from_graph(tiny_graph))
+    want = sampler.sample(torch.arange(0, 1000, 2), seed=4).n_id  # starts the worker thread
+    pid = os.fork()
+    if pid == 0:  # child: the parent's worker thread does not exist here
+        ok = torch.equal(sampler.sample(torch.arange(0, 1000, 2), seed=4).n_id, want)
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
