@@ -30,7 +30,7 @@ sums one owner returns, ``K`` pairs sent to one owner.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -223,13 +223,23 @@ class FirstLayerAggregator:
         reduce = self._kind(layer).reduce
         block = sub.blocks[0]
         plan = self._plan(sub, features, weight_N)
-        need_pos = torch.nonzero(plan.need_row_N).flatten()
-        # Rows outside need_row_N stay zero: combine_partials never reads them.
-        x_NF = torch.zeros(block.num_src, self.num_features, dtype=torch.float32)
-        x_NF[need_pos] = features.fetch(sub.n_id[need_pos].long()).float()
+        # Only the needed rows are materialised (``R`` of them, destinations first since they
+        # are always needed): an [N, F] buffer would cost more than the traffic it saves.
+        need_pos_R = torch.nonzero(plan.need_row_N).flatten()
+        x_RF = features.fetch(sub.n_id[need_pos_R].long()).float()
+        compact_N = torch.full((block.num_src,), -1, dtype=torch.int64)
+        compact_N[need_pos_R] = torch.arange(need_pos_R.numel())
+        compact = replace(plan, local_col=compact_N[plan.local_col])
         partials = self._partials(plan)
-        agg_MF = combine_partials(plan, block, x_NF, partials, reduce=reduce, src_weight_N=weight_N)
-        return FirstLayerInput(agg_MF=agg_MF, x_dst_MF=x_NF[: block.num_dst], plan=plan)
+        agg_MF = combine_partials(
+            compact,
+            block,
+            x_RF,
+            partials,
+            reduce=reduce,
+            src_weight_N=None if weight_N is None else weight_N[need_pos_R],
+        )
+        return FirstLayerInput(agg_MF=agg_MF, x_dst_MF=x_RF[: block.num_dst], plan=plan)
 
     def _plan(
         self,

@@ -240,7 +240,9 @@ def combine_partials(
     Args:
         plan: From :func:`plan_partial`.
         block: The first block.
-        x_NF: ``[N, F]`` source rows; only rows where ``plan.need_row_N`` are read.
+        x_NF: ``[N, F]`` source rows; only rows where ``plan.need_row_N`` are read. A caller
+            may pass just those rows if it remaps ``plan.local_col`` (and ``src_weight_N``) to
+            them, as ``gnnsys.train.owner_agg`` does.
         partials: Owner part -> ``[G, F]`` sums answering that owner's request.
         reduce: ``"sum"`` or ``"mean"`` (GCN uses ``"sum"`` with ``src_weight_N``).
         src_weight_N: ``[N]`` per-source weights, as given to :func:`plan_partial`.
@@ -251,9 +253,15 @@ def combine_partials(
         )
     x = x_NF.float() if src_weight_N is None else x_NF.float() * src_weight_N[:, None].float()
     agg_MF = aggregate(x, plan.local_rowptr, plan.local_col, "sum")
+    # In place unless autograd tracks x: each out-of-place step would copy [M, F] again.
+    in_place = not agg_MF.requires_grad
     for request in plan.requests:
-        agg_MF = agg_MF.index_add(0, request.group_dst, partials[request.part].float())
+        part_GF = partials[request.part].float()
+        if in_place:
+            agg_MF.index_add_(0, request.group_dst, part_GF)
+        else:
+            agg_MF = agg_MF.index_add(0, request.group_dst, part_GF)
     if reduce == "mean":
         deg_M = block.rowptr.diff().clamp(min=1).to(agg_MF.dtype)
-        agg_MF = agg_MF / deg_M[:, None]
+        agg_MF = agg_MF.div_(deg_M[:, None]) if in_place else agg_MF / deg_M[:, None]
     return agg_MF
