@@ -98,6 +98,8 @@ def run_one(
     got["feature_bytes"] = round(per_epoch(FEATURE))
     got["partial_bytes"] = round(per_epoch(PARTIAL))
     got["remote_feature_bytes"] = got["feature_bytes"] + got["partial_bytes"]
+    warm = history[0].get("warmup_bytes", {})
+    got["warmup_feature_bytes"] = sum(warm.get(c, 0) for c in FEATURE)  # cache prefetch, once
     if "counts" in history[-1]:
         got["counts_per_epoch"] = {
             k: round(statistics.fmean(m["counts"][k] for m in history))
