@@ -143,7 +143,7 @@ class NeighborSampler:
         """Run every hop; ``touched`` collects the gids written to the table.
 
         Rounds per split hop: draw + lookup (which also fills the previous hop's ids), detect,
-        assign; one more at the end fills the last hop while copying the output.
+        assign; two more at the end (fill the last hop while copying the output; reset).
         """
         frontier = seeds
         num_known = int(seeds.shape[0])
