@@ -24,6 +24,7 @@ Usage (heavy: ~4 GiB RSS, several minutes):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import statistics
@@ -36,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gnnsys.kernels import aggregate, transpose_csr, use_backend
+from gnnsys.kernels import aggregate, cpu_blocked, transpose_csr, use_backend
 
 MAKE_RMAT = Path(__file__).resolve().parents[2] / "shared" / "baselines" / "make_rmat.py"
 COPY_BYTES = 1 << 30
@@ -120,6 +121,41 @@ def report(
 Op = Callable[[torch.Tensor], torch.Tensor]
 
 
+@contextlib.contextmanager
+def unblocked() -> Any:
+    """Run gnnsys's torch path as before the blocked CPU path (plain ``embedding_bag`` calls)."""
+    saved = cpu_blocked.MIN_TABLE_BYTES
+    cpu_blocked.MIN_TABLE_BYTES = 1 << 62
+    try:
+        yield
+    finally:
+        cpu_blocked.MIN_TABLE_BYTES = saved
+
+
+def in_context(ctx: Callable[[], Any], fn: Callable[[], Any]) -> Callable[[], Any]:
+    def step() -> Any:
+        with ctx():
+            return fn()
+
+    return step
+
+
+def gather_case(x: torch.Tensor, col: torch.Tensor, chunk: int = 1 << 20) -> Callable[[], Any]:
+    """``index_select`` of every gathered row, ``chunk`` edges at a time into a reused buffer.
+
+    The plain gather of the same rows (no reduce): the best a gather-based kernel can do here.
+    """
+    buf = torch.zeros(chunk, x.shape[1], dtype=x.dtype, device=x.device)
+    num_edges = int(col.shape[0])
+
+    def step() -> None:
+        for e0 in range(0, num_edges, chunk):
+            idx = col[e0 : e0 + chunk]
+            torch.index_select(x, 0, idx, out=buf[: idx.shape[0]])
+
+    return step
+
+
 def fwd_bwd(fn: Op, x: torch.Tensor, grad: torch.Tensor) -> Callable[[], None]:
     xg = x.detach().requires_grad_(True)
 
@@ -140,6 +176,7 @@ def run_float(args: argparse.Namespace, g: dict[str, Any], sync: Any) -> dict[st
     rowptr_c = rowptr.to(col.dtype)
     methods: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
         "gnnsys": lambda t: aggregate(t, rowptr, col, "mean"),
+        "gnnsys_unblocked": lambda t: aggregate(t, rowptr, col, "mean"),
         "embedding_bag": lambda t: torch.nn.functional.embedding_bag(
             col, t, rowptr_c, mode="mean", include_last_offset=True
         ),
@@ -159,6 +196,12 @@ def run_float(args: argparse.Namespace, g: dict[str, Any], sync: Any) -> dict[st
         specs[f"{name}/fwd"] = ("fwd", "fp32", name, fwd_bytes, e)
         cases[f"{name}/fwd+bwd"] = fwd_bwd(fn, x, grad)
         specs[f"{name}/fwd+bwd"] = ("fwd+bwd", "fp32", name, both_bytes, e)
+        if name == "gnnsys_unblocked":
+            for key in (f"{name}/fwd", f"{name}/fwd+bwd"):
+                cases[key] = in_context(unblocked, cases[key])
+    if args.device == "cpu":  # the plain gather (read E rows + write them) as a reference
+        cases["gather/ref"] = gather_case(x, col)
+        specs["gather/ref"] = ("gather", "fp32", "index_select", e * (2 * f * 4 + 4), e)
     return report(args, round_robin(cases, args.repeats, sync), specs)
 
 
@@ -244,9 +287,10 @@ def build_graph(args: argparse.Namespace) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def summarize(best: dict[str, float], both_bytes: int) -> None:
+def summarize(best: dict[str, float], both_bytes: int, gather_bytes: int) -> None:
     """The acceptance numbers of the fp32 group: speed-up over plain torch, copy fraction."""
     best_plain = min(best["embedding_bag/fwd+bwd"], best["sparse_mm_csr/fwd+bwd"])
+    best.setdefault("gather/ref", float("nan"))  # only timed on CPU
     gbps = both_bytes / best["gnnsys/fwd+bwd"] / 1e9
     copy_gbps = 2 * COPY_BYTES / best["copy"] / 1e9
     emit({
@@ -254,6 +298,8 @@ def summarize(best: dict[str, float], both_bytes: int) -> None:
         "speedup_vs_best_plain_torch": round(best_plain / best["gnnsys/fwd+bwd"], 3),
         "gbps": round(gbps, 2), "copy_gbps": round(copy_gbps, 2),
         "frac_copy_bw": round(gbps / copy_gbps, 3),
+        "speedup_vs_unblocked": round(best["gnnsys_unblocked/fwd+bwd"] / best["gnnsys/fwd+bwd"], 3),
+        "gather_ref_frac_copy_bw": round(gather_bytes / best["gather/ref"] / 1e9 / copy_gbps, 3),
     })  # fmt: skip
 
 
@@ -276,7 +322,8 @@ def main() -> None:
     with use_backend("triton" if args.device == "cuda" else "torch"):
         if "float" not in args.skip:
             best = run_float(args, g, sync)
-            summarize(best, counted_bytes(g["e"], g["n"], g["m"], args.feat, 4, 0) * 2)
+            both_bytes = counted_bytes(g["e"], g["n"], g["m"], args.feat, 4, 0) * 2
+            summarize(best, both_bytes, g["e"] * (2 * args.feat * 4 + 4))
         if "pyg" not in args.skip:
             run_pyg_subset(args, g, sync)
         if "int8" not in args.skip:

@@ -17,6 +17,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import Tensor
@@ -25,6 +26,7 @@ __all__ = [
     "REDUCES",
     "AggInputs",
     "check_index_range",
+    "cached_per_csr",
     "check_inputs",
     "dequantize",
     "dst_of_edges",
@@ -193,20 +195,21 @@ def _build_transpose(rowptr: Tensor, col: Tensor, num_src: int) -> tuple[Tensor,
     return rowptr_t, col_t
 
 
-_CacheEntry = tuple["weakref.ref[Tensor]", "weakref.ref[Tensor]", int, int, tuple[Tensor, ...]]
+_CacheEntry = tuple["weakref.ref[Tensor]", "weakref.ref[Tensor]", int, int, tuple[Any, ...]]
+_T = TypeVar("_T")
 _CSR_CACHE: dict[tuple[str, int, int, int], _CacheEntry] = {}
 _CSR_CACHE_SIZE = 16
 _CSR_LOCK = threading.Lock()  # trainer threads of the in-process executor share the cache
 
 
-def _cached(
+def cached_per_csr(
     kind: str,
     rowptr: Tensor,
     col: Tensor,
     num_src: int,
-    build: Callable[[], tuple[Tensor, ...]],
-) -> tuple[Tensor, ...]:
-    """Memoise ``build()`` per ``(kind, rowptr, col)`` tensor objects.
+    build: Callable[[], tuple[_T, ...]],
+) -> tuple[_T, ...]:
+    """Memoise ``build()`` per ``(kind, rowptr, col)`` tensor objects (a plan built once per CSR).
 
     Entries hold the tensors by weak reference and are checked against their version counters,
     so a freed or modified-in-place CSR never returns a stale result.
@@ -215,7 +218,7 @@ def _cached(
     hit = _CSR_CACHE.get(key)
     versions = (rowptr._version, col._version)
     if hit is not None and hit[0]() is rowptr and hit[1]() is col and hit[2:4] == versions:
-        return hit[4]
+        return cast(tuple[_T, ...], hit[4])
     value = build()
     with _CSR_LOCK:
         for stale in [k for k, v in _CSR_CACHE.items() if v[0]() is None or v[1]() is None]:
@@ -240,7 +243,7 @@ def transpose_csr(rowptr: Tensor, col: Tensor, num_src: int) -> tuple[Tensor, Te
     Returns:
         ``(rowptr_t [N + 1] int64, col_t [E] in col's dtype)``; ``col_t`` holds destination rows.
     """
-    rowptr_t, col_t = _cached(
+    rowptr_t, col_t = cached_per_csr(
         "transpose", rowptr, col, num_src, lambda: _build_transpose(rowptr, col, num_src)
     )
     return rowptr_t, col_t
@@ -257,4 +260,4 @@ def transpose_mean_weights(rowptr: Tensor, col: Tensor, num_src: int) -> Tensor:
         inv_deg_M = 1.0 / (rowptr[1:] - rowptr[:-1]).clamp(min=1).to(torch.float32)
         return (inv_deg_M.index_select(0, col_t.long()),)
 
-    return _cached("mean_weights", rowptr, col, num_src, build)[0]
+    return cached_per_csr("mean_weights", rowptr, col, num_src, build)[0]

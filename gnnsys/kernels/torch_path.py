@@ -11,6 +11,9 @@ Why these ops (measured on the 2-core CI box, see docs/kernels.md and benchmarks
   ``csr.transpose_csr``; mean adds cached per-edge ``1/deg`` weights). Autograd through
   ``embedding_bag`` or ``torch.sparse.mm`` instead scatters per edge or rebuilds the transpose
   every step (2-3x slower).
+- Large fp32 tables (``cpu_blocked.MIN_TABLE_BYTES``, 32 MiB): sum/mean forward and backward run
+  through ``cpu_blocked.gather_sum`` instead (feature tiles x edge chunks, huge-page output, no
+  separate mean division; the mean backward pre-scales ``grad`` while staging, no ``[E]`` weights).
 - Backward (max): the forward's per-element argmax row, scattered with ``scatter_add_``.
 - int8 rows: FBGEMM's ``quantized.embedding_bag_byte_rowwise_offsets`` reads the ``F`` bytes of a
   row plus an inline fp32 scale/bias. Our layout keeps scale/zero apart, so each call repacks
@@ -28,6 +31,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
+from gnnsys.kernels.cpu_blocked import chunk_plan, gather_sum, use_blocked
 from gnnsys.kernels.csr import (
     AggInputs,
     dequantize,
@@ -59,9 +63,12 @@ class _SumMean(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x_NF: Tensor, rowptr: Tensor, col: Tensor, mean: bool) -> Tensor:
-        out_MF, _ = _bag(x_NF.contiguous(), col, rowptr, _MODE_SUM)
-        if mean:
-            out_MF.div_(_degree(rowptr).clamp(min=1).to(out_MF.dtype)[:, None])
+        if use_blocked(x_NF):  # large fp32 table: tiled, chunked, huge-page output
+            out_MF = gather_sum(x_NF, rowptr, col, out_scale=mean)
+        else:
+            out_MF, _ = _bag(x_NF.contiguous(), col, rowptr, _MODE_SUM)
+            if mean:
+                out_MF.div_(_degree(rowptr).clamp(min=1).to(out_MF.dtype)[:, None])
         # Plain attributes, not save_for_backward: the transpose cache is keyed on these objects.
         ctx.rowptr, ctx.col, ctx.mean, ctx.num_src = rowptr, col, mean, x_NF.shape[0]
         return out_MF
@@ -72,6 +79,10 @@ class _SumMean(torch.autograd.Function):
         if not ctx.needs_input_grad[0]:
             return None, None, None, None
         rowptr_t, col_t = transpose_csr(ctx.rowptr, ctx.col, ctx.num_src)
+        if use_blocked(grad_MF):
+            # Mean: grad rows scaled by 1/deg while staging; no [E] weights are read.
+            inv_deg_M = chunk_plan(ctx.rowptr, ctx.col, ctx.num_src).inv_deg if ctx.mean else None
+            return gather_sum(grad_MF, rowptr_t, col_t, in_scale_R=inv_deg_M), None, None, None
         weights = None
         if ctx.mean:
             # Per-edge 1/deg weights (cached) instead of an [M, F] division pass: ~10% faster.
