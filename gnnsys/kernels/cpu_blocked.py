@@ -45,7 +45,15 @@ from torch import Tensor
 
 from gnnsys.kernels.csr import cached_per_csr
 
-__all__ = ["MIN_TABLE_BYTES", "ChunkPlan", "chunk_plan", "gather_sum", "thp_empty", "use_blocked"]
+__all__ = [
+    "MIN_TABLE_BYTES",
+    "ChunkPlan",
+    "chunk_plan",
+    "gather_sum",
+    "run_chunks",
+    "thp_empty",
+    "use_blocked",
+]
 
 MIN_TABLE_BYTES = 32 << 20
 """Smallest gathered table (bytes) that takes the blocked path: 4x the 8 MiB L3 of the CI box."""
@@ -191,10 +199,34 @@ def gather_sum(
             tile_RW.copy_(table_RF[:, c0:c1])
         else:
             torch.mul(table_RF[:, c0:c1], in_scale_R[:, None], out=tile_RW)
-        for (q0, q1, e0, e1), offsets in zip(plan.bounds, plan.offsets, strict=True):
-            bag = torch.embedding_bag(tile_RW, col[e0:e1], offsets, False, 0, False, None, True)
-            if out_scale:
-                torch.mul(bag[0], plan.inv_deg[q0:q1, None], out=out_QF[q0:q1, c0:c1])
-            else:
-                out_QF[q0:q1, c0:c1] = bag[0]
+
+        def bag(col_e: Tensor, offsets: Tensor, tile_RW: Tensor = tile_RW) -> Tensor:
+            return torch.embedding_bag(tile_RW, col_e, offsets, False, 0, False, None, True)[0]
+
+        run_chunks(plan, col, out_QF[:, c0:c1], bag, out_scale=out_scale)
     return out_QF
+
+
+def run_chunks(
+    plan: ChunkPlan,
+    col: Tensor,
+    out_QW: Tensor,
+    bag: Callable[[Tensor, Tensor], Tensor],
+    *,
+    out_scale: bool,
+) -> None:
+    """Fill ``out_QW`` chunk by chunk: ``out[q0:q1] = bag(col[e0:e1], offsets) (* 1/deg)``.
+
+    Args:
+        plan: ``chunk_plan`` of the CSR.
+        col: ``[E]`` contiguous edge columns.
+        out_QW: ``[Q, W]`` destination (a column slice of the output is fine).
+        bag: sums the rows of one chunk: ``(col_e, offsets [q1 - q0 + 1]) -> [q1 - q0, W]``.
+        out_scale: multiply by ``1 / max(deg, 1)`` in the same copy (mean).
+    """
+    for (q0, q1, e0, e1), offsets in zip(plan.bounds, plan.offsets, strict=True):
+        part = bag(col[e0:e1], offsets)
+        if out_scale:
+            torch.mul(part, plan.inv_deg[q0:q1, None], out=out_QW[q0:q1])
+        else:
+            out_QW[q0:q1] = part

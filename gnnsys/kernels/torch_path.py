@@ -31,6 +31,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
+from gnnsys.kernels import cpu_blocked
 from gnnsys.kernels.cpu_blocked import chunk_plan, gather_sum, use_blocked
 from gnnsys.kernels.csr import (
     AggInputs,
@@ -174,9 +175,20 @@ def _aggregate_quantized(inputs: AggInputs) -> Tensor:
         packed = _pack_bytes(u_NF, scale32, -inputs.zero.float() * scale32, flip=False)
     else:
         packed = pack_int8_rowwise(inputs.x, inputs.scale, inputs.zero)
-    col, rowptr = inputs.col, inputs.rowptr.to(inputs.col.dtype)
     op = torch.ops.quantized.embedding_bag_byte_rowwise_offsets
-    out_MF: Tensor = op(packed, col, rowptr, False, 0, False, None, None, True)
+    if packed.numel() >= cpu_blocked.MIN_TABLE_BYTES:
+        # Edge chunks into a huge-page output, mean's 1/deg fused into the copy (as for fp32).
+        col = inputs.col.contiguous()
+        plan = cpu_blocked.chunk_plan(inputs.rowptr, col, int(inputs.x.shape[0]))
+        out_MF = cpu_blocked.thp_empty((inputs.num_dst, inputs.num_features), torch.float32)
+
+        def bag(col_e: Tensor, offsets: Tensor) -> Tensor:
+            return cast(Tensor, op(packed, col_e, offsets, False, 0, False, None, None, True))
+
+        cpu_blocked.run_chunks(plan, col, out_MF, bag, out_scale=inputs.reduce == "mean")
+        return out_MF
+    col, rowptr = inputs.col, inputs.rowptr.to(inputs.col.dtype)
+    out_MF = cast(Tensor, op(packed, col, rowptr, False, 0, False, None, None, True))
     if inputs.reduce == "mean":
         out_MF.div_(_degree(inputs.rowptr).clamp(min=1).to(out_MF.dtype)[:, None])
     return out_MF

@@ -26,6 +26,13 @@ def test_forward_matches_reference(small_csr: Csr, reduce: str, num_features: in
 
 
 @pytest.mark.usefixtures("force_blocked")
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+@pytest.mark.parametrize("dtype", ["int8", "int4"])
+def test_quantized_chunks_match_reference(small_csr: Csr, dtype: str, reduce: str) -> None:
+    compare_to_reference("torch", small_csr, dtype, reduce, num_features=37)
+
+
+@pytest.mark.usefixtures("force_blocked")
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
 def test_gradients_match_reference(small_csr: Csr, reduce: str) -> None:
     compare_grads("torch", small_csr, reduce, num_features=37)
