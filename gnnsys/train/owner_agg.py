@@ -155,7 +155,8 @@ class FirstLayerAggregator:
 
         placement: str = "owner"
         """``owner`` (every remote-only row summed at its owner) or ``auto`` (per owner and
-        batch, whichever of partial sums or rows costs fewer bytes)."""
+        batch, whichever of partial sums or rows costs fewer bytes; rows the halo cache would
+        admit are always fetched, since they are free afterwards)."""
         compress_partials: bool = True
         """Encode partial sums with the run's codec when it is in :data:`PARTIAL_CODECS`."""
 
@@ -251,6 +252,8 @@ class FirstLayerAggregator:
         part_N = torch.from_numpy(self.part_N[n_id.numpy()])
         resident = getattr(features, "resident_mask", None)
         available_N = resident(n_id) if resident is not None else part_N == self.part
+        if self.config.placement == "auto":
+            available_N = available_N | _cache_would_keep(features, n_id, available_N)
         return plan_partial(
             sub.blocks[0],
             n_id,
@@ -303,6 +306,26 @@ class FirstLayerAggregator:
                 "a FirstLayerAggregator (resolve_placement falls back to requester)"
             )
         return kind
+
+
+def _cache_would_keep(features: FeatureSource, n_id: Tensor, available_N: Tensor) -> Tensor:
+    """``[N]`` bool: remote rows the worker's halo cache would admit if they were fetched.
+
+    ``auto`` fetches those as rows even when partial sums are cheaper for this batch: a fetched
+    row the cache keeps is free in later batches, while a row summed at its owner never reaches
+    the cache (greedy per-batch choice lost to ``requester`` on Cora with an adaptive cache,
+    1.21x its bytes, before this). Asks the cache's admission policy (pure ``decide``) with the
+    counts it has before this batch; without a cache nothing is marked.
+    """
+    keep_N = torch.zeros_like(available_N)
+    cache = getattr(features, "cache", None)
+    policy = getattr(cache, "policy", None)
+    if cache is None or policy is None or bool(available_N.all()):
+        return keep_N
+    missing_pos = torch.nonzero(~available_N).flatten()
+    plan = policy.decide(n_id[missing_pos], cache.cached_gid, int(cache.capacity_rows))
+    keep_N[missing_pos] = torch.isin(n_id[missing_pos], plan.admit_gid)
+    return keep_N
 
 
 def build_first_layer(

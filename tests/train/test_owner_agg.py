@@ -377,3 +377,26 @@ def test_train_local_owner_with_halo_cache(tmp_path: Path) -> None:
         assert have["cache"]["rows_hit"] > 0
         remote = ("feature_request", "feature_response", "partial_request", "partial_response")
         assert sum(have["bytes"][c] for c in remote) <= sum(want["bytes"][c] for c in remote)
+
+
+def test_auto_fetches_rows_the_cache_would_admit(store4: Path) -> None:
+    """A row the cache keeps is free later, so ``auto`` fetches it; ``owner`` still sums it."""
+    from gnnsys.cache.admission import AdmissionPlan
+
+    batch = _batch(store4, PartialClient(store4, 4))
+
+    class AdmitAll:
+        def decide(self, candidate_gid: Tensor, cached_gid: Tensor, capacity: int) -> Any:
+            return AdmissionPlan(candidate_gid, torch.empty(0, dtype=torch.int64))
+
+    class Cached:
+        cache = type("Cache", (), {"policy": AdmitAll(), "cached_gid": None, "capacity_rows": 9})
+
+        def fetch(self, gid: Tensor) -> Tensor:
+            return batch.features.fetch(gid)
+
+    model = _model("sage")
+    auto = _aggregator(batch, "auto", Ledger()).gather(model.layers[0], batch.sub, Cached())
+    owner = _aggregator(batch, "owner", Ledger()).gather(model.layers[0], batch.sub, Cached())
+    assert auto.plan.requests == () and owner.plan.requests
+    torch.testing.assert_close(auto.agg_MF, owner.agg_MF, atol=1e-5, rtol=1e-5)
