@@ -28,11 +28,12 @@ Shape legend: ``E`` edges of a piece, ``F`` fresh sources of a piece, ``U`` firs
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import numpy as np
 import torch
@@ -74,7 +75,10 @@ class Piece:
 
 
 class ChunkPool:
-    """Runs one function over a few chunks: the caller's thread takes the first chunk.
+    """Runs one function over a few chunks on up to ``num_threads`` threads, the caller's too.
+
+    The threads pull chunks from a shared counter, so a thread the OS preempts (the machine is
+    shared) delays the round by at most the chunk it holds: the others take the rest.
 
     Args:
         num_threads: Threads used at most (the caller's included); 1 runs everything inline.
@@ -91,15 +95,26 @@ class ChunkPool:
         """``[fn(x) for x in items]``, concurrently; waits for all before raising any error."""
         if self._pool is None or len(items) < 2:
             return [fn(x) for x in items]
-        futures: list[Future[_R]] = [self._pool.submit(fn, x) for x in items[1:]]
-        try:
-            first = fn(items[0])
-        finally:
-            done = [f.exception() for f in futures]  # waits; the table must be quiet before reset
-        for error in done:
-            if error is not None:
-                raise error
-        return [first] + [f.result() for f in futures]
+        results: list[_R | None] = [None] * len(items)
+        errors: list[BaseException] = []
+        order = itertools.count()  # next() on a count is atomic under the GIL
+
+        def drain() -> None:
+            for i in iter(order.__next__, None):
+                if i >= len(items) or errors:
+                    return
+                try:
+                    results[i] = fn(items[i])
+                except BaseException as error:  # re-raised by the caller below
+                    errors.append(error)
+
+        helpers = min(self.num_threads, len(items)) - 1
+        futures: list[Future[None]] = [self._pool.submit(drain) for _ in range(helpers)]
+        drain()
+        wait(futures)  # the table must be quiet before the caller resets it
+        if errors:
+            raise errors[0]
+        return cast(list[_R], results)  # every slot is set when no chunk raised
 
     def close(self) -> None:
         """Stop the worker threads (idle ones also exit when the pool is garbage collected)."""
