@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar, cast
 
@@ -92,29 +93,37 @@ class ChunkPool:
             self._pool = ThreadPoolExecutor(num_threads - 1, thread_name_prefix="gnnsys-sampler")
 
     def map(self, fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
-        """``[fn(x) for x in items]``, concurrently; waits for all before raising any error."""
+        """``[fn(x) for x in items]``, concurrently; waits for all before raising any error.
+
+        Returns once every item is done, without waiting for a helper thread that never got
+        to run: it finds the counter exhausted later and does nothing.
+        """
         if self._pool is None or len(items) < 2:
             return [fn(x) for x in items]
         results: list[_R | None] = [None] * len(items)
         errors: list[BaseException] = []
-        order = itertools.count()  # next() on a count is atomic under the GIL
+        order, finished = itertools.count(), itertools.count(1)  # next() is atomic (GIL)
+        all_done = threading.Event()
 
         def drain() -> None:
             for i in iter(order.__next__, None):
-                if i >= len(items) or errors:
+                if i >= len(items):
                     return
                 try:
-                    results[i] = fn(items[i])
+                    if not errors:
+                        results[i] = fn(items[i])
                 except BaseException as error:  # re-raised by the caller below
                     errors.append(error)
+                if next(finished) == len(items):
+                    all_done.set()
 
-        helpers = min(self.num_threads, len(items)) - 1
-        futures: list[Future[None]] = [self._pool.submit(drain) for _ in range(helpers)]
+        for _ in range(min(self.num_threads, len(items)) - 1):
+            self._pool.submit(drain)
         drain()
-        wait(futures)  # the table must be quiet before the caller resets it
+        all_done.wait()  # every item done: the table is quiet before the caller goes on
         if errors:
             raise errors[0]
-        return cast(list[_R], results)  # every slot is set when no chunk raised
+        return cast(list[_R], results)  # every slot is set when no item raised
 
     def close(self) -> None:
         """Stop the worker threads (idle ones also exit when the pool is garbage collected)."""
