@@ -256,14 +256,20 @@ def run_int8(args: argparse.Namespace, g: dict[str, Any], sync: Any) -> dict[str
         "fp32": lambda: aggregate(x, rowptr, col, "mean"),
         "fp16": lambda: aggregate(x16, rowptr, col, "mean"),
     }
+    cases["int8_unblocked"] = in_context(unblocked, cases["int8"])
+    cases["fp32_unblocked"] = in_context(unblocked, cases["fp32"])
     specs = {
         name: ("fwd", name, "gnnsys", counted_bytes(e, n, m, f, elem, meta), e)
         for name, elem, meta in (("int8", 1, 4), ("fp32", 4, 0), ("fp16", 2, 0))
     }
+    for name, elem, meta in (("int8", 1, 4), ("fp32", 4, 0)):
+        nbytes = counted_bytes(e, n, m, f, elem, meta)
+        specs[f"{name}_unblocked"] = ("fwd", name, "gnnsys_unblocked", nbytes, e)
     best = report(args, round_robin(cases, args.repeats, sync), specs)
     emit({
         "bench": "int8_vs_fp32", "bytes_ratio": round(specs["fp32"][3] / specs["int8"][3], 3),
         "time_ratio_int8_over_fp32": round(best["int8"] / best["fp32"], 3),
+        "time_ratio_int8_unblocked_over_fp32": round(best["int8_unblocked"] / best["fp32"], 3),
     })  # fmt: skip
     return best
 
