@@ -2,7 +2,9 @@
 
 Prints JSON lines: one per (system, threads, round) measurement, then one summary per thread
 count with the best-of-rounds figures and the gnnsys/DGL ratios. Rounds alternate gnnsys and DGL
-so that load from other processes hits both sides alike.
+so that load from other processes hits both sides alike; each line records the 1-minute load
+average. At ``threads=T`` both sides get ``torch.set_num_threads(T)``, and gnnsys's sampler
+``NeighborSampler.Config(num_threads=T)``.
 
 DGL cannot import next to torch 2.13, so it runs in its own virtualenv
 (``../shared/baselines/setup-dgl-venv.sh DIR``) through ``../shared/baselines/dgl_sampler.py``;
