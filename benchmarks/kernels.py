@@ -24,7 +24,6 @@ Usage (heavy: ~4 GiB RSS, several minutes):
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
 import json
 import statistics
@@ -37,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gnnsys.kernels import aggregate, cpu_blocked, transpose_csr, use_backend
+from gnnsys.kernels import aggregate, transpose_csr, use_backend
 
 MAKE_RMAT = Path(__file__).resolve().parents[2] / "shared" / "baselines" / "make_rmat.py"
 COPY_BYTES = 1 << 30
@@ -121,25 +120,6 @@ def report(
 Op = Callable[[torch.Tensor], torch.Tensor]
 
 
-@contextlib.contextmanager
-def unblocked() -> Any:
-    """Run gnnsys's torch path as before the blocked CPU path (plain ``embedding_bag`` calls)."""
-    saved = cpu_blocked.MIN_TABLE_BYTES
-    cpu_blocked.MIN_TABLE_BYTES = 1 << 62
-    try:
-        yield
-    finally:
-        cpu_blocked.MIN_TABLE_BYTES = saved
-
-
-def in_context(ctx: Callable[[], Any], fn: Callable[[], Any]) -> Callable[[], Any]:
-    def step() -> Any:
-        with ctx():
-            return fn()
-
-    return step
-
-
 def gather_case(x: torch.Tensor, col: torch.Tensor, chunk: int = 1 << 20) -> Callable[[], Any]:
     """``index_select`` of every gathered row, ``chunk`` edges at a time into a reused buffer.
 
@@ -176,7 +156,6 @@ def run_float(args: argparse.Namespace, g: dict[str, Any], sync: Any) -> dict[st
     rowptr_c = rowptr.to(col.dtype)
     methods: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
         "gnnsys": lambda t: aggregate(t, rowptr, col, "mean"),
-        "gnnsys_unblocked": lambda t: aggregate(t, rowptr, col, "mean"),
         "embedding_bag": lambda t: torch.nn.functional.embedding_bag(
             col, t, rowptr_c, mode="mean", include_last_offset=True
         ),
@@ -196,9 +175,12 @@ def run_float(args: argparse.Namespace, g: dict[str, Any], sync: Any) -> dict[st
         specs[f"{name}/fwd"] = ("fwd", "fp32", name, fwd_bytes, e)
         cases[f"{name}/fwd+bwd"] = fwd_bwd(fn, x, grad)
         specs[f"{name}/fwd+bwd"] = ("fwd+bwd", "fp32", name, both_bytes, e)
-        if name == "gnnsys_unblocked":
-            for key in (f"{name}/fwd", f"{name}/fwd+bwd"):
-                cases[key] = in_context(unblocked, cases[key])
+    if args.device == "cpu":  # gnnsys's previous mean forward (sum, then divide in place)
+        deg = rowptr.diff().clamp(min=1).to(x.dtype)[:, None]
+        cases["sum_div/fwd"] = lambda: torch.embedding_bag(
+            x, col, rowptr_c, False, 0, False, None, True
+        )[0].div_(deg)
+        specs["sum_div/fwd"] = ("fwd", "fp32", "embedding_bag_sum_div", fwd_bytes, e)
     if args.device == "cpu":  # the plain gather (read E rows + write them) as a reference
         cases["gather/ref"] = gather_case(x, col)
         specs["gather/ref"] = ("gather", "fp32", "index_select", e * (2 * f * 4 + 4), e)
@@ -256,20 +238,14 @@ def run_int8(args: argparse.Namespace, g: dict[str, Any], sync: Any) -> dict[str
         "fp32": lambda: aggregate(x, rowptr, col, "mean"),
         "fp16": lambda: aggregate(x16, rowptr, col, "mean"),
     }
-    cases["int8_unblocked"] = in_context(unblocked, cases["int8"])
-    cases["fp32_unblocked"] = in_context(unblocked, cases["fp32"])
     specs = {
         name: ("fwd", name, "gnnsys", counted_bytes(e, n, m, f, elem, meta), e)
         for name, elem, meta in (("int8", 1, 4), ("fp32", 4, 0), ("fp16", 2, 0))
     }
-    for name, elem, meta in (("int8", 1, 4), ("fp32", 4, 0)):
-        nbytes = counted_bytes(e, n, m, f, elem, meta)
-        specs[f"{name}_unblocked"] = ("fwd", name, "gnnsys_unblocked", nbytes, e)
     best = report(args, round_robin(cases, args.repeats, sync), specs)
     emit({
         "bench": "int8_vs_fp32", "bytes_ratio": round(specs["fp32"][3] / specs["int8"][3], 3),
         "time_ratio_int8_over_fp32": round(best["int8"] / best["fp32"], 3),
-        "time_ratio_int8_unblocked_over_fp32": round(best["int8_unblocked"] / best["fp32"], 3),
     })  # fmt: skip
     return best
 
@@ -307,7 +283,6 @@ def summarize(best: dict[str, float], both_bytes: int, gather_bytes: int) -> Non
         "speedup_vs_best_plain_torch": round(best_plain / best["gnnsys/fwd+bwd"], 3),
         "gbps": round(gbps, 2), "copy_gbps": round(copy_gbps, 2),
         "frac_copy_bw": round(gbps / copy_gbps, 3),
-        "speedup_vs_unblocked": round(best["gnnsys_unblocked/fwd+bwd"] / best["gnnsys/fwd+bwd"], 3),
         **gather,
     })  # fmt: skip
 

@@ -17,7 +17,6 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
 
 import torch
 from torch import Tensor
@@ -26,10 +25,10 @@ __all__ = [
     "REDUCES",
     "AggInputs",
     "check_index_range",
-    "cached_per_csr",
     "check_inputs",
     "dequantize",
     "dst_of_edges",
+    "edge_mean_weights",
     "transpose_csr",
     "transpose_mean_weights",
     "unpack_int4",
@@ -195,21 +194,20 @@ def _build_transpose(rowptr: Tensor, col: Tensor, num_src: int) -> tuple[Tensor,
     return rowptr_t, col_t
 
 
-_CacheEntry = tuple["weakref.ref[Tensor]", "weakref.ref[Tensor]", int, int, tuple[Any, ...]]
-_T = TypeVar("_T")
+_CacheEntry = tuple["weakref.ref[Tensor]", "weakref.ref[Tensor]", int, int, tuple[Tensor, ...]]
 _CSR_CACHE: dict[tuple[str, int, int, int], _CacheEntry] = {}
 _CSR_CACHE_SIZE = 16
 _CSR_LOCK = threading.Lock()  # trainer threads of the in-process executor share the cache
 
 
-def cached_per_csr(
+def _cached(
     kind: str,
     rowptr: Tensor,
     col: Tensor,
     num_src: int,
-    build: Callable[[], tuple[_T, ...]],
-) -> tuple[_T, ...]:
-    """Memoise ``build()`` per ``(kind, rowptr, col)`` tensor objects (a plan built once per CSR).
+    build: Callable[[], tuple[Tensor, ...]],
+) -> tuple[Tensor, ...]:
+    """Memoise ``build()`` per ``(kind, rowptr, col)`` tensor objects.
 
     Entries hold the tensors by weak reference and are checked against their version counters,
     so a freed or modified-in-place CSR never returns a stale result.
@@ -218,7 +216,7 @@ def cached_per_csr(
     hit = _CSR_CACHE.get(key)
     versions = (rowptr._version, col._version)
     if hit is not None and hit[0]() is rowptr and hit[1]() is col and hit[2:4] == versions:
-        return cast(tuple[_T, ...], hit[4])
+        return hit[4]
     value = build()
     with _CSR_LOCK:
         for stale in [k for k, v in _CSR_CACHE.items() if v[0]() is None or v[1]() is None]:
@@ -243,7 +241,7 @@ def transpose_csr(rowptr: Tensor, col: Tensor, num_src: int) -> tuple[Tensor, Te
     Returns:
         ``(rowptr_t [N + 1] int64, col_t [E] in col's dtype)``; ``col_t`` holds destination rows.
     """
-    rowptr_t, col_t = cached_per_csr(
+    rowptr_t, col_t = _cached(
         "transpose", rowptr, col, num_src, lambda: _build_transpose(rowptr, col, num_src)
     )
     return rowptr_t, col_t
@@ -260,4 +258,19 @@ def transpose_mean_weights(rowptr: Tensor, col: Tensor, num_src: int) -> Tensor:
         inv_deg_M = 1.0 / (rowptr[1:] - rowptr[:-1]).clamp(min=1).to(torch.float32)
         return (inv_deg_M.index_select(0, col_t.long()),)
 
-    return cached_per_csr("mean_weights", rowptr, col, num_src, build)[0]
+    return _cached("mean_weights", rowptr, col, num_src, build)[0]
+
+
+def edge_mean_weights(rowptr: Tensor, col: Tensor, num_src: int) -> Tensor:
+    """``[E]`` fp32 ``1 / max(deg, 1)`` of each edge's destination (mean forward).
+
+    Cached like ``transpose_csr``: the mean forward passes them to ``embedding_bag`` as
+    per-sample weights (reading ``E * 4`` bytes) instead of a division pass over ``[M, F]``.
+    """
+
+    def build() -> tuple[Tensor, ...]:
+        deg_M = rowptr[1:] - rowptr[:-1]
+        inv_deg_M = 1.0 / deg_M.clamp(min=1).to(torch.float32)
+        return (torch.repeat_interleave(inv_deg_M, deg_M.long(), output_size=int(col.shape[0])),)
+
+    return _cached("edge_mean_weights", rowptr, col, num_src, build)[0]

@@ -6,14 +6,12 @@ Why these ops (measured on the 2-core CI box, see docs/kernels.md and benchmarks
 
 - Forward: ``torch.embedding_bag(x, col, rowptr, mode=sum|max)`` with ``include_last_offset`` reads
   each neighbour row once and never materialises the ``[E, F]`` messages (gather + ``index_add_``
-  is 10-15x slower). Mean is a sum followed by an in-place divide by the degree.
+  is 10-15x slower). Mean (fp32) passes cached per-edge ``1/deg`` weights (``E * 4`` bytes read)
+  instead of a second pass over ``[M, F]``; other dtypes sum, then divide in place.
 - Backward (sum/mean): the same ``embedding_bag`` over the *transposed* CSR (cached per graph in
   ``csr.transpose_csr``; mean adds cached per-edge ``1/deg`` weights). Autograd through
   ``embedding_bag`` or ``torch.sparse.mm`` instead scatters per edge or rebuilds the transpose
   every step (2-3x slower).
-- Large fp32 tables (``cpu_blocked.MIN_TABLE_BYTES``, 32 MiB): sum/mean forward and backward run
-  through ``cpu_blocked.gather_sum`` instead (feature tiles x edge chunks, huge-page output, no
-  separate mean division; the mean backward pre-scales ``grad`` while staging, no ``[E]`` weights).
 - Backward (max): the forward's per-element argmax row, scattered with ``scatter_add_``.
 - int8 rows: FBGEMM's ``quantized.embedding_bag_byte_rowwise_offsets`` reads the ``F`` bytes of a
   row plus an inline fp32 scale/bias. Our layout keeps scale/zero apart, so each call repacks
@@ -31,11 +29,10 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
-from gnnsys.kernels import cpu_blocked
-from gnnsys.kernels.cpu_blocked import chunk_plan, gather_sum, use_blocked
 from gnnsys.kernels.csr import (
     AggInputs,
     dequantize,
+    edge_mean_weights,
     transpose_csr,
     transpose_mean_weights,
     unpack_int4,
@@ -64,8 +61,10 @@ class _SumMean(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x_NF: Tensor, rowptr: Tensor, col: Tensor, mean: bool) -> Tensor:
-        if use_blocked(x_NF):  # large fp32 table: tiled, chunked, huge-page output
-            out_MF = gather_sum(x_NF, rowptr, col, out_scale=mean)
+        if mean and x_NF.dtype == torch.float32:
+            # Cached per-edge 1/deg weights (E * 4 bytes) instead of an [M, F] division pass.
+            weights = edge_mean_weights(rowptr, col, x_NF.shape[0])
+            out_MF, _ = _bag(x_NF.contiguous(), col, rowptr, _MODE_SUM, weights)
         else:
             out_MF, _ = _bag(x_NF.contiguous(), col, rowptr, _MODE_SUM)
             if mean:
@@ -80,10 +79,6 @@ class _SumMean(torch.autograd.Function):
         if not ctx.needs_input_grad[0]:
             return None, None, None, None
         rowptr_t, col_t = transpose_csr(ctx.rowptr, ctx.col, ctx.num_src)
-        if use_blocked(grad_MF):
-            # Mean: grad rows scaled by 1/deg while staging; no [E] weights are read.
-            inv_deg_M = chunk_plan(ctx.rowptr, ctx.col, ctx.num_src).inv_deg if ctx.mean else None
-            return gather_sum(grad_MF, rowptr_t, col_t, in_scale_R=inv_deg_M), None, None, None
         weights = None
         if ctx.mean:
             # Per-edge 1/deg weights (cached) instead of an [M, F] division pass: ~10% faster.
@@ -175,22 +170,12 @@ def _aggregate_quantized(inputs: AggInputs) -> Tensor:
         packed = _pack_bytes(u_NF, scale32, -inputs.zero.float() * scale32, flip=False)
     else:
         packed = pack_int8_rowwise(inputs.x, inputs.scale, inputs.zero)
-    op = torch.ops.quantized.embedding_bag_byte_rowwise_offsets
-    if packed.numel() >= cpu_blocked.MIN_TABLE_BYTES:
-        # Edge chunks into a huge-page output, mean's 1/deg fused into the copy (as for fp32).
-        col = inputs.col.contiguous()
-        plan = cpu_blocked.chunk_plan(inputs.rowptr, col, int(inputs.x.shape[0]))
-        out_MF = cpu_blocked.thp_empty((inputs.num_dst, inputs.num_features), torch.float32)
-
-        def bag(col_e: Tensor, offsets: Tensor) -> Tensor:
-            return cast(Tensor, op(packed, col_e, offsets, False, 0, False, None, None, True))
-
-        cpu_blocked.run_chunks(plan, col, out_MF, bag, out_scale=inputs.reduce == "mean")
-        return out_MF
     col, rowptr = inputs.col, inputs.rowptr.to(inputs.col.dtype)
-    out_MF = cast(Tensor, op(packed, col, rowptr, False, 0, False, None, None, True))
+    weights = None  # mean: cached per-edge 1/deg, no [M, F] division pass
     if inputs.reduce == "mean":
-        out_MF.div_(_degree(inputs.rowptr).clamp(min=1).to(out_MF.dtype)[:, None])
+        weights = edge_mean_weights(inputs.rowptr, inputs.col, int(inputs.x.shape[0]))
+    op = torch.ops.quantized.embedding_bag_byte_rowwise_offsets
+    out_MF: Tensor = op(packed, col, rowptr, False, 0, False, weights, None, True)
     return out_MF
 
 

@@ -84,3 +84,13 @@ def test_int8_workspace_reuse_keeps_earlier_results(small_csr: Csr) -> None:
             refs.append(aggregate(x, small_csr.rowptr, small_csr.col, "sum", **kw))
     for out, ref in zip(outs, refs, strict=True):
         torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-4)
+
+
+def test_edge_mean_weights_are_cached_inverse_degrees(small_csr: Csr) -> None:
+    from gnnsys.kernels.csr import edge_mean_weights
+
+    w = edge_mean_weights(small_csr.rowptr, small_csr.col, small_csr.num_src)
+    deg = small_csr.rowptr.diff()
+    expected = torch.repeat_interleave(1.0 / deg.clamp(min=1).float(), deg)
+    torch.testing.assert_close(w, expected, rtol=0, atol=0)
+    assert edge_mean_weights(small_csr.rowptr, small_csr.col, small_csr.num_src) is w
