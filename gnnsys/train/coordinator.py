@@ -296,6 +296,7 @@ def epoch_metrics(
         "seconds": {"total": epoch_seconds, **split, "eval": eval_seconds},
         "bytes": traffic.bytes,
         "messages": traffic.messages,
+        "counts": traffic.counts,
         "warmup_bytes": warmup.bytes,
         "num_batches": num_batches,
         "peak_rss_bytes": [r.peak_rss_bytes for r in reports],
