@@ -17,7 +17,8 @@ Why these ops (measured on the 2-core CI box, see docs/kernels.md and benchmarks
   row plus an inline fp32 scale/bias. Our layout keeps scale/zero apart, so each call repacks
   the table into a reused workspace (one pass over ``N`` rows, cheap next to the ``E`` gathered
   rows). The FBGEMM output never aliases the workspace. int4 rows are
-  unpacked to bytes first. Quantized rows carry no gradient.
+  unpacked to bytes first. Mean passes the cached per-edge ``1/deg`` weights (FBGEMM ignores
+  the mean mode for byte rows). Quantized rows carry no gradient.
 """
 
 from __future__ import annotations
