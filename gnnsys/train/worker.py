@@ -315,28 +315,26 @@ class TrainWorker:
 
     def train_epoch(self, epoch: int, num_batches: int) -> WorkerEpochReport:
         """Train one epoch of ``num_batches`` steps and report stats and traffic."""
-        before = self.ledger.snapshot()
-        cache_before = cache_report(self.trainer.features)
-        stats = self.trainer.train_epoch(
-            epoch, num_batches, hook=lambda b: self._before_batch(epoch, b)
-        )
-        with self._lock:
-            self._progress = num_batches
-        return WorkerEpochReport(
-            rank=self.spec.rank,
-            stats=stats,
-            traffic=self.ledger.snapshot() - before,
-            peak_rss_bytes=_peak_rss(),
-            node_id=_node_id(),
-            warmup=self.warmup,
-            cache=_diff(cache_report(self.trainer.features), cache_before),
-        )
+
+        def run() -> EpochStats:
+            stats = self.trainer.train_epoch(
+                epoch, num_batches, hook=lambda b: self._before_batch(epoch, b)
+            )
+            with self._lock:
+                self._progress = num_batches
+            return stats
+
+        return self._measured(run)
 
     def replay_epoch(self, epoch: int, num_batches: int) -> WorkerEpochReport:
         """Sample and fetch ``epoch``'s batches without training; report traffic and cache."""
+        return self._measured(lambda: self.trainer.replay_epoch(epoch, num_batches))
+
+    def _measured(self, epoch_fn: Callable[[], EpochStats]) -> WorkerEpochReport:
+        """Run one epoch and report its stats with the ledger and cache differences."""
         before = self.ledger.snapshot()
         cache_before = cache_report(self.trainer.features)
-        stats = self.trainer.replay_epoch(epoch, num_batches)
+        stats = epoch_fn()
         return WorkerEpochReport(
             rank=self.spec.rank,
             stats=stats,
