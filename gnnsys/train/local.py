@@ -25,14 +25,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from gnnsys.train.coordinator import METRICS_NAME, Evaluator, epoch_metrics
 from gnnsys.train.ledger import Ledger
 from gnnsys.train.prepare import prepare_store
-from gnnsys.train.run import TrainResult, summary_of
+from gnnsys.train.run import TrainResult, resolved_fetch, summary_of, worker_template
 from gnnsys.train.shards import assemble_graph
 from gnnsys.train.transport import RayOwnerClient, ShardOwner
 from gnnsys.train.worker import TrainWorker, WorkerEpochReport, WorkerSpec
@@ -163,21 +162,8 @@ def train_local(
         reuse=False,
     )
     graph = assemble_graph(store, with_data=True)
-    fetch = config.fetch.resolve_codec(torch.from_numpy(np.asarray(graph.x, dtype=np.float32)))
-    parts = config.cluster.parts
-    template = WorkerSpec(
-        rank=0,
-        world_size=parts,
-        store=str(store),
-        topology="partitioned",
-        trainer=config.trainer,
-        sampler=config.sampler,
-        model=config.model,
-        num_features=graph.num_features,
-        num_classes=graph.num_classes,
-        deadline_s=config.loop.deadline_s,
-        fetch=fetch,
-    )
+    fetch = resolved_fetch(config, graph)
+    template = worker_template(replace(config, fetch=fetch), store, graph, "partitioned")
     threads_before = torch.get_num_threads()
     try:
         history = _train_epochs(config, template, graph, run_path, traffic_only, threads)

@@ -27,8 +27,17 @@ from gnnsys.train.worker import FaultSpec, WorkerSpec
 
 if TYPE_CHECKING:
     from gnnsys.config import RunConfig
+    from gnnsys.train.transport import FetchSpec
+    from gnnsys.types import Graph
 
-__all__ = ["ClusterSpec", "TrainResult", "summary_of", "train"]
+__all__ = [
+    "ClusterSpec",
+    "TrainResult",
+    "resolved_fetch",
+    "summary_of",
+    "train",
+    "worker_template",
+]
 
 log = logging.getLogger(__name__)
 
@@ -122,22 +131,8 @@ def train(
             num_edges=graph.num_edges,
             num_parts=config.cluster.parts,
         )
-        fetch = config.fetch.resolve_codec(torch.from_numpy(np.asarray(graph.x, dtype=np.float32)))
-        config = replace(config, fetch=fetch)
-        template = WorkerSpec(
-            rank=0,
-            world_size=config.cluster.parts,
-            store=str(store),
-            topology=topology,
-            trainer=config.trainer,
-            sampler=config.sampler,
-            model=config.model,
-            num_features=graph.num_features,
-            num_classes=graph.num_classes,
-            deadline_s=config.loop.deadline_s,
-            fetch=config.fetch,
-            fault=fault,
-        )
+        config = replace(config, fetch=resolved_fetch(config, graph))
+        template = replace(worker_template(config, store, graph, topology), fault=fault)
         coordinator = Coordinator(
             config.loop,
             template=template,
@@ -153,6 +148,29 @@ def train(
     finally:
         if started:
             ray.shutdown()
+
+
+def resolved_fetch(config: RunConfig, graph: Graph) -> FetchSpec:
+    """``config.fetch`` with an ``auto`` codec resolved from the whole feature matrix."""
+    x_NF = torch.from_numpy(np.asarray(graph.x, dtype=np.float32))
+    return config.fetch.resolve_codec(x_NF)
+
+
+def worker_template(config: RunConfig, store: Path, graph: Graph, topology: str) -> WorkerSpec:
+    """Rank 0's ``WorkerSpec`` (both executors derive every rank's spec from it)."""
+    return WorkerSpec(
+        rank=0,
+        world_size=config.cluster.parts,
+        store=str(store),
+        topology=topology,
+        trainer=config.trainer,
+        sampler=config.sampler,
+        model=config.model,
+        num_features=graph.num_features,
+        num_classes=graph.num_classes,
+        deadline_s=config.loop.deadline_s,
+        fetch=config.fetch,
+    )
 
 
 def summary_of(

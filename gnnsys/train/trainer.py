@@ -198,13 +198,7 @@ class Trainer:
         self.model.train()
         seconds = dict.fromkeys(("sample", "fetch", "compute", "sync"), 0.0)
         loss_sum, correct, count = 0.0, 0, 0
-        batches = epoch_batches(
-            int(self.train_gid.numel()),
-            num_batches,
-            seed=self.config.seed,
-            rank=self.rank,
-            epoch=epoch,
-        )
+        batches = self._batches(epoch, num_batches)
         for b, pos_B in enumerate(batches):
             if hook is not None:
                 hook(b)
@@ -213,6 +207,16 @@ class Trainer:
             correct += step[1]
             count += int(pos_B.numel())
         return EpochStats(loss_sum=loss_sum, num_correct=correct, num_seeds=count, seconds=seconds)
+
+    def _batches(self, epoch: int, num_batches: int) -> list[Tensor]:
+        """This rank's seed positions per batch of ``epoch`` (see ``epoch_batches``)."""
+        return epoch_batches(
+            int(self.train_gid.numel()),
+            num_batches,
+            seed=self.config.seed,
+            rank=self.rank,
+            epoch=epoch,
+        )
 
     def replay_epoch(self, epoch: int, num_batches: int) -> EpochStats:
         """The data path of ``train_epoch`` without the model: sample and fetch every batch.
@@ -223,13 +227,7 @@ class Trainer:
         """
         seconds = dict.fromkeys(("sample", "fetch", "compute", "sync"), 0.0)
         count = 0
-        batches = epoch_batches(
-            int(self.train_gid.numel()),
-            num_batches,
-            seed=self.config.seed,
-            rank=self.rank,
-            epoch=epoch,
-        )
+        batches = self._batches(epoch, num_batches)
         for b, pos_B in enumerate(batches):
             if not pos_B.numel():
                 continue
