@@ -153,13 +153,12 @@ def _scores(
     shard: PartitionShard,
     sampler: Sampler,
     train_gid: Tensor,
+    owned_N: Tensor,
     *,
     batch_size: int,
     seed: int,
 ) -> Tensor | None:
     """``[N]`` admission scores of ``fetch.cache_policy`` (``None`` for ``none``)."""
-    owned_N = torch.zeros(shard.num_nodes, dtype=torch.bool)
-    owned_N[torch.from_numpy(np.asarray(shard.owned_gid, dtype=np.int64))] = True
     if fetch.cache_policy == "none":
         return None
     degree = degree_scores(shard.indices_gid, shard.owned_gid, shard.num_nodes)
@@ -209,9 +208,9 @@ def build_cached_source(
             owned_feature_bytes=shard.num_owned * feature_dim * 4,
             policy=fetch.cache_policy,
         )
-    score_N = _scores(fetch, shard, sampler, train_gid, batch_size=batch_size, seed=seed)
     owned_N = torch.zeros(shard.num_nodes, dtype=torch.bool)
     owned_N[torch.from_numpy(np.asarray(shard.owned_gid, dtype=np.int64))] = True
+    score_N = _scores(fetch, shard, sampler, train_gid, owned_N, batch_size=batch_size, seed=seed)
     kwargs: dict[str, Any] = {"score_N": score_N, "owned_N": owned_N}
     if fetch.cache_policy == "adaptive":
         kwargs["config"] = AdaptiveAdmission.Config()
