@@ -3,8 +3,16 @@
 Prints JSON lines: one per (system, threads, round) measurement, then one summary per thread
 count with the best-of-rounds figures and the gnnsys/DGL ratios. Rounds alternate gnnsys and DGL
 so that load from other processes hits both sides alike; each line records the 1-minute load
-average. At ``threads=T`` both sides get ``torch.set_num_threads(T)``, and gnnsys's sampler
-``NeighborSampler.Config(num_threads=T)``.
+average. At ``threads=T`` both sides get ``torch.set_num_threads(T)``. gnnsys runs two ways:
+
+* ``mode="split"``: one ``sample`` call at a time, split over ``Config(num_threads=T)``
+  threads (DGL's way: OpenMP inside one batch);
+* ``mode="batches"``: ``NeighborSampler.sample_batches(num_workers=T)``, ``T`` whole batches
+  at once, one thread each (what ``NeighborLoader(num_workers=T)`` does; PyG's and DGL's
+  loaders also parallelise over batches with ``num_workers``). At ``T=1`` it is the same
+  single thread plus one hand-off per batch, so it only runs for ``T > 1``.
+
+The summary gives the ratio against DGL for each mode.
 
 DGL cannot import next to torch 2.13, so it runs in its own virtualenv
 (``../shared/baselines/setup-dgl-venv.sh DIR``) through ``../shared/baselines/dgl_sampler.py``;
@@ -54,29 +62,42 @@ def load_graph(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def run_gnnsys(
-    indptr: np.ndarray, indices: np.ndarray, args: argparse.Namespace, threads: int
+    indptr: np.ndarray, indices: np.ndarray, args: argparse.Namespace, threads: int, mode: str
 ) -> dict[str, object]:
-    """Time ``args.batches`` batches after 3 warm-up batches, the seeds DGL's script uses."""
+    """Time ``args.batches`` batches after warm-up batches, the seeds DGL's script uses."""
     torch.set_num_threads(threads)
     ids = indices.astype(np.int32) if indptr.shape[0] - 1 < 2**31 else indices
     source = CSRNeighborSource(indptr, ids)
     fanouts = tuple(int(f) for f in args.fanouts.split(","))
-    config = NeighborSampler.Config(fanouts=fanouts, num_threads=threads)
-    sampler = NeighborSampler(config, source=source)
+    split = threads if mode == "split" else 1
+    sampler = NeighborSampler(
+        NeighborSampler.Config(fanouts=fanouts, num_threads=split), source=source
+    )
     num_nodes = indptr.shape[0] - 1
     gen = torch.Generator().manual_seed(args.seed)
+    warm = 2 * threads + 1  # every worker's id table is made and touched before timing
     batches = [
-        torch.randperm(num_nodes, generator=gen)[: args.batch_size] for _ in range(args.batches + 3)
+        torch.randperm(num_nodes, generator=gen)[: args.batch_size]
+        for _ in range(args.batches + warm)
     ]
-    for i, seeds in enumerate(batches[:3]):
-        sampler.sample(seeds, seed=batch_seed(args.seed, 1, i))
-    edges = 0
+
+    def requests(first: int, last: int, epoch: int) -> list[tuple[torch.Tensor, int]]:
+        return [(batches[i], batch_seed(args.seed, epoch, i - first)) for i in range(first, last)]
+
+    def run(reqs: list[tuple[torch.Tensor, int]]) -> int:
+        if mode == "split":
+            subs = (sampler.sample(seeds, seed=s) for seeds, s in reqs)
+        else:
+            subs = sampler.sample_batches(reqs, num_workers=threads)
+        return sum(sum(sub.num_sampled_edges) for sub in subs)
+
+    run(requests(0, warm, 1))
     start = time.perf_counter()
-    for i, seeds in enumerate(batches[3:]):
-        edges += sum(sampler.sample(seeds, seed=batch_seed(args.seed, 0, i)).num_sampled_edges)
+    edges = run(requests(warm, warm + args.batches, 0))
     seconds = time.perf_counter() - start
     return {
         "system": "gnnsys",
+        "mode": mode,
         "torch": torch.__version__,
         "threads": threads,
         "nodes": num_nodes,
@@ -104,14 +125,18 @@ def run_dgl(graph: Path, args: argparse.Namespace, threads: int) -> dict[str, ob
     return result
 
 
-def summarize(rows: list[dict[str, object]], threads: int) -> dict[str, object]:
-    """Best-of-rounds figures per system and the gnnsys / DGL ratios."""
+def summarize(rows: list[dict[str, object]], threads: int, mode: str) -> dict[str, object]:
+    """Best-of-rounds figures of one gnnsys mode and DGL, and the gnnsys / DGL ratios."""
 
     def best(system: str, key: str) -> float | None:
-        vals = [float(r[key]) for r in rows if str(r["system"]).startswith(system)]  # type: ignore[arg-type]
+        vals = [
+            float(r[key])  # type: ignore[arg-type]
+            for r in rows
+            if str(r["system"]).startswith(system) and r.get("mode", mode) == mode
+        ]
         return max(vals) if vals else None
 
-    out: dict[str, object] = {"summary": "sampler", "threads": threads}
+    out: dict[str, object] = {"summary": "sampler", "threads": threads, "mode": mode}
     for key in ("seeds_per_s", "sampled_edges_per_s"):
         ours, dgl = best("gnnsys", key), best("dgl", key)
         out[f"gnnsys_{key}"] = ours
@@ -145,19 +170,19 @@ def main() -> None:
     args = p.parse_args()
     indptr, indices = load_graph(args.graph)
     for threads in (int(t) for t in args.threads.split(",")):
+        modes = ["split", "batches"] if threads > 1 else ["split"]
         rows: list[dict[str, object]] = []
         for round_index in range(args.rounds):
-            for row in (
-                run_gnnsys(indptr, indices, args, threads),
-                run_dgl(args.graph, args, threads),
-            ):
+            measured = [run_gnnsys(indptr, indices, args, threads, mode) for mode in modes]
+            for row in [*measured, run_dgl(args.graph, args, threads)]:
                 if row is None:
                     print(json.dumps({"system": "dgl", "threads": threads, "dgl": "unavailable"}))
                     continue
                 row["round"] = round_index
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-        print(json.dumps(summarize(rows, threads)), flush=True)
+        for mode in modes:
+            print(json.dumps(summarize(rows, threads, mode)), flush=True)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,12 @@ Randomness: the seed order of an epoch comes from a ``torch.Generator`` seeded f
 ``(seed, epoch)``; the neighbors of batch ``i`` use ``batch_seed(seed, epoch, i)``, the same
 seed the distributed runtime uses, so a run is reproducible whether or not it is partitioned.
 
-Prefetching (``prefetch > 0``) runs the sampler and the feature slicing in one background thread
-and holds at most ``prefetch`` finished batches. Torch ops release the GIL, so sampling overlaps
-the training step. Breaking out of the loop, or dropping the iterator, stops the thread cleanly.
+Workers (``num_workers > 0``, PyG's option, here threads rather than processes) build whole
+batches, sampling plus feature slicing, concurrently and hand them over in order; ``prefetch``
+bounds the batches prepared ahead (default ``2 * num_workers``). The sampler's numpy work and
+torch's slicing release the GIL, so workers use the other cores and overlap the training step.
+Batches are identical to ``num_workers=0``. Breaking out of the loop, or dropping the iterator,
+stops the threads cleanly.
 
 Shape legend: ``N`` nodes, ``B`` seeds per batch, ``S`` input (seed) nodes of an epoch.
 """
@@ -18,8 +21,6 @@ Shape legend: ``N`` nodes, ``B`` seeds per batch, ``S`` input (seed) nodes of an
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -29,13 +30,14 @@ from torch import Tensor
 
 from gnnsys.loader.graph_view import GraphView, to_pyg_data
 from gnnsys.sampler import NeighborSampler, batch_seed
+from gnnsys.sampler.ordered import OrderedMap
 
 __all__ = ["NeighborLoader"]
 
 logger = logging.getLogger(__name__)
 
-_IGNORED_KWARGS = frozenset({"num_workers", "persistent_workers", "pin_memory"})
-"""torch DataLoader options PyG code passes; sampling here is in-process, so they do nothing."""
+_IGNORED_KWARGS = frozenset({"persistent_workers", "pin_memory"})
+"""torch DataLoader options PyG code passes; workers are threads here, so they do nothing."""
 _SHUFFLE_SALT = 0x5EED5EED
 
 
@@ -74,14 +76,18 @@ class NeighborLoader:
         drop_last: Drop the last, incomplete batch.
         seed: Base seed of shuffling and sampling; ``None`` draws one from torch's global RNG
             (so ``torch.manual_seed`` makes runs repeatable, as with PyG).
-        prefetch: Batches prepared ahead in a background thread (0: none).
+        num_workers: Threads that build batches concurrently (0: in the consuming thread).
+            Each worker samples one batch on one thread, with an id table of ``N`` int32.
+        prefetch: Batches prepared ahead, at most; ``None`` means ``2 * num_workers``. With
+            ``num_workers=0``, ``prefetch > 0`` uses one background thread.
         replace: Sample with replacement.
-        **kwargs: ``num_workers``, ``persistent_workers`` and ``pin_memory`` are accepted for
-            drop-in compatibility and ignored.
+        **kwargs: ``persistent_workers`` and ``pin_memory`` are accepted for drop-in
+            compatibility and ignored.
 
     Raises:
         TypeError: Unknown keyword argument, or ``data``/``input_nodes`` of the wrong type.
-        ValueError: Bad fanouts, ``batch_size < 1``, ``prefetch < 0``, out-of-range input nodes.
+        ValueError: Bad fanouts, ``batch_size < 1``, ``num_workers < 0``, ``prefetch`` below
+            ``num_workers``, out-of-range input nodes.
     """
 
     def __init__(
@@ -93,25 +99,28 @@ class NeighborLoader:
         shuffle: bool = False,
         drop_last: bool = False,
         seed: int | None = None,
-        prefetch: int = 0,
+        num_workers: int = 0,
+        prefetch: int | None = None,
         replace: bool = False,
         **kwargs: Any,
     ) -> None:
         unknown = set(kwargs) - _IGNORED_KWARGS
         if unknown:
             raise TypeError(f"NeighborLoader got unexpected arguments {sorted(unknown)}")
-        if batch_size < 1 or prefetch < 0:
-            raise ValueError(
-                f"need batch_size >= 1 and prefetch >= 0, got {batch_size}, {prefetch}"
-            )
+        self.num_workers, self.prefetch = _workers_and_prefetch(num_workers, prefetch)
+        if batch_size < 1:
+            raise ValueError(f"need batch_size >= 1, got {batch_size}")
         self.view = GraphView.of(data)
         self.data = data
         """The input graph; PyG code may delete attributes it does not need per batch."""
-        config = NeighborSampler.Config(fanouts=tuple(num_neighbors), replace=replace)
+        config = NeighborSampler.Config(
+            fanouts=tuple(num_neighbors),
+            replace=replace,
+            num_threads=1 if self.num_workers > 1 else None,  # parallel over batches instead
+        )
         self.sampler = NeighborSampler(config, source=self.view.source)
         self.input_gid = _input_gid(input_nodes, self.view.num_nodes)
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
-        self.prefetch = prefetch
         self.seed = int(torch.randint(0, 2**62, (1,))) if seed is None else seed
         self.epoch = 0
 
@@ -148,72 +157,24 @@ class NeighborLoader:
         chunks = list(torch.split(order, self.batch_size))[: len(self)]
         if self.prefetch == 0:
             return (self.make_batch(c, epoch=epoch, batch_index=i) for i, c in enumerate(chunks))
-        return _Prefetcher(self, chunks, epoch)
-
-
-class _Failure:
-    """Carries an exception from the producer thread to the consumer."""
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
-_DONE = object()
-
-
-class _Prefetcher(Iterator[Any]):
-    """Iterator fed by one daemon thread; ``close()`` (or garbage collection) stops it."""
-
-    def __init__(self, loader: NeighborLoader, chunks: list[Tensor], epoch: int) -> None:
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=loader.prefetch)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._produce, args=(loader, chunks, epoch), daemon=True, name="gnnsys-prefetch"
+        return OrderedMap(
+            lambda job: self.make_batch(job[1], epoch=epoch, batch_index=job[0]),
+            enumerate(chunks),
+            num_workers=max(1, self.num_workers),
+            capacity=self.prefetch,
+            name="gnnsys-prefetch",
         )
-        self._thread.start()
 
-    def _put(self, item: Any) -> bool:
-        """Put unless stopped; waits in short slices so ``close`` is never blocked for long."""
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
 
-    def _produce(self, loader: NeighborLoader, chunks: list[Tensor], epoch: int) -> None:
-        try:
-            for i, chunk in enumerate(chunks):
-                if not self._put(loader.make_batch(chunk, epoch=epoch, batch_index=i)):
-                    return
-            self._put(_DONE)
-        except BaseException as error:  # process boundary: hand it to the consumer, who re-raises
-            self._put(_Failure(error))
-
-    def __next__(self) -> Any:
-        if self._stop.is_set():
-            raise StopIteration
-        item = self._queue.get()
-        if item is _DONE:
-            self.close()
-            raise StopIteration
-        if isinstance(item, _Failure):
-            self.close()
-            raise item.error
-        return item
-
-    def close(self) -> None:
-        """Stop the producer and wait for it (at most one batch's sampling time)."""
-        self._stop.set()
-        while True:  # drain so a producer blocked in put() sees the stop flag
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                break
-        if self._thread is not threading.current_thread():
-            self._thread.join()
-        logger.debug("prefetch thread stopped")
-
-    def __del__(self) -> None:
-        self.close()
+def _workers_and_prefetch(num_workers: int, prefetch: int | None) -> tuple[int, int]:
+    """Validated ``(num_workers, prefetch)``; prefetch 0 means batches made on demand."""
+    if not isinstance(num_workers, int) or num_workers < 0:
+        raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
+    if prefetch is None:
+        return num_workers, 2 * num_workers
+    if prefetch < max(1, num_workers) and (prefetch != 0 or num_workers > 0):
+        raise ValueError(
+            f"prefetch={prefetch} is below num_workers={num_workers}; use prefetch >= "
+            f"{max(1, num_workers)} or leave it None (2 * num_workers)"
+        )
+    return num_workers, prefetch

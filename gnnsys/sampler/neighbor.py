@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from gnnsys.sampler.base import NeighborSource
+from gnnsys.sampler.ordered import OrderedMap
 from gnnsys.sampler.relabel import ChunkPool, LocalIds, Piece
 from gnnsys.types import Block, SampledSubgraph
 
@@ -61,7 +62,9 @@ class NeighborSampler:
             A source whose class sets ``concurrent_calls = True`` is called once per chunk, from
             several threads at once; any other source gets one call per hop.
 
-    Not reentrant: one sampler serves one thread at a time (a lock enforces it).
+    Thread-safe: concurrent ``sample`` calls each take their own id table (``N`` int32, made
+    on first use and kept for later calls), so several threads can sample different batches
+    at once (``sample_batches`` does this, in order).
     """
 
     @dataclass(frozen=True, kw_only=True, slots=True)
@@ -94,18 +97,23 @@ class NeighborSampler:
             raise TypeError(f"config must be NeighborSampler.Config, got {type(config).__name__}")
         self.config = config
         self.source = source
-        self._ids = LocalIds()
-        self._pool = ChunkPool(1)
+        self._free: list[_Context] = []  # contexts not in use; a call pops one or makes one
         self._lock = threading.Lock()
 
-    def _chunk_pool(self) -> ChunkPool:
+    def _take_context(self) -> _Context:
         threads = self.config.num_threads or torch.get_num_threads()
-        if self._pool.pid != os.getpid():  # forked: the workers stayed in the parent
-            self._pool = ChunkPool(threads)
-        elif self._pool.num_threads != threads:
-            self._pool.close()
-            self._pool = ChunkPool(threads)
-        return self._pool
+        with self._lock:
+            ctx = self._free.pop() if self._free else _Context(LocalIds(), ChunkPool(1))
+        if ctx.pool.pid != os.getpid():  # forked: the workers stayed in the parent
+            ctx.pool = ChunkPool(threads)
+        elif ctx.pool.num_threads != threads:
+            ctx.pool.close()
+            ctx.pool = ChunkPool(threads)
+        return ctx
+
+    def _give_back(self, ctx: _Context) -> None:
+        with self._lock:
+            self._free.append(ctx)
 
     def sample(self, seed_gid: Tensor, *, seed: int) -> SampledSubgraph:
         """Sample the ``len(fanouts)``-hop in-neighborhood of ``seed_gid``.
@@ -127,18 +135,52 @@ class NeighborSampler:
         seeds = seed_gid.long().contiguous().numpy()
         if int(seeds.min()) < 0:
             raise ValueError(f"seed_gid has negative gid {int(seeds.min())}; gids are >= 0")
-        with self._lock:
-            pool = self._chunk_pool()
-            self._ids.add_seeds(seeds)
+        ctx = self._take_context()
+        try:
+            ctx.ids.add_seeds(seeds)
             touched = [seeds]  # every table entry this batch writes; reset before returning
             try:
-                return self._sample_hops(seeds, seed, pool, touched)
+                return self._sample_hops(seeds, seed, ctx, touched)
             finally:
                 for gid in touched:  # empty unless a hop raised: _finish resets on success
-                    self._ids.reset(gid)
+                    ctx.ids.reset(gid)
+        finally:
+            self._give_back(ctx)
+
+    def sample_batches(
+        self, requests: Iterable[tuple[Tensor, int]], *, num_workers: int = 2
+    ) -> Iterator[SampledSubgraph]:
+        """``sample(seed_gid, seed=seed)`` for every request, ``num_workers`` batches at a time.
+
+        Whole batches run concurrently on worker threads (each with its own id table) and come
+        back in request order, identical to sequential ``sample`` calls. This is how gnnsys
+        uses a second core: one batch is a few milliseconds of numpy work, too little to split
+        across threads without hand-offs costing what the split saves (``Config.num_threads``
+        splits a batch; use 1 there when ``num_workers > 1``).
+
+        Args:
+            requests: ``(seed_gid, seed)`` pairs, read lazily (at most ``2 * num_workers``
+                ahead of the consumer).
+            num_workers: Worker threads; 1 samples on one background thread.
+
+        Returns:
+            An iterator; ``close()`` on it (or dropping it) stops the workers.
+
+        Raises:
+            ValueError: ``num_workers < 1``; errors of ``sample`` re-raise at their batch.
+        """
+        if not isinstance(num_workers, int) or num_workers < 1:
+            raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}")
+        return OrderedMap(
+            lambda request: self.sample(request[0], seed=request[1]),
+            iter(requests),
+            num_workers=num_workers,
+            capacity=2 * num_workers,
+            name="gnnsys-sampler-batch",
+        )
 
     def _sample_hops(
-        self, seeds: np.ndarray, seed: int, pool: ChunkPool, touched: list[np.ndarray]
+        self, seeds: np.ndarray, seed: int, ctx: _Context, touched: list[np.ndarray]
     ) -> SampledSubgraph:
         """Run every hop; ``touched`` collects the gids written to the table.
 
@@ -150,22 +192,22 @@ class NeighborSampler:
         node_parts, hops = [seeds], []
         unfilled: list[Piece] = []
         for hop, fanout in enumerate(self.config.fanouts):
-            pieces = self._draw(frontier, fanout, hop, seed, pool, unfilled)
+            pieces = self._draw(frontier, fanout, hop, seed, ctx, unfilled)
             touched.extend(p.cand_F for p in pieces)  # claimed; those not assigned need a reset
-            num_known = self._ids.number(pieces, num_known, pool)
+            num_known = ctx.ids.number(pieces, num_known, ctx.pool)
             del touched[len(touched) - len(pieces) :]  # assigned: each is some piece's new_U
             touched.extend(p.new_U for p in pieces)
             frontier = np.concatenate([p.new_U for p in pieces]) if pieces else seeds[:0]
             node_parts.append(frontier)
             hops.append(pieces)
             unfilled = pieces
-        return self._finish(node_parts, hops, pool, touched)
+        return self._finish(node_parts, hops, ctx, touched)
 
     def _finish(
         self,
         node_parts: list[np.ndarray],
         hops: list[list[Piece]],
-        pool: ChunkPool,
+        ctx: _Context,
         touched: list[np.ndarray],
     ) -> SampledSubgraph:
         """Fill the last hop and build the output arrays, then reset the table: two rounds."""
@@ -182,7 +224,7 @@ class NeighborSampler:
         def copy(i: int) -> None:  # one piece, or (past the pieces) the rowptr or the n_id
             if i < len(pieces):
                 if i >= first_unfilled:
-                    self._ids.fill(pieces[i])
+                    ctx.ids.fill(pieces[i])
                 col_all[ends[i] : ends[i + 1]] = pieces[i].col_E  # int32 ids widen here
                 e_id_all[ends[i] : ends[i + 1]] = pieces[i].e_id_E
             elif i == len(pieces):
@@ -192,8 +234,8 @@ class NeighborSampler:
                 np.concatenate(node_parts, out=n_id)
 
         jobs = list(range(len(pieces) + 2))
-        self._spread(pool, copy, jobs)
-        self._spread(pool, lambda i: self._ids.reset(resets[i]), list(range(len(resets))))
+        self._spread(ctx.pool, copy, jobs)
+        self._spread(ctx.pool, lambda i: ctx.ids.reset(resets[i]), list(range(len(resets))))
         return _assemble(node_parts, hops, rowptr_all, col_all, e_id_all, n_id)
 
     @staticmethod
@@ -213,7 +255,7 @@ class NeighborSampler:
         fanout: int,
         hop: int,
         seed: int,
-        pool: ChunkPool,
+        ctx: _Context,
         unfilled: list[Piece],
     ) -> list[Piece]:
         """The hop's edges as looked-up pieces (one per thread when the hop is big enough).
@@ -221,6 +263,7 @@ class NeighborSampler:
         The same round fills ``unfilled``, the previous hop's pieces: that reads table entries
         this round never writes.
         """
+        ids, pool = ctx.ids, ctx.pool
         num_chunks = max(1, min(pool.num_threads, frontier.shape[0] // _MIN_DST_PER_CHUNK))
         concurrent = num_chunks > 1 and getattr(self.source, "concurrent_calls", False)
         chunks: list[np.ndarray] = []
@@ -229,13 +272,13 @@ class NeighborSampler:
             chunks = np.array_split(frontier, num_chunks)  # drawn inside the round
         elif frontier.size:  # one call, then per-thread lookups
             pieces = _split(self._call_source(frontier, fanout, hop, seed), num_chunks)
-            self._grow_for(pieces)
-        table_size = int(self._ids.table_N.shape[0])
+            _grow_for(ids, pieces)
+        table_size = int(ids.table_N.shape[0])
         num_tasks = max(len(chunks), len(pieces), len(unfilled), 1)
 
         def task(t: int) -> Piece | None:
             for piece in unfilled[t::num_tasks]:
-                self._ids.fill(piece)
+                ids.fill(piece)
             if t < len(chunks):
                 piece = self._call_source(chunks[t], fanout, hop, seed)
                 if piece.src_E.size and int(piece.src_E.max()) >= table_size:
@@ -244,14 +287,14 @@ class NeighborSampler:
                 piece = pieces[t]
             else:
                 return None
-            return self._ids.lookup(piece)
+            return ids.lookup(piece)
 
         done = [p for p in pool.map(task, range(num_tasks)) if p is not None]
         late = [p for p in done if p.col_E.shape != p.src_E.shape]
         if late:  # rare: the table doubles when it grows
-            self._grow_for(late)
+            _grow_for(ids, late)
             for piece in late:
-                self._ids.lookup(piece)
+                ids.lookup(piece)
         return done
 
     def _call_source(self, dst: np.ndarray, fanout: int, hop: int, seed: int) -> Piece:
@@ -260,8 +303,17 @@ class NeighborSampler:
         )
         return Piece(_np64(got.count_M), _np64(got.src_gid_E), _np64(got.e_id_E))
 
-    def _grow_for(self, pieces: list[Piece]) -> None:
-        self._ids.grow(max((int(p.src_E.max()) for p in pieces if p.src_E.size), default=0))
+
+@dataclass(slots=True)
+class _Context:
+    """What one in-flight ``sample`` call owns: its id table and its chunk threads."""
+
+    ids: LocalIds
+    pool: ChunkPool
+
+
+def _grow_for(ids: LocalIds, pieces: list[Piece]) -> None:
+    ids.grow(max((int(p.src_E.max()) for p in pieces if p.src_E.size), default=0))
 
 
 def _np64(values: Tensor) -> np.ndarray:

@@ -95,7 +95,25 @@ def test_prefetch_matches_and_shuts_down(pyg_data: Data) -> None:
     it = iter(loader)
     next(it)
     it.close()  # type: ignore[attr-defined]
-    assert not any(t.name == "gnnsys-prefetch" and t.is_alive() for t in threading.enumerate())
+    assert not any(
+        t.name.startswith("gnnsys-prefetch") and t.is_alive() for t in threading.enumerate()
+    )
+
+
+@pytest.mark.parametrize("num_workers", [1, 2, 3])
+def test_workers_give_the_same_batches_and_stop(pyg_data: Data, num_workers: int) -> None:
+    plain = list(NeighborLoader(pyg_data, [3, 3], batch_size=50, seed=5, shuffle=True))
+    loader = NeighborLoader(
+        pyg_data, [3, 3], batch_size=50, seed=5, shuffle=True, num_workers=num_workers
+    )
+    got = list(loader)
+    assert len(got) == len(plain)
+    for a, b in zip(plain, got, strict=True):
+        assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
+        assert torch.equal(a.x, b.x) and torch.equal(a.input_id, b.input_id)
+    assert not any(
+        t.name.startswith("gnnsys-prefetch") and t.is_alive() for t in threading.enumerate()
+    )
 
 
 def test_accepts_gnnsys_graph(tiny_graph: Graph) -> None:
@@ -108,7 +126,11 @@ def test_accepts_gnnsys_graph(tiny_graph: Graph) -> None:
 def test_rejects_bad_arguments(pyg_data: Data) -> None:
     with pytest.raises(TypeError, match="unexpected"):
         NeighborLoader(pyg_data, [2], bogus=1)
-    NeighborLoader(pyg_data, [2], num_workers=4, persistent_workers=True)  # accepted, ignored
+    NeighborLoader(pyg_data, [2], num_workers=4, persistent_workers=True)  # threads; ignored
+    with pytest.raises(ValueError, match="num_workers"):
+        NeighborLoader(pyg_data, [2], num_workers=-1)
+    with pytest.raises(ValueError, match="prefetch"):
+        NeighborLoader(pyg_data, [2], num_workers=3, prefetch=2)
     with pytest.raises(ValueError, match="fanouts"):
         NeighborLoader(pyg_data, [0])
     with pytest.raises(ValueError, match="outside"):

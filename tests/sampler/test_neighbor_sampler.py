@@ -250,7 +250,7 @@ def test_error_in_a_worker_thread_leaves_the_sampler_usable(
     sampler = NeighborSampler(NeighborSampler.Config(fanouts=(3,), num_threads=2), source=shard)
     with pytest.raises(ValueError, match="not held"):
         sampler.sample(torch.tensor([0, 2, 4, 6, 8, 10, 12, 1]), seed=0)  # gid 1: other shard
-    assert not bool((torch.from_numpy(sampler._ids.table_N) != -1).any())
+    assert all(not bool((torch.from_numpy(c.ids.table_N) != -1).any()) for c in sampler._free)
     sub = sampler.sample(torch.tensor([0, 2, 4, 6, 8, 10]), seed=0)
     assert sub.batch_size == 6
 
@@ -276,3 +276,29 @@ def test_sampler_used_before_fork_works_in_the_child(
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 0
+
+
+@pytest.mark.parametrize("num_workers", [1, 2, 3])
+def test_sample_batches_equals_sequential_sampling(tiny_graph: Graph, num_workers: int) -> None:
+    sampler = _sampler(tiny_graph, (4, 3, 2))
+    requests = [(torch.arange(b, 1000, 37), 100 + b) for b in range(20)]
+    want = [sampler.sample(seeds, seed=s) for seeds, s in requests]
+    got = list(sampler.sample_batches(iter(requests), num_workers=num_workers))
+    assert len(got) == len(want)
+    for a, b in zip(got, want, strict=True):
+        assert a.num_sampled_nodes == b.num_sampled_nodes
+        for x, y in zip(_every_field(a), _every_field(b), strict=True):
+            assert torch.equal(x, y)
+    assert len(sampler._free) <= num_workers + 1  # one id table per concurrent call, reused
+
+
+def test_sample_batches_raises_at_the_bad_batch(tiny_graph: Graph) -> None:
+    sampler = _sampler(tiny_graph, (3,))
+    requests = [(torch.arange(10), 0), (torch.tensor([1, 1]), 1), (torch.arange(5), 2)]
+    it = sampler.sample_batches(requests, num_workers=2)
+    assert next(it).batch_size == 10
+    with pytest.raises(ValueError, match="repeated"):
+        next(it)
+    assert all(not bool((torch.from_numpy(c.ids.table_N) != -1).any()) for c in sampler._free)
+    with pytest.raises(ValueError, match="num_workers"):
+        sampler.sample_batches(requests, num_workers=0)
