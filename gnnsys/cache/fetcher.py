@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from gnnsys.cache.base import EncodedFeatureSource, FeatureSource
-from gnnsys.cache.codecs.base import Codec, EncodedRows
+from gnnsys.cache.codecs.base import Codec, EncodedRows, put, take
 from gnnsys.cache.codecs.wire import wire_compress, wire_decompress
 from gnnsys.cache.halo_cache import HaloCache
 
@@ -148,19 +148,43 @@ class HaloFetcher:
             enc, received, wire_bytes = self._fetch(uniq)
             values[found.miss_pos] = self.codec.decode(enc)[inverse]
             self.cache.insert(uniq, enc)
+        self._count(gid, int(found.miss_pos.shape[0]), int(uniq.shape[0]), received, wire_bytes)
+        return values
+
+    def gather_encoded(self, gid: Tensor) -> EncodedRows:
+        """Rows of halo ``gid`` ``[K]`` in the codec's format, in request order, never decoded.
+
+        Same cache lookups, fetches, admissions and counters as ``gather``; for a fused
+        dequantizing aggregation (``gnnsys.kernels.aggregate`` with ``scale``/``zero``).
+        """
+        gid = torch.as_tensor(gid, dtype=torch.int64)
+        found = self.cache.lookup_encoded(gid)
+        out = self.codec.empty(int(gid.shape[0]), self.cache.feature_dim)
+        if found.hit_pos.shape[0]:
+            put(out, found.hit_pos, found.hit_rows)
+        uniq = torch.empty(0, dtype=torch.int64)
+        received = wire_bytes = 0
+        if found.miss_pos.shape[0]:
+            uniq, inverse = torch.unique(found.miss_gid, return_inverse=True)
+            enc, received, wire_bytes = self._fetch(uniq)
+            put(out, found.miss_pos, take(enc, inverse))
+            self.cache.insert(uniq, enc)
+        self._count(gid, int(found.miss_pos.shape[0]), int(uniq.shape[0]), received, wire_bytes)
+        return out
+
+    def _count(self, gid: Tensor, misses: int, fetched: int, received: int, wire: int) -> None:
         s = self._stats
         self._stats = FetchStats(
             batches=s.batches + 1,
             rows_requested=s.rows_requested + int(gid.shape[0]),
-            rows_hit=s.rows_hit + int(gid.shape[0] - found.miss_pos.shape[0]),
-            rows_fetched=s.rows_fetched + int(uniq.shape[0]),
+            rows_hit=s.rows_hit + int(gid.shape[0]) - misses,
+            rows_fetched=s.rows_fetched + fetched,
             bytes_received=s.bytes_received + received,
-            bytes_wire=s.bytes_wire + wire_bytes,
+            bytes_wire=s.bytes_wire + wire,
             bytes_fp32=s.bytes_fp32 + int(torch.unique(gid).shape[0]) * self.cache.feature_dim * 4,
             prefetch_rows=s.prefetch_rows,
             prefetch_bytes=s.prefetch_bytes,
         )
-        return values
 
     def warm_up(self) -> int:
         """Prefetch the policy's warm-start rows into the cache; returns rows stored.

@@ -76,6 +76,12 @@ def add_parser(sub: Any) -> None:
         help="where layer 1 aggregates remote neighbors: requester (rows travel, default), "
         "owner (partial sums travel; SAGE-mean and GCN), auto (fewer bytes per owner)",
     )
+    p.add_argument(
+        "--decode-halo",
+        action="store_true",
+        help="with --codec int8/int4, decode halo rows to float32 before layer 1 aggregates "
+        "them (default: the fused kernels sum them from their codes; same bytes on the wire)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--inject-fault", help=argparse.SUPPRESS)  # KIND:RANK:EPOCH:BATCH, tests
     p.set_defaults(func=run)
@@ -122,6 +128,7 @@ def build_config(args: argparse.Namespace) -> Any:
             cfg.fetch,
             **pick(codec=args.codec, cache_policy=args.cache_policy, cache_ratio=args.cache_ratio),
             **pick(cache_mb=args.cache_mb, wire=args.wire, aggregate_at=args.aggregate_at),
+            fused_dequant=cfg.fetch.fused_dequant and not args.decode_halo,
         ),
     )
 

@@ -41,7 +41,7 @@ from gnnsys.cache import (
 from gnnsys.cache.codecs import Codec, EncodedRows, concat, make_codec, take
 from gnnsys.sampler.base import Sampler
 from gnnsys.train.ledger import Ledger
-from gnnsys.train.transport import FetchSpec, OwnerClient, group_by_owner
+from gnnsys.train.transport import FetchSpec, OwnerClient, SplitRows, group_by_owner
 from gnnsys.types import PartitionBook, PartitionShard
 
 __all__ = ["CachedFeatureSource", "OwnerRows", "build_cached_source", "cache_report"]
@@ -136,6 +136,24 @@ class CachedFeatureSource:
         if remote.size:
             out_KF[remote] = self.fetcher.gather(torch.from_numpy(gid_np[remote])).numpy()
         return torch.from_numpy(out_KF)
+
+    def fetch_split(self, gid: Tensor) -> SplitRows:
+        """Owned rows as float32; halo rows through the cache, left in the cache's codec."""
+        gid_np = gid.numpy().astype(np.int64, copy=False)
+        mine = self.part_N[gid_np] == self.part
+        local_pos, remote_pos = np.flatnonzero(mine), np.flatnonzero(~mine)
+        rows_LF = np.asarray(self.local_x[self.lid_N[gid_np[local_pos]]], dtype=np.float32)
+        remote_gid = torch.from_numpy(gid_np[remote_pos])
+        if remote_pos.size:  # as in fetch: a batch without halo rows is no fetcher call
+            remote = self.fetcher.gather_encoded(remote_gid)
+        else:
+            remote = self.fetcher.codec.empty(0, int(self.local_x.shape[1]))
+        return SplitRows(
+            torch.from_numpy(local_pos),
+            torch.from_numpy(rows_LF),
+            torch.from_numpy(remote_pos),
+            remote,
+        )
 
     def resident_mask(self, gid: Tensor) -> Tensor:
         """``[K]`` bool: rows owned here or cached, i.e. fetching them costs no traffic."""

@@ -38,7 +38,15 @@ from torch import Tensor, nn
 
 from gnnsys.cache.base import FeatureSource
 from gnnsys.cache.codecs import Codec
-from gnnsys.models import GCNLayer, SAGELayer
+from gnnsys.models import GCNLayer
+from gnnsys.train.first_layer import (
+    FirstLayer,
+    FirstLayerInput,
+    LinearAggregation,
+    linear_aggregation,
+    linear_first_layer,
+)
+from gnnsys.train.fused_first import FUSED_CODECS, FusedFirstLayer
 from gnnsys.train.ledger import Ledger
 from gnnsys.train.partial_agg import PLACEMENTS, PartialPlan, combine_partials, plan_partial
 from gnnsys.train.transport import FetchSpec, OwnerClient
@@ -60,51 +68,6 @@ log = logging.getLogger(__name__)
 PARTIAL_CODECS = ("bf16", "int8", "int4")
 """Run codecs the owners also encode partial sums with. ``binary`` cannot hold sums, and ``fp16``
 could overflow on large sums (its encode raises), so with those the sums travel as float32."""
-
-
-@dataclass(frozen=True, slots=True)
-class LinearAggregation:
-    """How layer 0 aggregates, when that is linear in its inputs.
-
-    Attributes:
-        reduce: ``"mean"`` or ``"sum"`` over the block's in-edges.
-        weighted: Sources are scaled by ``GCNLayer.src_scale(block)`` first (GCN).
-    """
-
-    reduce: str
-    weighted: bool
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class FirstLayerInput:
-    """What layer 0 needs, without the remote rows its owners aggregated.
-
-    Attributes:
-        agg_MF: ``[M, F]`` layer 0's neighbour aggregation (``layer.aggregate`` of the full rows).
-        x_dst_MF: ``[M, F]`` features of block 0's destinations (the root term).
-        plan: The plan this batch ran (for inspection and tests).
-    """
-
-    agg_MF: Tensor
-    x_dst_MF: Tensor
-    plan: PartialPlan
-
-
-def linear_aggregation(layer: nn.Module) -> LinearAggregation | None:
-    """``layer``'s aggregation when it is linear (SAGE mean/sum, GCN); ``None`` otherwise."""
-    if isinstance(layer, SAGELayer) and layer.reduce in ("mean", "sum"):
-        return LinearAggregation(reduce=layer.reduce, weighted=False)
-    if isinstance(layer, GCNLayer):
-        return LinearAggregation(reduce="sum", weighted=True)
-    return None
-
-
-def linear_first_layer(model: nn.Module) -> LinearAggregation | None:
-    """The model's layer-0 aggregation when it is linear; ``None`` otherwise (GAT, max)."""
-    layers = getattr(model, "layers", None)
-    if not isinstance(layers, nn.ModuleList) or not len(layers):
-        return None
-    return linear_aggregation(layers[0])
 
 
 def resolve_placement(model: nn.Module, placement: str, *, announce: bool = True) -> str:
@@ -337,14 +300,19 @@ def build_first_layer(
     num_features: int,
     client: OwnerClient,
     ledger: Ledger,
-) -> FirstLayerAggregator | None:
-    """The aggregator a worker's ``Trainer`` gets for ``fetch.aggregate_at``, or ``None``.
+) -> FirstLayer | None:
+    """The layer-0 helper a worker's ``Trainer`` gets for ``fetch``, or ``None``.
 
-    ``None`` for ``requester``, and for models whose first layer is not linear (rank 0 logs the
-    fallback once). ``fetch.codec`` must already be resolved (not ``auto``).
+    ``owner``/``auto``: a :class:`FirstLayerAggregator`. ``requester``: a ``FusedFirstLayer``
+    when the codec is int8/int4 and ``fetch.fused_dequant`` is on, else ``None`` (rows are
+    fetched as float32). Models whose first layer is not linear get ``requester`` and ``None``
+    (rank 0 logs the fallback once). ``fetch.codec`` must already be resolved (not ``auto``).
     """
     placement = resolve_placement(model, fetch.aggregate_at, announce=part == 0)
     if placement == "requester":
+        fused = fetch.fused_dequant and fetch.codec in FUSED_CODECS
+        if fused and linear_first_layer(model) is not None:
+            return FusedFirstLayer(fetch.codec, num_features=num_features)
         return None
     return FirstLayerAggregator(
         FirstLayerAggregator.Config(placement=placement),

@@ -35,7 +35,7 @@ from gnnsys.sampler.base import Sampler
 from gnnsys.types import Block, SampledSubgraph
 
 if TYPE_CHECKING:
-    from gnnsys.train.owner_agg import FirstLayerAggregator
+    from gnnsys.train.first_layer import FirstLayer
 
 __all__ = [
     "EpochStats",
@@ -164,7 +164,7 @@ class Trainer:
         rank: int = 0,
         sync: GradSync | None = None,
         rng_lock: threading.Lock | None = None,
-        first_layer: FirstLayerAggregator | None = None,
+        first_layer: FirstLayer | None = None,
     ) -> None:
         if train_gid.shape != train_y.shape:
             raise ValueError(
@@ -178,7 +178,7 @@ class Trainer:
         self.train_y = train_y.long()
         self.rank = rank
         self.sync: GradSync = sync if sync is not None else LocalSync()
-        self.first_layer = first_layer  # owner-side layer-0 aggregation (issue 8), or None
+        self.first_layer = first_layer  # owner sums or fused dequant of layer 0, or None
         if first_layer is not None and not isinstance(model, BlockModel):
             raise TypeError(f"first_layer needs a gnnsys.models.BlockModel, got {type(model)}")
         self._rng_lock = rng_lock  # shared by in-process ranks; None: this process's RNG

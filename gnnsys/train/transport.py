@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnnsys.cache.codecs import Codec, EncodedRows
+from gnnsys.cache.codecs import Codec, EncodedRows, concat
 from gnnsys.errors import RemoteCallTimeoutError
 from gnnsys.sampler.base import NeighborSource
 from gnnsys.train.ledger import Ledger
@@ -36,6 +36,7 @@ __all__ = [
     "RoutedFeatureSource",
     "RoutedNeighborSource",
     "ShardOwner",
+    "SplitRows",
     "group_by_owner",
 ]
 
@@ -67,6 +68,11 @@ class FetchSpec:
     """Optional lossless wire stage over encoded rows: ``zstd`` or ``lz4`` (measured)."""
     aggregate_at: str = "requester"
     """Where layer 1's neighbor aggregation runs: ``requester``, ``owner`` or ``auto``."""
+    fused_dequant: bool = True
+    """With an ``int8``/``int4`` codec, ``requester`` placement and a linear first layer (SAGE
+    mean/sum, GCN), sum halo rows straight from their codes (``gnnsys.kernels.aggregate`` with
+    ``scale``/``zero``) instead of decoding them to float32 first (``--decode-halo`` turns it
+    off). Same bytes on the wire; no float32 copy of the halo rows."""
 
     def __post_init__(self) -> None:
         from gnnsys.cache import ADMISSION_POLICIES
@@ -235,6 +241,23 @@ def _merge_samples(num_dst: int, pieces: list[tuple[np.ndarray, SampleArrays]]) 
     )
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class SplitRows:
+    """Rows of one request split by where they live: owned rows as floats, halo rows encoded.
+
+    Attributes:
+        local_pos: ``[L]`` int64 positions in the request of the rows this worker owns.
+        local_LF: ``[L, F]`` float32 rows at ``local_pos``.
+        remote_pos: ``[H]`` int64 positions of the other rows.
+        remote: ``H`` rows at ``remote_pos`` in the run codec's format, never decoded.
+    """
+
+    local_pos: Tensor
+    local_LF: Tensor
+    remote_pos: Tensor
+    remote: EncodedRows
+
+
 class RoutedFeatureSource:
     """``FeatureSource`` over partitioned features: owned rows locally, the rest at owners.
 
@@ -286,6 +309,33 @@ class RoutedFeatureSource:
             self.ledger.record_nbytes("feature_response", encoded[p].nbytes)
             out_KF[pos] = self.codec.decode(encoded[p]).numpy()
         return torch.from_numpy(out_KF)
+
+    def fetch_split(self, gid: Tensor) -> SplitRows:
+        """Owned rows as float32, remote rows as their owners encoded them (same messages).
+
+        Raises:
+            ValueError: The source has no codec (float32 rows need no split).
+        """
+        if self.codec is None:
+            raise ValueError("fetch_split needs a codec; use fetch for float32 rows")
+        gid_np = gid.numpy().astype(np.int64, copy=False)
+        part_K = self.part_N[gid_np]
+        local_pos = np.flatnonzero(part_K == self.part)
+        rows_LF = np.asarray(self.local_x[self.lid_N[gid_np[local_pos]]], dtype=np.float32)
+        local = torch.from_numpy(local_pos), torch.from_numpy(rows_LF)
+        remote_pos = group_by_owner(part_K, skip=self.part)
+        requests = {p: gid_np[pos] for p, pos in remote_pos.items()}
+        for req in requests.values():
+            self.ledger.record("feature_request", req)
+        if not requests:
+            empty = self.codec.empty(0, int(self.local_x.shape[1]))
+            return SplitRows(*local, torch.zeros(0, dtype=torch.int64), empty)
+        encoded = self.client.fetch_encoded_many(requests, self.codec)
+        for p in requests:
+            self.ledger.record_nbytes("feature_response", encoded[p].nbytes)
+        order = np.concatenate(list(remote_pos.values()))
+        remote = concat([encoded[p] for p in requests])
+        return SplitRows(*local, torch.from_numpy(order), remote)
 
 
 class ShardOwner:

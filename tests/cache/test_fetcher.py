@@ -51,6 +51,21 @@ def test_gather_returns_decoded_owner_rows_in_request_order(codec_name: str) -> 
     assert source.requests == 2 and source.rows_served == 7
 
 
+@pytest.mark.parametrize("codec_name", ["int8", "int4", "fp16"])
+def test_gather_encoded_keeps_rows_encoded_with_the_same_traffic(codec_name: str) -> None:
+    request = torch.tensor([399, 1, 398, 399, 2, 1, 395])
+    _, codec, _, decoding = setup(codec_name, rows=20)
+    _, _, source, encoded = setup(codec_name, rows=20)
+    for _ in range(2):  # the second round hits the rows the first one admitted
+        want = decoding.gather(request)
+        got = encoded.gather_encoded(request)
+        assert got.codec == codec.name and got.num_rows == request.numel()
+        assert torch.equal(codec.decode(got), want)
+    assert encoded.stats == decoding.stats and encoded.stats.rows_hit == 4
+    assert torch.equal(encoded.cache.cached_gid, decoding.cache.cached_gid)
+    assert source.requests == 2
+
+
 def test_warm_up_prefetches_policy_rows_counted_apart() -> None:
     x, codec, source, fetcher = setup("int8", rows=30)
     assert fetcher.warm_up() == 30

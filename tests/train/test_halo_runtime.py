@@ -135,6 +135,9 @@ def test_train_cli_sets_the_fetch_spec() -> None:
     fetch = build_config(args).fetch
     assert (fetch.cache_policy, fetch.cache_ratio, fetch.codec) == ("degree", 0.1, "int8")
     assert (fetch.wire, fetch.aggregate_at, fetch.cached) == ("zstd", "auto", True)
+    assert fetch.fused_dequant
+    args = parser.parse_args("train --codec int4 --decode-halo".split())
+    assert not build_config(args).fetch.fused_dequant
     with pytest.raises(ValueError, match="cache_policy='lru'"):
         FetchSpec(cache_policy="lru")
 

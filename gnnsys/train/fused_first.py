@@ -1,0 +1,134 @@
+"""Layer 0 straight from compressed halo rows: the requester's fused dequantizing aggregation.
+
+With an ``int8``/``int4`` codec, ``requester`` placement and a first layer that is linear in its
+inputs (SAGE mean/sum, GCN), the remote rows of block 0 are summed from their codes by
+``gnnsys.kernels.aggregate(q, rowptr, col, "sum", scale=, zero=)`` (fused dequantization: the
+Triton kernel on CUDA, FBGEMM's byte-row ``embedding_bag`` on CPU), so they are never decoded to
+a float32 ``[H, F]`` copy. Owned rows are floats already. Per batch::
+
+    rows   = features.fetch_split(n_id[:N])       # owned rows float, halo rows encoded
+    split block 0's edges by the kind of their source (owned | halo), order kept:
+    agg_MF = aggregate(x_own,  rowptr_own,  col_own,  "sum")
+           + aggregate(q_halo, rowptr_halo, col_halo, "sum", scale=s_halo, zero=z_halo)
+    mean: agg_MF /= max(deg, 1);  GCN: sources scaled by s_j (folded into the row scale)
+    x_dst_MF = owned dst rows | decode(halo dst rows)  # only the M root rows are decoded
+
+``agg_MF`` equals ``layer.aggregate`` over decoded rows up to float32 summation order; the bytes
+on the wire, the cache's lookups and admissions and the ledger are exactly those of decoding
+(the rows are fetched through the same ``HaloFetcher`` / owner calls).
+
+Shape legend: ``N`` block-0 sources, ``M`` destinations, ``E`` edges, ``F`` features, ``L`` owned
+source rows, ``H`` halo source rows.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from torch import Tensor, nn
+
+from gnnsys.cache.codecs import EncodedRows, make_codec, take
+from gnnsys.kernels import aggregate
+from gnnsys.models import GCNLayer
+from gnnsys.train.first_layer import FirstLayerInput, linear_aggregation
+from gnnsys.train.transport import SplitRows
+from gnnsys.types import Block, SampledSubgraph
+
+__all__ = ["FUSED_CODECS", "FusedFirstLayer", "SplitFeatureSource"]
+
+FUSED_CODECS = ("int8", "int4")
+"""Codecs whose rows ``gnnsys.kernels.aggregate`` dequantizes inside the reduction."""
+
+
+class SplitFeatureSource(Protocol):
+    """A worker's feature source that can hand halo rows over still encoded."""
+
+    def fetch_split(self, gid: Tensor) -> SplitRows:
+        """Owned rows as float32 and the other rows encoded, for ``gid`` ``[K]``."""
+        ...
+
+
+def _sub_csr(keep_E: Tensor, dst_E: Tensor, col_E: Tensor, num_dst: int) -> tuple[Tensor, Tensor]:
+    """``(rowptr, col)`` of the edges where ``keep_E``, grouped by destination, order kept."""
+    counts_M = torch.bincount(dst_E[keep_E], minlength=num_dst)
+    rowptr = torch.zeros(num_dst + 1, dtype=torch.int64)
+    torch.cumsum(counts_M, 0, out=rowptr[1:])
+    return rowptr, col_E[keep_E]
+
+
+class FusedFirstLayer:
+    """Computes layer 0's aggregation with halo rows kept compressed; see the module docstring.
+
+    Args:
+        codec: The run codec (one of :data:`FUSED_CODECS`).
+        num_features: ``F``.
+
+    Raises:
+        ValueError: ``codec`` is not one of :data:`FUSED_CODECS`.
+    """
+
+    def __init__(self, codec: str, *, num_features: int) -> None:
+        if codec not in FUSED_CODECS:
+            raise ValueError(f"codec={codec!r}; fused dequantization needs one of {FUSED_CODECS}")
+        self.codec, self.num_features = make_codec(codec), num_features
+
+    def gather(
+        self, layer: nn.Module, sub: SampledSubgraph, features: SplitFeatureSource
+    ) -> FirstLayerInput:
+        """Layer 0's aggregation and root features for one batch.
+
+        Raises:
+            TypeError: ``layer`` is not linear in its inputs (GAT, max).
+        """
+        kind = linear_aggregation(layer)
+        if kind is None:
+            raise TypeError(f"{type(layer).__name__} is not linear; use placement requester")
+        block = sub.blocks[0]
+        rows = features.fetch_split(sub.n_id[: block.num_src].long())
+        weight_N = GCNLayer.src_scale(block).float() if kind.weighted else None
+        agg_MF = self._aggregate(block, rows, weight_N)
+        if kind.reduce == "mean":
+            agg_MF /= block.rowptr.diff().clamp(min=1).to(agg_MF.dtype)[:, None]
+        return FirstLayerInput(agg_MF=agg_MF, x_dst_MF=self._roots(block, rows), plan=None)
+
+    def _aggregate(self, block: Block, rows: SplitRows, weight_N: Tensor | None) -> Tensor:
+        """``sum_e w[col[e]] * x[col[e]]`` over owned rows plus over the encoded halo rows."""
+        num_src, num_dst = block.num_src, block.num_dst
+        is_halo_N = torch.zeros(num_src, dtype=torch.bool)
+        is_halo_N[rows.remote_pos] = True
+        within_N = torch.empty(num_src, dtype=torch.int64)  # index inside its own group
+        within_N[rows.local_pos] = torch.arange(rows.local_pos.numel())
+        within_N[rows.remote_pos] = torch.arange(rows.remote_pos.numel())
+        col_E = block.col.long()
+        halo_E = is_halo_N[col_E]
+        dst_E = torch.repeat_interleave(torch.arange(num_dst), block.rowptr.diff().long())
+        col_E = within_N[col_E]
+        x_LF = rows.local_LF
+        if weight_N is not None:
+            x_LF = x_LF * weight_N[rows.local_pos][:, None]
+        rowptr, col = _sub_csr(~halo_E, dst_E, col_E, num_dst)
+        agg_MF = aggregate(x_LF, rowptr, col, "sum")
+        if rows.remote_pos.numel():
+            enc = rows.remote
+            assert enc.scale is not None and enc.zero is not None  # int8/int4 carry both
+            scale_H = enc.scale.float()
+            if weight_N is not None:  # (q - z) * (scale * s): GCN's weight rides in the scale
+                scale_H = scale_H * weight_N[rows.remote_pos]
+            rowptr, col = _sub_csr(halo_E, dst_E, col_E, num_dst)
+            agg_MF += aggregate(
+                enc.data, rowptr, col, "sum", scale=scale_H, zero=enc.zero,
+                num_features=self.num_features,
+            )  # fmt: skip
+        return agg_MF
+
+    def _roots(self, block: Block, rows: SplitRows) -> Tensor:
+        """``[M, F]`` float32 features of the destinations (halo ones decoded, only those)."""
+        x_dst_MF = torch.empty(block.num_dst, self.num_features, dtype=torch.float32)
+        local_dst = rows.local_pos < block.num_dst
+        x_dst_MF[rows.local_pos[local_dst]] = rows.local_LF[local_dst]
+        remote_dst = torch.nonzero(rows.remote_pos < block.num_dst).flatten()
+        if remote_dst.numel():
+            dst_rows: EncodedRows = take(rows.remote, remote_dst)
+            x_dst_MF[rows.remote_pos[remote_dst]] = self.codec.decode(dst_rows)
+        return x_dst_MF
