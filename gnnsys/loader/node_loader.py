@@ -20,7 +20,6 @@ Shape legend: ``N`` nodes, ``B`` seeds per batch, ``S`` input (seed) nodes of an
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -33,8 +32,6 @@ from gnnsys.sampler import NeighborSampler, batch_seed
 from gnnsys.sampler.ordered import OrderedMap
 
 __all__ = ["NeighborLoader"]
-
-logger = logging.getLogger(__name__)
 
 _IGNORED_KWARGS = frozenset({"persistent_workers", "pin_memory"})
 """torch DataLoader options PyG code passes; workers are threads here, so they do nothing."""
