@@ -285,17 +285,24 @@ class RoutedFeatureSource:
         self.part, self.part_N, self.lid_N, self.local_x = part, part_N, lid_N, local_x
         self.client, self.ledger, self.codec = client, ledger, codec
 
-    def fetch(self, gid: Tensor) -> Tensor:
-        """Rows ``[K, F]`` float32 for ``gid`` in request order; one message per remote owner."""
-        gid_np = gid.numpy().astype(np.int64, copy=False)
+    def _route(
+        self, gid_np: np.ndarray
+    ) -> tuple[np.ndarray, dict[int, np.ndarray], dict[int, np.ndarray]]:
+        """Owned positions, positions per remote owner, gids per remote owner (counted)."""
         part_K = self.part_N[gid_np]
-        out_KF = np.empty((gid_np.shape[0], self.local_x.shape[1]), dtype=np.float32)
         local_pos = np.flatnonzero(part_K == self.part)
-        out_KF[local_pos] = self.local_x[self.lid_N[gid_np[local_pos]]]
         remote_pos = group_by_owner(part_K, skip=self.part)
         requests = {p: gid_np[pos] for p, pos in remote_pos.items()}
         for req in requests.values():
             self.ledger.record("feature_request", req)
+        return local_pos, remote_pos, requests
+
+    def fetch(self, gid: Tensor) -> Tensor:
+        """Rows ``[K, F]`` float32 for ``gid`` in request order; one message per remote owner."""
+        gid_np = gid.numpy().astype(np.int64, copy=False)
+        local_pos, remote_pos, requests = self._route(gid_np)
+        out_KF = np.empty((gid_np.shape[0], self.local_x.shape[1]), dtype=np.float32)
+        out_KF[local_pos] = self.local_x[self.lid_N[gid_np[local_pos]]]
         if not requests:
             return torch.from_numpy(out_KF)
         if self.codec is None:
@@ -319,14 +326,9 @@ class RoutedFeatureSource:
         if self.codec is None:
             raise ValueError("fetch_split needs a codec; use fetch for float32 rows")
         gid_np = gid.numpy().astype(np.int64, copy=False)
-        part_K = self.part_N[gid_np]
-        local_pos = np.flatnonzero(part_K == self.part)
+        local_pos, remote_pos, requests = self._route(gid_np)
         rows_LF = np.asarray(self.local_x[self.lid_N[gid_np[local_pos]]], dtype=np.float32)
         local = torch.from_numpy(local_pos), torch.from_numpy(rows_LF)
-        remote_pos = group_by_owner(part_K, skip=self.part)
-        requests = {p: gid_np[pos] for p, pos in remote_pos.items()}
-        for req in requests.values():
-            self.ledger.record("feature_request", req)
         if not requests:
             empty = self.codec.empty(0, int(self.local_x.shape[1]))
             return SplitRows(*local, torch.zeros(0, dtype=torch.int64), empty)
