@@ -1,9 +1,10 @@
 """Owner-side aggregation (issue 8): accuracy parity and remote feature bytes per placement.
 
 For each dataset, seed and placement (``requester``, ``owner``, ``auto``), trains SAGE-mean on a
-4-part METIS store with the in-process executor ``gnnsys.train.local.train_local`` (threads, the
-same Trainer, feature sources, ShardOwner code and ledger as the Ray runtime) and prints one JSON
-line: exact test accuracy at the epoch of best validation accuracy, and per-epoch traffic means:
+4-part METIS store with the in-process executor
+``gnnsys.train.control.local_group.train_local`` (threads, the same Trainer, feature sources,
+ShardOwner code and ledger as the Ray runtime) and prints one JSON line: exact test accuracy at the
+epoch of best validation accuracy, and per-epoch traffic means:
 
 * ``feature_bytes``: ``feature_request + feature_response`` (rows still fetched);
 * ``partial_bytes``: ``partial_request + partial_response`` (pairs sent, partial sums returned);
@@ -35,11 +36,11 @@ from gnnsys.datasets import load
 from gnnsys.partitioners import partition
 from gnnsys.sampler import NeighborSampler
 from gnnsys.store import write_partitions
-from gnnsys.train.local import train_local
+from gnnsys.train.control.local_group import train_local
+from gnnsys.train.control.prepare import DataSpec
 from gnnsys.train.models import ModelSpec
-from gnnsys.train.prepare import DataSpec
+from gnnsys.train.remote.fetch_spec import FetchSpec
 from gnnsys.train.trainer import Trainer
-from gnnsys.train.transport import FetchSpec
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "cora": {

@@ -1,8 +1,8 @@
 """Distributed training cost: epoch time, bytes per epoch and peak RSS per worker, P = 1, 2, 4.
 
-Runs ``gnnsys.train.run.train`` on synthetic:sbm (100k nodes) for each P in one Ray instance and
-prints one JSON line per P (the last epoch's figures, so actor start-up and first-touch page
-faults are excluded) plus a ratio line against P=1 measured in the same run. ``--rmat`` instead
+Runs ``gnnsys.train.control.run.train`` on synthetic:sbm (100k nodes) for each P in one Ray
+instance and prints one JSON line per P (the last epoch's figures, so actor start-up and first-touch
+page faults are excluded) plus a ratio line against P=1 measured in the same run. ``--rmat`` instead
 trains the products-size synthetic:rmat graph (2.4M nodes) with 4 workers for one epoch.
 
 Usage (heavy: wrap in the shared lock)::
@@ -24,8 +24,8 @@ from typing import Any
 
 from gnnsys.config import RunConfig
 from gnnsys.sampler import NeighborSampler
-from gnnsys.train.prepare import DataSpec
-from gnnsys.train.run import train
+from gnnsys.train.control.prepare import DataSpec
+from gnnsys.train.control.run import train
 
 
 def _line(cfg: RunConfig, result: Any, wall: float) -> dict[str, Any]:

@@ -5,7 +5,7 @@ and global batch size (single process: ``B``; distributed: ``B / 4`` per worker)
 
 * ``single``: the pure-torch ``Trainer`` in one process, sampling with ``NeighborSampler`` over
   the whole graph (the engine ``gnnsys.loader.NeighborLoader`` wraps), no Ray;
-* ``distributed``: ``gnnsys.train.run.train`` with 4 Ray workers on a 4-part METIS store
+* ``distributed``: ``gnnsys.train.control.run.train`` with 4 Ray workers on a 4-part METIS store
   (remote sampling and feature fetch, gloo allreduce).
 
 Both report exact layer-wise test accuracy at the epoch of best validation accuracy. Prints one
@@ -35,9 +35,9 @@ from gnnsys.datasets import load
 from gnnsys.partitioners import partition
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.store import write_partitions
+from gnnsys.train.control.prepare import DataSpec
+from gnnsys.train.control.run import train
 from gnnsys.train.models import ModelSpec, build_model
-from gnnsys.train.prepare import DataSpec
-from gnnsys.train.run import train
 from gnnsys.train.trainer import Trainer, full_block, full_graph_logits
 from gnnsys.types import Graph
 

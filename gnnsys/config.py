@@ -10,13 +10,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gnnsys.sampler import NeighborSampler
-from gnnsys.train.coordinator import Coordinator
-from gnnsys.train.failure import FailurePolicy
+from gnnsys.train.control.coordinator import Coordinator
+from gnnsys.train.control.failure import FailurePolicy
+from gnnsys.train.control.prepare import DataSpec
+from gnnsys.train.control.run import ClusterSpec
 from gnnsys.train.models import ModelSpec
-from gnnsys.train.prepare import DataSpec
-from gnnsys.train.run import ClusterSpec
+from gnnsys.train.remote.fetch_spec import FetchSpec
 from gnnsys.train.trainer import Trainer
-from gnnsys.train.transport import FetchSpec
 
 __all__ = ["RunConfig"]
 

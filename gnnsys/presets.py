@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from gnnsys.config import RunConfig
-from gnnsys.train.prepare import DataSpec
+from gnnsys.train.control.prepare import DataSpec
 
 __all__ = ["PRESETS", "default", "facebook_4parts", "cora_4parts"]
 

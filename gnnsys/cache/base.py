@@ -1,6 +1,6 @@
 """Feature-source interface: where the feature rows of halo nodes come from.
 
-The cache and the fetcher see owners only through ``FeatureSource``; ``gnnsys.train.transport``
+The cache and the fetcher see owners only through ``FeatureSource``; ``gnnsys.train.remote.routed``
 implements it over Ray, and an in-process implementation serves tests and single-worker runs.
 
 ``EncodedFeatureSource`` adds an encoded fetch: the owner encodes the requested rows once per

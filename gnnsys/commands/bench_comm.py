@@ -1,8 +1,9 @@
 """``gnnsys bench comm DATASET``: remote feature traffic and accuracy per cache x codec x placement.
 
 Every configuration (cache ``policy`` x ``ratio`` x ``codec`` x ``aggregate_at``) runs gnnsys's
-own runtime in one process (``gnnsys.train.local``: the Ray workers' Trainer, samplers, caches,
-codecs and shard owners, called directly; its ledger equals a Ray run's, which a test checks):
+own runtime in one process (``gnnsys.train.control.local_group``: the Ray workers' Trainer,
+samplers, caches, codecs and shard owners, called directly; its ledger equals a Ray run's, which a
+test checks):
 
 - **traffic**: every configuration x ``--seeds`` replays the training epochs' sampling and
   fetching without the model (``train_local(traffic_only=True)``). A test checks that the
@@ -125,7 +126,7 @@ def base_config(args: argparse.Namespace, store: Path) -> Any:
     """The ``RunConfig`` every configuration derives from."""
     from gnnsys.config import RunConfig
     from gnnsys.sampler import NeighborSampler
-    from gnnsys.train.prepare import DataSpec
+    from gnnsys.train.control.prepare import DataSpec
 
     cfg = RunConfig()
     return replace(
@@ -142,8 +143,8 @@ def base_config(args: argparse.Namespace, store: Path) -> Any:
 def _run(
     base: Any, c: CommConfig, seed: int, out: Path, *, traffic: bool, threads: int
 ) -> list[dict[str, Any]]:
-    from gnnsys.train.local import train_local
-    from gnnsys.train.transport import FetchSpec
+    from gnnsys.train.control.local_group import train_local
+    from gnnsys.train.remote.fetch_spec import FetchSpec
 
     cfg = replace(
         base,
@@ -220,7 +221,7 @@ class _Runs:
 
 def _store(args: argparse.Namespace, out: Path) -> Path:
     """Partition once into ``out/store`` (reused when it exists with the same parts)."""
-    from gnnsys.train.prepare import DataSpec, prepare_store
+    from gnnsys.train.control.prepare import DataSpec, prepare_store
 
     params = tuple(sorted(parse_kv(args.dataset_param).items()))
     spec = DataSpec(
@@ -242,7 +243,7 @@ def _usable_codecs(codecs: list[str], store: Path) -> list[str]:
     import torch
 
     from gnnsys.cache.codecs.binary import is_binary
-    from gnnsys.train.shards import assemble_graph
+    from gnnsys.train.control.shards import assemble_graph
 
     if "binary" not in codecs:
         return codecs

@@ -171,7 +171,7 @@ def print_table(history: list[dict[str, Any]]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Handler of ``gnnsys train``; returns the exit code (1 when workers failed)."""
     from gnnsys.errors import WorkerFailedError
-    from gnnsys.train.run import train
+    from gnnsys.train.control.run import train
 
     config = build_config(args)
     out = args.out or f"runs/train-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -87,8 +87,9 @@ class BlockModel(nn.Module):
         """``forward`` with layer 0's neighbour aggregation already done (issue 8).
 
         ``forward(x_NF, blocks)`` equals this with ``agg_MF = layers[0].aggregate(x_NF,
-        blocks[0])`` and ``x_dst_MF = x_NF[:M]``; ``gnnsys.train.owner_agg`` computes ``agg_MF``
-        from owner-side partial sums instead, so remote rows never reach this process.
+        blocks[0])`` and ``x_dst_MF = x_NF[:M]``; ``gnnsys.train.layer0.owner_sums``
+        computes ``agg_MF`` from owner-side partial sums instead, so remote rows never reach this
+        process.
 
         Args:
             agg_MF: ``[M, F]`` layer 0's aggregation over block 0's in-edges.

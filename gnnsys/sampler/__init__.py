@@ -1,7 +1,7 @@
 """Stage 4, sampler: seed gids -> ``SampledSubgraph`` (hop-sliced blocks, seeds first).
 
 ``NeighborSampler`` asks a ``NeighborSource`` for neighbors once per hop; ``CSRNeighborSource``
-serves the whole graph or one shard from memory, and ``gnnsys.train.transport`` serves remote
+serves the whole graph or one shard from memory, and ``gnnsys.train.remote.routed`` serves remote
 owners. Draws are counter-based (``gnnsys.sampler.draw``), so every source draws identically.
 """
 

@@ -35,7 +35,7 @@ from gnnsys.sampler.base import Sampler
 from gnnsys.types import Block, SampledSubgraph
 
 if TYPE_CHECKING:
-    from gnnsys.train.first_layer import FirstLayer
+    from gnnsys.train.layer0.base import FirstLayer
 
 __all__ = [
     "EpochStats",

@@ -1,7 +1,7 @@
 """Ray actors of a training run and the executor that spawns, calls and kills them.
 
-Per part ``p`` there are two actors: a ``ShardOwner`` (``gnnsys.train.transport``) that serves
-part ``p``'s structure and features to everyone, and a :class:`TrainWorker` (rank ``p``) that
+Per part ``p`` there are two actors: a ``ShardOwner`` (``gnnsys.train.remote.server``) that
+serves part ``p``'s structure and features to everyone, and a :class:`TrainWorker` (rank ``p``) that
 trains on part ``p``'s train seeds. Trainers form a torch.distributed gloo group for the gradient
 allreduce; owners stay stateless readers, so the group can be restarted without them.
 
@@ -27,19 +27,15 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from gnnsys.train.halo import build_cached_source, cache_report
-from gnnsys.train.ledger import Ledger, LedgerSnapshot
+from gnnsys.train.control.shards import assemble_graph
+from gnnsys.train.layer0.owner_sums import build_first_layer
 from gnnsys.train.models import ModelSpec, build_model
-from gnnsys.train.owner_agg import build_first_layer
-from gnnsys.train.shards import assemble_graph
+from gnnsys.train.remote.client import OwnerClient, RayOwnerClient
+from gnnsys.train.remote.fetch_spec import FetchSpec
+from gnnsys.train.remote.halo import build_cached_source, cache_report
+from gnnsys.train.remote.ledger import Ledger, LedgerSnapshot
+from gnnsys.train.remote.routed import RoutedFeatureSource, RoutedNeighborSource
 from gnnsys.train.trainer import EpochStats, GradSync, Trainer
-from gnnsys.train.transport import (
-    FetchSpec,
-    OwnerClient,
-    RayOwnerClient,
-    RoutedFeatureSource,
-    RoutedNeighborSource,
-)
 
 __all__ = ["FaultSpec", "TrainWorker", "WorkerEpochReport", "WorkerSpec"]
 
@@ -152,7 +148,7 @@ def _node_id() -> str:
     import ray
 
     if not ray.is_initialized():
-        return "local"  # the in-process executor (gnnsys.train.local)
+        return "local"  # the in-process executor (gnnsys.train.control.local_group)
     return str(ray.get_runtime_context().get_node_id())
 
 

@@ -10,7 +10,8 @@ import pytest
 from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.partitioners import partition
 from gnnsys.store import write_partitions
-from gnnsys.train.transport import SampleArrays, ShardOwner
+from gnnsys.train.remote.client import SampleArrays
+from gnnsys.train.remote.server import ShardOwner
 from gnnsys.types import Graph
 
 

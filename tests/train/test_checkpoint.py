@@ -4,7 +4,7 @@ from pathlib import Path
 
 import torch
 
-from gnnsys.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from gnnsys.train.control.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 
 
 def test_roundtrip_is_exact(tmp_path: Path) -> None:

@@ -19,10 +19,10 @@ from gnnsys.config import RunConfig
 from gnnsys.datasets.synthetic import sbm
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.store import load_book, load_shard
-from gnnsys.train.checkpoint import load_checkpoint
-from gnnsys.train.group import actor_name
-from gnnsys.train.prepare import DataSpec
-from gnnsys.train.run import train
+from gnnsys.train.control.checkpoint import load_checkpoint
+from gnnsys.train.control.prepare import DataSpec
+from gnnsys.train.control.ray_group import actor_name
+from gnnsys.train.control.run import train
 from gnnsys.train.trainer import batch_seed_for, epoch_batches
 from gnnsys.train.worker import WorkerSpec
 

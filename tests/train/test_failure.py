@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from gnnsys.train.failure import FailureAction, FailureKind, FailurePolicy, FailureStatus
+from gnnsys.train.control.failure import FailureAction, FailureKind, FailurePolicy, FailureStatus
 
 
 @pytest.mark.parametrize(

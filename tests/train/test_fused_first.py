@@ -15,11 +15,12 @@ from gnnsys.cache.codecs import make_codec
 from gnnsys.models import GAT, GCN, SAGE, BlockModel
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.store import load_book, load_shard
-from gnnsys.train.fused_first import FusedFirstLayer
-from gnnsys.train.ledger import Ledger
-from gnnsys.train.local import train_local
-from gnnsys.train.owner_agg import build_first_layer
-from gnnsys.train.transport import FetchSpec, RoutedFeatureSource, SplitRows
+from gnnsys.train.control.local_group import train_local
+from gnnsys.train.layer0.fused import FusedFirstLayer
+from gnnsys.train.layer0.owner_sums import build_first_layer
+from gnnsys.train.remote.fetch_spec import FetchSpec
+from gnnsys.train.remote.ledger import Ledger
+from gnnsys.train.remote.routed import RoutedFeatureSource, SplitRows
 from gnnsys.types import SampledSubgraph
 from tests.train.test_halo_runtime import _config
 
@@ -51,7 +52,7 @@ def _sub_and_features(store: Path, codec: str) -> tuple[SampledSubgraph, RoutedF
 
 def _two_layer_sub(store: Path, codec: str) -> tuple[SampledSubgraph, RoutedFeatureSource]:
     """A 2-hop batch whose destinations include halo nodes (hop-1 nodes owned elsewhere)."""
-    from gnnsys.train.transport import RoutedNeighborSource
+    from gnnsys.train.remote.routed import RoutedNeighborSource
 
     book = load_book(store)
     shard = load_shard(store, PART)

@@ -18,12 +18,13 @@ from gnnsys.config import RunConfig
 from gnnsys.datasets.synthetic import sbm
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.store import load_book, load_shard
-from gnnsys.train.halo import OwnerRows
-from gnnsys.train.ledger import Ledger
-from gnnsys.train.local import LocalOwnerClient, train_local
-from gnnsys.train.prepare import DataSpec
+from gnnsys.train.control.local_group import LocalOwnerClient, train_local
+from gnnsys.train.control.prepare import DataSpec
+from gnnsys.train.remote.fetch_spec import FetchSpec
+from gnnsys.train.remote.halo import OwnerRows
+from gnnsys.train.remote.ledger import Ledger
+from gnnsys.train.remote.server import ShardOwner
 from gnnsys.train.trainer import batch_seed_for, epoch_batches
-from gnnsys.train.transport import FetchSpec, ShardOwner
 
 N, F = 1000, 16
 
@@ -145,7 +146,7 @@ def test_train_cli_sets_the_fetch_spec() -> None:
 @pytest.mark.ray
 @pytest.mark.timeout(240)
 def test_ray_and_local_executors_agree(ray_session: Any, tmp_path: Path) -> None:
-    from gnnsys.train.run import train
+    from gnnsys.train.control.run import train
 
     cfg = _config(parts=2, codec="int8", cache_policy="adaptive", cache_ratio=0.25)
     ray_hist = train(cfg, tmp_path / "ray").history

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnsys.train.ledger import CATEGORIES, Ledger, LedgerSnapshot
+from gnnsys.train.remote.ledger import CATEGORIES, Ledger, LedgerSnapshot
 
 
 def test_counts_payload_bytes_and_messages() -> None:

@@ -21,22 +21,18 @@ from gnnsys.cache.codecs import Codec, EncodedRows, make_codec
 from gnnsys.models import GAT, GCN, SAGE, BlockModel
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.store import load_book, load_shard
-from gnnsys.train.ledger import Ledger
-from gnnsys.train.owner_agg import (
+from gnnsys.train.layer0.owner_sums import (
     FirstLayerAggregator,
     build_first_layer,
     linear_first_layer,
     resolve_placement,
 )
+from gnnsys.train.remote.client import OwnerClient, RayOwnerClient
+from gnnsys.train.remote.fetch_spec import FetchSpec
+from gnnsys.train.remote.ledger import Ledger
+from gnnsys.train.remote.routed import RoutedFeatureSource, RoutedNeighborSource
+from gnnsys.train.remote.server import ShardOwner
 from gnnsys.train.trainer import Trainer
-from gnnsys.train.transport import (
-    FetchSpec,
-    OwnerClient,
-    RayOwnerClient,
-    RoutedFeatureSource,
-    RoutedNeighborSource,
-    ShardOwner,
-)
 from gnnsys.types import SampledSubgraph
 
 PART = 1
@@ -225,7 +221,7 @@ def test_gat_and_max_fall_back_with_one_notice(caplog: pytest.LogCaptureFixture)
         layer.reduce = "max"
     assert linear_first_layer(gat) is None and linear_first_layer(sage_max) is None
     assert linear_first_layer(_model("gcn")) is not None
-    with caplog.at_level(logging.WARNING, logger="gnnsys.train.owner_agg"):
+    with caplog.at_level(logging.WARNING, logger="gnnsys.train.layer0.owner_sums"):
         assert resolve_placement(gat, "owner") == "requester"
         assert resolve_placement(gat, "auto", announce=False) == "requester"
         got = build_first_layer(
@@ -312,7 +308,7 @@ def test_gat_falls_back_through_actors(
     store4: Path, actor_client: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     batch = _batch(store4, actor_client, seed=13)
-    with caplog.at_level(logging.WARNING, logger="gnnsys.train.owner_agg"):
+    with caplog.at_level(logging.WARNING, logger="gnnsys.train.layer0.owner_sums"):
         got = build_first_layer(
             FetchSpec(aggregate_at="owner"),
             _model("gat"),
@@ -331,8 +327,8 @@ def test_gat_falls_back_through_actors(
 
 def _run_config(placement: str, model: str, **fetch: Any) -> Any:
     from gnnsys.config import RunConfig
+    from gnnsys.train.control.prepare import DataSpec
     from gnnsys.train.models import ModelSpec
-    from gnnsys.train.prepare import DataSpec
 
     cfg = RunConfig()
     return replace(
@@ -354,7 +350,7 @@ def _run_config(placement: str, model: str, **fetch: Any) -> Any:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("model", ["sage", "gcn"])
 def test_train_local_owner_matches_requester(tmp_path: Path, model: str) -> None:
-    from gnnsys.train.local import train_local
+    from gnnsys.train.control.local_group import train_local
 
     got = {p: train_local(_run_config(p, model), tmp_path / p) for p in ("requester", "owner")}
     for want, have in zip(got["requester"].history, got["owner"].history, strict=True):
@@ -366,7 +362,7 @@ def test_train_local_owner_matches_requester(tmp_path: Path, model: str) -> None
 @pytest.mark.timeout(120)
 def test_train_local_owner_with_halo_cache(tmp_path: Path) -> None:
     """Cached rows are resident: aggregated locally, exact, and never sent as pairs."""
-    from gnnsys.train.local import train_local
+    from gnnsys.train.control.local_group import train_local
 
     cache = {"cache_policy": "degree", "cache_ratio": 0.5}
     got = {

@@ -7,7 +7,7 @@ import torch
 
 from gnnsys.models.layers import GCNLayer, SAGELayer
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
-from gnnsys.train.partial_agg import combine_partials, owner_partial_sums, plan_partial
+from gnnsys.train.layer0.plan import combine_partials, owner_partial_sums, plan_partial
 from gnnsys.types import Graph
 
 NUM_PARTS = 3

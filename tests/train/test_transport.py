@@ -7,8 +7,8 @@ from conftest import LocalOwnerClient
 
 from gnnsys.sampler import CSRNeighborSource
 from gnnsys.store import load_book, load_shard
-from gnnsys.train.ledger import Ledger
-from gnnsys.train.transport import RoutedFeatureSource, RoutedNeighborSource
+from gnnsys.train.remote.ledger import Ledger
+from gnnsys.train.remote.routed import RoutedFeatureSource, RoutedNeighborSource
 from gnnsys.types import Graph
 
 

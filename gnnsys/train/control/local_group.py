@@ -28,12 +28,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from gnnsys.train.coordinator import METRICS_NAME, Evaluator, epoch_metrics
-from gnnsys.train.ledger import Ledger
-from gnnsys.train.prepare import prepare_store
-from gnnsys.train.run import TrainResult, resolved_fetch, summary_of, worker_template
-from gnnsys.train.shards import assemble_graph
-from gnnsys.train.transport import RayOwnerClient, ShardOwner
+from gnnsys.train.control.coordinator import METRICS_NAME, Evaluator, epoch_metrics
+from gnnsys.train.control.prepare import prepare_store
+from gnnsys.train.control.run import TrainResult, resolved_fetch, summary_of, worker_template
+from gnnsys.train.control.shards import assemble_graph
+from gnnsys.train.remote.client import RayOwnerClient
+from gnnsys.train.remote.ledger import Ledger
+from gnnsys.train.remote.server import ShardOwner
 from gnnsys.train.worker import TrainWorker, WorkerEpochReport, WorkerSpec
 
 if TYPE_CHECKING:

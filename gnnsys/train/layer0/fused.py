@@ -31,8 +31,8 @@ from torch import Tensor, nn
 from gnnsys.cache.codecs import EncodedRows, make_codec, take
 from gnnsys.kernels import aggregate
 from gnnsys.models import GCNLayer
-from gnnsys.train.first_layer import FirstLayerInput, linear_aggregation
-from gnnsys.train.transport import SplitRows
+from gnnsys.train.layer0.base import FirstLayerInput, linear_aggregation
+from gnnsys.train.remote.routed import SplitRows
 from gnnsys.types import Block, SampledSubgraph
 
 __all__ = ["FUSED_CODECS", "FusedFirstLayer", "SplitFeatureSource"]

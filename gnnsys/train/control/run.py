@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from gnnsys.train.coordinator import Coordinator
-from gnnsys.train.failure import FailurePolicy
-from gnnsys.train.prepare import prepare_store
-from gnnsys.train.shards import assemble_graph, choose_topology
+from gnnsys.train.control.coordinator import Coordinator
+from gnnsys.train.control.failure import FailurePolicy
+from gnnsys.train.control.prepare import prepare_store
+from gnnsys.train.control.shards import assemble_graph, choose_topology
 from gnnsys.train.worker import FaultSpec, WorkerSpec
 
 if TYPE_CHECKING:
     from gnnsys.config import RunConfig
-    from gnnsys.train.transport import FetchSpec
+    from gnnsys.train.remote.fetch_spec import FetchSpec
     from gnnsys.types import Graph
 
 __all__ = [

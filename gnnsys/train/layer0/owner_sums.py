@@ -17,7 +17,7 @@ here. Other remote sources past ``num_dst`` are summed by their owner, so their 
 Attention (GAT) and ``max`` are not linear: such models keep ``requester`` placement and the
 rank-0 worker logs one warning per run (:func:`resolve_placement`).
 
-Ledger (``gnnsys.train.ledger``): ``partial_request`` bytes are the arrays sent (group row
+Ledger (``gnnsys.train.remote.ledger``): ``partial_request`` bytes are the arrays sent (group row
 pointer, source gids, GCN weights), ``partial_response`` the sums returned (encoded bytes); the
 counters ``partial_pairs``, ``partial_sums`` and ``rows_avoided`` count pairs, sums and the
 distinct remote rows that were not fetched. Rows that are still fetched count as usual under
@@ -39,17 +39,18 @@ from torch import Tensor, nn
 from gnnsys.cache.base import FeatureSource
 from gnnsys.cache.codecs import Codec
 from gnnsys.models import GCNLayer
-from gnnsys.train.first_layer import (
+from gnnsys.train.layer0.base import (
     FirstLayer,
     FirstLayerInput,
     LinearAggregation,
     linear_aggregation,
     linear_first_layer,
 )
-from gnnsys.train.fused_first import FUSED_CODECS, FusedFirstLayer
-from gnnsys.train.ledger import Ledger
-from gnnsys.train.partial_agg import PLACEMENTS, PartialPlan, combine_partials, plan_partial
-from gnnsys.train.transport import FetchSpec, OwnerClient
+from gnnsys.train.layer0.fused import FUSED_CODECS, FusedFirstLayer
+from gnnsys.train.layer0.plan import PLACEMENTS, PartialPlan, combine_partials, plan_partial
+from gnnsys.train.remote.client import OwnerClient
+from gnnsys.train.remote.fetch_spec import FetchSpec
+from gnnsys.train.remote.ledger import Ledger
 from gnnsys.types import SampledSubgraph
 
 __all__ = [

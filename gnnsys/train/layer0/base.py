@@ -1,8 +1,8 @@
 """What the trainer's layer-0 helpers share: the linear-aggregation test and their output record.
 
 Two helpers compute layer 0's aggregation instead of ``layer.aggregate`` over fetched float rows:
-``gnnsys.train.owner_agg.FirstLayerAggregator`` (owners send partial sums) and
-``gnnsys.train.fused_first.FusedFirstLayer`` (halo rows summed from their int8/int4 codes). Both
+``gnnsys.train.layer0.owner_sums.FirstLayerAggregator`` (owners send partial sums) and
+``gnnsys.train.layer0.fused.FusedFirstLayer`` (halo rows summed from their int8/int4 codes). Both
 need the aggregation to be linear in the inputs and both return a :class:`FirstLayerInput`,
 which ``BlockModel.forward_from_first_agg`` consumes.
 
@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from torch import Tensor, nn
 
 from gnnsys.models import GCNLayer, SAGELayer
-from gnnsys.train.partial_agg import PartialPlan
+from gnnsys.train.layer0.plan import PartialPlan
 from gnnsys.types import SampledSubgraph
 
 __all__ = [

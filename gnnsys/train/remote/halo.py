@@ -40,8 +40,10 @@ from gnnsys.cache import (
 )
 from gnnsys.cache.codecs import Codec, EncodedRows, concat, make_codec, take
 from gnnsys.sampler.base import Sampler
-from gnnsys.train.ledger import Ledger
-from gnnsys.train.transport import FetchSpec, OwnerClient, SplitRows, group_by_owner
+from gnnsys.train.remote.client import OwnerClient
+from gnnsys.train.remote.fetch_spec import FetchSpec
+from gnnsys.train.remote.ledger import Ledger
+from gnnsys.train.remote.routed import SplitRows, group_by_owner
 from gnnsys.types import PartitionBook, PartitionShard
 
 __all__ = ["CachedFeatureSource", "OwnerRows", "build_cached_source", "cache_report"]

@@ -242,7 +242,7 @@ def combine_partials(
         block: The first block.
         x_NF: ``[N, F]`` source rows; only rows where ``plan.need_row_N`` are read. A caller
             may pass just those rows if it remaps ``plan.local_col`` (and ``src_weight_N``) to
-            them, as ``gnnsys.train.owner_agg`` does.
+            them, as ``gnnsys.train.layer0.owner_sums`` does.
         partials: Owner part -> ``[G, F]`` sums answering that owner's request.
         reduce: ``"sum"`` or ``"mean"`` (GCN uses ``"sum"`` with ``src_weight_N``).
         src_weight_N: ``[N]`` per-source weights, as given to :func:`plan_partial`.

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gnnsys.train.checkpoint import Checkpoint
-from gnnsys.train.failure import FailureKind, FailureStatus
-from gnnsys.train.transport import ShardOwner
+from gnnsys.train.control.checkpoint import Checkpoint
+from gnnsys.train.control.failure import FailureKind, FailureStatus
+from gnnsys.train.remote.server import ShardOwner
 from gnnsys.train.worker import TrainWorker, WorkerEpochReport, WorkerSpec
 
 __all__ = ["ActorGroup", "GroupFailure", "Resources", "actor_name"]

@@ -28,11 +28,11 @@ import torch
 from tqdm import tqdm
 
 from gnnsys.errors import WorkerFailedError
-from gnnsys.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from gnnsys.train.failure import FailureAction, FailurePolicy
-from gnnsys.train.group import ActorGroup, GroupFailure, Resources
-from gnnsys.train.ledger import LedgerSnapshot
+from gnnsys.train.control.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from gnnsys.train.control.failure import FailureAction, FailurePolicy
+from gnnsys.train.control.ray_group import ActorGroup, GroupFailure, Resources
 from gnnsys.train.models import build_model
+from gnnsys.train.remote.ledger import LedgerSnapshot
 from gnnsys.train.trainer import full_block, full_graph_logits
 from gnnsys.train.worker import WorkerEpochReport, WorkerSpec
 from gnnsys.types import Graph

@@ -1,0 +1,1 @@
+"""The control plane: run, coordinator, worker groups (Ray, in-process), failures, checkpoints."""

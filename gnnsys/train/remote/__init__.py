@@ -1,0 +1,1 @@
+"""The data plane between processes: owner client and server, routed sources, halo, ledger."""

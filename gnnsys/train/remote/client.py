@@ -1,0 +1,113 @@
+"""How a worker calls the shard owners: the ``OwnerClient`` protocol and its Ray executor.
+
+The Ray client issues every owner's call before waiting on any, so owners work in parallel, and
+every wait has a deadline.
+
+Shape legend: ``M`` destinations, ``E`` drawn edges, ``K`` requested rows, ``F`` features.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from gnnsys.cache.codecs import Codec, EncodedRows
+from gnnsys.errors import RemoteCallTimeoutError
+
+__all__ = ["OwnerClient", "RayOwnerClient", "SampleArrays"]
+
+SampleArrays = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""``(count_M, src_gid_E, e_id_E)`` int64 arrays as an owner returns them."""
+
+
+class OwnerClient(Protocol):
+    """Sends one batched request to each owner and returns the answers keyed by part."""
+
+    def sample_many(
+        self, dst_by_part: dict[int, np.ndarray], fanout: int, *, seed: int, hop: int, replace: bool
+    ) -> dict[int, SampleArrays]:
+        """Sample in-neighbors of ``dst_by_part[p]`` at owner ``p``, for every ``p`` at once."""
+        ...
+
+    def fetch_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        """Feature rows ``[K, F]`` float32 of ``gid_by_part[p]`` from owner ``p``."""
+        ...
+
+    def fetch_encoded_many(
+        self, gid_by_part: dict[int, np.ndarray], codec: Codec
+    ) -> dict[int, EncodedRows]:
+        """Rows of ``gid_by_part[p]`` encoded by owner ``p`` with ``codec`` before sending."""
+        ...
+
+    def partial_many(
+        self,
+        req_by_part: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]],
+        codec: Codec | None = None,
+    ) -> dict[int, EncodedRows]:
+        """Partial sums ``[G, F]`` of ``req_by_part[p]`` computed at owner ``p``, for every ``p``.
+
+        Each request is ``(group_rowptr, src_gid, src_weight)`` (see ``ShardOwner.partial_sums``);
+        answers are encoded with ``codec``, or plain float32 (codec ``fp32``) without one.
+        """
+        ...
+
+
+class RayOwnerClient:
+    """:class:`OwnerClient` over ``ShardOwner`` actor handles, with a deadline on every wait.
+
+    Args:
+        owners: Actor handle of each part's owner, indexed by part.
+        deadline_s: Seconds a batch of calls may take before ``RemoteCallTimeoutError``.
+    """
+
+    def __init__(self, owners: list[Any], deadline_s: float) -> None:
+        self.owners, self.deadline_s = owners, deadline_s
+
+    def _get(self, refs: dict[int, Any], what: str) -> dict[int, Any]:
+        import ray
+
+        try:
+            values = ray.get(list(refs.values()), timeout=self.deadline_s)
+        except ray.exceptions.GetTimeoutError as err:
+            raise RemoteCallTimeoutError(
+                f"{what} to parts {sorted(refs)} got no answer within {self.deadline_s}s; "
+                "raise the deadline (--deadline) or check the owners' logs"
+            ) from err
+        return dict(zip(refs, values, strict=True))
+
+    def sample_many(
+        self, dst_by_part: dict[int, np.ndarray], fanout: int, *, seed: int, hop: int, replace: bool
+    ) -> dict[int, SampleArrays]:
+        """One ``ShardOwner.sample`` call per part, all in flight together."""
+        refs = {
+            p: self.owners[p].sample.remote(dst, fanout, seed, hop, replace)
+            for p, dst in dst_by_part.items()
+        }
+        return self._get(refs, "sample_neighbors")
+
+    def fetch_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        """One ``ShardOwner.fetch`` call per part, all in flight together."""
+        refs = {p: self.owners[p].fetch.remote(gid) for p, gid in gid_by_part.items()}
+        return self._get(refs, "fetch")
+
+    def fetch_encoded_many(
+        self, gid_by_part: dict[int, np.ndarray], codec: Codec
+    ) -> dict[int, EncodedRows]:
+        """One ``ShardOwner.fetch_encoded`` call per part, all in flight together."""
+        refs = {
+            p: self.owners[p].fetch_encoded.remote(gid, codec) for p, gid in gid_by_part.items()
+        }
+        return self._get(refs, "fetch_encoded")
+
+    def partial_many(
+        self,
+        req_by_part: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]],
+        codec: Codec | None = None,
+    ) -> dict[int, EncodedRows]:
+        """One ``ShardOwner.partial_sums`` call per part, all in flight together."""
+        refs = {
+            p: self.owners[p].partial_sums.remote(rowptr, gid, weight, codec)
+            for p, (rowptr, gid, weight) in req_by_part.items()
+        }
+        return self._get(refs, "partial_sums")

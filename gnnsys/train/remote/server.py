@@ -1,0 +1,106 @@
+"""The shard owner: one process per part serving its structure and features to every worker.
+
+Shape legend: ``M`` destinations, ``K`` requested rows, ``F`` features, ``G`` partial sums.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from gnnsys.cache.codecs import Codec, EncodedRows
+from gnnsys.train.remote.client import SampleArrays
+
+__all__ = ["ShardOwner"]
+
+
+class ShardOwner:
+    """Holds one shard (memory-mapped) and answers neighbor and feature requests for its nodes.
+
+    Used as a Ray actor (``ray.remote(ShardOwner)``); plain methods, so it also runs in-process.
+
+    Args:
+        root: Partition store directory.
+        part: The part this owner serves.
+    """
+
+    def __init__(self, root: str, part: int) -> None:
+        from gnnsys.sampler import CSRNeighborSource
+        from gnnsys.store import load_book, load_shard
+
+        torch.set_num_threads(1)  # owners share the cores with the trainers
+        shard = load_shard(root, part)
+        book = load_book(root)
+        self.part = part
+        self._lid_N = book.lid_N
+        self._x = shard.x
+        self._source = CSRNeighborSource.from_shard(shard, book.lid_N)
+
+    def ping(self) -> int:
+        """Liveness check; returns the part."""
+        return self.part
+
+    def sample(
+        self, dst_gid: np.ndarray, fanout: int, seed: int, hop: int, replace: bool
+    ) -> SampleArrays:
+        """Draw in-neighbors of owned ``dst_gid`` (see ``NeighborSource.sample_neighbors``)."""
+        got = self._source.sample_neighbors(
+            torch.from_numpy(np.array(dst_gid, dtype=np.int64)),
+            fanout,
+            seed=seed,
+            hop=hop,
+            replace=replace,
+        )
+        return (got.count_M.numpy(), got.src_gid_E.numpy(), got.e_id_E.numpy())
+
+    def fetch(self, gid: np.ndarray) -> np.ndarray:
+        """Float32 rows ``[K, F]`` of owned ``gid``."""
+        if self._x is None:
+            raise ValueError(f"part {self.part} has no features; the store was written without x")
+        out: np.ndarray = np.asarray(self._x[self._lid_N[gid]], dtype=np.float32)
+        return out
+
+    def fetch_encoded(self, gid: np.ndarray, codec: Codec) -> EncodedRows:
+        """Rows of owned ``gid`` encoded with ``codec`` (what travels instead of float32)."""
+        return codec.encode(torch.from_numpy(self.fetch(gid)))
+
+    def partial_sums(
+        self,
+        group_rowptr: np.ndarray,
+        src_gid: np.ndarray,
+        src_weight: np.ndarray | None = None,
+        codec: Codec | None = None,
+    ) -> EncodedRows:
+        """Owner-side first-layer aggregation (issue 8): one sum of owned rows per group.
+
+        Row ``g`` of the answer is ``sum_{k in group g} w_k * x[src_gid[k]]`` (``w = 1`` without
+        ``src_weight``), computed by ``gnnsys.kernels.aggregate`` over the gathered rows, so only
+        ``G`` rows travel back instead of the ``K`` (or their distinct subset) requested.
+
+        Args:
+            group_rowptr: ``[G + 1]`` int64 grouping of the ``K`` pairs (by destination).
+            src_gid: ``[K]`` int64 owned source gids.
+            src_weight: ``[K]`` float32 per-pair weights (GCN's ``s_j``), or ``None``.
+            codec: Encode the sums with it for the wire (``None``: plain float32 rows).
+
+        Returns:
+            ``[G, F]`` sums as ``EncodedRows`` (codec ``fp32`` when ``codec`` is ``None``).
+
+        Raises:
+            ValueError: The store has no features, or the arrays do not fit together.
+        """
+        from gnnsys.train.layer0.plan import owner_partial_sums
+
+        rowptr = torch.from_numpy(np.asarray(group_rowptr, dtype=np.int64))
+        if rowptr.numel() < 1 or int(rowptr[-1]) != len(src_gid):
+            raise ValueError(
+                f"group_rowptr ends at {int(rowptr[-1]) if rowptr.numel() else None} but "
+                f"{len(src_gid)} src_gid were sent; pass one gid per pair"
+            )
+        rows_KF = torch.from_numpy(self.fetch(np.asarray(src_gid, dtype=np.int64)))
+        weight = None if src_weight is None else torch.from_numpy(np.asarray(src_weight))
+        pos_K = torch.arange(rows_KF.shape[0], dtype=torch.int64)
+        sums_GF = owner_partial_sums(rows_KF, pos_K, rowptr, weight).float().contiguous()
+        if codec is None:
+            return EncodedRows("fp32", int(sums_GF.shape[1]), sums_GF)
+        return codec.encode(sums_GF)
