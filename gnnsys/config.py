@@ -14,6 +14,7 @@ from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.failure import FailurePolicy
 from gnnsys.train.control.prepare import DataSpec
 from gnnsys.train.control.run import ClusterSpec
+from gnnsys.train.evaluate import EvalConfig
 from gnnsys.train.models import ModelSpec
 from gnnsys.train.remote.fetch_spec import FetchSpec
 from gnnsys.train.trainer import Trainer
@@ -23,7 +24,7 @@ __all__ = ["RunConfig"]
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunConfig:
-    """One training run: data, cluster, sampler, model, optimiser, loop, failures, fetch."""
+    """One training run: data, cluster, sampler, model, optimiser, loop, failures, fetch, eval."""
 
     data: DataSpec = field(default_factory=DataSpec)
     cluster: ClusterSpec = field(default_factory=ClusterSpec)
@@ -33,6 +34,7 @@ class RunConfig:
     loop: Coordinator.Config = field(default_factory=Coordinator.Config)
     failure: FailurePolicy.Config = field(default_factory=FailurePolicy.Config)
     fetch: FetchSpec = field(default_factory=FetchSpec)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON-ready dict (for ``summary.json``)."""

@@ -15,7 +15,7 @@ from gnnsys.cache.codecs import make_codec
 from gnnsys.models import GAT, GCN, SAGE, BlockModel
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.store import load_book, load_shard
-from gnnsys.train.control.local_group import train_local
+from gnnsys.train.control.run import train_local
 from gnnsys.train.layer0.fused import FusedFirstLayer
 from gnnsys.train.layer0.owner_sums import build_first_layer
 from gnnsys.train.remote.fetch_spec import FetchSpec

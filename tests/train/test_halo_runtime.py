@@ -18,8 +18,9 @@ from gnnsys.config import RunConfig
 from gnnsys.datasets.synthetic import sbm
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.store import load_book, load_shard
-from gnnsys.train.control.local_group import LocalOwnerClient, train_local
+from gnnsys.train.control.local_group import LocalOwnerClient
 from gnnsys.train.control.prepare import DataSpec
+from gnnsys.train.control.run import train_local
 from gnnsys.train.remote.fetch_spec import FetchSpec
 from gnnsys.train.remote.halo import OwnerRows
 from gnnsys.train.remote.ledger import Ledger

@@ -5,8 +5,9 @@ import pytest
 import torch
 
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
+from gnnsys.train.evaluate import full_block, full_graph_logits
 from gnnsys.train.models import ModelSpec, build_model
-from gnnsys.train.trainer import Trainer, epoch_batches, full_block, full_graph_logits
+from gnnsys.train.trainer import Trainer, epoch_batches
 from gnnsys.types import Graph
 
 
