@@ -27,9 +27,11 @@ Shape legend: ``M`` owned nodes, ``H`` halo nodes of the block, ``E`` in-edges o
 
 from __future__ import annotations
 
+import resource
 import time
+import warnings
 from dataclasses import dataclass, field
-from typing import Protocol, cast
+from typing import cast
 
 import numpy as np
 import torch
@@ -38,12 +40,21 @@ from torch import Tensor, nn
 from gnnsys.cache import HaloCache
 from gnnsys.cache.codecs import CODECS, Codec, make_codec
 from gnnsys.models import GCNLayer
+from gnnsys.train.eval_blocks import (
+    HaloIndex,
+    LayerwiseModel,
+    chunk_blocks,
+    full_block,
+    full_graph_logits,
+    gather_rows,
+    halo_index,
+)
 from gnnsys.train.metrics import METRICS, accuracy, confusion_matrix, macro_f1, roc_auc
 from gnnsys.train.remote.client import OwnerClient
 from gnnsys.train.remote.ledger import Ledger, LedgerSnapshot
 from gnnsys.train.remote.peers import PeerClient
 from gnnsys.train.remote.routed import group_by_owner
-from gnnsys.types import Block, PartitionBook, PartitionShard
+from gnnsys.types import PartitionBook, PartitionShard
 
 __all__ = [
     "SPLITS",
@@ -74,6 +85,8 @@ class EvalConfig:
     metric: str = "auto"
     """Validation metric that selects the best epoch: ``acc``, ``auc`` (binary labels), ``f1``
     (macro-F1), or ``auto`` = ``auc`` for binary labels, else ``acc`` (``--metric``)."""
+    chunk_edges: int = 1 << 18
+    """In-edges per evaluation chunk: bounds the temporaries (one chunk's gathered rows)."""
 
     def __post_init__(self) -> None:
         if self.codec not in CODECS or self.codec == "auto":
@@ -81,6 +94,8 @@ class EvalConfig:
             raise ValueError(f"eval codec={self.codec!r}; choose one of {choices}")
         if self.every < 0:
             raise ValueError(f"eval every={self.every}; choose >= 1 (or 0: never evaluate)")
+        if self.chunk_edges < 1:
+            raise ValueError(f"chunk_edges={self.chunk_edges}; choose >= 1")
         if self.metric not in (*METRICS, "auto"):
             raise ValueError(f"metric={self.metric!r}; choose one of {(*METRICS, 'auto')}")
 
@@ -125,6 +140,7 @@ class RankEval:
         cache_hits: Layer-0 halo rows read from the halo cache.
         halo_rows: Layer-0 halo rows needed.
         seconds: Wall time of this rank's evaluation steps.
+        peak_rss_bytes: Peak RSS of the rank's process so far (evaluation included).
         logits: ``(gid_M, logits_MC)`` of the owned nodes when asked for (tests), else ``None``.
     """
 
@@ -136,6 +152,7 @@ class RankEval:
     cache_hits: int
     halo_rows: int
     seconds: float
+    peak_rss_bytes: int = 0
     logits: tuple[np.ndarray, np.ndarray] | None = None
 
 
@@ -149,6 +166,7 @@ class EvalResult:
         cache_hits: Layer-0 halo rows served by caches, summed.
         halo_rows: Layer-0 halo rows needed, summed.
         seconds: Slowest rank's evaluation time.
+        peak_rss_bytes: Every rank's peak RSS after evaluating (empty when not evaluated).
     """
 
     metrics: dict[str, float | None]
@@ -156,6 +174,7 @@ class EvalResult:
     cache_hits: int = 0
     halo_rows: int = 0
     seconds: float = 0.0
+    peak_rss_bytes: tuple[int, ...] = ()
 
 
 def combine_evals(reports: list[RankEval], num_classes: int) -> EvalResult:
@@ -177,40 +196,8 @@ def combine_evals(reports: list[RankEval], num_classes: int) -> EvalResult:
         cache_hits=sum(r.cache_hits for r in reports),
         halo_rows=sum(r.halo_rows for r in reports),
         seconds=max(r.seconds for r in reports),
+        peak_rss_bytes=tuple(r.peak_rss_bytes for r in reports),
     )
-
-
-class LayerwiseModel(Protocol):
-    """What exact evaluation needs from a model (every model in ``gnnsys.models`` has it)."""
-
-    num_layers: int
-
-    def forward_layer(self, layer: int, x: Tensor, block: Block) -> Tensor:
-        """Apply layer ``layer`` (activation included except after the last)."""
-        ...
-
-
-def shard_block(shard: PartitionShard) -> tuple[Block, np.ndarray]:
-    """The block of every in-edge of a shard's owned nodes, and its halo gids.
-
-    Sources are the ``M`` owned nodes (lid order, so they double as the destinations) followed
-    by the ``H`` distinct 1-hop halo nodes, ascending; the store's ``indices_local`` numbers
-    k-hop halo nodes, so the ones no owned node points at are dropped.
-    """
-    m = int(shard.num_owned)
-    col_E = np.array(shard.indices_local, dtype=np.int64)
-    is_halo = col_E >= m
-    used = np.unique(col_E[is_halo])
-    col_E[is_halo] = m + np.searchsorted(used, col_E[is_halo])
-    halo_gid = np.asarray(shard.halo_gid, dtype=np.int64)[used - m]
-    block = Block(
-        num_src=m + int(used.shape[0]),
-        num_dst=m,
-        rowptr=torch.from_numpy(np.asarray(shard.indptr, dtype=np.int64)),
-        col=torch.from_numpy(col_E),
-        e_id=torch.from_numpy(np.asarray(shard.e_id, dtype=np.int64)),
-    )
-    return block, halo_gid
 
 
 class ShardEvaluator:
@@ -246,14 +233,16 @@ class ShardEvaluator:
         self.feature_codec, self.cache = feature_codec, cache
         self.codec = make_codec(config.codec)
         self.ledger = Ledger()
-        self.block, self.halo_gid = shard_block(shard)
+        self.index: HaloIndex = halo_index(shard)
+        self.halo_gid = self.index.halo_gid
         self._halo_by_part = group_by_owner(book.part_N[self.halo_gid], skip=shard.part)
-        self._degree_M = np.diff(np.asarray(shard.indptr, dtype=np.int64))
         self.tables: dict[int, Tensor] = {}
         self._hits = 0
         self._seconds = 0.0
+        self._degree_S: np.ndarray | None = None
         if any(isinstance(m, GCNLayer) for m in model.modules()):
-            self.block = _with_degrees(self.block, self._degree_M, self._halo_degrees())
+            own_M = np.diff(np.asarray(shard.indptr, dtype=np.int64))
+            self._degree_S = np.concatenate([own_M, self._halo_degrees()])
 
     # ---- serving peers (TrainWorker.serve_rows encodes) ------------------------------------
     def serve_rows(self, table: int, gid: np.ndarray) -> Tensor:
@@ -268,25 +257,30 @@ class ShardEvaluator:
     def run_layer(self, layer: int) -> None:
         """Compute table ``layer + 1`` (this rank's outputs of layer ``layer``)."""
         start = time.perf_counter()
-        m = self.block.num_dst
         if layer == 0:
             self.tables.clear()
             self._hits = 0
             self._seconds = 0.0
             self.ledger = Ledger()
-            x = np.asarray(self.shard.x)
-            x_src = torch.empty(self.block.num_src, int(x.shape[1]), dtype=torch.float32)
-            x_src[:m] = torch.from_numpy(np.asarray(x, dtype=np.float32))
-            self._feature_rows(x_src[m:])
+            own = _as_float_rows(self.shard.x)  # the memory map itself when it is float32
+            halo = torch.empty(self.halo_gid.shape[0], int(own.shape[1]), dtype=torch.float32)
+            self._feature_rows(halo)
         else:
             self.tables.pop(layer - 1, None)  # every peer finished reading it in the last step
             own = self.tables[layer]  # kept: peers read it during this step
-            x_src = torch.empty(self.block.num_src, int(own.shape[1]), dtype=torch.float32)
-            x_src[:m] = own
-            self._peer_rows(layer, x_src[m:])
+            halo = torch.empty(self.halo_gid.shape[0], int(own.shape[1]), dtype=torch.float32)
+            self._peer_rows(layer, halo)
         self.model.eval()
         model = cast(LayerwiseModel, self.model)
-        self.tables[layer + 1] = model.forward_layer(layer, x_src, self.block).contiguous()
+        out: Tensor | None = None
+        chunks = chunk_blocks(self.shard, self.index, self._degree_S, self.config.chunk_edges)
+        for chunk in chunks:
+            rows = model.forward_layer(layer, gather_rows(own, halo, chunk.source), chunk.block)
+            if out is None:
+                out = torch.empty(int(own.shape[0]), int(rows.shape[1]), dtype=rows.dtype)
+            out[chunk.start : chunk.end] = rows
+        assert out is not None  # a shard owns at least one node
+        self.tables[layer + 1] = out
         self._seconds += time.perf_counter() - start
 
     def report(self, splits: tuple[str, ...], *, with_logits: bool = False) -> RankEval:
@@ -314,6 +308,7 @@ class ShardEvaluator:
             cache_hits=self._hits,
             halo_rows=int(self.halo_gid.shape[0]),
             seconds=self._seconds,
+            peak_rss_bytes=int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024,
             logits=(gid_M, logits_MC.numpy().copy()) if with_logits else None,
         )
         self.tables.clear()
@@ -377,46 +372,11 @@ class ShardEvaluator:
         return out_H
 
 
-def _with_degrees(block: Block, degree_M: np.ndarray, degree_H: np.ndarray) -> Block:
-    """``block`` carrying the whole graph's in-degree of every source (GCN's normalisation)."""
-    degree_N = torch.from_numpy(np.concatenate([degree_M, degree_H]).astype(np.int64))
-    return Block(
-        num_src=block.num_src,
-        num_dst=block.num_dst,
-        rowptr=block.rowptr,
-        col=block.col,
-        e_id=block.e_id,
-        src_in_degree=degree_N,
-    )
-
-
-def full_block(indptr: np.ndarray, indices: np.ndarray, num_nodes: int) -> Block:
-    """Every in-edge of a whole graph as one block (destinations = sources = all nodes).
-
-    Carries the in-degrees, so GCN normalises as on a rank's shard block (and as PyG's
-    ``GCNConv`` does on the full graph).
-    """
-    rowptr = torch.from_numpy(np.asarray(indptr, dtype=np.int64))
-    return Block(
-        num_src=num_nodes,
-        num_dst=num_nodes,
-        rowptr=rowptr,
-        col=torch.from_numpy(np.asarray(indices, dtype=np.int64)),
-        e_id=torch.arange(int(indptr[-1]), dtype=torch.int64),
-        src_in_degree=rowptr[1:] - rowptr[:-1],
-    )
-
-
-@torch.no_grad()
-def full_graph_logits(model: nn.Module, block: Block, x_NF: Tensor) -> Tensor:
-    """Layer-wise inference over one whole-graph block: the single-process reference.
-
-    Costs one ``[N, H]`` activation per layer; used by tests and small-graph tools, never by
-    the runtime (which evaluates sharded, :class:`ShardEvaluator`).
-    """
-    model.eval()
-    layered = cast(LayerwiseModel, model)
-    h = x_NF
-    for layer in range(layered.num_layers):
-        h = layered.forward_layer(layer, h, block)
-    return h
+def _as_float_rows(x: np.ndarray | None) -> Tensor:
+    """Feature rows as a float32 tensor without a copy when they already are float32."""
+    assert x is not None  # checked in ShardEvaluator.__init__
+    if x.dtype == np.float32:
+        with warnings.catch_warnings():  # a read-only memory map; evaluation never writes it
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.from_numpy(x)
+    return torch.from_numpy(np.asarray(x, dtype=np.float32))

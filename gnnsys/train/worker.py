@@ -30,7 +30,6 @@ import torch.distributed as dist
 from torch import Tensor
 
 from gnnsys.cache.codecs import Codec, EncodedRows
-from gnnsys.train.topology import assemble_graph
 from gnnsys.train.evaluate import EvalConfig, RankEval, ShardEvaluator
 from gnnsys.train.layer0.owner_sums import build_first_layer
 from gnnsys.train.models import ModelSpec, build_model
@@ -40,6 +39,7 @@ from gnnsys.train.remote.halo import CachedFeatureSource, build_cached_source, c
 from gnnsys.train.remote.ledger import Ledger, LedgerSnapshot
 from gnnsys.train.remote.peers import LocalPeerClient, PeerClient, RayPeerClient
 from gnnsys.train.remote.routed import RoutedFeatureSource, RoutedNeighborSource
+from gnnsys.train.topology import assemble_graph
 from gnnsys.train.trainer import EpochStats, GradSync, Trainer
 from gnnsys.types import PartitionBook, PartitionShard
 

@@ -39,7 +39,9 @@ SHARED = Path(
 
 
 def _config(store: Path, parts: int, model: str, **fetch: object) -> RunConfig:
+    chunk_edges = int(fetch.pop("chunk_edges", 1 << 18))  # type: ignore[call-overload]
     return RunConfig(
+        eval=EvalConfig(chunk_edges=chunk_edges),
         data=DataSpec(store=str(store)),
         cluster=ClusterSpec(parts=parts),
         sampler=NeighborSampler.Config(fanouts=(5, 5)),
@@ -86,7 +88,9 @@ def _check_equal(graph: Graph, reports: list[RankEval], reference: torch.Tensor)
     got = _assembled(reports, reference)
     diff = (got - reference).abs()
     assert not torch.isnan(got).any(), "some node was evaluated by no rank"
-    assert float(diff.max()) <= 1e-5, f"max diff {float(diff.max()):.3g} mean {float(diff.mean()):.3g}"
+    assert float(diff.max()) <= 1e-5, (
+        f"max diff {float(diff.max()):.3g} mean {float(diff.mean()):.3g}"
+    )
     # The driver's combined metrics equal the metrics of the reference logits.
     result = combine_evals(reports, int(reference.shape[1]))
     pred = reference.argmax(-1).numpy()
@@ -112,6 +116,12 @@ def test_sharded_equals_full_graph_sbm(
     _check_equal(sbm_graph, reports, reference)
     if parts > 1:
         assert sum(r.traffic.bytes["feature_response"] for r in reports) > 0
+
+
+@pytest.mark.parametrize("model", ["sage", "gcn", "gat"])
+def test_sharded_in_small_chunks(sbm_graph: Graph, model: str, tmp_path: Path) -> None:
+    reports, reference = _sharded(sbm_graph, 2, model, tmp_path, chunk_edges=37)
+    _check_equal(sbm_graph, reports, reference)
 
 
 def test_sharded_reads_halo_cache_without_side_effects(sbm_graph: Graph, tmp_path: Path) -> None:
@@ -172,3 +182,31 @@ def test_eval_config_schedule() -> None:
         EvalConfig(metric="auc").selection_metric(3)
     with pytest.raises(ValueError, match="eval codec='auto'"):
         EvalConfig(codec="auto")
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("model", ["sage", "gcn"])
+def test_ray_group_sharded_equals_full_graph(
+    ray_session: object, sbm_graph: Graph, model: str, tmp_path: Path
+) -> None:
+    from gnnsys.train.control.ray_group import RayWorkerGroup
+    from gnnsys.train.control.resources import Resources
+
+    store = tmp_path / "store"
+    write_partitions(sbm_graph, partition(sbm_graph, "metis", 2, seed=0), store, num_hops=2)
+    cfg = _config(store, 2, model)
+    info = store_info(store)
+    template = worker_template(cfg, store, info, "partitioned")
+    group = RayWorkerGroup(template, Resources(worker_cpus=0.5, owner_cpus=0.25), 60.0)
+    try:
+        group.run_epoch(0, group.start(), lambda _: None)
+        reports = group.evaluate(SPLITS, with_logits=True)
+        state = group.collect()[0].model
+    finally:
+        group.stop()
+    net = build_model(cfg.model, info.num_features, info.num_classes, 2)
+    net.load_state_dict(state)
+    x = torch.from_numpy(np.asarray(sbm_graph.x, dtype=np.float32))
+    block = full_block(sbm_graph.indptr, sbm_graph.indices, sbm_graph.num_nodes)
+    _check_equal(sbm_graph, reports, full_graph_logits(net, block, x))

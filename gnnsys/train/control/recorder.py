@@ -43,7 +43,7 @@ class EpochMetrics:
         warmup_bytes: Traffic before epoch 0 (presample, prefetch), repeated on every line.
         cache: Ranks' cache counters summed over the epoch (empty without a cache).
         num_batches: Batches per rank.
-        peak_rss_bytes: Peak RSS of every rank's process so far.
+        peak_rss_bytes: Peak RSS of every rank's process so far (its evaluation included).
         num_ray_nodes: Distinct nodes the ranks ran on.
         restarts: Group restarts so far.
     """
@@ -145,7 +145,10 @@ def epoch_metrics(
         warmup_bytes=sum((r.warmup for r in reports), LedgerSnapshot()).bytes,
         cache=_cache_totals(reports),
         num_batches=num_batches,
-        peak_rss_bytes=tuple(r.peak_rss_bytes for r in reports),
+        peak_rss_bytes=tuple(
+            max([r.peak_rss_bytes, *evaluation.peak_rss_bytes[i : i + 1]])
+            for i, r in enumerate(reports)
+        ),
         num_ray_nodes=len({r.node_id for r in reports}),
         restarts=restarts,
     )
