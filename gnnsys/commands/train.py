@@ -102,6 +102,11 @@ def _add_eval_flags(p: argparse.ArgumentParser) -> None:
         help="codec of the halo embeddings exchanged during evaluation (default fp32: exact)",
     )
     p.add_argument(
+        "--eval-halo-mb",
+        type=float,
+        help="MiB of halo rows a worker holds at once while evaluating (default 256; 0 = all)",
+    )
+    p.add_argument(
         "--test-at-end",
         action="store_true",
         help="per-epoch evaluations report train and val only; test once, after the last epoch",
@@ -153,6 +158,7 @@ def build_config(args: argparse.Namespace) -> Any:
         eval=replace(
             cfg.eval,
             **pick(every=args.eval_every, codec=args.eval_codec, metric=args.metric),
+            **pick(halo_mb=args.eval_halo_mb),
             test_at_end=cfg.eval.test_at_end or args.test_at_end,
         ),
         fetch=replace(
