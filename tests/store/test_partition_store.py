@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from store_mutations import rewrite_array
 
 from gnnsys.errors import PartitionStoreError
 from gnnsys.partitioners import partition
@@ -200,9 +201,18 @@ def test_cheap_checks_on_load(copy: Path) -> None:
 def test_node_to_part_out_of_range(copy: Path) -> None:
     part_N = np.load(copy / "node_to_part.npy")
     part_N[5] = P
-    np.save(copy / "node_to_part.npy", part_N)
+    rewrite_array(copy, "node_to_part.npy", part_N)  # checksums updated: only semantics catch it
     with pytest.raises(PartitionStoreError, match="node_to_part.npy: part id out of range"):
         load_book(copy)
+
+
+def test_edited_array_fails_its_checksum_on_load(copy: Path) -> None:
+    part_N = np.load(copy / "node_to_part.npy")
+    part_N[5] = (part_N[5] + 1) % P
+    np.save(copy / "node_to_part.npy", part_N)
+    with pytest.raises(PartitionStoreError, match="node_to_part.npy: xxh3 checksum mismatch"):
+        load_book(copy)
+    load_book(copy, verify=False)  # the opt-out for a trusted store skips the hash
 
 
 @pytest.mark.parametrize("part", [-1, P, 99])
@@ -226,6 +236,6 @@ def test_error_pickles() -> None:
 
 def test_halo_part_out_of_range_on_load(copy: Path) -> None:
     halo_part = np.load(copy / "part-2/halo_part.npy")
-    np.save(copy / "part-2/halo_part.npy", np.full_like(halo_part, -1))
+    rewrite_array(copy, "part-2/halo_part.npy", np.full_like(halo_part, -1))
     with pytest.raises(PartitionStoreError, match="part-2/halo_part.npy: part id out of range"):
         load_shard(copy, 2)
