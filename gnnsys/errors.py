@@ -37,6 +37,23 @@ class PartitionStoreError(GnnsysError):
         return self.message
 
 
+class CheckpointError(GnnsysError, ValueError):
+    """A run directory's checkpoints are corrupt, or a resume would change the run.
+
+    Args:
+        message: What is wrong, naming the file or the differing fields, and the fix.
+        path: The offending file or run directory.
+    """
+
+    def __init__(self, message: str, path: str = "") -> None:
+        super().__init__(message, path)
+        self.message = message
+        self.path = path
+
+    def __str__(self) -> str:
+        return self.message
+
+
 class RemoteCallTimeoutError(GnnsysError, TimeoutError):
     """A remote call (to a shard owner or a worker) did not answer within its deadline."""
 

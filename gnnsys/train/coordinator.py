@@ -28,7 +28,12 @@ import torch
 from tqdm import tqdm
 
 from gnnsys.errors import WorkerFailedError
-from gnnsys.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from gnnsys.train.checkpoint import (
+    Checkpoint,
+    load_checkpoint,
+    remove_checkpoints,
+    save_checkpoint,
+)
 from gnnsys.train.failure import FailureAction, FailurePolicy
 from gnnsys.train.group import ActorGroup, GroupFailure, Resources
 from gnnsys.train.ledger import LedgerSnapshot
@@ -149,7 +154,7 @@ class Coordinator:
         if self.config.resume:
             self.ckpt = load_checkpoint(self.run_dir)
         else:
-            (self.run_dir / "checkpoint.pt").unlink(missing_ok=True)
+            remove_checkpoints(self.run_dir)  # both: a fresh run never falls back to an old one
         if self.ckpt is not None and len(self.ckpt.rng_by_rank) != self.template.world_size:
             raise ValueError(
                 f"checkpoint in {self.run_dir} has {len(self.ckpt.rng_by_rank)} ranks but this "
