@@ -18,7 +18,16 @@ from pathlib import Path
 import numpy as np
 
 from gnnsys.errors import PartitionStoreError
-from gnnsys.store.integrity import check_book, check_data, check_file, check_shard, file_digests
+from gnnsys.store.integrity import (
+    check_book,
+    check_data,
+    check_file,
+    check_shard,
+    file_digests,
+    mark_shard_checked,
+    shard_checked,
+    shard_key,
+)
 from gnnsys.store.layout import (
     MANIFEST,
     NODE_TO_PART,
@@ -167,10 +176,7 @@ def load_shard(
     data = {k: load(k) for k in SHARD_DATA if shard_file(part, k) in manifest.files}
     _check_sizes(root, manifest, part, arrays)
     if verify:
-        part_N = load_array(root, manifest, NODE_TO_PART, verify=True)
-        check_book(root, manifest, part_N)
-        check_shard(root, manifest, part, arrays, part_N)
-        check_data(root, manifest, part, data, int(arrays["owned_gid"].shape[0]))
+        _check_semantics(root, manifest, part, arrays, data)
     else:
         _check_part_ids(
             arrays["halo_part"], manifest.num_parts, root / shard_file(part, "halo_part")
@@ -184,6 +190,25 @@ def _short(err: BaseException, limit: int = 120) -> str:
     """``err`` as text of at most ``limit`` characters (numpy quotes whole corrupt headers)."""
     text = f"{type(err).__name__}: {err}"
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _check_semantics(
+    root: Path,
+    manifest: Manifest,
+    part: int,
+    arrays: dict[str, np.ndarray],
+    data: dict[str, np.ndarray],
+) -> None:
+    """The semantic checks of ``gnnsys.store.integrity``, once per process and unchanged shard."""
+    rels = [MANIFEST, NODE_TO_PART, *(shard_file(part, k) for k in (*arrays, *data))]
+    key = shard_key([root / rel for rel in rels])
+    if shard_checked(key):
+        return
+    part_N = load_array(root, manifest, NODE_TO_PART, verify=True)
+    check_book(root, manifest, part_N)
+    check_shard(root, manifest, part, arrays, part_N)
+    check_data(root, manifest, part, data, int(arrays["owned_gid"].shape[0]))
+    mark_shard_checked(key)
 
 
 def _check_part_ids(arr: np.ndarray, num_parts: int, path: Path) -> None:
@@ -241,7 +266,12 @@ def verify(root: str | os.PathLike[str]) -> Manifest:
                 f"{root / rel}: sha256 mismatch; the file changed after it was written. {_FIX}",
                 str(root / rel),
             )
-    load_book(root)
-    for part in range(manifest.num_parts):
-        load_shard(root, part)
+    part_N = load_book(root, verify=False).part_N
+    check_book(root, manifest, part_N)
+    for part in range(manifest.num_parts):  # semantics afresh: never the per-process cache
+        shard = load_shard(root, part, verify=False)
+        arrays = {k: getattr(shard, k) for k in SHARD_ARRAYS}
+        data = {k: getattr(shard, k) for k in SHARD_DATA if getattr(shard, k) is not None}
+        check_shard(root, manifest, part, arrays, part_N)
+        check_data(root, manifest, part, data, shard.num_owned)
     return manifest
