@@ -20,6 +20,10 @@ class DatasetNotFoundError(GnnsysError, FileNotFoundError):
     """A dataset's files are missing; the message says where gnnsys looked and how to get them."""
 
 
+class DatasetFileError(GnnsysError, ValueError):
+    """A dataset file exists but cannot be read: truncated, corrupt, empty or another format."""
+
+
 class PartitionStoreError(GnnsysError):
     """A partition directory is missing, corrupt or of an unknown format.
 

@@ -100,7 +100,11 @@ def load_graph(name: str, root: str | None, params: dict[str, Any]) -> Any:
 
     path = Path(name)
     if path.suffix == ".npz" and path.is_file():
-        with np.load(path, allow_pickle=False) as z:
+        from gnnsys.datasets.base import reading
+
+        with reading(str(path)), np.load(path, allow_pickle=False) as z:
+            if "indptr" not in z.files or "indices" not in z.files:
+                raise ValueError(f"{path} lacks indptr/indices; save a CSR with np.savez")
             keys = ("x", "y", "train_mask", "val_mask", "test_mask")
             fields = {k: z[k] for k in keys if k in z.files}
             indptr = z["indptr"].astype(np.int64)

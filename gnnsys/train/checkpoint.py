@@ -75,7 +75,14 @@ IGNORED = frozenset(
 )
 """Fields that never matter for resuming (where Ray runs, logging, paths to the same data)."""
 IGNORED_PREFIXES = ("failure.", "loop.resources.")
-NEVER_ALLOWED_PREFIXES = ("store.", "data.", "model.", "cluster.parts")
+NEVER_ALLOWED_PREFIXES = (
+    "store.",
+    "data.",
+    "model.name",
+    "model.hidden",
+    "model.num_layers",
+    "cluster.parts",
+)
 """Fields a resume can never change: other data or store, another model shape or part count."""
 ALWAYS_ALLOWED = frozenset({"loop.epochs"})
 """Fields a resume may change unasked (still reported): training longer is what resume is for."""

@@ -1,8 +1,9 @@
 """One training run end to end: connect Ray, prepare the store, run the coordinator, summarise.
 
-This is the function behind ``gnnsys train``. A Ray instance it starts itself binds to loopback
-with the dashboard off and is shut down on every exit path (error and Ctrl-C included); one it
-joins (``--address``, or an already initialised driver) is left running.
+This is the function behind ``gnnsys train``. A Ray instance it starts itself (loopback address,
+dashboard off, token auth; see ``gnnsys.train.cluster``) is shut down on every exit path (error
+and Ctrl-C included); one it joins (``--address``, or an already initialised driver) is left
+running.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from gnnsys.train.cluster import connect
 from gnnsys.train.coordinator import Coordinator
 from gnnsys.train.failure import FailurePolicy
 from gnnsys.train.prepare import prepare_store
@@ -76,23 +78,8 @@ class TrainResult:
 
 
 def _connect(cluster: ClusterSpec) -> bool:
-    """Connect to Ray; returns whether this call started it (and so must shut it down)."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    if cluster.address is not None:
-        ray.init(address=cluster.address, log_to_driver=False)
-        return True
-    need = int(cluster.parts * 1.5 + 1)
-    ray.init(
-        address="local",  # a new private instance, never someone else's running cluster
-        num_cpus=max(os.cpu_count() or 1, need),
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        log_to_driver=False,
-    )
-    return True
+    """Connect to Ray; returns whether this call started it (see ``gnnsys.train.cluster``)."""
+    return connect(cluster)
 
 
 def train(
@@ -113,17 +100,17 @@ def train(
 
     run_path = Path(run_dir)
     run_path.mkdir(parents=True, exist_ok=True)
-    started = _connect(config.cluster)
     wall = time.perf_counter()
+    store = prepare_store(  # before Ray: a bad dataset fails without starting it
+        config.data,
+        num_parts=config.cluster.parts,
+        num_hops=len(config.sampler.fanouts),
+        seed=config.trainer.seed,
+        run_dir=run_path,
+        reuse=config.loop.resume,
+    )
+    started = _connect(config.cluster)
     try:
-        store = prepare_store(
-            config.data,
-            num_parts=config.cluster.parts,
-            num_hops=len(config.sampler.fanouts),
-            seed=config.trainer.seed,
-            run_dir=run_path,
-            reuse=config.loop.resume,
-        )
         graph = assemble_graph(store, with_data=True)
         topology = choose_topology(
             config.cluster.topology,
