@@ -100,9 +100,9 @@ def load_graph(name: str, root: str | None, params: dict[str, Any]) -> Any:
 
     path = Path(name)
     if path.suffix == ".npz" and path.is_file():
-        from gnnsys.datasets.base import reading
+        from gnnsys.datasets.base import open_npz, reading
 
-        with reading(str(path)), np.load(path, allow_pickle=False) as z:
+        with reading(str(path)), open_npz(path) as z:
             if "indptr" not in z.files or "indices" not in z.files:
                 raise ValueError(f"{path} lacks indptr/indices; save a CSR with np.savez")
             keys = ("x", "y", "train_mask", "val_mask", "test_mask")

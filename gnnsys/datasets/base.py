@@ -156,3 +156,21 @@ def reading(what: str) -> Iterator[None]:
             "corrupt, empty or not the expected format. Replace it with an intact copy "
             "(download it again, see `gnnsys datasets`, or save it again)"
         ) from err
+
+
+def open_npz(path: Path) -> Any:
+    """``np.load(path, allow_pickle=False)`` of an ``.npz``, refusing anything that is not one.
+
+    ``np.load`` of a file that is neither a zip nor a ``.npy`` falls back to unpickling and then
+    blames pickling; this names the real problem instead.
+
+    Raises:
+        DatasetFileError: ``path`` is empty, truncated or not a zip archive.
+    """
+    if not zipfile.is_zipfile(path):
+        raise DatasetFileError(
+            f"{path}: not an .npz archive (empty, truncated or another format); replace it "
+            "with an intact copy (download it again, see `gnnsys datasets`, or save it again)"
+        )
+    with reading(str(path)):
+        return np.load(path, allow_pickle=False)
