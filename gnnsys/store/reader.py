@@ -59,6 +59,12 @@ def read_manifest(root: str | os.PathLike[str]) -> Manifest:
             ``format_version`` or keys.
     """
     path = Path(root) / MANIFEST
+    if Path(root).exists() and not Path(root).is_dir():
+        raise PartitionStoreError(
+            f"{root}: is a file, not a partition directory; pass the directory that "
+            "`gnnsys partition --out DIR` wrote",
+            str(root),
+        )
     if not Path(root).is_dir():
         raise PartitionStoreError(
             f"{root}: not a partition directory (it does not exist); create it with "
