@@ -165,7 +165,8 @@ def check_store(path: Path, parts: int) -> Any:
 def probe_dataset(data: Any) -> None:
     """Read the dataset's files now (a corrupt file fails here, not after Ray started).
 
-    Synthetic graphs have no files; ``ogb`` files are large, so only their folder is checked.
+    Synthetic graphs have no files (their parameters are checked against the generator's
+    signature); ``ogb`` files are large, so only their folder is checked.
 
     Raises:
         ValueError: Unknown dataset; ``DatasetFileError`` for unreadable files.
@@ -179,7 +180,18 @@ def probe_dataset(data: Any) -> None:
         load(data.dataset)  # raises the registry's own message
     if family == "ogb":
         find_dir(data.root, variant.replace("-", "_"), data.dataset)
-    elif family != "synthetic":
+    elif family == "synthetic":  # nothing to read; generating can take a while, so bind only
+        import inspect
+
+        from gnnsys.datasets.synthetic import GENERATORS
+
+        if variant not in GENERATORS:
+            load(data.dataset)  # raises the family's own message
+        try:
+            inspect.signature(GENERATORS[variant]).bind(**dict(data.dataset_params))
+        except TypeError as err:
+            raise ValueError(f"dataset {data.dataset!r}: {err}; see `gnnsys datasets`") from err
+    else:
         load(data.dataset, root=data.root, **dict(data.dataset_params))
 
 

@@ -122,16 +122,31 @@ def listening_sockets(root_pid: int | None = None) -> list[ListeningSocket]:
 
 
 def _check_token_file() -> None:
-    """Warn when Ray's token file can be read by other users of this machine."""
+    """Warn when other users of this machine can read Ray's token file.
+
+    That needs read permission on the file and search permission on every folder above it
+    (Ray writes the file with mode 644; a 0700 home directory still protects it).
+    """
     path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
     try:
         mode = os.stat(path).st_mode
+        dirs = [os.stat(d).st_mode for d in _ancestors(os.path.abspath(path))]
     except OSError:
         return
-    if mode & 0o077:
-        log.warning(
-            "Ray's token file %s is readable by other users (mode %o); `chmod 600 %s`",
-            path,
-            mode & 0o777,
-            path,
-        )
+    for read, search in ((0o004, 0o001), (0o040, 0o010)):  # others, then group
+        if mode & read and all(d & search for d in dirs):
+            log.warning(
+                "Ray's token file %s is readable by other users (mode %o); `chmod 600 %s`",
+                path,
+                mode & 0o777,
+                path,
+            )
+            return
+
+
+def _ancestors(path: str) -> list[str]:
+    out = []
+    while (parent := os.path.dirname(path)) != path:
+        out.append(parent)
+        path = parent
+    return out
