@@ -140,7 +140,7 @@ def check_store(path: Path, parts: int) -> Any:
         PartitionStoreError: The store is missing, corrupt or inconsistent.
         ValueError: Another part count, or a part without features, labels or train mask.
     """
-    from gnnsys.store import load_book, load_shard, read_manifest
+    from gnnsys.store import load_partition, read_manifest
     from gnnsys.store.layout import shard_file
 
     manifest = read_manifest(path)
@@ -156,9 +156,7 @@ def check_store(path: Path, parts: int) -> Any:
                 f"store {path}: part {part} has no {', '.join(missing)}; training needs "
                 "features, labels and a train mask: partition a dataset that has them"
             )
-    load_book(path)
-    for part in range(manifest.num_parts):
-        load_shard(path, part)  # every checksum and semantic check, before Ray starts
+    load_partition(path)  # every checksum, semantic and cross-shard check, before Ray starts
     return manifest
 
 

@@ -32,10 +32,12 @@ import xxhash
 
 from gnnsys.errors import PartitionStoreError
 from gnnsys.store.layout import FileEntry, Manifest, shard_file
+from gnnsys.types import PartitionShard
 
 __all__ = [
     "check_book",
     "check_data",
+    "check_edge_ids",
     "check_file",
     "check_shard",
     "clear_caches",
@@ -249,3 +251,36 @@ def _check_labels(y: np.ndarray, num_classes: int | None, path: Path) -> None:
         raise _fail(path, f"labels must be a 1-D int64 array, got {y.dtype} {y.shape}")
     hi = num_classes if num_classes is not None else 2**62
     _check_range(y, -1, max(hi, 0), path, "label (-1 = unlabeled)")
+
+
+def check_edge_ids(root: Path, manifest: Manifest, shards: list[PartitionShard]) -> None:
+    """Every shard's ``e_id`` is exactly its owned nodes' positions in the global CSR.
+
+    The global ``indptr`` follows from every shard's degrees, so node ``v``'s in-edges must carry
+    ``indptr[v] .. indptr[v + 1] - 1`` in order; this proves the shards' edge ids form one
+    permutation of ``[0, E)`` (no duplicates, none missing), which whole-graph assembly relies
+    on. Cost: a few sequential passes over each shard's edges, no random access per edge.
+
+    Raises:
+        PartitionStoreError: Naming the first offending ``e_id.npy``.
+    """
+    deg_N = np.zeros(manifest.num_nodes, dtype=np.int64)
+    for shard in shards:
+        deg_N[shard.owned_gid] = np.diff(shard.indptr)
+    start_N = np.zeros(manifest.num_nodes + 1, dtype=np.int64)
+    np.cumsum(deg_N, out=start_N[1:])
+    for shard in shards:
+        indptr = np.asarray(shard.indptr)
+        offset_M = start_N[shard.owned_gid] - indptr[:-1]  # global - local start of each node
+        deg_M = np.diff(indptr)
+        # node-aligned chunks of about _CHUNK edges: a few searchsorted calls, then only repeats
+        cuts = np.unique(np.searchsorted(indptr, np.arange(0, int(indptr[-1]), _CHUNK)))
+        bounds = [*cuts.tolist(), indptr.shape[0] - 1]
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+            lo, hi = int(indptr[a]), int(indptr[b])
+            want = np.repeat(offset_M[a:b], deg_M[a:b]) + np.arange(lo, hi)
+            if not np.array_equal(shard.e_id[lo:hi], want):
+                raise _fail(
+                    root / shard_file(shard.part, "e_id"),
+                    "edge ids are not the owned nodes' positions in the global CSR",
+                )

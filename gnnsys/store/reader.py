@@ -21,6 +21,7 @@ from gnnsys.errors import PartitionStoreError
 from gnnsys.store.integrity import (
     check_book,
     check_data,
+    check_edge_ids,
     check_file,
     check_shard,
     file_digests,
@@ -198,6 +199,25 @@ def _short(err: BaseException, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def load_partition(
+    root: str | os.PathLike[str], *, verify: bool = True
+) -> tuple[PartitionBook, list[PartitionShard]]:
+    """The book and every shard, plus the cross-shard edge-id check (what a driver loads).
+
+    The extra check proves the shards' edge ids are exactly the global CSR positions, which
+    assembling the whole graph relies on.
+
+    Raises:
+        PartitionStoreError: On any corruption or inconsistency, naming the file.
+    """
+    root = Path(root)
+    book = load_book(root, verify=verify)
+    shards = [load_shard(root, p, verify=verify) for p in range(book.num_parts)]
+    if verify:
+        check_edge_ids(root, read_manifest(root), shards)
+    return book, shards
+
+
 def _check_semantics(
     root: Path,
     manifest: Manifest,
@@ -274,10 +294,13 @@ def verify(root: str | os.PathLike[str]) -> Manifest:
             )
     part_N = load_book(root, verify=False).part_N
     check_book(root, manifest, part_N)
+    shards = []
     for part in range(manifest.num_parts):  # semantics afresh: never the per-process cache
         shard = load_shard(root, part, verify=False)
         arrays = {k: getattr(shard, k) for k in SHARD_ARRAYS}
         data = {k: getattr(shard, k) for k in SHARD_DATA if getattr(shard, k) is not None}
         check_shard(root, manifest, part, arrays, part_N)
         check_data(root, manifest, part, data, shard.num_owned)
+        shards.append(shard)
+    check_edge_ids(root, manifest, shards)
     return manifest

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from gnnsys.errors import PartitionStoreError
-from gnnsys.store import load_book, load_shard, read_manifest, verify
+from gnnsys.store import load_book, load_partition, load_shard, read_manifest, verify
 from gnnsys.store.integrity import file_digests
 from gnnsys.store.layout import manifest_checksum
 
@@ -220,7 +220,11 @@ def _bad_array(root: Path, part: int, rng: np.random.Generator) -> tuple[str, np
         return p + "halo_part.npy", hp
     if kind == 7:
         e_id = _load(root, p + "e_id.npy")
-        e_id[pos(e_id)] = m.num_edges + int(rng.integers(1, 9))
+        if rng.random() < 0.5:  # out of range
+            e_id[pos(e_id)] = m.num_edges + int(rng.integers(1, 9))
+        else:  # in range, but another shard's (or a duplicate) edge id
+            i = pos(e_id)
+            e_id[i] = (e_id[i] + int(rng.integers(1, m.num_edges))) % m.num_edges
         return p + "e_id.npy", e_id
     if kind == 8:
         indptr = _load(root, p + "indptr.npy")
@@ -280,11 +284,12 @@ MUTATIONS: dict[str, Mutation] = {
 
 # ---- the fuzz loop ---------------------------------------------------------------------------
 def load_like_train(root: Path) -> None:
-    """What ``gnnsys train --store`` and its workers read before training."""
+    """What ``gnnsys train --store`` (its pre-flight) and its workers read before training."""
     manifest = read_manifest(root)
     load_book(root)
     for part in range(manifest.num_parts):
-        load_shard(root, part)
+        load_shard(root, part)  # a worker
+    load_partition(root)  # the driver
 
 
 @dataclass
