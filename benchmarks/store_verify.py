@@ -7,6 +7,9 @@ For each part of STORE it times, best of ``--rounds``:
 * ``semantic``: the semantic checks (index ranges, lid->gid, masks, labels, finite x);
 * ``verified``: ``load_shard(verify=True)`` with an empty per-process cache (hash + semantic).
 
+and for the whole store ``book`` (``load_book``) and ``edge_ids``, the cross-shard check
+``load_partition`` adds (warm).
+
 ``--cold`` first evicts the store's files from the page cache (``posix_fadvise DONTNEED`` on
 each file: only these files, nothing else on the machine), so ``hash`` includes the disk read.
 Prints one JSON line per part and a total.
@@ -90,6 +93,11 @@ def main() -> None:
             total[key] = total.get(key, 0.0) + value
     integrity.clear_caches()
     book_s = timed(lambda: load_book(args.store))
+    shards = [load_shard(args.store, p, verify=False) for p in range(manifest.num_parts)]
+    edges_s = min(
+        timed(lambda: integrity.check_edge_ids(args.store, manifest, shards)) for _ in range(2)
+    )
+    total["edge_ids"] = edges_s
     print(
         json.dumps(
             {
