@@ -76,6 +76,7 @@ IGNORED = frozenset(
 """Fields that never matter for resuming (where Ray runs, logging, paths to the same data)."""
 IGNORED_PREFIXES = ("failure.", "loop.resources.")
 NEVER_ALLOWED_PREFIXES = (
+    "run.",
     "store.",
     "data.",
     "model.name",
@@ -172,7 +173,8 @@ def identity_of(config_json: Mapping[str, Any], store: Mapping[str, str]) -> Run
 
     Returns:
         The identity; ``model.num_layers`` (the fanout count) is derived, because it is the
-        model's depth.
+        model's depth, and ``run.dataset`` (the store's dataset, else the config's) so two
+        runs are always compared on their data even when only one knew its store.
     """
     flat: dict[str, str] = {}
     _flatten(config_json, "", flat)
@@ -185,6 +187,10 @@ def identity_of(config_json: Mapping[str, Any], store: Mapping[str, str]) -> Run
     if fanouts is not None:
         flat["model.num_layers"] = json.dumps(len(fanouts))
     flat |= {k: json.dumps(v) for k, v in store.items()}
+    # Always comparable, whether or not either run knew its store yet (a fresh run without
+    # --store writes RUN_DIR/store only after the pre-flight).
+    dataset = store.get("store.dataset") or config_json.get("data", {}).get("dataset")
+    flat["run.dataset"] = json.dumps(dataset)
     return RunIdentity(tuple(sorted(flat.items())))
 
 

@@ -176,6 +176,7 @@ def test_differences_name_field_and_both_values() -> None:
         "loop.epochs",
         "trainer.lr",
         "store.dataset",
+        "run.dataset",
     }
     assert not diffs["model.hidden"].allowed and not diffs["store.dataset"].allowed
     assert diffs["loop.epochs"].allowed and diffs["trainer.lr"].allowed
@@ -197,3 +198,13 @@ def test_identity_travels_in_run_json_and_checkpoints(tmp_path: Path) -> None:
     save_checkpoint(tmp_path, _ckpt(0))
     got = load_checkpoint(tmp_path)
     assert got is not None and got.identity == ident
+
+
+def test_dataset_is_compared_even_without_a_store_on_one_side() -> None:
+    old = identity_of(_config(), {})  # a fresh run: no store yet
+    new_cfg = _config()
+    new_cfg["data"]["store"] = "/some/store"
+    new = identity_of(new_cfg, STORE)
+    (diff,) = resume_differences(old, new, frozenset({"run.dataset"}))
+    assert diff.field == "run.dataset" and not diff.allowed
+    assert str(diff) == 'run.dataset "synthetic:sbm" -> "planetoid:cora"'
