@@ -13,6 +13,7 @@ from gnnsys.partitioners.halo import halo_of_part
 from gnnsys.store import (
     build_shard,
     load_book,
+    load_partition,
     load_shard,
     read_manifest,
     verify,
@@ -239,3 +240,29 @@ def test_halo_part_out_of_range_on_load(copy: Path) -> None:
     rewrite_array(copy, "part-2/halo_part.npy", np.full_like(halo_part, -1))
     with pytest.raises(PartitionStoreError, match="part-2/halo_part.npy: part id out of range"):
         load_shard(copy, 2)
+
+
+def test_a_file_changed_after_a_load_is_checked_again(copy: Path) -> None:
+    load_shard(copy, 1)  # hashed and checked: both per-process caches hold it now
+    load_shard(copy, 1)
+    x = np.load(copy / "part-1/x.npy")
+    x[0, 0] = np.nan
+    rewrite_array(copy, "part-1/x.npy", x)  # checksums valid, content not
+    with pytest.raises(PartitionStoreError, match="part-1/x.npy: a feature is NaN"):
+        load_shard(copy, 1)
+    _flip_last_byte(copy / "part-1/x.npy")  # now the bytes differ from the manifest too
+    with pytest.raises(PartitionStoreError, match="part-1/x.npy: xxh3 checksum mismatch"):
+        load_shard(copy, 1)
+
+
+def test_load_partition_checks_edge_ids_across_shards(copy: Path) -> None:
+    load_partition(copy)
+    e_id = np.load(copy / "part-0/e_id.npy")
+    other = np.load(copy / "part-1/e_id.npy")
+    e_id[0] = other[0]  # in range, but part 1's edge: a duplicate across shards
+    rewrite_array(copy, "part-0/e_id.npy", e_id)
+    load_shard(copy, 0)  # each shard alone is consistent
+    with pytest.raises(PartitionStoreError, match="part-0/e_id.npy: edge ids are not"):
+        load_partition(copy)
+    with pytest.raises(PartitionStoreError, match="part-0/e_id.npy"):
+        verify(copy)
