@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Sequence
 
 import gnnsys.commands
-from gnnsys.errors import GnnsysError
+from gnnsys.errors import GnnsysError, RemoteCallTimeoutError, WorkerFailedError
 
 __all__ = ["build_parser", "main"]
 
@@ -65,6 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args))
+    except (WorkerFailedError, RemoteCallTimeoutError) as err:  # a failed run, not bad input
+        return _report(args, err, 1, "")
     except _BAD_INPUT as err:
         return _report(args, err, 2, "")
     except KeyboardInterrupt:
