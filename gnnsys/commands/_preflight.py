@@ -235,12 +235,16 @@ def check_resume(out: Path, identity: Any, allowed: frozenset[str]) -> list[str]
     diffs = resume_differences(ckpt.identity, identity, allowed)
     refused = [d for d in diffs if not d.allowed]
     if refused:
+        from gnnsys.train.checkpoint import NEVER_ALLOWED_PREFIXES
+
+        safe = [d.field for d in refused if not d.field.startswith(NEVER_ALLOWED_PREFIXES)]
+        fix = "start a new --out directory"
+        if safe:
+            fix += f", or if the change is safe pass --allow-change {','.join(safe)}"
         raise CheckpointError(
             f"cannot resume {out}: this run differs from the checkpoint's in "
             + "; ".join(map(str, refused))
-            + ". Start a new --out directory, or for a safe change pass --allow-change "
-            + ",".join(d.field for d in refused)
-            + " (data, store, model width/depth and --parts can never change)",
+            + f"; {fix} (data, store, model width and depth and --parts never change on resume)",
             str(out),
         )
     if diffs:

@@ -38,6 +38,7 @@ from gnnsys.errors import CheckpointError
 
 __all__ = [
     "ALWAYS_ALLOWED",
+    "NEVER_ALLOWED_PREFIXES",
     "CHECKPOINT_NAME",
     "PREVIOUS_NAME",
     "RUN_NAME",
