@@ -97,8 +97,10 @@ class GraphView:
                 "homogeneous graphs (exactly one edge type)"
             )
         attr = edge_attrs[0]
-        row_dict, col_dict, _ = graph_store.coo([attr.edge_type])
-        src_E, dst_E = row_dict[attr.edge_type].long(), col_dict[attr.edge_type].long()
+        row, col, _ = graph_store.coo([attr.edge_type])
+        if isinstance(row, dict):  # keyed by edge type unless the store is homogeneous
+            row, col = row[attr.edge_type], col[attr.edge_type]
+        src_E, dst_E = row.long().reshape(-1), col.long().reshape(-1)
         num_nodes = _store_num_nodes(feature_store, attr, src_E, dst_E)
         view = cls._of_edges(src_E, dst_E, num_nodes)
         return cls(view.source, num_nodes, data=(feature_store, graph_store))
