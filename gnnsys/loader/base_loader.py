@@ -41,13 +41,12 @@ _UNSUPPORTED = {
     "prefetch_factor": "use prefetch= (batches prepared ahead, in total)",
     "generator": "use seed= (shuffling and sampling are seeded from it)",
     "in_order": "batches always come back in order",
-    "custom_cls": "custom_cls is for heterogeneous remote backends, which are not supported",
-    "neighbor_sampler": "pass the sampling options (num_neighbors, replace, ...) directly",
-    "transform_sampler_output": "use transform=, which receives the finished Data batch",
 }
 """torch/PyG ``DataLoader`` options the gnnsys loaders refuse, with what to do instead."""
 
-_ACCEPTED = frozenset({"persistent_workers", "pin_memory", "share_memory", "is_sorted", "dataset"})
+_ACCEPTED = frozenset(
+    {"persistent_workers", "pin_memory", "share_memory", "is_sorted", "dataset", "custom_cls"}
+)
 
 
 class LoaderOptions:
@@ -58,7 +57,12 @@ class LoaderOptions:
         ValueError: ``batch_size < 1``, ``num_workers < 0``, ``prefetch`` below ``num_workers``.
     """
 
-    def __init__(self, cls_name: str, kwargs: dict[str, Any]) -> None:
+    def __init__(self, cls_name: str, kwargs: dict[str, Any], neighbor_sampler: Any = None) -> None:
+        if neighbor_sampler is not None:
+            raise TypeError(
+                f"{cls_name} does not take neighbor_sampler (a PyG sampler, which needs "
+                "pyg-lib); pass the sampling options (num_neighbors, replace, ...) instead"
+            )
         refused = sorted(set(kwargs) & set(_UNSUPPORTED))
         if refused:
             raise TypeError(
@@ -69,6 +73,8 @@ class LoaderOptions:
         if unknown:
             raise TypeError(f"{cls_name} got unexpected arguments {unknown}")
         self.pin_memory = bool(kwargs.get("pin_memory", False))
+        self.custom_cls = kwargs.get("custom_cls")
+        """``Data`` subclass for batches built from a ``(FeatureStore, GraphStore)``."""
 
 
 class BatchLoader:
@@ -79,6 +85,8 @@ class BatchLoader:
     """
 
     view: GraphView
+    transform_sampler_output: Callable[[Any], Any] | None = None
+    """PyG's hook: called on every ``SamplerOutput`` before features are joined."""
 
     def _init_batches(
         self,
@@ -106,6 +114,7 @@ class BatchLoader:
         self.transform = transform
         self.filter_per_worker = True if filter_per_worker is None else bool(filter_per_worker)
         self.pin_memory = options.pin_memory
+        self.custom_cls = options.custom_cls
         self.seed = int(torch.randint(0, 2**62, (1,))) if seed is None else seed
         self.epoch = 0
         self._calls = 0
@@ -117,6 +126,12 @@ class BatchLoader:
     def filter(self, out: Any) -> Any:
         """Join features into a PyG ``Data`` (subclass hook)."""
         raise NotImplementedError
+
+    def _joined(self, out: Any) -> Any:
+        """``transform_sampler_output``, then PyG's homogeneous ``filter_fn`` fields."""
+        if self.transform_sampler_output is not None:
+            out = self.transform_sampler_output(out)
+        return to_pyg_batch(self.view, out, self.custom_cls)
 
     def __repr__(self) -> str:
         """``'NeighborLoader()'``, as PyG's loaders print."""
@@ -198,7 +213,7 @@ class _Delivered:
         self.close()
 
 
-def to_pyg_batch(view: GraphView, out: Any) -> Any:
+def to_pyg_batch(view: GraphView, out: Any, custom_cls: Any = None) -> Any:
     """PyG's ``filter_fn`` for homogeneous graphs: a ``Data`` from a ``SamplerOutput``.
 
     Node attributes are sliced by ``out.node`` (``Tensor``, numpy/memmap arrays and
@@ -213,7 +228,8 @@ def to_pyg_batch(view: GraphView, out: Any) -> Any:
     if isinstance(data, Data):
         batch = filter_data(data, out.node, out.row, out.col, out.edge, None)
     elif isinstance(data, tuple):
-        batch = filter_custom_store(data[0], data[1], out.node, out.row, out.col, out.edge)
+        stores = (data[0], data[1])
+        batch = filter_custom_store(*stores, out.node, out.row, out.col, out.edge, custom_cls)
     else:  # a gnnsys Graph: its node tensors, no edge attributes
         batch = Data(edge_index=torch.stack([out.row, out.col]), num_nodes=out.node.numel())
         for key, value in view.node_attrs.items():

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from gnnsys.loader.base_loader import BatchLoader, LoaderOptions, to_pyg_batch
+from gnnsys.loader.base_loader import BatchLoader, LoaderOptions
 from gnnsys.loader.graph_view import GraphView
 from gnnsys.loader.node_loader import _fanouts, subgraph_type_of
 from gnnsys.loader.pyg_sampler import PyGSampler
@@ -53,8 +53,11 @@ class LinkNeighborLoader(BatchLoader):
         time_attr: Node- or edge-level attribute of timestamps.
         weight_attr: Edge-level attribute of sampling weights.
         transform: Called on every finished batch.
+        transform_sampler_output: Called on every PyG ``SamplerOutput`` before features are
+            joined (PyG's hook).
         is_sorted: Accepted (no effect).
         filter_per_worker: Join features in the worker (``True``/``None``) or the consumer.
+        neighbor_sampler: Must be ``None`` (PyG's own sampler needs pyg-lib).
         directed: Deprecated; ``False`` means ``subgraph_type='induced'``.
         input_id: ``[L]`` ids reported as ``batch.input_id``; default the positions.
         batch_size: Seed links per batch (PyG's default 1).
@@ -64,7 +67,7 @@ class LinkNeighborLoader(BatchLoader):
         sampler: A torch sampler over positions of ``edge_label_index``.
         seed: Base seed of shuffling and neighbor sampling (``None``: from torch's RNG).
         prefetch: Batches prepared ahead, at most; ``None`` means ``2 * num_workers``.
-        **kwargs: ``persistent_workers``, ``pin_memory``, ``share_memory``.
+        **kwargs: ``persistent_workers``, ``pin_memory``, ``share_memory``, ``custom_cls``.
 
     Raises:
         TypeError: Unknown or unsupported keyword argument (named), wrong input types.
@@ -82,12 +85,15 @@ class LinkNeighborLoader(BatchLoader):
         temporal_strategy: str = "uniform", neg_sampling: Any = None,
         neg_sampling_ratio: float | None = None, time_attr: str | None = None,
         weight_attr: str | None = None, transform: Callable[[Any], Any] | None = None,
-        is_sorted: bool = False, filter_per_worker: bool | None = None, directed: bool = True,
-        input_id: Tensor | None = None, *, batch_size: int = 1, shuffle: bool = False,
-        drop_last: bool = False, num_workers: int = 0, sampler: Iterable[int] | None = None,
-        seed: int | None = None, prefetch: int | None = None, **kwargs: Any,
+        transform_sampler_output: Callable[[Any], Any] | None = None, is_sorted: bool = False,
+        filter_per_worker: bool | None = None, neighbor_sampler: Any = None,
+        directed: bool = True, *, input_id: Tensor | None = None, batch_size: int = 1,
+        shuffle: bool = False, drop_last: bool = False, num_workers: int = 0,
+        sampler: Iterable[int] | None = None, seed: int | None = None,
+        prefetch: int | None = None, **kwargs: Any,
     ) -> None:
-        options = LoaderOptions(type(self).__name__, kwargs)
+        options = LoaderOptions(type(self).__name__, kwargs, neighbor_sampler)
+        self.transform_sampler_output = transform_sampler_output
         _check_time_args(edge_label_time, time_attr)
         self.view = GraphView.of(data)
         self.data = data
@@ -175,7 +181,7 @@ class LinkNeighborLoader(BatchLoader):
 
     def filter(self, out: Any) -> Any:
         """PyG's ``LinkLoader.filter_fn`` for homogeneous graphs."""
-        batch = to_pyg_batch(self.view, out)
+        batch = self._joined(out)
         batch.input_id = out.metadata[0]
         if self.neg_sampling is None or self.neg_sampling.is_binary():
             batch.edge_label_index = out.metadata[1]

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnnsys.loader.base_loader import BatchLoader, LoaderOptions, to_pyg_batch
+from gnnsys.loader.base_loader import BatchLoader, LoaderOptions
 from gnnsys.loader.graph_view import GraphView
 from gnnsys.loader.pyg_sampler import PyGSampler
 
@@ -96,9 +96,12 @@ class NeighborLoader(BatchLoader):
             no later than their seed). Implies ``disjoint``, as in PyG.
         weight_attr: Edge-level attribute of sampling weights.
         transform: Called on every finished batch.
+        transform_sampler_output: Called on every PyG ``SamplerOutput`` before features are
+            joined (PyG's hook).
         is_sorted: Accepted (the edge list is sorted stably here either way).
         filter_per_worker: Join features in the worker (``True``/``None``) or in the consuming
             thread (``False``); batches are identical.
+        neighbor_sampler: Must be ``None`` (PyG's own sampler needs pyg-lib).
         directed: Deprecated; ``False`` means ``subgraph_type='induced'``.
         input_id: ``[S]`` ids reported as ``batch.input_id``; default the positions.
         batch_size: Seeds per batch (PyG's default 1).
@@ -110,8 +113,8 @@ class NeighborLoader(BatchLoader):
         seed: Base seed of shuffling and sampling; ``None`` draws one from torch's global RNG
             (so ``torch.manual_seed`` makes runs repeatable, as with PyG).
         prefetch: Batches prepared ahead, at most; ``None`` means ``2 * num_workers``.
-        **kwargs: ``persistent_workers``, ``pin_memory``, ``share_memory`` (see
-            ``gnnsys.loader.base_loader``).
+        **kwargs: ``persistent_workers``, ``pin_memory``, ``share_memory``, ``custom_cls``
+            (see ``gnnsys.loader.base_loader``).
 
     Raises:
         TypeError: Unknown or unsupported keyword argument (named), or inputs of the wrong type.
@@ -125,12 +128,15 @@ class NeighborLoader(BatchLoader):
         input_time: Tensor | None = None, replace: bool = False, subgraph_type: Any = "directional",
         disjoint: bool = False, temporal_strategy: str = "uniform", time_attr: str | None = None,
         weight_attr: str | None = None, transform: Callable[[Any], Any] | None = None,
-        is_sorted: bool = False, filter_per_worker: bool | None = None, directed: bool = True,
-        input_id: Tensor | None = None, *, batch_size: int = 1, shuffle: bool = False,
-        drop_last: bool = False, num_workers: int = 0, sampler: Iterable[int] | None = None,
-        seed: int | None = None, prefetch: int | None = None, **kwargs: Any,
+        transform_sampler_output: Callable[[Any], Any] | None = None, is_sorted: bool = False,
+        filter_per_worker: bool | None = None, neighbor_sampler: Any = None,
+        directed: bool = True, *, input_id: Tensor | None = None, batch_size: int = 1,
+        shuffle: bool = False, drop_last: bool = False, num_workers: int = 0,
+        sampler: Iterable[int] | None = None, seed: int | None = None,
+        prefetch: int | None = None, **kwargs: Any,
     ) -> None:
-        options = LoaderOptions(type(self).__name__, kwargs)
+        options = LoaderOptions(type(self).__name__, kwargs, neighbor_sampler)
+        self.transform_sampler_output = transform_sampler_output
         self.view = GraphView.of(data)
         self.data = data
         """The input graph; PyG code may delete attributes it does not need per batch."""
@@ -163,7 +169,7 @@ class NeighborLoader(BatchLoader):
 
     def filter(self, out: Any) -> Any:
         """PyG's ``filter_fn``: features joined, ``input_id``/``seed_time``/``batch_size`` set."""
-        batch = to_pyg_batch(self.view, out)
+        batch = self._joined(out)
         batch.input_id = out.metadata[0]
         batch.seed_time = out.metadata[1]
         batch.batch_size = int(out.metadata[0].shape[0])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -158,6 +159,15 @@ def test_hooks_call_sampler_and_filter_per_worker(data: Data) -> None:
     order = [9, 3, 7]
     by_sampler = list(NeighborLoader(data, [2], batch_size=2, sampler=order))
     assert torch.cat([b.input_id for b in by_sampler]).tolist() == order
+
+    def drop_edges(out: Any) -> Any:
+        out.row, out.col, out.edge = out.row[:0], out.col[:0], out.edge[:0]
+        return out
+
+    hooked = next(
+        iter(NeighborLoader(data, [2], batch_size=4, transform_sampler_output=drop_edges))
+    )
+    assert hooked.num_edges == 0 and hooked.edge_attr.numel() == 0
     pinned = next(iter(NeighborLoader(data, [2], batch_size=4, pin_memory=True)))
     assert pinned.batch_size == 4  # no CUDA here: pin_memory is a no-op, as in torch
 
@@ -165,8 +175,8 @@ def test_hooks_call_sampler_and_filter_per_worker(data: Data) -> None:
 def test_refused_and_unknown_options_are_named(data: Data) -> None:
     with pytest.raises(TypeError, match="collate_fn"):
         NeighborLoader(data, [2], collate_fn=lambda b: b)
-    with pytest.raises(TypeError, match="transform_sampler_output"):
-        NeighborLoader(data, [2], transform_sampler_output=lambda o: o)
+    with pytest.raises(TypeError, match="neighbor_sampler"):
+        NeighborLoader(data, [2], neighbor_sampler=object())
     with pytest.raises(TypeError, match="heterogeneous"):
         NeighborLoader(data, {("a", "to", "a"): [2]})
     with pytest.raises(TypeError, match="node type"):
