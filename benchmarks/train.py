@@ -44,7 +44,7 @@ def _line(cfg: RunConfig, result: Any, wall: float) -> dict[str, Any]:
         "dataset": result.summary["partition"]["dataset"],
         "parts": cfg.cluster.parts,
         "topology": result.summary["config"]["cluster"]["topology"],
-        "partitioner": cfg.data.partitioner,
+        "partitioner": result.summary["partition"]["strategy"],
         "epochs": len(result.history),
         "epoch_seconds": round(last["seconds"]["total"], 3),
         "seconds_split": {k: round(v, 3) for k, v in last["seconds"].items()},
