@@ -24,7 +24,7 @@ from typing import Any
 
 from gnnsys.config import RunConfig
 from gnnsys.sampler import NeighborSampler
-from gnnsys.train.control.prepare import DataSpec
+from gnnsys.store.source import DataConfig
 from gnnsys.train.control.run import train
 
 
@@ -89,7 +89,7 @@ def rmat_epoch(out: Path) -> None:
     base = RunConfig()
     cfg = replace(
         base,
-        data=DataSpec(
+        data=DataConfig(
             dataset="synthetic:rmat",
             partitioner="random",
             dataset_params=(("num_nodes", 2_449_029),),

@@ -28,10 +28,10 @@ import torch
 from tqdm import tqdm
 
 from gnnsys.errors import WorkerFailedError
+from gnnsys.models import build_model
 from gnnsys.train.control.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from gnnsys.train.control.failure import FailureAction, FailurePolicy
 from gnnsys.train.control.ray_group import ActorGroup, GroupFailure, Resources
-from gnnsys.train.models import build_model
 from gnnsys.train.remote.ledger import LedgerSnapshot
 from gnnsys.train.trainer import full_block, full_graph_logits
 from gnnsys.train.worker import WorkerEpochReport, WorkerSpec
@@ -303,10 +303,9 @@ def epoch_metrics(
         "num_ray_nodes": len({r.node_id for r in reports}),
         "restarts": restarts,
     }
-    if any(r.cache for r in reports):
-        cache: dict[str, float] = {
-            k: sum(r.cache.get(k, 0) for r in reports) for k in reports[0].cache
-        }
+    counters = [r.cache for r in reports if r.cache is not None]
+    if counters:
+        cache: dict[str, float] = dict(sum(counters[1:], counters[0]).to_json())
         looked = cache["rows_requested"]
         cache["hit_rate"] = cache["rows_hit"] / looked if looked else 0.0
         metrics["cache"] = cache

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from gnnsys.train.control.coordinator import METRICS_NAME, Evaluator, epoch_metrics
 from gnnsys.train.control.prepare import prepare_store
-from gnnsys.train.control.run import TrainResult, resolved_fetch, summary_of, worker_template
+from gnnsys.train.control.run import TrainResult, resolved_codec, summary_of, worker_template
 from gnnsys.train.control.shards import assemble_graph
 from gnnsys.train.remote.client import RayOwnerClient
 from gnnsys.train.remote.ledger import Ledger
@@ -163,14 +163,14 @@ def train_local(
         reuse=False,
     )
     graph = assemble_graph(store, with_data=True)
-    fetch = resolved_fetch(config, graph)
-    template = worker_template(replace(config, fetch=fetch), store, graph, "partitioned")
+    config = replace(config, codec=resolved_codec(config, graph))
+    template = worker_template(config, store, graph, "partitioned")
     threads_before = torch.get_num_threads()
     try:
         history = _train_epochs(config, template, graph, run_path, traffic_only, threads)
     finally:
         torch.set_num_threads(threads_before)  # TrainWorker pins 1 thread per rank
-    resolved = replace(config, fetch=fetch, cluster=replace(config.cluster, topology="partitioned"))
+    resolved = replace(config, cluster=replace(config.cluster, topology="partitioned"))
     summary = summary_of(resolved, [] if traffic_only else history, store, "partitioned", 0)
     summary["executor"] = "local"
     summary["wall_seconds"] = time.perf_counter() - wall

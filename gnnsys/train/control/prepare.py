@@ -7,33 +7,17 @@ the run directory before any actor starts, so every worker reads the same memory
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-__all__ = ["DataSpec", "prepare_store"]
+from gnnsys.store.source import DataConfig
+
+__all__ = ["prepare_store"]
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class DataSpec:
-    """Which graph to train on and how to split it."""
-
-    dataset: str = "synthetic:sbm"
-    """Dataset name for ``gnnsys.datasets.load`` (ignored when ``store`` is given)."""
-    root: str | None = None
-    """Data directory of the dataset (default: ``$GNNSYS_DATA``, then ``../shared/datasets``)."""
-    store: str | None = None
-    """An existing partition store; ``None`` partitions into ``RUN_DIR/store``."""
-    partitioner: str = "metis"
-    """Strategy in ``gnnsys.partitioners.PARTITIONERS`` used when partitioning here."""
-    dataset_params: tuple[tuple[str, Any], ...] = ()
-    """Extra ``load`` options as pairs, e.g. ``(("num_nodes", 1000),)`` for synthetic graphs."""
-
-
 def prepare_store(
-    spec: DataSpec, *, num_parts: int, num_hops: int, seed: int, run_dir: Path, reuse: bool
+    spec: DataConfig, *, num_parts: int, num_hops: int, seed: int, run_dir: Path, reuse: bool
 ) -> Path:
     """Return a store with ``num_parts`` parts, writing ``run_dir/store`` if none is given.
 
@@ -66,7 +50,7 @@ def prepare_store(
     return _write_store(spec, num_parts, num_hops, seed, target)
 
 
-def _write_store(spec: DataSpec, num_parts: int, num_hops: int, seed: int, target: Path) -> Path:
+def _write_store(spec: DataConfig, num_parts: int, num_hops: int, seed: int, target: Path) -> Path:
     from gnnsys.datasets import load
     from gnnsys.partitioners import partition
     from gnnsys.store import write_partitions

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.failure import FailurePolicy
 from gnnsys.train.control.prepare import prepare_store
@@ -26,38 +27,19 @@ from gnnsys.train.control.shards import assemble_graph, choose_topology
 from gnnsys.train.worker import FaultSpec, WorkerSpec
 
 if TYPE_CHECKING:
+    from gnnsys.cache.codecs import CodecConfig
     from gnnsys.config import RunConfig
-    from gnnsys.train.remote.fetch_spec import FetchSpec
     from gnnsys.types import Graph
 
 __all__ = [
-    "ClusterSpec",
     "TrainResult",
-    "resolved_fetch",
+    "resolved_codec",
     "summary_of",
     "train",
     "worker_template",
 ]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ClusterSpec:
-    """How many workers and where they run."""
-
-    parts: int = 2
-    """``P``: partitions = trainers = shard owners."""
-    topology: str = "auto"
-    """``partitioned`` | ``replicated`` | ``auto`` (memory estimate; the choice is logged)."""
-    address: str | None = None
-    """Ray address to join (``ray start --head`` prints it); ``None`` starts Ray locally."""
-
-    def __post_init__(self) -> None:
-        if self.parts < 1:
-            raise ValueError(f"parts={self.parts}; choose parts >= 1")
-        if self.topology not in ("auto", "partitioned", "replicated"):
-            raise ValueError(f"topology={self.topology!r}; choose auto, partitioned or replicated")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +57,7 @@ class TrainResult:
     run_dir: Path
 
 
-def _connect(cluster: ClusterSpec) -> bool:
+def _connect(cluster: ClusterConfig) -> bool:
     """Connect to Ray; returns whether this call started it (and so must shut it down)."""
     import ray
 
@@ -131,7 +113,7 @@ def train(
             num_edges=graph.num_edges,
             num_parts=config.cluster.parts,
         )
-        config = replace(config, fetch=resolved_fetch(config, graph))
+        config = replace(config, codec=resolved_codec(config, graph))
         template = replace(worker_template(config, store, graph, topology), fault=fault)
         coordinator = Coordinator(
             config.loop,
@@ -150,10 +132,12 @@ def train(
             ray.shutdown()
 
 
-def resolved_fetch(config: RunConfig, graph: Graph) -> FetchSpec:
-    """``config.fetch`` with an ``auto`` codec resolved from the whole feature matrix."""
+def resolved_codec(config: RunConfig, graph: Graph) -> CodecConfig:
+    """``config.codec`` with ``auto`` resolved from the whole feature matrix (else unchanged)."""
+    if config.codec.name != "auto":
+        return config.codec
     x_NF = torch.from_numpy(np.asarray(graph.x, dtype=np.float32))
-    return config.fetch.resolve_codec(x_NF)
+    return config.codec.resolve(x_NF)
 
 
 def worker_template(config: RunConfig, store: Path, graph: Graph, topology: str) -> WorkerSpec:
@@ -169,7 +153,9 @@ def worker_template(config: RunConfig, store: Path, graph: Graph, topology: str)
         num_features=graph.num_features,
         num_classes=graph.num_classes,
         deadline_s=config.loop.deadline_s,
-        fetch=config.fetch,
+        codec=config.codec,
+        cache=config.cache,
+        layer0=config.layer0,
     )
 
 
