@@ -64,6 +64,6 @@ class CacheConfig:
             return HaloCache.Config()
         if self.mb is not None:
             return HaloCache.Config(capacity_bytes=int(self.mb * MIB), policy=self.policy)
-        return HaloCache.Config.from_ratio(
-            self.ratio, owned_feature_bytes=owned_feature_bytes, policy=self.policy
-        )
+        # As HaloCache.Config.from_ratio, whose own check of the ratio this path does not need.
+        capacity_bytes = int(self.ratio * owned_feature_bytes)
+        return HaloCache.Config(capacity_bytes=capacity_bytes, policy=self.policy)

@@ -33,8 +33,8 @@ class CodecConfig:
     lossy: str = "int8"
     """What ``auto`` picks when no lossless codec fits the features."""
     wire: str | None = None
-    """Optional lossless wire stage over encoded rows: ``zstd`` or ``lz4`` (measured into the
-    cache counters' ``bytes_wire``; the ledger counts the codec's bytes)."""
+    """Optional lossless wire stage over encoded rows: ``zstd`` or ``lz4``, measured into the
+    cache counters' ``bytes_wire`` (so only with a cache); the ledger counts the codec's bytes."""
 
     def __post_init__(self) -> None:
         from gnnsys.cache.codecs import CODECS

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from torch import Tensor, nn
 
-from gnnsys.models import GCNLayer, SAGELayer
+from gnnsys.models import BlockModel, GCNLayer, SAGELayer
 from gnnsys.types import SampledSubgraph
 
 if TYPE_CHECKING:
@@ -113,10 +113,9 @@ def linear_aggregation(layer: nn.Module) -> LinearAggregation | None:
 
 def linear_first_layer(model: nn.Module) -> LinearAggregation | None:
     """The model's layer-0 aggregation when it is linear; ``None`` otherwise (GAT, max)."""
-    layers = getattr(model, "layers", None)
-    if not isinstance(layers, nn.ModuleList) or not len(layers):
+    if not isinstance(model, BlockModel) or not len(model.layers):
         return None
-    return linear_aggregation(layers[0])
+    return linear_aggregation(model.layers[0])
 
 
 class FirstLayer(Protocol):

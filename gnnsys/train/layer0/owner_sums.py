@@ -38,7 +38,7 @@ from torch import Tensor, nn
 
 from gnnsys.cache import HaloFeatureSource
 from gnnsys.cache.codecs import Codec, FP32Codec
-from gnnsys.models import GCNLayer
+from gnnsys.models import BlockModel, GCNLayer
 from gnnsys.train.layer0.base import (
     FirstLayer,
     FirstLayerConfig,
@@ -82,8 +82,8 @@ def resolve_placement(
     if placement == Placement.REQUESTER or linear_first_layer(model) is not None:
         return placement
     if announce:
-        layers = getattr(model, "layers", None)
-        name = type(layers[0]).__name__ if isinstance(layers, nn.ModuleList) else "?"
+        first = model.layers[0] if isinstance(model, BlockModel) and len(model.layers) else None
+        name = type(first).__name__ if first is not None else "?"
         log.warning(
             "aggregate_at=%s: first layer %s of %s is not linear in its inputs (attention or "
             "max); aggregating at the requester instead",

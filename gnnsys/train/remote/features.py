@@ -263,5 +263,5 @@ def build_feature_source(
         ledger,
         codec=rows,
         cache=halo,
-        wire=codec.wire,
+        wire=codec.wire if cache.enabled else None,  # measured into cache counters, or nowhere
     )
