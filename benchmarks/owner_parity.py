@@ -2,7 +2,7 @@
 
 For each dataset, seed and placement (``requester``, ``owner``, ``auto``), trains SAGE-mean on a
 4-part METIS store with the in-process executor
-``gnnsys.train.control.local_group.train_local`` (threads, the same Trainer, feature sources,
+``gnnsys.train.control.run.train_local`` (threads, the same Trainer, feature sources,
 ShardOwner code and ledger as the Ray runtime) and prints one JSON line: exact test accuracy at the
 epoch of best validation accuracy, and per-epoch traffic means:
 
@@ -39,7 +39,7 @@ from gnnsys.partitioners import partition
 from gnnsys.sampler import NeighborSampler
 from gnnsys.store import write_partitions
 from gnnsys.store.source import DataConfig
-from gnnsys.train.control.local_group import train_local
+from gnnsys.train.control.run import train_local
 from gnnsys.train.layer0.base import FirstLayerConfig, Placement
 from gnnsys.train.trainer import Trainer
 

@@ -5,10 +5,19 @@ instance and prints one JSON line per P (the last epoch's figures, so actor star
 page faults are excluded) plus a ratio line against P=1 measured in the same run. ``--rmat`` instead
 trains the products-size synthetic:rmat graph (2.4M nodes) with 4 workers for one epoch.
 
+``--store DIR`` trains on a store written beforehand (``gnnsys partition``), so no process
+ever loads the whole graph, and adds the memory account of runtime v2: the driver's peak RSS,
+and beside every worker's measured peak its budget ``shard files + 1-hop halo rows + model``
+(parameters, gradients and Adam's two moments). ``--check-eval`` then rebuilds the whole graph
+in a child process and evaluates the final weights there the old way (one full-graph block on
+one process), printing both accuracies. ``--cost-table`` writes stores of 0.1 M and 1 M R-MAT
+nodes (in child processes) and prints the same line for each, next to the ``--store`` run.
+
 Usage (heavy: wrap in the shared lock)::
 
     flock /tmp/gnnsys-heavy.lock python benchmarks/train.py [--parts 1,2,4] [--epochs 2]
     flock /tmp/gnnsys-heavy.lock python benchmarks/train.py --rmat
+    python benchmarks/train.py --store /work/stores/products-p4 --parts 4 --check-eval
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ def _line(cfg: RunConfig, result: Any, wall: float) -> dict[str, Any]:
     last = result.history[-1]
     return {
         "bench": "train",
-        "dataset": cfg.data.dataset,
+        "dataset": result.summary["partition"]["dataset"],
         "parts": cfg.cluster.parts,
         "topology": result.summary["config"]["cluster"]["topology"],
         "partitioner": cfg.data.partitioner,
@@ -45,6 +54,9 @@ def _line(cfg: RunConfig, result: Any, wall: float) -> dict[str, Any]:
         "peak_rss_mib_per_worker": [round(b / 2**20, 1) for b in last["peak_rss_bytes"]],
         "driver_peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "test_acc": round(last["test_acc"], 4),
+        "eval_seconds": round(last["seconds"]["eval"], 3),
+        "eval_bytes": sum(last["eval"]["bytes"].values()),
+        "eval_halo_rows": last["eval"]["halo_rows"],
         "num_batches": last["num_batches"],
         "wall_seconds": round(wall, 1),
     }
@@ -101,6 +113,132 @@ def rmat_epoch(out: Path) -> None:
     _run(cfg, out / "rmat-p4")
 
 
+def _halo_rows(store: Path, part: int) -> int:
+    """1-hop halo nodes of one part (the rows evaluation holds), from its index file."""
+    import numpy as np
+
+    col = np.load(store / f"part-{part}" / "indices_local.npy", mmap_mode="r")
+    owned = int(np.load(store / f"part-{part}" / "owned_gid.npy", mmap_mode="r").shape[0])
+    halo = np.asarray(col[col >= owned])
+    return int(np.unique(halo).shape[0])
+
+
+def _model_bytes(cfg: RunConfig, num_features: int, num_classes: int) -> int:
+    """Parameters + gradients + Adam's two moments, float32."""
+    from gnnsys.models import build_model
+
+    net = build_model(cfg.model, num_features, num_classes, len(cfg.sampler.fanouts))
+    return 4 * 4 * sum(p.numel() for p in net.parameters())
+
+
+def memory_account(cfg: RunConfig, store: Path, line: dict[str, Any]) -> dict[str, Any]:
+    """Each worker's budget (shard + halo + model bytes) beside its measured peak RSS."""
+    from gnnsys.train.control.prepare import store_info
+
+    info = store_info(store)
+    model = _model_bytes(cfg, info.num_features, info.num_classes)
+    rows = []
+    for part, peak_mib in enumerate(line["peak_rss_mib_per_worker"]):
+        shard = sum(f.stat().st_size for f in (store / f"part-{part}").iterdir())
+        halo = _halo_rows(store, part) * info.num_features * 4
+        budget = shard + halo + model
+        rows.append(
+            {
+                "part": part,
+                "shard_mib": round(shard / 2**20, 1),
+                "halo_mib": round(halo / 2**20, 1),
+                "model_mib": round(model / 2**20, 1),
+                "budget_mib": round(budget / 2**20, 1),
+                "peak_rss_mib": peak_mib,
+                "peak_over_budget": round(peak_mib * 2**20 / budget, 3),
+            }
+        )
+    whole = info.num_nodes * 8 + info.num_edges * 8 + info.num_nodes * info.num_features * 4
+    return {
+        "bench": "train_memory",
+        "store": str(store),
+        "num_nodes": info.num_nodes,
+        "num_edges": info.num_edges,
+        "whole_graph_csr_plus_features_mib": round(whole / 2**20, 1),
+        "driver_peak_rss_mib": line["driver_peak_rss_mib"],
+        "workers": rows,
+    }
+
+
+def _driver_side_accuracy(store: str, run_dir: str, model: Any, fanouts: int) -> dict[str, float]:
+    """The old driver-side evaluation of a checkpoint (child process: it holds the graph)."""
+    import numpy as np
+    import torch
+
+    from gnnsys.models import build_model
+    from gnnsys.train.control.checkpoint import load_checkpoint
+    from gnnsys.train.control.prepare import store_info
+    from gnnsys.train.evaluate import full_block, full_graph_logits
+    from gnnsys.train.topology import assemble_graph
+
+    torch.set_num_threads(2)
+    graph = assemble_graph(store, with_data=True)
+    info = store_info(store)
+    net = build_model(model, info.num_features, info.num_classes, fanouts)
+    ckpt = load_checkpoint(run_dir)
+    assert ckpt is not None
+    net.load_state_dict(ckpt.model_state)
+    x = torch.from_numpy(np.asarray(graph.x, dtype=np.float32))
+    block = full_block(graph.indptr, graph.indices, graph.num_nodes)
+    pred = full_graph_logits(net, block, x).argmax(-1).numpy()
+    out = {}
+    for split in ("train", "val", "test"):
+        mask = getattr(graph, f"{split}_mask")
+        out[f"{split}_acc"] = float((pred[mask] == graph.y[mask]).mean())
+    return out
+
+
+def store_run(cfg: RunConfig, store: Path, out: Path, check_eval: bool) -> dict[str, Any]:
+    """Train on a store written beforehand; print the run line and its memory account."""
+    cfg = replace(cfg, data=replace(cfg.data, store=str(store)))
+    line = _run(cfg, out)
+    print(json.dumps(memory_account(cfg, store, line)), flush=True)
+    if check_eval:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+            ref = pool.submit(
+                _driver_side_accuracy, str(store), str(out), cfg.model, len(cfg.sampler.fanouts)
+            ).result()
+        last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+        sharded = {k: last[k] for k in ref}
+        print(json.dumps({"bench": "train_eval_check", "sharded": sharded, "driver_side": ref}))
+    return line
+
+
+def _store_cfg(parts: int, epochs: int, hidden: int) -> RunConfig:
+    base = RunConfig()
+    return replace(
+        base,
+        cluster=replace(base.cluster, parts=parts, topology="partitioned"),
+        sampler=NeighborSampler.Config(fanouts=(15, 10)),
+        model=replace(base.model, hidden=hidden),
+        loop=replace(base.loop, epochs=epochs, progress=False, deadline_s=1200.0),
+    )
+
+
+def cost_table(cfg: RunConfig, out: Path) -> None:
+    """Stores of 0.1 M and 1 M R-MAT nodes (written in child processes), one run each."""
+    import subprocess
+    import sys
+
+    for n in (100_000, 1_000_000):
+        store = out / f"rmat-{n}"
+        if not (store / "manifest.json").exists():
+            cmd = [sys.executable, "-m", "gnnsys", "partition", "synthetic:rmat"]
+            cmd += ["-D", f"num_nodes={n}", "-D", f"num_edges={26 * n}", "-D", "num_features=100"]
+            cmd += ["--parts", str(cfg.cluster.parts), "--method", "fennel", "--hops", "2"]
+            subprocess.run([*cmd, "--out", str(store), "--json"], check=True)
+        store_run(cfg, store, out / f"run-{n}", check_eval=False)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", default="1,2,4")
@@ -108,10 +246,20 @@ def main() -> None:
     parser.add_argument("--topology", default="partitioned")
     parser.add_argument("--rmat", action="store_true", help="products-size R-MAT, 4 workers")
     parser.add_argument("--out", help="run directories (default: a temp dir)")
+    parser.add_argument("--store", help="train on this store (written beforehand)")
+    parser.add_argument("--hidden", type=int, default=256, help="hidden width with --store")
+    parser.add_argument("--check-eval", action="store_true", help="also evaluate driver-side")
+    parser.add_argument("--cost-table", action="store_true", help="0.1 M and 1 M stores too")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gnnsys-bench-train-") as tmp:
         out = Path(args.out or tmp)
-        if args.rmat:
+        if args.store or args.cost_table:
+            cfg = _store_cfg(int(args.parts.split(",")[-1]), args.epochs, args.hidden)
+            if args.cost_table:
+                cost_table(cfg, out)
+            if args.store:
+                store_run(cfg, Path(args.store), out / "run-store", args.check_eval)
+        elif args.rmat:
             rmat_epoch(out)
         else:
             sbm_sweep([int(p) for p in args.parts.split(",")], args.epochs, args.topology, out)

@@ -38,7 +38,8 @@ from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.store import write_partitions
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.run import train
-from gnnsys.train.trainer import Trainer, full_block, full_graph_logits
+from gnnsys.train.evaluate import full_block, full_graph_logits
+from gnnsys.train.trainer import Trainer
 from gnnsys.types import Graph
 
 SETTINGS: dict[str, dict[str, Any]] = {

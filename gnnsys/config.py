@@ -20,6 +20,7 @@ from gnnsys.store.source import DataConfig
 from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.failure import FailurePolicy
+from gnnsys.train.evaluate import EvalConfig
 from gnnsys.train.layer0.base import FirstLayerConfig
 from gnnsys.train.trainer import Trainer
 
@@ -28,7 +29,7 @@ __all__ = ["RunConfig"]
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunConfig:
-    """One training run: data, cluster, sampler, model, optimiser, loop, failures, feature path."""
+    """One run: data, cluster, sampler, model, optimiser, loop, failures, feature path, eval."""
 
     data: DataConfig = field(default_factory=DataConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
@@ -43,6 +44,7 @@ class RunConfig:
     """Each worker's halo cache (``--cache-*``)."""
     layer0: FirstLayerConfig = field(default_factory=FirstLayerConfig)
     """Where layer 0 aggregates (``--aggregate-at``, ``--decode-halo``)."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON-ready dict (for ``summary.json``; enums are ``str`` subclasses)."""

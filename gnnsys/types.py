@@ -444,6 +444,9 @@ class Block:
         rowptr: ``[M + 1]`` int64, the in-edges of each destination.
         col: ``[E]`` int64 local source index in ``[0, N)``.
         e_id: ``[E]`` int64 global edge ids.
+        src_in_degree: ``[N]`` int64 in-degree of every source node in the whole graph, or
+            ``None``. GCN normalises by it when present (as PyG's ``GCNConv`` does on the full
+            graph); without it, degrees are counted inside the block.
     """
 
     num_src: int
@@ -451,6 +454,7 @@ class Block:
     rowptr: Tensor
     col: Tensor
     e_id: Tensor
+    src_in_degree: Tensor | None = None
 
     @property
     def num_edges(self) -> int:

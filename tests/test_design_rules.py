@@ -104,3 +104,95 @@ def test_import_has_no_side_effects() -> None:
         "assert 'triton' not in sys.modules, 'triton imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ---- runtime, config and commands ------------------------------------------------------------
+TRAIN_ROOMS: dict[str, set[str]] = {
+    # room -> rooms of gnnsys.train it may import (every room may import the stages)
+    "remote": {"remote"},
+    "layer0": {"layer0", "remote"},
+    "metrics": set(),
+    "evaluate": {"metrics", "remote"},
+    "trainer": {"layer0"},
+    "models": set(),
+    "topology": set(),
+    "worker": {"evaluate", "layer0", "metrics", "models", "remote", "topology", "trainer"},
+    "control": {
+        "control",
+        "evaluate",
+        "layer0",
+        "metrics",
+        "models",
+        "remote",
+        "topology",
+        "trainer",
+        "worker",
+    },
+}
+TOP_LEVEL = {"config", "presets", "cli", "commands", "__main__"}
+
+
+def _room(path: Path) -> str | None:
+    rel = path.relative_to(PKG).parts
+    if rel[0] != "train" or len(rel) < 2 or rel[1] == "__init__.py":
+        return None
+    return rel[1].removesuffix(".py")
+
+
+def runtime_imports(path: Path) -> set[str]:
+    """Module-level imports that run at import time (``if TYPE_CHECKING:`` blocks excluded)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(PKG)))
+def test_runtime_rooms(path: Path) -> None:
+    room = _room(path)
+    for name in imported(path):
+        parts = name.split(".")
+        if parts[0] != "gnnsys" or len(parts) < 2:
+            continue
+        if top_unit(path) not in TOP_LEVEL:
+            assert parts[1] not in TOP_LEVEL or name in _type_only(path), (
+                f"{path.relative_to(PKG)} imports {name}; only the CLI layer may, "
+                "stages and the runtime get their own Config records"
+            )
+        if room is not None and parts[1] == "train" and len(parts) > 2:
+            assert parts[2] in TRAIN_ROOMS[room] or name in _type_only(path), (
+                f"{path.relative_to(PKG)} ({room}) imports {name}; room {room!r} may import "
+                f"only {sorted(TRAIN_ROOMS[room])}"
+            )
+
+
+def _type_only(path: Path) -> set[str]:
+    return imported(path) - runtime_imports(path)
+
+
+def test_no_import_cycle() -> None:
+    graph: dict[str, set[str]] = {}
+    for path in modules():
+        rel = path.relative_to(PKG.parent).with_suffix("")
+        mod = ".".join(rel.parts).removesuffix(".__init__")
+        graph[mod] = {n for n in runtime_imports(path) if n.startswith("gnnsys")}
+    state: dict[str, int] = {}
+
+    def visit(mod: str, trail: list[str]) -> None:
+        state[mod] = 1
+        for dep in sorted(graph.get(mod, ())):
+            if dep not in graph:
+                continue
+            assert state.get(dep) != 1, f"import cycle: {' -> '.join([*trail, mod, dep])}"
+            if dep not in state:
+                visit(dep, [*trail, mod])
+        state[mod] = 2
+
+    for mod in sorted(graph):
+        if mod not in state:
+            visit(mod, [])

@@ -182,6 +182,16 @@ class HaloCache:
         plan = self.policy.decide(gid, self._sorted_gid, self.capacity_rows)
         return torch.isin(gid, plan.admit_gid)
 
+    def peek(self, gid: Tensor) -> CacheLookup:
+        """``lookup`` without side effects: no counters, no policy step (exact evaluation)."""
+        gid = torch.as_tensor(gid, dtype=torch.int64)
+        hit, slot = self._find(gid)
+        values = torch.zeros(gid.shape[0], self.feature_dim, dtype=torch.float32)
+        if slot.shape[0]:
+            values[hit] = self.codec.decode(take(self._store, slot))
+        miss_pos = torch.nonzero(~hit).flatten()
+        return CacheLookup(values_NF=values, miss_pos=miss_pos, miss_gid=gid[miss_pos])
+
     def _find(self, gid: Tensor) -> tuple[Tensor, Tensor]:
         """(hit mask ``[K]``, slot of each hit) for ``gid``; one binary search per gid."""
         if self._sorted_gid.shape[0] == 0:

@@ -146,7 +146,7 @@ def base_config(args: argparse.Namespace, store: Path) -> Any:
 def _run(
     base: Any, c: CommConfig, seed: int, out: Path, *, traffic: bool, threads: int
 ) -> list[dict[str, Any]]:
-    from gnnsys.train.control.local_group import train_local
+    from gnnsys.train.control.run import train_local
 
     cfg = replace(
         base,
@@ -237,7 +237,7 @@ def _store(args: argparse.Namespace, out: Path) -> Path:
         seed=0,
         run_dir=out,
         reuse=True,
-    )
+    ).path
 
 
 def _usable_codecs(codecs: list[str], store: Path) -> list[str]:
@@ -246,7 +246,7 @@ def _usable_codecs(codecs: list[str], store: Path) -> list[str]:
     import torch
 
     from gnnsys.cache.codecs.binary import is_binary
-    from gnnsys.train.control.shards import assemble_graph
+    from gnnsys.train.topology import assemble_graph
 
     if "binary" not in codecs:
         return codecs

@@ -52,6 +52,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-restarts", type=int, help="group restarts after a worker dies")
     p.add_argument("--num-nodes", type=int, help="nodes of a synthetic dataset")
     add_feature_path_args(p)
+    _add_eval_flags(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--inject-fault", help=argparse.SUPPRESS)  # KIND:RANK:EPOCH:BATCH, tests
     p.set_defaults(func=run)
@@ -141,6 +142,31 @@ def cache_tuning(args: argparse.Namespace, base: CacheConfig) -> CacheConfig:
     return replace(base, adaptive=adaptive, **_pick(presample_epochs=args.presample_epochs))
 
 
+def _add_eval_flags(p: argparse.ArgumentParser) -> None:
+    """The sharded-evaluation flags of ``train``."""
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        help="evaluate every N epochs and after the last (default 1; 0 never). Evaluation is "
+        "exact and sharded: each worker computes its own nodes' full-neighbourhood outputs",
+    )
+    p.add_argument(
+        "--eval-codec",
+        choices=("fp32", "fp16", "bf16", "int8", "int4"),
+        help="codec of the halo embeddings exchanged during evaluation (default fp32: exact)",
+    )
+    p.add_argument(
+        "--test-at-end",
+        action="store_true",
+        help="per-epoch evaluations report train and val only; test once, after the last epoch",
+    )
+    p.add_argument(
+        "--metric",
+        choices=("acc", "auc", "f1"),
+        help="validation metric that picks the best epoch (default acc; auc for binary labels)",
+    )
+
+
 def build_config(args: argparse.Namespace) -> Any:
     """The preset's ``RunConfig`` with the given flags applied."""
     from gnnsys.presets import PRESETS
@@ -178,6 +204,11 @@ def build_config(args: argparse.Namespace) -> Any:
             **pick(epochs=args.epochs, deadline_s=args.deadline),
         ),
         failure=replace(cfg.failure, **pick(max_restarts=args.max_restarts)),
+        eval=replace(
+            cfg.eval,
+            **pick(every=args.eval_every, codec=args.eval_codec, metric=args.metric),
+            test_at_end=cfg.eval.test_at_end or args.test_at_end,
+        ),
         codec=replace(cfg.codec, **pick(name=args.codec, lossy=args.lossy_codec, wire=args.wire)),
         cache=replace(
             cache_tuning(args, cfg.cache),
@@ -207,11 +238,16 @@ def _parse_fault(text: str | None) -> Any:
     return FaultSpec(kind, int(rank), int(epoch), int(batch))
 
 
+def _cell(value: float | None) -> str:
+    return f"{'-':>7}" if value is None else f"{value:>7.4f}"
+
+
 def print_table(history: list[dict[str, Any]]) -> None:
-    """The per-epoch summary table."""
+    """The per-epoch summary table (``-`` where an epoch was not evaluated)."""
+    extra = "auc" if any("val_auc" in m for m in history) else "f1"
     head = (
-        f"{'epoch':>5} {'loss':>8} {'train':>7} {'val':>7} {'test':>7} {'sec':>7} {'MiB sent':>9}"
-        f" {'feat MiB':>9} {'hit rate':>8}"
+        f"{'epoch':>5} {'loss':>8} {'train':>7} {'val':>7} {'val ' + extra:>7} {'test':>7} "
+        f"{'sec':>7} {'eval s':>7} {'MiB sent':>9} {'feat MiB':>9} {'hit rate':>8}"
     )
     print(head)
     print("-" * len(head))
@@ -219,10 +255,12 @@ def print_table(history: list[dict[str, Any]]) -> None:
         mib = sum(m["bytes"].values()) / 2**20
         feat = sum(v for k, v in m["bytes"].items() if k.startswith(("feature_", "partial_")))
         hit = f"{m['cache']['hit_rate']:>8.3f}" if "cache" in m else f"{'-':>8}"
+        cells = " ".join(
+            _cell(m.get(k)) for k in ("train_acc", "val_acc", f"val_{extra}", "test_acc")
+        )
         print(
-            f"{m['epoch']:>5} {m['loss']:>8.4f} {m['train_acc']:>7.4f} {m['val_acc']:>7.4f} "
-            f"{m['test_acc']:>7.4f} {m['seconds']['total']:>7.1f} {mib:>9.1f} "
-            f"{feat / 2**20:>9.2f} {hit}"
+            f"{m['epoch']:>5} {m['loss']:>8.4f} {cells} {m['seconds']['total']:>7.1f} "
+            f"{m['seconds']['eval']:>7.2f} {mib:>9.1f} {feat / 2**20:>9.2f} {hit}"
         )
 
 
@@ -239,10 +277,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"gnnsys train: error: {err}", file=sys.stderr)
         return 1
     print_table(result.history)
-    best = result.summary["best"]
+    best, metric = result.summary["best"], result.summary["metric"]
+    topology = result.summary["config"]["cluster"]["topology"]
+    if best is None:
+        print(f"no epoch was evaluated; topology {topology}; run dir {result.run_dir}")
+        return 0
+    final = result.summary["final"]
+    test = final.get("test_acc") if best.get("test_acc") is None else best["test_acc"]
     print(
-        f"best val_acc {best['val_acc']:.4f} (epoch {best['epoch']}, test_acc "
-        f"{best['test_acc']:.4f}); topology {result.summary['config']['cluster']['topology']}; "
-        f"run dir {result.run_dir}"
+        f"best val_{metric} {best[f'val_{metric}']:.4f} (epoch {best['epoch']}, test_acc "
+        f"{_cell(test).strip()}); topology {topology}; run dir {result.run_dir}"
     )
     return 0

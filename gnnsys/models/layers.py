@@ -79,13 +79,21 @@ class GCNLayer(nn.Module):
 
     @staticmethod
     def src_scale(block: Block) -> Tensor:
-        """``[N]`` ``(1 + out-degree in the block) ** -0.5`` of every source node."""
+        """``[N]`` ``(1 + degree) ** -0.5`` of every source node.
+
+        The degree is ``block.src_in_degree`` (the whole graph's in-degree, PyG's ``deg``) when
+        the block carries it, else the node's out-degree inside the block.
+        """
+        if block.src_in_degree is not None:
+            return (block.src_in_degree + 1).float().rsqrt()
         outdeg_N = torch.bincount(block.col.long(), minlength=block.num_src)
         return (outdeg_N + 1).float().rsqrt()
 
     @staticmethod
     def dst_scale(block: Block) -> Tensor:
-        """``[M]`` ``(1 + in-degree in the block) ** -0.5`` of every destination node."""
+        """``[M]`` ``(1 + in-degree) ** -0.5`` of every destination (whole graph's if known)."""
+        if block.src_in_degree is not None:
+            return (block.src_in_degree[: block.num_dst] + 1).float().rsqrt()
         indeg_M = block.rowptr[1:] - block.rowptr[:-1]
         return (indeg_M + 1).float().rsqrt()
 

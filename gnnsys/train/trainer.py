@@ -32,7 +32,7 @@ from torch.nn import functional
 from gnnsys.cache.base import FeatureSource
 from gnnsys.models import BlockModel
 from gnnsys.sampler.base import Sampler
-from gnnsys.types import Block, SampledSubgraph
+from gnnsys.types import SampledSubgraph
 
 if TYPE_CHECKING:
     from gnnsys.train.layer0.base import FirstLayer
@@ -44,7 +44,6 @@ __all__ = [
     "Trainer",
     "batch_seed_for",
     "epoch_batches",
-    "full_graph_logits",
 ]
 
 log = logging.getLogger(__name__)
@@ -92,16 +91,6 @@ class GradSync(Protocol):
 
     def allreduce_mean_(self, flat: Tensor) -> None:
         """Average ``flat`` over ranks, in place (a collective: every rank must call it)."""
-        ...
-
-
-class LayerwiseModel(Protocol):
-    """What exact evaluation needs from a model (every model in ``gnnsys.models`` has it)."""
-
-    num_layers: int
-
-    def forward_layer(self, layer: int, x: Tensor, block: Block) -> Tensor:
-        """Apply layer ``layer`` (activation included except after the last)."""
         ...
 
 
@@ -330,29 +319,3 @@ class Trainer:
         self._rng_state = rng["torch"]
         if self._rng_lock is None:
             torch.set_rng_state(rng["torch"])
-
-
-def full_block(indptr: np.ndarray, indices: np.ndarray, num_nodes: int) -> Block:
-    """A block whose destinations and sources are all ``num_nodes`` nodes (every in-edge)."""
-    return Block(
-        num_src=num_nodes,
-        num_dst=num_nodes,
-        rowptr=torch.from_numpy(np.asarray(indptr, dtype=np.int64)),
-        col=torch.from_numpy(np.asarray(indices, dtype=np.int64)),
-        e_id=torch.arange(int(indptr[-1]), dtype=torch.int64),
-    )
-
-
-@torch.no_grad()
-def full_graph_logits(model: nn.Module, block: Block, x_NF: Tensor) -> Tensor:
-    """Exact layer-wise inference: every layer over every node with all its in-neighbors.
-
-    Costs one ``[N, H]`` activation per layer and no sampling, so the accuracy it gives does not
-    depend on fanouts or on the partition.
-    """
-    model.eval()
-    layered = cast(LayerwiseModel, model)
-    h = x_NF
-    for layer in range(layered.num_layers):
-        h = layered.forward_layer(layer, h, block)
-    return h

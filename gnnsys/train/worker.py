@@ -1,12 +1,14 @@
-"""Ray actors of a training run and the executor that spawns, calls and kills them.
+"""One rank of a training run: its trainer, its evaluation state and what it serves its peers.
 
 Per part ``p`` there are two actors: a ``ShardOwner`` (``gnnsys.train.remote.server``) that
-serves part ``p``'s structure and features to everyone, and a :class:`TrainWorker` (rank ``p``) that
-trains on part ``p``'s train seeds. Trainers form a torch.distributed gloo group for the gradient
-allreduce; owners stay stateless readers, so the group can be restarted without them.
+serves part ``p``'s structure and features to everyone, and a :class:`TrainWorker` (rank ``p``)
+that trains on part ``p``'s train seeds and evaluates part ``p``'s nodes. Trainers form a
+torch.distributed gloo group for the gradient allreduce; owners stay stateless readers, so the
+group can be restarted without them.
 
-:class:`ActorGroup` is the only place that creates or kills actors. ``TrainWorker`` runs as a
-threaded actor (``max_concurrency=2``) so the driver can poll ``progress()`` while an epoch runs.
+``RayWorkerGroup`` (control/ray_group.py) is the only place that creates or kills actors; it runs
+``TrainWorker`` as a threaded actor, so the driver can poll ``progress()`` while an epoch runs and
+peers can ask for evaluation rows while this rank computes its own.
 """
 
 from __future__ import annotations
@@ -28,17 +30,21 @@ import torch.distributed as dist
 from torch import Tensor
 
 from gnnsys.cache import CacheConfig, CacheCounters, CodecConfig
+from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.models import ModelConfig, build_model
-from gnnsys.train.control.shards import assemble_graph
+from gnnsys.train.evaluate import EvalConfig, RankEval, ShardEvaluator
 from gnnsys.train.layer0.base import FirstLayerConfig
 from gnnsys.train.layer0.owner_sums import build_first_layer
 from gnnsys.train.remote.client import OwnerClient, RayOwnerClient
 from gnnsys.train.remote.features import RoutedFeatureSource, build_feature_source
 from gnnsys.train.remote.ledger import Ledger, LedgerSnapshot
+from gnnsys.train.remote.peers import LocalPeerClient, PeerClient, RayPeerClient
 from gnnsys.train.remote.routed import RoutedNeighborSource
+from gnnsys.train.topology import assemble_graph
 from gnnsys.train.trainer import EpochStats, GradSync, Trainer
+from gnnsys.types import PartitionBook, PartitionShard
 
-__all__ = ["FaultSpec", "TrainWorker", "WorkerEpochReport", "WorkerSpec"]
+__all__ = ["FaultSpec", "RankState", "TrainWorker", "WorkerEpochReport", "WorkerSpec"]
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +85,7 @@ class WorkerSpec:
         codec: Codec of remote feature rows (resolved: never ``auto``).
         cache: Halo cache budget and policy.
         layer0: Placement of layer 0's aggregation, fused dequantization.
+        eval: How the ranks evaluate (sharded, exact).
         attempt: 0 for the first group, incremented on each restart.
         fault: Injected fault, for tests.
     """
@@ -96,6 +103,7 @@ class WorkerSpec:
     codec: CodecConfig = field(default_factory=CodecConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
     layer0: FirstLayerConfig = field(default_factory=FirstLayerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     attempt: int = 0
     fault: FaultSpec | None = field(default=None)
 
@@ -131,6 +139,21 @@ class _Built:
     features: RoutedFeatureSource
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class RankState:
+    """What a checkpoint keeps of one rank.
+
+    Attributes:
+        model: The model's ``state_dict`` (equal on every rank after the allreduce).
+        optimizer: The optimizer's ``state_dict`` (equal on every rank).
+        rng: This rank's RNG states (``{"torch": ByteTensor}``).
+    """
+
+    model: dict[str, Any]
+    optimizer: dict[str, Any]
+    rng: dict[str, Any]
+
+
 class GlooSync:
     """``GradSync`` over the default gloo process group; counts its payload in the ledger."""
 
@@ -161,17 +184,16 @@ def _node_id() -> str:
 
 def _build_trainer(
     spec: WorkerSpec,
+    shard: PartitionShard,
+    book: PartitionBook,
     client: OwnerClient,
     ledger: Ledger,
     sync: GradSync | None,
     rng_lock: threading.Lock | None = None,
 ) -> _Built:
-    """Load this rank's shard and wire sampler, feature source and model into a ``Trainer``."""
+    """Wire this rank's sampler, feature source and model into a ``Trainer``."""
     from gnnsys.sampler import CSRNeighborSource, NeighborSampler
-    from gnnsys.store import load_book, load_shard
 
-    shard = load_shard(spec.store, spec.rank)
-    book = load_book(spec.store)
     if spec.topology == "replicated":
         source: Any = CSRNeighborSource.from_graph(assemble_graph(spec.store, with_data=False))
     else:
@@ -233,18 +255,27 @@ class TrainWorker:
         client: OwnerClient | None = None,
         sync: Callable[[Ledger], GradSync] | None = None,
         rng_lock: threading.Lock | None = None,
+        peers: PeerClient | None = None,
     ) -> None:
+        from gnnsys.store import load_book, load_shard
+
         torch.set_num_threads(1)  # P workers share few cores; >1 thread only oversubscribes
         self.spec = spec
         self.ledger = Ledger()
         if client is None:
             client = RayOwnerClient(owners, spec.deadline_s)
+        self.client = client
+        self.peers: PeerClient = peers if peers is not None else LocalPeerClient()
+        self.shard, self.book = load_shard(spec.store, spec.rank), load_book(spec.store)
+        self._evaluator: ShardEvaluator | None = None
         grad_sync: GradSync | None = None
         if sync is not None:
             grad_sync = sync(self.ledger)
         elif spec.world_size > 1:
             grad_sync = GlooSync(spec.world_size, self.ledger)
-        built = _build_trainer(spec, client, self.ledger, grad_sync, rng_lock)
+        built = _build_trainer(
+            spec, self.shard, self.book, client, self.ledger, grad_sync, rng_lock
+        )
         self.trainer, self.features = built.trainer, built.features
         self.features.warm_up()  # before the first epoch's snapshot: reported as warm-up traffic
         self.warmup = self.ledger.snapshot()
@@ -282,9 +313,49 @@ class TrainWorker:
         """Restore a checkpoint's model, optimizer and this rank's RNG."""
         self.trainer.load_state(model, optimizer, rng)
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> RankState:
         """Model, optimizer and RNG state (see ``Trainer.state``)."""
-        return self.trainer.state()
+        state = self.trainer.state()
+        return RankState(model=state["model"], optimizer=state["optimizer"], rng=state["rng"])
+
+    # ---- sharded evaluation (gnnsys.train.evaluate) -------------------------------------------
+    def set_peers(self, peers: list[Any]) -> None:
+        """Actor handles of every rank (Ray executor), for evaluation's rank-to-rank rows."""
+        self.peers = RayPeerClient(peers, self.spec.deadline_s)
+
+    def eval_layer(self, layer: int) -> None:
+        """Compute this rank's outputs of layer ``layer`` (every rank finished ``layer - 1``)."""
+        if self._evaluator is None:
+            cache = self.features.cache  # capacity 0 without one: nothing to peek at
+            self._evaluator = ShardEvaluator(
+                self.spec.eval,
+                shard=self.shard,
+                book=self.book,
+                model=self.trainer.model,
+                owners=self.client,
+                peers=self.peers,
+                feature_codec=self.features.codec,
+                cache=cache if cache.capacity_rows else None,
+            )
+        self._evaluator.run_layer(layer)
+
+    def eval_report(self, splits: tuple[str, ...], with_logits: bool = False) -> RankEval:
+        """This rank's confusion matrices (and binary scores) after the last layer."""
+        assert self._evaluator is not None  # the group ran eval_layer for every layer first
+        return self._evaluator.report(splits, with_logits=with_logits)
+
+    def serve_rows(self, table: int, gid: np.ndarray, codec: Codec) -> EncodedRows:
+        """Rows of owned ``gid`` in evaluation table ``table``, encoded for the wire."""
+        if self._evaluator is None:
+            raise ValueError(f"rank {self.spec.rank} has not started evaluating")
+        return codec.encode(self._evaluator.serve_rows(table, gid))
+
+    def serve_degree(self, gid: np.ndarray) -> np.ndarray:
+        """``[K]`` whole-graph in-degrees of owned ``gid`` (a shard row's length)."""
+        lid = self.book.lid_N[np.asarray(gid, dtype=np.int64)]
+        indptr = np.asarray(self.shard.indptr, dtype=np.int64)
+        out: np.ndarray = indptr[lid + 1] - indptr[lid]
+        return out
 
     def progress(self) -> int:
         """Batches finished in the running epoch (answered while ``train_epoch`` runs)."""

@@ -16,7 +16,7 @@ from gnnsys.cache.codecs import Codec, FP32Codec, make_codec
 from gnnsys.models import GAT, GCN, SAGE, BlockModel
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.store import load_book, load_shard
-from gnnsys.train.control.local_group import train_local
+from gnnsys.train.control.run import train_local
 from gnnsys.train.layer0.base import FirstLayerConfig
 from gnnsys.train.layer0.fused import FusedFirstLayer
 from gnnsys.train.layer0.owner_sums import build_first_layer

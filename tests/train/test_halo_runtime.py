@@ -20,7 +20,8 @@ from gnnsys.datasets.synthetic import sbm
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.store import load_book, load_shard
 from gnnsys.store.source import DataConfig
-from gnnsys.train.control.local_group import LocalOwnerClient, train_local
+from gnnsys.train.control.local_group import LocalOwnerClient
+from gnnsys.train.control.run import train_local
 from gnnsys.train.layer0.base import FirstLayerConfig, Placement
 from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import Ledger

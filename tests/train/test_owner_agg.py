@@ -381,7 +381,7 @@ def _run_config(placement: str, model: str, **fetch: Any) -> Any:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("model", ["sage", "gcn"])
 def test_train_local_owner_matches_requester(tmp_path: Path, model: str) -> None:
-    from gnnsys.train.control.local_group import train_local
+    from gnnsys.train.control.run import train_local
 
     got = {p: train_local(_run_config(p, model), tmp_path / p) for p in ("requester", "owner")}
     for want, have in zip(got["requester"].history, got["owner"].history, strict=True):
@@ -393,7 +393,7 @@ def test_train_local_owner_matches_requester(tmp_path: Path, model: str) -> None
 @pytest.mark.timeout(120)
 def test_train_local_owner_with_halo_cache(tmp_path: Path) -> None:
     """Cached rows are resident: aggregated locally, exact, and never sent as pairs."""
-    from gnnsys.train.control.local_group import train_local
+    from gnnsys.train.control.run import train_local
 
     cache = {"cache_policy": "degree", "cache_ratio": 0.5}
     got = {

@@ -6,7 +6,8 @@ import torch
 
 from gnnsys.models import ModelConfig, build_model
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
-from gnnsys.train.trainer import Trainer, epoch_batches, full_block, full_graph_logits
+from gnnsys.train.evaluate import full_block, full_graph_logits
+from gnnsys.train.trainer import Trainer, epoch_batches
 from gnnsys.types import Graph
 
 

@@ -14,7 +14,7 @@ Shape legend: ``N`` rows, ``F`` feature dim.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -107,6 +107,33 @@ class AutoCodec:
             if _exact(codec, x_NF):
                 log.info("auto codec: %s is exact on %d rows", cand, x_NF.shape[0])
                 return codec
+        if self.lossy == "int8":
+            return Int8Codec(stochastic=self.stochastic, seed=self.seed)
+        if self.lossy == "int4":
+            return Int4Codec(stochastic=self.stochastic, seed=self.seed)
+        return _CANDIDATES[self.lossy]()
+
+    def resolve_chunks(self, chunks: Callable[[], Iterable[Tensor]]) -> Codec:
+        """``resolve`` of the row-concatenation of ``chunks()`` without building it.
+
+        Each candidate's exactness is a per-row (affine codecs) or per-element property, so
+        checking chunk by chunk gives the same answer as one check over all rows; a rejected
+        candidate stops at its first inexact chunk. ``chunks`` is called once per candidate.
+        """
+        for cand in self._by_size(chunks):
+            codec = _CANDIDATES[cand]()
+            if all(_exact(codec, x) for x in chunks()):
+                log.info("auto codec: %s is exact on every chunk", cand)
+                return codec
+        return self._fallback()
+
+    def _by_size(self, chunks: Callable[[], Iterable[Tensor]]) -> list[str]:
+        first = next(iter(chunks()))
+        check_features(first, self.name)
+        tried = [n for n in _CANDIDATES if n != "fp32"]
+        return sorted(tried, key=lambda n: _CANDIDATES[n]().row_nbytes(int(first.shape[1])))
+
+    def _fallback(self) -> Codec:
         if self.lossy == "int8":
             return Int8Codec(stochastic=self.stochastic, seed=self.seed)
         if self.lossy == "int4":

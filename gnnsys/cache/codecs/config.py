@@ -8,6 +8,7 @@ from the features (:meth:`CodecConfig.resolve`) before the config reaches the wo
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from torch import Tensor
@@ -56,6 +57,18 @@ class CodecConfig:
         if self.name != "auto":
             return self
         chosen = AutoCodec(lossy=self.lossy).resolve(x_NF)
+        log.info("codec auto -> %s", chosen.name)
+        return replace(self, name=chosen.name)
+
+    def resolve_chunks(self, chunks: Callable[[], Iterable[Tensor]]) -> CodecConfig:
+        """:meth:`resolve` over the rows of ``chunks()`` without concatenating them.
+
+        ``chunks`` is called once per candidate tried (``AutoCodec.resolve_chunks``), so the
+        driver never holds the whole feature matrix.
+        """
+        if self.name != "auto":
+            return self
+        chosen = AutoCodec(lossy=self.lossy).resolve_chunks(chunks)
         log.info("codec auto -> %s", chosen.name)
         return replace(self, name=chosen.name)
 

@@ -2,46 +2,40 @@
 
 States and transitions (``_step`` runs one handler and returns ``(previous, next)``)::
 
-    START -> SPAWN -> TRAIN -> RECORD -> TRAIN ... -> DONE
-                ^       |         |
-                |       v         v
-                +---- RECOVER ----+ -> FAILED
+    START -> SPAWN -> TRAIN -> EVALUATE -> RECORD -> TRAIN ... -> DONE
+                ^       |          |          |
+                |       v          v          v
+                +------------ RECOVER --------+ -> FAILED
 
-``RECORD`` evaluates exactly on the driver (layer-wise over the whole graph), appends one line
-to ``metrics.jsonl`` and writes the checkpoint, in that order, so a checkpoint of epoch ``e``
-always has ``e``'s metrics line. ``RECOVER`` asks the pure ``FailurePolicy``; a restart kills
-the whole group, re-creates it and reloads the last checkpoint.
+The coordinator knows the ranks only through the ``WorkerGroup`` protocol, so the Ray executor
+and the in-process one run this same loop. ``EVALUATE`` asks the ranks for the sharded exact
+evaluation of their (identical) weights when ``EvalConfig.due``; the driver only adds their
+counts. ``RECORD`` appends the ``metrics.jsonl`` line, then writes the checkpoint (through the
+:class:`Recorder`). ``RECOVER`` asks the pure ``FailurePolicy``; a restart stops the whole group,
+makes a new one and reloads the last checkpoint.
 """
 
 from __future__ import annotations
 
 import enum
-import json
 import logging
 import time
-from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
 
-import numpy as np
-import torch
 from tqdm import tqdm
 
 from gnnsys.errors import WorkerFailedError
-from gnnsys.models import build_model
-from gnnsys.train.control.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from gnnsys.train.control.failure import FailureAction, FailurePolicy
-from gnnsys.train.control.ray_group import ActorGroup, GroupFailure, Resources
-from gnnsys.train.remote.ledger import LedgerSnapshot
-from gnnsys.train.trainer import full_block, full_graph_logits
-from gnnsys.train.worker import WorkerEpochReport, WorkerSpec
-from gnnsys.types import Graph
+from gnnsys.train.control.checkpoint import Checkpoint
+from gnnsys.train.control.failure import FailureAction, FailurePolicy, FailureStatus
+from gnnsys.train.control.group import GroupFactory, GroupFailure, WorkerGroup
+from gnnsys.train.control.recorder import EpochMetrics, Recorder, epoch_metrics
+from gnnsys.train.control.resources import Resources
+from gnnsys.train.evaluate import EvalConfig, EvalResult, combine_evals
+from gnnsys.train.worker import WorkerEpochReport
 
 __all__ = ["Coordinator", "State"]
 
 log = logging.getLogger(__name__)
-
-METRICS_NAME = "metrics.jsonl"
 
 
 class State(enum.Enum):
@@ -50,6 +44,7 @@ class State(enum.Enum):
     START = "start"
     SPAWN = "spawn"
     TRAIN = "train"
+    EVALUATE = "evaluate"
     RECORD = "record"
     RECOVER = "recover"
     DONE = "done"
@@ -57,14 +52,16 @@ class State(enum.Enum):
 
 
 class Coordinator:
-    """Runs ``epochs`` epochs on an :class:`ActorGroup`, recovering per the failure policy.
+    """Runs ``epochs`` epochs on a ``WorkerGroup``, recovering per the failure policy.
 
     Args:
         config: Loop settings.
-        template: Worker spec of rank 0 (``world_size`` = number of parts).
+        make_group: Makes a fresh group per attempt (0 first, then one per restart).
         policy: Decides restart or abort on a failure.
-        run_dir: Where ``metrics.jsonl`` and ``checkpoint.pt`` go.
-        eval_graph: The whole graph with features, labels and masks, for exact evaluation.
+        recorder: Writes metrics lines and checkpoints.
+        evaluation: When and what the ranks evaluate.
+        num_classes: ``C`` (selects the best-epoch metric; AUC needs 2).
+        world_size: ``P`` (a checkpoint of another ``P`` is refused).
     """
 
     @dataclass(frozen=True, kw_only=True, slots=True)
@@ -85,35 +82,39 @@ class Coordinator:
         def __post_init__(self) -> None:
             if self.epochs < 1:
                 raise ValueError(f"epochs={self.epochs}; choose epochs >= 1")
-            if self.deadline_s <= 0:
+            if not self.deadline_s > 0:
                 raise ValueError(f"deadline_s={self.deadline_s}; choose a positive deadline")
 
     def __init__(
         self,
         config: Config,
         *,
-        template: WorkerSpec,
+        make_group: GroupFactory,
         policy: FailurePolicy,
-        run_dir: Path,
-        eval_graph: Graph,
+        recorder: Recorder,
+        evaluation: EvalConfig,
+        num_classes: int,
+        world_size: int,
     ) -> None:
-        self.config, self.template, self.policy = config, template, policy
-        self.run_dir, self.graph = Path(run_dir), eval_graph
+        self.config, self.make_group, self.policy = config, make_group, policy
+        self.recorder, self.evaluation = recorder, evaluation
+        self.metric = evaluation.selection_metric(num_classes)
+        self.num_classes, self.world_size = num_classes, world_size
         self.state = State.START
         self.epoch = 0
         self.restarts = 0
         self.num_batches = 0
-        self.history: list[dict[str, Any]] = []
-        self.group: ActorGroup | None = None
+        self.history: list[EpochMetrics] = []
+        self.group: WorkerGroup | None = None
         self.ckpt: Checkpoint | None = None
         self.failure: GroupFailure | None = None
         self.error: Exception | None = None
         self._reports: list[WorkerEpochReport] = []
-        self._evaluator: Evaluator | None = None
+        self._evaluation = EvalResult(metrics={})
         self._epoch_seconds = 0.0
 
     # ---- loop ---------------------------------------------------------------------------------
-    def run(self) -> list[dict[str, Any]]:
+    def run(self) -> list[EpochMetrics]:
         """Drive the state machine to ``DONE`` and return every epoch's metrics.
 
         Raises:
@@ -123,7 +124,7 @@ class Coordinator:
             while self.state not in (State.DONE, State.FAILED):
                 self._step()
         finally:
-            self._kill_group()
+            self._stop_group()
         if self.error is not None:
             raise self.error
         return self.history
@@ -134,45 +135,40 @@ class Coordinator:
             State.START: self._start,
             State.SPAWN: self._spawn,
             State.TRAIN: self._train,
+            State.EVALUATE: self._evaluate,
             State.RECORD: self._record,
             State.RECOVER: self._recover,
         }
         previous = self.state
-        self.state = handlers[previous]()
+        try:
+            self.state = handlers[previous]()
+        except GroupFailure as failure:
+            self.failure = failure
+            self.state = State.RECOVER
         log.debug("coordinator %s -> %s (epoch %d)", previous.value, self.state.value, self.epoch)
         return previous, self.state
 
+    def _after_epoch(self) -> State:
+        return State.TRAIN if self.epoch < self.config.epochs else State.DONE
+
     # ---- handlers -----------------------------------------------------------------------------
     def _start(self) -> State:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        metrics = self.run_dir / METRICS_NAME
-        if self.config.resume:
-            self.ckpt = load_checkpoint(self.run_dir)
-        else:
-            (self.run_dir / "checkpoint.pt").unlink(missing_ok=True)
-        if self.ckpt is not None and len(self.ckpt.rng_by_rank) != self.template.world_size:
+        self.ckpt, self.history = self.recorder.begin(self.config.resume)
+        if self.ckpt is not None and len(self.ckpt.rng_by_rank) != self.world_size:
             raise ValueError(
-                f"checkpoint in {self.run_dir} has {len(self.ckpt.rng_by_rank)} ranks but this "
-                f"run has {self.template.world_size}; resume with the same --parts"
+                f"checkpoint in {self.recorder.run_dir} has {len(self.ckpt.rng_by_rank)} ranks "
+                f"but this run has {self.world_size}; resume with the same --parts"
             )
         self.epoch = 0 if self.ckpt is None else self.ckpt.epoch + 1
-        kept = _read_metrics(metrics) if self.ckpt is not None else []
-        self.history = [m for m in kept if m["epoch"] < self.epoch]
-        metrics.write_text("".join(json.dumps(m) + "\n" for m in self.history))
         return State.SPAWN
 
     def _spawn(self) -> State:
-        self._kill_group()
-        spec = replace(self.template, attempt=self.restarts)
-        try:
-            self.group = ActorGroup(spec, self.config.resources, self.config.deadline_s)
-            if self.ckpt is not None:
-                self.group.load(self.ckpt)
-            self.num_batches = self.group.num_batches()
-        except GroupFailure as failure:
-            self.failure = failure
-            return State.RECOVER
-        return State.TRAIN if self.epoch < self.config.epochs else State.DONE
+        self._stop_group()
+        self.group = self.make_group(self.restarts)
+        self.num_batches = self.group.start()
+        if self.ckpt is not None:
+            self.group.load(self.ckpt)
+        return self._after_epoch()
 
     def _train(self) -> State:
         assert self.group is not None
@@ -185,165 +181,91 @@ class Coordinator:
         )
         start = time.perf_counter()
         try:
-            self._reports = self.group.train_epoch(
+            self._reports = self.group.run_epoch(
                 self.epoch, self.num_batches, lambda done: bar.update(done - bar.n)
             )
-        except GroupFailure as failure:
-            self.failure = failure
-            return State.RECOVER
         finally:
             bar.close()
         self._epoch_seconds = time.perf_counter() - start
+        return State.EVALUATE
+
+    def _evaluate(self) -> State:
+        assert self.group is not None
+        last = self.config.epochs - 1
+        self._evaluation = EvalResult(metrics={})
+        if self.evaluation.due(self.epoch, last):
+            splits = self.evaluation.splits(self.epoch, last)
+            self._evaluation = combine_evals(self.group.evaluate(splits), self.num_classes)
         return State.RECORD
 
     def _record(self) -> State:
         assert self.group is not None
-        try:
-            states = self.group.states()
-        except GroupFailure as failure:
-            self.failure = failure
-            return State.RECOVER
-        start = time.perf_counter()
-        if self._evaluator is None:
-            self._evaluator = Evaluator(self.graph, self.template)
-        accs = self._evaluator.accuracies(states[0]["model"])
-        metrics = self._metrics(accs, time.perf_counter() - start)
+        states = self.group.collect()
+        metrics = epoch_metrics(
+            self.epoch,
+            self._reports,
+            self._evaluation,
+            epoch_seconds=self._epoch_seconds,
+            num_batches=self.num_batches,
+            restarts=self.restarts,
+        )
         self.history.append(metrics)
-        with open(self.run_dir / METRICS_NAME, "a") as fh:
-            fh.write(json.dumps(metrics) + "\n")
-        best = max(m["val_acc"] for m in self.history)
+        self.recorder.append(metrics)
         self.ckpt = Checkpoint(
             epoch=self.epoch,
-            model_state=states[0]["model"],
-            optimizer_state=states[0]["optimizer"],
-            rng_by_rank=[s["rng"] for s in states],
-            best_val_acc=best,
+            model_state=states[0].model,
+            optimizer_state=states[0].optimizer,
+            rng_by_rank=[s.rng for s in states],
+            best_val_acc=self._best_value(),
         )
-        save_checkpoint(self.run_dir, self.ckpt)
+        self.recorder.save(self.ckpt)
+        shown = {k: v for k, v in metrics.evaluation.items() if v is not None}
         log.info(
-            "epoch %d: loss %.4f val_acc %.4f test_acc %.4f (%.1fs)",
+            "epoch %d: loss %.4f %s (%.1fs)",
             self.epoch,
-            metrics["loss"],
-            metrics["val_acc"],
-            metrics["test_acc"],
-            metrics["seconds"]["total"],
+            metrics.loss,
+            " ".join(f"{k} {v:.4f}" for k, v in shown.items()),
+            metrics.seconds["total"],
         )
         self.epoch += 1
-        return State.TRAIN if self.epoch < self.config.epochs else State.DONE
+        return self._after_epoch()
 
     def _recover(self) -> State:
         assert self.failure is not None
-        status = self.failure.status(self.restarts, self.ckpt is not None)
+        status = FailureStatus(
+            self.policy.worst(self.failure.kinds_by_rank.values()),
+            self.failure.errors_by_rank,
+            self.restarts,
+            self.ckpt is not None,
+        )
         decision = self.policy.decide(status)
         log.warning("failure (%s): %s", status.kind.value, decision.reason)
-        self._kill_group()
+        self._stop_group()
         if decision.action is FailureAction.ABORT:
             self.error = WorkerFailedError(status.errors_by_rank)
             return State.FAILED
         self.restarts += 1
-        self.ckpt = load_checkpoint(self.run_dir) if self.ckpt is not None else None
+        self.ckpt = self.recorder.last_checkpoint() if self.ckpt is not None else None
         self.epoch = 0 if self.ckpt is None else self.ckpt.epoch + 1
-        self.history = [m for m in self.history if m["epoch"] < self.epoch]
+        self.history = [m for m in self.history if m.epoch < self.epoch]
         return State.SPAWN
 
     # ---- helpers ------------------------------------------------------------------------------
-    def _kill_group(self) -> None:
+    def _stop_group(self) -> None:
         if self.group is not None:
-            self.group.kill()
+            self.group.stop()
             self.group = None
 
-    def _metrics(self, accs: dict[str, float], eval_seconds: float) -> dict[str, Any]:
-        """One ``metrics.jsonl`` object from the ranks' reports."""
-        return epoch_metrics(
-            self.epoch,
-            self._reports,
-            accs,
-            epoch_seconds=self._epoch_seconds,
-            eval_seconds=eval_seconds,
-            num_batches=self.num_batches,
-            restarts=self.restarts,
-        )
+    def _best_value(self) -> float:
+        """Best validation value of the selection metric so far (-1 before any evaluation)."""
+        key = f"val_{self.metric}"
+        values = [m.evaluation.get(key) for m in self.history]
+        return max((float(v) for v in values if v is not None), default=-1.0)
 
-
-def epoch_metrics(
-    epoch: int,
-    reports: list[WorkerEpochReport],
-    accs: dict[str, float],
-    *,
-    epoch_seconds: float,
-    eval_seconds: float,
-    num_batches: int,
-    restarts: int,
-) -> dict[str, Any]:
-    """One ``metrics.jsonl`` object from the ranks' reports (shared with the local executor).
-
-    ``bytes``/``messages`` are the epoch's traffic summed over ranks; ``warmup_bytes`` is the
-    traffic before epoch 0 (presample dry run, cache prefetch), repeated on every line;
-    ``cache`` sums the ranks' cache counters over the epoch (absent without a cache).
-    """
-    seeds = sum(r.stats.num_seeds for r in reports)
-    traffic = sum((r.traffic for r in reports), LedgerSnapshot())
-    warmup = sum((r.warmup for r in reports), LedgerSnapshot())
-    split = {
-        key: sum(r.stats.seconds[key] for r in reports) / len(reports)
-        for key in ("sample", "fetch", "compute", "sync")
-    }
-    metrics: dict[str, Any] = {
-        "epoch": epoch,
-        "loss": sum(r.stats.loss_sum for r in reports) / max(seeds, 1),
-        **accs,
-        "batch_train_acc": sum(r.stats.num_correct for r in reports) / max(seeds, 1),
-        "seconds": {"total": epoch_seconds, **split, "eval": eval_seconds},
-        "bytes": traffic.bytes,
-        "messages": traffic.messages,
-        "counts": traffic.counts,
-        "warmup_bytes": warmup.bytes,
-        "num_batches": num_batches,
-        "peak_rss_bytes": [r.peak_rss_bytes for r in reports],
-        "num_ray_nodes": len({r.node_id for r in reports}),
-        "restarts": restarts,
-    }
-    counters = [r.cache for r in reports if r.cache is not None]
-    if counters:
-        cache: dict[str, float] = dict(sum(counters[1:], counters[0]).to_json())
-        looked = cache["rows_requested"]
-        cache["hit_rate"] = cache["rows_hit"] / looked if looked else 0.0
-        metrics["cache"] = cache
-    return metrics
-
-
-class Evaluator:
-    """Exact accuracy of a model state on the train, val and test masks (driver side).
-
-    Holds one model, the whole-graph block and the features; costs one ``[N, H]`` activation per
-    layer while evaluating.
-    """
-
-    def __init__(self, graph: Graph, spec: WorkerSpec) -> None:
-        if graph.x is None or graph.y is None:
-            raise ValueError("exact evaluation needs a graph with x and y; rewrite the store")
-        self.graph = graph
-        self.model = build_model(
-            spec.model, spec.num_features, spec.num_classes, len(spec.sampler.fanouts)
-        )
-        self.block = full_block(graph.indptr, graph.indices, graph.num_nodes)
-        self.x_NF = torch.from_numpy(np.asarray(graph.x, dtype=np.float32))
-        self.y_N = torch.from_numpy(graph.y)
-
-    def accuracies(self, model_state: dict[str, Any]) -> dict[str, float]:
-        """``{"train_acc", "val_acc", "test_acc"}`` (0.0 for a split without nodes)."""
-        self.model.load_state_dict(model_state)
-        hit_N = full_graph_logits(self.model, self.block, self.x_NF).argmax(-1) == self.y_N
-        out = {}
-        for split in ("train", "val", "test"):
-            mask = getattr(self.graph, f"{split}_mask")
-            hits = hit_N[torch.from_numpy(mask)] if mask is not None else hit_N[:0]
-            out[f"{split}_acc"] = float(hits.float().mean()) if hits.numel() else 0.0
-        return out
-
-
-def _read_metrics(path: Path) -> list[dict[str, Any]]:
-    """Parsed lines of ``metrics.jsonl`` (empty when missing)."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    def best(self) -> EpochMetrics | None:
+        """The evaluated epoch with the best validation metric (the earliest on ties)."""
+        key = f"val_{self.metric}"
+        scored = [m for m in self.history if m.evaluation.get(key) is not None]
+        if not scored:
+            return None
+        return max(scored, key=lambda m: float(m.evaluation[key] or 0.0))

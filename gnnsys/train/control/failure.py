@@ -13,6 +13,7 @@ executes the :class:`FailureDecision`; nothing here touches Ray, so every branch
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 __all__ = ["FailureAction", "FailureDecision", "FailureKind", "FailurePolicy", "FailureStatus"]
@@ -41,7 +42,7 @@ class FailureStatus:
     """One observed failure of the actor group.
 
     Attributes:
-        kind: Worst kind seen among the failed ranks (``RAISED`` > ``TIMEOUT`` > ``DIED``).
+        kind: Worst kind among the failed ranks (:meth:`FailurePolicy.worst`).
         errors_by_rank: Rank -> error text with traceback.
         restarts_so_far: Restarts already done in this run.
         has_checkpoint: Whether a checkpoint exists to restart from (else epoch 0).
@@ -82,6 +83,23 @@ class FailurePolicy:
 
     def __init__(self, config: Config) -> None:
         self.config = config
+
+    @staticmethod
+    def worst(kinds: Iterable[FailureKind]) -> FailureKind:
+        """The failure that explains the others: ``DIED`` > ``RAISED`` > ``TIMEOUT``.
+
+        A dead rank closes its gloo sockets, so its peers raise too; a raising rank leaves its
+        peers waiting in a collective until their deadline. Seeing the cause keeps a death
+        from being mistaken for a bug (which would abort instead of restart).
+
+        Raises:
+            ValueError: No kinds given.
+        """
+        seen = set(kinds)
+        for kind in (FailureKind.DIED, FailureKind.RAISED, FailureKind.TIMEOUT):
+            if kind in seen:
+                return kind
+        raise ValueError("worst() needs at least one failure kind")
 
     def decide(self, status: FailureStatus) -> FailureDecision:
         """Return the action for ``status`` (pure: no I/O, no clock)."""

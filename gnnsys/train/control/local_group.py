@@ -1,11 +1,13 @@
-"""In-process executor: the ranks of one run as threads, the shard owners as plain objects.
+"""The in-process ``WorkerGroup``: the ranks of one run as threads, the shard owners as objects.
 
-Same ``TrainWorker``, ``Trainer``, samplers, feature sources, caches and ``ShardOwner`` code as
-the Ray runtime, and the same ledger; only two handles differ: :class:`LocalOwnerClient` calls
-the owners directly instead of through actors, and :class:`ThreadSync` averages gradients
-between threads instead of over gloo. With no process start-up per run it is the executor of
-``gnnsys bench comm``, which trains dozens of configurations. No failure recovery: a rank that
-raises aborts the shared barrier, so every other rank stops too and the error is re-raised.
+Same ``TrainWorker``, ``Trainer``, samplers, feature sources, caches, ``ShardOwner`` and
+evaluation code as the Ray runtime, and the same ledger; three handles differ:
+:class:`LocalOwnerClient` calls the owners directly, ``LocalPeerClient`` the peer ranks, and
+:class:`ThreadSync` averages gradients between threads instead of over gloo. With no process
+start-up per run it is the executor of ``gnnsys bench comm``, which trains dozens of
+configurations, and ``replay=True`` turns an epoch into a traffic replay (sampling and fetching
+without the model). A rank that raises aborts the shared barrier, so every other rank stops too
+and the group reports the raising rank (the coordinator's policy then aborts).
 
 Gradient average: each rank deposits its flat gradient, then every rank sums the deposits in
 rank order (so all ranks hold bit-identical sums and their models stay equal), then waits until
@@ -14,58 +16,64 @@ all have read before anyone deposits the next step's.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
-import time
+import traceback
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
-from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from gnnsys.train.control.coordinator import METRICS_NAME, Evaluator, epoch_metrics
-from gnnsys.train.control.prepare import prepare_store
-from gnnsys.train.control.run import TrainResult, resolved_codec, summary_of, worker_template
-from gnnsys.train.control.shards import assemble_graph
-from gnnsys.train.remote.client import RayOwnerClient
+from gnnsys.cache.codecs import Codec, EncodedRows
+from gnnsys.train.control.checkpoint import Checkpoint
+from gnnsys.train.control.failure import FailureKind
+from gnnsys.train.control.group import GroupFailure
+from gnnsys.train.evaluate import RankEval
+from gnnsys.train.remote.client import SampleArrays
 from gnnsys.train.remote.ledger import Ledger
+from gnnsys.train.remote.peers import LocalPeerClient
 from gnnsys.train.remote.server import ShardOwner
-from gnnsys.train.worker import TrainWorker, WorkerEpochReport, WorkerSpec
+from gnnsys.train.worker import RankState, TrainWorker, WorkerEpochReport, WorkerSpec
 
-if TYPE_CHECKING:
-    from gnnsys.config import RunConfig
-
-__all__ = ["LocalOwnerClient", "ThreadSync", "train_local"]
+__all__ = ["LocalOwnerClient", "LocalWorkerGroup", "ThreadSync"]
 
 log = logging.getLogger(__name__)
 
 
-class _Direct:
-    """Makes ``owner.method.remote(*args)`` a direct call (the actor-handle call syntax)."""
-
-    def __init__(self, obj: object) -> None:
-        self._obj = obj
-
-    def __getattr__(self, name: str) -> SimpleNamespace:
-        return SimpleNamespace(remote=getattr(self._obj, name))
-
-
-class LocalOwnerClient(RayOwnerClient):
-    """``OwnerClient`` over in-process ``ShardOwner`` objects: every call returns at once.
-
-    Subclasses the Ray client, so each owner method the Ray client knows works here too.
-    """
+class LocalOwnerClient:
+    """``OwnerClient`` over in-process ``ShardOwner`` objects: every call returns at once."""
 
     def __init__(self, owners: list[ShardOwner]) -> None:
-        super().__init__([_Direct(o) for o in owners], deadline_s=float("inf"))
+        self.owners = owners
 
-    def _get(self, refs: dict[int, Any], what: str) -> dict[int, Any]:
-        return dict(refs)  # already the answers
+    def sample_many(
+        self, dst_by_part: dict[int, np.ndarray], fanout: int, *, seed: int, hop: int, replace: bool
+    ) -> dict[int, SampleArrays]:
+        """``ShardOwner.sample`` of every part in turn."""
+        return {
+            p: self.owners[p].sample(dst, fanout, seed, hop, replace)
+            for p, dst in dst_by_part.items()
+        }
+
+    def fetch_encoded_many(
+        self, gid_by_part: dict[int, np.ndarray], codec: Codec
+    ) -> dict[int, EncodedRows]:
+        """``ShardOwner.fetch_encoded`` of every part in turn."""
+        return {p: self.owners[p].fetch_encoded(gid, codec) for p, gid in gid_by_part.items()}
+
+    def partial_many(
+        self,
+        req_by_part: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]],
+        codec: Codec,
+    ) -> dict[int, EncodedRows]:
+        """``ShardOwner.partial_sums`` of every part in turn."""
+        return {
+            p: self.owners[p].partial_sums(rowptr, gid, weight, codec)
+            for p, (rowptr, gid, weight) in req_by_part.items()
+        }
 
 
 class _Room:
@@ -105,129 +113,116 @@ def _thread_sync(room: _Room, rank: int) -> Callable[[Ledger], ThreadSync]:
     return lambda ledger: ThreadSync(room, rank, ledger)
 
 
-def _run_epoch(
-    workers: list[TrainWorker], room: _Room, epoch: int, num_batches: int
-) -> list[WorkerEpochReport]:
-    """One epoch on every rank at once; re-raises the first rank's error."""
-    reports: list[WorkerEpochReport | None] = [None] * len(workers)
-    errors: list[tuple[int, BaseException]] = []
-
-    def work(rank: int) -> None:
-        try:
-            reports[rank] = workers[rank].train_epoch(epoch, num_batches)
-        except BaseException as err:  # noqa: BLE001 - re-raised below, on the driver thread
-            errors.append((rank, err))
-            room.barrier.abort()  # the other ranks leave their wait instead of hanging
-
-    threads = [threading.Thread(target=work, args=(r,), daemon=True) for r in range(len(workers))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    real = [e for e in errors if not isinstance(e[1], threading.BrokenBarrierError)]
-    if errors:
-        rank, err = (real or errors)[0]
-        raise RuntimeError(f"rank {rank} failed in epoch {epoch}: {err!r}") from err
-    return [r for r in reports if r is not None]
+def _raised(rank: int, err: BaseException) -> GroupFailure:
+    text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    return GroupFailure.of(FailureKind.RAISED, {rank: text})
 
 
-def train_local(
-    config: RunConfig,
-    run_dir: str | os.PathLike[str],
-    *,
-    traffic_only: bool = False,
-    threads: int | None = None,
-) -> TrainResult:
-    """Train ``config`` in this process; writes ``metrics.jsonl`` and ``summary.json``.
-
-    The topology is always ``partitioned`` (every remote row and neighbor list goes through an
-    owner and the ledger). ``config.cluster.address`` is ignored; nothing starts Ray.
+class LocalWorkerGroup:
+    """``P`` ranks in this process (a ``WorkerGroup``); see the module docstring.
 
     Args:
-        config: The run.
-        run_dir: Output directory (created).
-        traffic_only: Replay every epoch's sampling and fetching without the model
-            (``Trainer.replay_epoch``): the same traffic and cache counters, no accuracy.
+        template: Spec of rank 0.
+        deadline_s: How long a rank waits for the others at a gradient average.
+        replay: Epochs replay sampling and fetching without the model (``Trainer.replay_epoch``).
         threads: torch intra-op threads for the ranks' forward/backward (which run one at a
-            time, see ``Trainer``); ``None`` keeps 1, as a Ray worker has (bit-equal results).
+            time); ``None`` keeps 1, as a Ray worker has (bit-equal results).
     """
-    run_path = Path(run_dir)
-    run_path.mkdir(parents=True, exist_ok=True)
-    wall = time.perf_counter()
-    store = prepare_store(
-        config.data,
-        num_parts=config.cluster.parts,
-        num_hops=len(config.sampler.fanouts),
-        seed=config.trainer.seed,
-        run_dir=run_path,
-        reuse=False,
-    )
-    graph = assemble_graph(store, with_data=True)
-    config = replace(config, codec=resolved_codec(config, graph))
-    template = worker_template(config, store, graph, "partitioned")
-    threads_before = torch.get_num_threads()
-    try:
-        history = _train_epochs(config, template, graph, run_path, traffic_only, threads)
-    finally:
-        torch.set_num_threads(threads_before)  # TrainWorker pins 1 thread per rank
-    resolved = replace(config, cluster=replace(config.cluster, topology="partitioned"))
-    summary = summary_of(resolved, [] if traffic_only else history, store, "partitioned", 0)
-    summary["executor"] = "local"
-    summary["wall_seconds"] = time.perf_counter() - wall
-    (run_path / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    return TrainResult(history=history, summary=summary, run_dir=run_path)
 
+    def __init__(
+        self,
+        template: WorkerSpec,
+        deadline_s: float,
+        *,
+        replay: bool = False,
+        threads: int | None = None,
+    ) -> None:
+        self.template, self.deadline_s = template, deadline_s
+        self.replay, self.threads = replay, threads
+        self.workers: list[TrainWorker] = []
+        self._room = _Room(template.world_size, deadline_s)
+        self._threads_before = torch.get_num_threads()
 
-def _train_epochs(
-    config: RunConfig,
-    template: WorkerSpec,
-    graph: Any,
-    run_path: Path,
-    traffic_only: bool,
-    threads: int | None,
-) -> list[dict[str, Any]]:
-    parts = template.world_size
-    owners = [ShardOwner(template.store, p) for p in range(parts)]
-    client = LocalOwnerClient(owners)
-    room = _Room(parts, config.loop.deadline_s)
-    rng_lock = threading.Lock()
-    workers = [
-        TrainWorker(
-            replace(template, rank=r),
-            [],
-            client=client,
-            sync=_thread_sync(room, r),
-            rng_lock=rng_lock,
-        )
-        for r in range(parts)
-    ]
-    num_batches = max(w.num_local_batches() for w in workers)
-    if threads is not None:
-        torch.set_num_threads(threads)  # after TrainWorker pinned 1
-    evaluator = None if traffic_only else Evaluator(graph, template)
-    metrics_path = run_path / METRICS_NAME
-    metrics_path.write_text("")
-    history: list[dict[str, Any]] = []
-    for epoch in range(config.loop.epochs):
-        start = time.perf_counter()
-        if evaluator is None:
-            reports = [w.replay_epoch(epoch, num_batches) for w in workers]
-        else:
-            reports = _run_epoch(workers, room, epoch, num_batches)
-        seconds = time.perf_counter() - start
-        t_eval = time.perf_counter()
-        accs = {} if evaluator is None else evaluator.accuracies(workers[0].state()["model"])
-        metrics = epoch_metrics(
-            epoch,
-            reports,
-            accs,
-            epoch_seconds=seconds,
-            eval_seconds=time.perf_counter() - t_eval,
-            num_batches=num_batches,
-            restarts=0,
-        )
-        history.append(metrics)
-        with open(metrics_path, "a") as fh:
-            fh.write(json.dumps(metrics) + "\n")
-        log.info("epoch %d: %s (%.1fs)", epoch, accs or "traffic replayed", seconds)
-    return history
+    def start(self) -> int:
+        """Build the owners and ranks; returns the batches per epoch (max over ranks)."""
+        world = self.template.world_size
+        owners = [ShardOwner(self.template.store, p) for p in range(world)]
+        client, peers = LocalOwnerClient(owners), LocalPeerClient()
+        rng_lock = threading.Lock()
+        for r in range(world):
+            try:
+                worker = TrainWorker(
+                    replace(self.template, rank=r),
+                    [],
+                    client=client,
+                    sync=_thread_sync(self._room, r),
+                    rng_lock=rng_lock,
+                    peers=peers,
+                )
+            except Exception as err:  # process boundary of a rank: report it by rank
+                raise _raised(r, err) from err
+            self.workers.append(worker)
+        peers.peers = list(self.workers)
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)  # after TrainWorker pinned 1
+        return max(w.num_local_batches() for w in self.workers)
+
+    def load(self, ckpt: Checkpoint) -> None:
+        """Restore a checkpoint on every rank."""
+        for r, w in enumerate(self.workers):
+            w.load_state(ckpt.model_state, ckpt.optimizer_state, ckpt.rng_by_rank[r])
+
+    def run_epoch(
+        self, epoch: int, num_batches: int, on_progress: Callable[[int], None]
+    ) -> list[WorkerEpochReport]:
+        """One epoch on every rank at once (threads); replays run the ranks in turn."""
+        if self.replay:
+            reports = [w.replay_epoch(epoch, num_batches) for w in self.workers]
+            on_progress(num_batches)
+            return reports
+        done: list[WorkerEpochReport | None] = [None] * len(self.workers)
+        errors: dict[int, BaseException] = {}
+
+        def work(rank: int) -> None:
+            try:
+                done[rank] = self.workers[rank].train_epoch(epoch, num_batches)
+            except BaseException as err:  # noqa: BLE001 - reported below, on the driver thread
+                errors[rank] = err
+                self._room.barrier.abort()  # the other ranks leave their wait instead of hanging
+
+        threads = [threading.Thread(target=work, args=(r,), daemon=True) for r in range(len(done))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            real = {
+                r: e for r, e in errors.items() if not isinstance(e, threading.BrokenBarrierError)
+            }
+            rank, err = next(iter(sorted((real or errors).items())))
+            raise _raised(rank, err)
+        on_progress(num_batches)
+        return [r for r in done if r is not None]
+
+    def evaluate(self, splits: tuple[str, ...], *, with_logits: bool = False) -> list[RankEval]:
+        """One layer on every rank at a time, the ranks in turn (peers read finished tables)."""
+        try:
+            for layer in range(len(self.template.sampler.fanouts)):
+                for w in self.workers:
+                    w.eval_layer(layer)
+            return [w.eval_report(splits, with_logits) for w in self.workers]
+        except Exception as err:  # a rank's error, reported like a Ray rank's
+            raise _raised(0, err) from err
+
+    def collect(self) -> list[RankState]:
+        """Every rank's state."""
+        return [w.state() for w in self.workers]
+
+    def stop(self) -> None:
+        """Drop the ranks and restore the process's torch thread count."""
+        self.workers = []
+        torch.set_num_threads(self._threads_before)
+
+    def peers_of(self) -> list[Any]:
+        """The rank objects (tests inspect them)."""
+        return list(self.workers)

@@ -2,23 +2,123 @@
 
 ``gnnsys train`` without ``--store`` loads the dataset, partitions it and writes the store under
 the run directory before any actor starts, so every worker reads the same memory-mapped files.
+That step runs in a child process (its peak RSS is reported), so the driver never holds the
+graph: afterwards it reads only the manifest and the per-part label files (:func:`store_info`).
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import resource
+import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
 
 from gnnsys.store.source import DataConfig
 
-__all__ = ["prepare_store"]
+__all__ = [
+    "PreparedStore",
+    "StoreInfo",
+    "feature_chunks",
+    "prepare_store",
+    "store_info",
+]
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedStore:
+    """The store a run trains on.
+
+    Attributes:
+        path: Partition store directory.
+        written: Whether this run wrote it (partitioned in a child process).
+        seconds: Time of that step (0 when reused).
+        peak_rss_bytes: Peak RSS of the child process that partitioned (0 when reused).
+    """
+
+    path: Path
+    written: bool = False
+    seconds: float = 0.0
+    peak_rss_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StoreInfo:
+    """What the driver knows of a store without holding the graph.
+
+    Attributes:
+        num_nodes: ``N``.
+        num_edges: ``E`` (directed).
+        num_parts: ``P``.
+        num_features: ``F`` (0 without features).
+        num_classes: ``C``: ``max(y) + 1`` over every part (labels ``-1`` are unlabelled).
+    """
+
+    num_nodes: int
+    num_edges: int
+    num_parts: int
+    num_features: int
+    num_classes: int
+
+
+def _part_array(store: Path, part: int, name: str) -> np.ndarray | None:
+    """One part's ``name`` array, memory-mapped (``None`` when the store has none)."""
+    from gnnsys.store.layout import shard_file
+
+    path = store / shard_file(part, name)
+    if not path.exists():
+        return None
+    arr: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
+    return arr
+
+
+def store_info(store: str | Path) -> StoreInfo:
+    """Sizes from the manifest and the label files; reads no structure and no features."""
+    from gnnsys.store import read_manifest
+
+    root = Path(store)
+    manifest = read_manifest(root)
+    x0 = _part_array(root, 0, "x")
+    num_classes = 0
+    for part in range(manifest.num_parts):
+        y = _part_array(root, part, "y")
+        if y is not None and y.size:
+            num_classes = max(num_classes, int(y.shape[1]) if y.ndim == 2 else int(y.max()) + 1)
+    return StoreInfo(
+        num_nodes=manifest.num_nodes,
+        num_edges=manifest.num_edges,
+        num_parts=manifest.num_parts,
+        num_features=0 if x0 is None else int(x0.shape[1]),
+        num_classes=num_classes,
+    )
+
+
+def feature_chunks(store: str | Path, rows: int = 1 << 16) -> Iterator[Tensor]:
+    """Every part's feature rows as float32 chunks of ``rows`` rows (one chunk in memory)."""
+    from gnnsys.store import read_manifest
+
+    root = Path(store)
+    for part in range(read_manifest(root).num_parts):
+        x = _part_array(root, part, "x")
+        if x is None:
+            continue
+        for start in range(0, int(x.shape[0]), rows):
+            yield torch.from_numpy(np.array(x[start : start + rows], dtype=np.float32))
+        del x  # unmap before the next part, so at most one part's pages stay resident
+
+
 def prepare_store(
     spec: DataConfig, *, num_parts: int, num_hops: int, seed: int, run_dir: Path, reuse: bool
-) -> Path:
+) -> PreparedStore:
     """Return a store with ``num_parts`` parts, writing ``run_dir/store`` if none is given.
 
     Args:
@@ -41,16 +141,24 @@ def prepare_store(
                 f"store {spec.store} has {manifest.num_parts} parts but --parts={num_parts}; "
                 f"pass --parts {manifest.num_parts} or re-partition"
             )
-        return Path(spec.store)
+        return PreparedStore(Path(spec.store))
     target = run_dir / "store"
     if reuse and (target / "manifest.json").exists():
         if read_manifest(target).num_parts == num_parts:
             log.info("reusing the partition store %s", target)
-            return target
-    return _write_store(spec, num_parts, num_hops, seed, target)
+            return PreparedStore(target)
+    start = time.perf_counter()
+    # A child process holds the whole graph while it partitions, so the driver never does.
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        peak = pool.submit(_write_store, spec, num_parts, num_hops, seed, target).result()
+    seconds = time.perf_counter() - start
+    log.info("partitioned in %.1f s in a child process (peak RSS %.2f GiB)", seconds, peak / 2**30)
+    return PreparedStore(target, written=True, seconds=seconds, peak_rss_bytes=peak)
 
 
-def _write_store(spec: DataConfig, num_parts: int, num_hops: int, seed: int, target: Path) -> Path:
+def _write_store(spec: DataConfig, num_parts: int, num_hops: int, seed: int, target: Path) -> int:
+    """Load, partition and write (in the child process); returns the child's peak RSS."""
     from gnnsys.datasets import load
     from gnnsys.partitioners import partition
     from gnnsys.store import write_partitions
@@ -66,4 +174,4 @@ def _write_store(spec: DataConfig, num_parts: int, num_hops: int, seed: int, tar
     )
     assignment = partition(graph, spec.partitioner, num_parts, seed=seed)
     write_partitions(graph, assignment, target, num_hops=num_hops, overwrite=True)
-    return target
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux

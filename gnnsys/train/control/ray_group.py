@@ -1,7 +1,12 @@
-"""Executor of the actor group: the only code that creates, calls and kills training actors.
+"""The Ray ``WorkerGroup``: the only code that creates, calls and kills training actors.
 
-The coordinator decides; :class:`ActorGroup` executes. Failures come back as a
-``FailureStatus`` (never as a raw Ray exception), so the coordinator's decision stays pure.
+The coordinator decides; :class:`RayWorkerGroup` executes. Failures come back as a
+:class:`GroupFailure` with each rank's kind and traceback (never as a raw Ray exception), so the
+coordinator's decision stays pure.
+
+Per part ``p`` there are two actors: a ``ShardOwner`` serving part ``p``'s structure and features
+and a ``TrainWorker`` (rank ``p``). Trainers are threaded actors: one thread runs the epoch or
+evaluation step, the others answer ``progress()`` polls and peers' evaluation row requests.
 """
 
 from __future__ import annotations
@@ -11,33 +16,23 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from gnnsys.train.control.checkpoint import Checkpoint
-from gnnsys.train.control.failure import FailureKind, FailureStatus
+from gnnsys.train.control.failure import FailureKind
+from gnnsys.train.control.group import GroupFailure
+from gnnsys.train.control.resources import Resources
+from gnnsys.train.evaluate import RankEval
 from gnnsys.train.remote.server import ShardOwner
-from gnnsys.train.worker import TrainWorker, WorkerEpochReport, WorkerSpec
+from gnnsys.train.worker import RankState, TrainWorker, WorkerEpochReport, WorkerSpec
 
-__all__ = ["ActorGroup", "GroupFailure", "Resources", "actor_name"]
+__all__ = ["RayWorkerGroup", "Resources", "actor_name"]
 
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.5  # how often the driver polls progress while an epoch runs
 _GRACE_S = 3.0  # after a first failure, how long to wait for the other ranks' outcome
-
-
-@dataclass(frozen=True, slots=True)
-class Resources:
-    """Ray resources per actor; fractional CPUs let 2P actors share a small machine.
-
-    Attributes:
-        worker_cpus: Logical CPUs per trainer actor.
-        owner_cpus: Logical CPUs per shard-owner actor.
-    """
-
-    worker_cpus: float = 1.0
-    owner_cpus: float = 0.5
 
 
 def actor_name(kind: str, rank: int, template: WorkerSpec) -> str:
@@ -50,16 +45,9 @@ def actor_name(kind: str, rank: int, template: WorkerSpec) -> str:
     return f"gnnsys-{kind}-{rank}-a{template.attempt}-{os.getpid()}-{store_hash}"
 
 
-class GroupFailure(Exception):  # noqa: N818 (a control-flow signal carrying a record)
-    """Raised by :class:`ActorGroup` calls when ranks failed; carries the observed status."""
-
-    def __init__(self, kind: FailureKind, errors_by_rank: dict[int, str]) -> None:
-        super().__init__(kind, errors_by_rank)
-        self.kind, self.errors_by_rank = kind, errors_by_rank
-
-    def status(self, restarts_so_far: int, has_checkpoint: bool) -> FailureStatus:
-        """The record the failure policy decides on."""
-        return FailureStatus(self.kind, self.errors_by_rank, restarts_so_far, has_checkpoint)
+def _eval_layer(layer: int) -> Callable[[int, Any], Any]:
+    """The ``_call_all`` maker of one evaluation step."""
+    return lambda _, w: w.eval_layer.remote(layer)
 
 
 def _classify(err: Exception) -> FailureKind:
@@ -76,8 +64,8 @@ def _classify(err: Exception) -> FailureKind:
     return FailureKind.RAISED
 
 
-class ActorGroup:
-    """``P`` shard owners plus ``P`` trainers forming one gloo group.
+class RayWorkerGroup:
+    """``P`` shard owners plus ``P`` trainers forming one gloo group (a ``WorkerGroup``).
 
     Args:
         template: Spec of rank 0; rank ``r`` gets ``replace(template, rank=r)``.
@@ -86,20 +74,34 @@ class ActorGroup:
     """
 
     def __init__(self, template: WorkerSpec, resources: Resources, deadline_s: float) -> None:
+        self.template, self.resources, self.deadline_s = template, resources, deadline_s
+        self.owners: list[Any] = []
+        self.workers: list[Any] = []
+
+    def start(self) -> int:
+        """Create the actors, join the gloo group; returns the batches per epoch (max of ranks).
+
+        Raises:
+            GroupFailure: An actor failed to start or to answer within the deadline.
+        """
         import ray
 
-        self.deadline_s = deadline_s
+        template, resources = self.template, self.resources
         owner_cls, worker_cls = ray.remote(ShardOwner), ray.remote(TrainWorker)
         owner_opts: dict[str, Any] = {"num_cpus": resources.owner_cpus}
-        worker_opts: dict[str, Any] = {"num_cpus": resources.worker_cpus, "max_concurrency": 2}
         world = template.world_size
-        self.owners: list[Any] = [
+        # One thread for the step, one for progress polls, one per peer asking for eval rows.
+        worker_opts: dict[str, Any] = {
+            "num_cpus": resources.worker_cpus,
+            "max_concurrency": world + 2,
+        }
+        self.owners = [
             owner_cls.options(
                 name=actor_name("owner", p, template), scheduling_strategy="SPREAD", **owner_opts
             ).remote(template.store, p)
             for p in range(world)
         ]
-        self.workers: list[Any] = [
+        self.workers = [
             worker_cls.options(
                 name=actor_name("worker", r, template),
                 scheduling_strategy="SPREAD",
@@ -110,6 +112,8 @@ class ActorGroup:
         self._call_all(lambda _, a: a.ping.remote(), self.owners)
         host, port = self._call_all(lambda _, w: w.address.remote(), self.workers[:1])[0]
         self._call_all(lambda _, w: w.init_group.remote(host, port))
+        self._call_all(lambda _, w: w.set_peers.remote(self.workers))
+        return int(max(self._call_all(lambda _, w: w.num_local_batches.remote())))
 
     def _call_all(
         self, make: Callable[[int, Any], Any], actors: list[Any] | None = None
@@ -123,24 +127,16 @@ class ActorGroup:
 
         refs = [make(r, a) for r, a in enumerate(self.workers if actors is None else actors)]
         errors: dict[int, str] = {}
-        kinds: set[FailureKind] = set()
+        kinds: dict[int, FailureKind] = {}
         results: list[Any] = []
         for rank, ref in enumerate(refs):
             try:
                 results.append(ray.get(ref, timeout=self.deadline_s))
             except Exception as err:  # process boundary: classify, report by rank
-                kinds.add(_classify(err))
-                errors[rank] = str(err)
+                kinds[rank], errors[rank] = _classify(err), str(err)
         if errors:
-            worst = next(
-                k for k in (FailureKind.RAISED, FailureKind.TIMEOUT, FailureKind.DIED) if k in kinds
-            )
-            raise GroupFailure(worst, errors)
+            raise GroupFailure(kinds, errors)
         return results
-
-    def num_batches(self) -> int:
-        """Batches per epoch for every rank: the most any rank needs."""
-        return int(max(self._call_all(lambda _, w: w.num_local_batches.remote())))
 
     def load(self, ckpt: Checkpoint) -> None:
         """Load a checkpoint into every trainer (each rank gets its own RNG state)."""
@@ -150,11 +146,17 @@ class ActorGroup:
             )
         )
 
-    def states(self) -> list[dict[str, Any]]:
+    def collect(self) -> list[RankState]:
         """Every rank's model, optimizer and RNG state."""
         return self._call_all(lambda _, w: w.state.remote())
 
-    def train_epoch(
+    def evaluate(self, splits: tuple[str, ...], *, with_logits: bool = False) -> list[RankEval]:
+        """One layer on every rank at a time (peers serve the rows they just computed)."""
+        for layer in range(len(self.template.sampler.fanouts)):
+            self._call_all(_eval_layer(layer))
+        return self._call_all(lambda _, w: w.eval_report.remote(splits, with_logits))
+
+    def run_epoch(
         self, epoch: int, num_batches: int, on_progress: Callable[[int], None]
     ) -> list[WorkerEpochReport]:
         """Run one epoch on every rank; ``on_progress(batches done by rank 0)`` while waiting.
@@ -192,9 +194,10 @@ class ActorGroup:
                 }
                 break
         if errors:
-            kinds = {k for k, _ in errors.values()}
-            kind = FailureKind.DIED if FailureKind.DIED in kinds else next(iter(kinds))
-            raise GroupFailure(kind, {r: text for r, (_, text) in errors.items()})
+            raise GroupFailure(
+                {r: kind for r, (kind, _) in errors.items()},
+                {r: text for r, (_, text) in errors.items()},
+            )
         return [done[r] for r in range(len(refs))]
 
     def _collect_grace(
@@ -227,7 +230,7 @@ class ActorGroup:
         except Exception:  # process boundary: a dead rank 0 shows up in train_epoch's refs
             return 0
 
-    def kill(self) -> None:
+    def stop(self) -> None:
         """Kill every actor now (no graceful exit: a peer may be blocked in a collective)."""
         import ray
 

@@ -1,8 +1,12 @@
 """One training run end to end: connect Ray, prepare the store, run the coordinator, summarise.
 
-This is the function behind ``gnnsys train``. A Ray instance it starts itself binds to loopback
-with the dashboard off and is shut down on every exit path (error and Ctrl-C included); one it
-joins (``--address``, or an already initialised driver) is left running.
+``train`` is the function behind ``gnnsys train`` (Ray executor); ``train_local`` runs the same
+coordinator over the in-process executor (``gnnsys bench comm``). Neither holds the graph: a
+new store is partitioned in a child process, and the driver reads only the manifest, the label
+files and (for ``--codec auto``) one chunk of feature rows at a time. A Ray instance ``train``
+starts itself binds to loopback with the dashboard off and is shut down on every exit path
+(error and Ctrl-C included); one it joins (``--address``, or an already initialised driver) is
+left running.
 """
 
 from __future__ import annotations
@@ -16,26 +20,30 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
 from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.failure import FailurePolicy
-from gnnsys.train.control.prepare import prepare_store
-from gnnsys.train.control.shards import assemble_graph, choose_topology
+from gnnsys.train.control.group import WorkerGroup
+from gnnsys.train.control.local_group import LocalWorkerGroup
+from gnnsys.train.control.prepare import PreparedStore, StoreInfo, feature_chunks, prepare_store
+from gnnsys.train.control.prepare import store_info as read_store_info
+from gnnsys.train.control.ray_group import RayWorkerGroup
+from gnnsys.train.control.recorder import Recorder
+from gnnsys.train.topology import choose_topology
 from gnnsys.train.worker import FaultSpec, WorkerSpec
 
 if TYPE_CHECKING:
     from gnnsys.cache.codecs import CodecConfig
     from gnnsys.config import RunConfig
-    from gnnsys.types import Graph
 
 __all__ = [
     "TrainResult",
     "resolved_codec",
     "summary_of",
     "train",
+    "train_local",
     "worker_template",
 ]
 
@@ -80,7 +88,7 @@ def _connect(cluster: ClusterConfig) -> bool:
 def train(
     config: RunConfig, run_dir: str | os.PathLike[str], *, fault: FaultSpec | None = None
 ) -> TrainResult:
-    """Train ``config`` and write ``metrics.jsonl``, ``checkpoint.pt`` and ``summary.json``.
+    """Train ``config`` on Ray; writes ``metrics.jsonl``, checkpoints and ``summary.json``.
 
     Args:
         config: The run.
@@ -96,51 +104,101 @@ def train(
     run_path = Path(run_dir)
     run_path.mkdir(parents=True, exist_ok=True)
     started = _connect(config.cluster)
-    wall = time.perf_counter()
     try:
-        store = prepare_store(
-            config.data,
-            num_parts=config.cluster.parts,
-            num_hops=len(config.sampler.fanouts),
-            seed=config.trainer.seed,
-            run_dir=run_path,
-            reuse=config.loop.resume,
-        )
-        graph = assemble_graph(store, with_data=True)
-        topology = choose_topology(
-            config.cluster.topology,
-            num_nodes=graph.num_nodes,
-            num_edges=graph.num_edges,
-            num_parts=config.cluster.parts,
-        )
-        config = replace(config, codec=resolved_codec(config, graph))
-        template = replace(worker_template(config, store, graph, topology), fault=fault)
-        coordinator = Coordinator(
-            config.loop,
-            template=template,
-            policy=FailurePolicy(config.failure),
-            run_dir=run_path,
-            eval_graph=graph,
-        )
-        history = coordinator.run()
-        summary = summary_of(config, history, store, topology, coordinator.restarts)
-        summary["wall_seconds"] = time.perf_counter() - wall
-        (run_path / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-        return TrainResult(history=history, summary=summary, run_dir=run_path)
+        return _run(config, run_path, executor="ray", fault=fault)
     finally:
         if started:
             ray.shutdown()
 
 
-def resolved_codec(config: RunConfig, graph: Graph) -> CodecConfig:
-    """``config.codec`` with ``auto`` resolved from the whole feature matrix (else unchanged)."""
-    if config.codec.name != "auto":
-        return config.codec
-    x_NF = torch.from_numpy(np.asarray(graph.x, dtype=np.float32))
-    return config.codec.resolve(x_NF)
+def train_local(
+    config: RunConfig,
+    run_dir: str | os.PathLike[str],
+    *,
+    traffic_only: bool = False,
+    threads: int | None = None,
+) -> TrainResult:
+    """Train ``config`` in this process (ranks as threads); same files as :func:`train`.
+
+    The topology is always ``partitioned`` (every remote row and neighbor list goes through an
+    owner and the ledger). ``config.cluster.address`` is ignored; nothing starts Ray.
+
+    Args:
+        config: The run.
+        run_dir: Output directory (created).
+        traffic_only: Replay every epoch's sampling and fetching without the model
+            (``Trainer.replay_epoch``): the same traffic and cache counters, no evaluation.
+        threads: torch intra-op threads for the ranks' forward/backward; ``None`` keeps 1, as
+            a Ray worker has (bit-equal results).
+    """
+    run_path = Path(run_dir)
+    run_path.mkdir(parents=True, exist_ok=True)
+    if traffic_only:
+        config = replace(config, eval=replace(config.eval, every=0))
+    return _run(config, run_path, executor="local", replay=traffic_only, threads=threads)
 
 
-def worker_template(config: RunConfig, store: Path, graph: Graph, topology: str) -> WorkerSpec:
+def _run(
+    config: RunConfig,
+    run_path: Path,
+    *,
+    executor: str,
+    fault: FaultSpec | None = None,
+    replay: bool = False,
+    threads: int | None = None,
+) -> TrainResult:
+    """Prepare, resolve, coordinate and summarise one run on either executor."""
+    wall = time.perf_counter()
+    prepared = prepare_store(
+        config.data,
+        num_parts=config.cluster.parts,
+        num_hops=len(config.sampler.fanouts),
+        seed=config.trainer.seed,
+        run_dir=run_path,
+        reuse=config.loop.resume,
+    )
+    info = read_store_info(prepared.path)
+    topology = "partitioned"
+    if executor == "ray":
+        topology = choose_topology(
+            config.cluster.topology,
+            num_nodes=info.num_nodes,
+            num_edges=info.num_edges,
+            num_parts=config.cluster.parts,
+        )
+    config = replace(config, codec=resolved_codec(config, prepared.path))
+    template = replace(worker_template(config, prepared.path, info, topology), fault=fault)
+
+    def make_group(attempt: int) -> WorkerGroup:
+        spec = replace(template, attempt=attempt)
+        if executor == "ray":
+            return RayWorkerGroup(spec, config.loop.resources, config.loop.deadline_s)
+        return LocalWorkerGroup(spec, config.loop.deadline_s, replay=replay, threads=threads)
+
+    coordinator = Coordinator(
+        config.loop,
+        make_group=make_group,
+        policy=FailurePolicy(config.failure),
+        recorder=Recorder(run_path),
+        evaluation=config.eval,
+        num_classes=info.num_classes,
+        world_size=config.cluster.parts,
+    )
+    history = [m.to_json() for m in coordinator.run()]
+    best = coordinator.best()
+    summary = summary_of(config, history, prepared, topology, coordinator.restarts)
+    summary |= {"best": None if best is None else best.to_json(), "metric": coordinator.metric}
+    summary |= {"executor": executor, "wall_seconds": time.perf_counter() - wall}
+    (run_path / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return TrainResult(history=history, summary=summary, run_dir=run_path)
+
+
+def resolved_codec(config: RunConfig, store: Path) -> CodecConfig:
+    """``config.codec`` with ``auto`` resolved from every part's features, streamed."""
+    return config.codec.resolve_chunks(lambda: feature_chunks(store))
+
+
+def worker_template(config: RunConfig, store: Path, info: StoreInfo, topology: str) -> WorkerSpec:
     """Rank 0's ``WorkerSpec`` (both executors derive every rank's spec from it)."""
     return WorkerSpec(
         rank=0,
@@ -150,27 +208,31 @@ def worker_template(config: RunConfig, store: Path, graph: Graph, topology: str)
         trainer=config.trainer,
         sampler=config.sampler,
         model=config.model,
-        num_features=graph.num_features,
-        num_classes=graph.num_classes,
+        num_features=info.num_features,
+        num_classes=info.num_classes,
         deadline_s=config.loop.deadline_s,
         codec=config.codec,
         cache=config.cache,
         layer0=config.layer0,
+        eval=config.eval,
     )
 
 
 def summary_of(
-    config: RunConfig, history: list[dict[str, Any]], store: Path, topology: str, restarts: int
+    config: RunConfig,
+    history: list[dict[str, Any]],
+    prepared: PreparedStore,
+    topology: str,
+    restarts: int,
 ) -> dict[str, Any]:
-    """The ``summary.json`` object: final and best epochs, config, versions, partition."""
+    """The ``summary.json`` object: final epoch, config, versions, partition (``best`` added)."""
     from gnnsys import __version__
     from gnnsys.store import read_manifest
 
-    manifest = read_manifest(store)
+    manifest = read_manifest(prepared.path)
     resolved = replace(config, cluster=replace(config.cluster, topology=topology))
     return {
         "final": history[-1] if history else None,
-        "best": max(history, key=lambda m: m["val_acc"]) if history else None,
         "config": resolved.to_json(),
         "versions": {
             "gnnsys": __version__,
@@ -179,18 +241,31 @@ def summary_of(
             "python": platform.python_version(),
         },
         "partition": {
-            "store": str(store),
+            "store": str(prepared.path),
             "dataset": manifest.dataset,
             "fingerprint": manifest.fingerprint,
             "strategy": manifest.strategy,
             "num_parts": manifest.num_parts,
             "num_hops": manifest.num_hops,
+            "written_by_this_run": prepared.written,
+            "seconds": prepared.seconds,
+            "peak_rss_bytes": prepared.peak_rss_bytes,
         },
         "restarts": restarts,
+        "driver_peak_rss_bytes": _peak_rss(),
     }
 
 
-def _ray_version() -> str:
-    import ray
+def _peak_rss() -> int:
+    """This process's peak RSS in bytes (``ru_maxrss`` is KiB on Linux)."""
+    import resource
 
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _ray_version() -> str:
+    try:
+        import ray
+    except ImportError:  # the in-process executor runs without Ray
+        return "absent"
     return str(ray.__version__)

@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 def group_by_owner(part_M: np.ndarray, skip: int) -> dict[int, np.ndarray]:
     """Positions of each owner's entries in request order (one stable sort), except ``skip``."""
+    if part_M.size == 0:
+        return {}
     order = np.argsort(part_M, kind="stable")
     parts, starts = np.unique(part_M[order], return_index=True)
     groups = np.split(order, starts[1:])

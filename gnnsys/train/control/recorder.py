@@ -1,0 +1,201 @@
+"""What a run leaves on disk, written in one place: ``metrics.jsonl`` lines and checkpoints.
+
+:class:`EpochMetrics` is the typed record of one epoch; its JSON form is one line of
+``metrics.jsonl`` (layout documented in docs/training.md: evaluation metrics such as
+``val_acc`` at the top level, traffic by category under ``bytes``/``messages``). The
+:class:`Recorder` appends a line, then writes the checkpoint, so a checkpoint of epoch ``e``
+always has ``e``'s line; on resume it keeps the lines before the checkpoint's next epoch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gnnsys.train.control.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from gnnsys.train.evaluate import EvalResult
+from gnnsys.train.remote.ledger import LedgerSnapshot
+from gnnsys.train.worker import WorkerEpochReport
+
+__all__ = ["METRICS_NAME", "EpochMetrics", "Recorder", "epoch_metrics"]
+
+METRICS_NAME = "metrics.jsonl"
+_PHASES = ("sample", "fetch", "compute", "sync")
+
+
+@dataclass(frozen=True, slots=True)
+class EpochMetrics:
+    """One epoch of a run (one ``metrics.jsonl`` line).
+
+    Attributes:
+        epoch: 0-based epoch index.
+        loss: Mean training cross-entropy over the epoch's seeds.
+        batch_train_acc: Training accuracy of the mini-batches (dropout on).
+        evaluation: ``{split}_{acc,f1,auc}`` of the sharded exact evaluation (empty when the
+            epoch was not evaluated).
+        seconds: ``total`` epoch time, the mean per-rank ``sample/fetch/compute/sync`` split,
+            and ``eval`` (slowest rank's evaluation).
+        traffic: The epoch's training traffic summed over ranks.
+        eval_traffic: Evaluation traffic summed over ranks.
+        eval_cache: Layer-0 halo rows evaluation needed and those its caches served.
+        warmup_bytes: Traffic before epoch 0 (presample, prefetch), repeated on every line.
+        cache: Ranks' cache counters summed over the epoch (empty without a cache).
+        num_batches: Batches per rank.
+        peak_rss_bytes: Peak RSS of every rank's process so far (its evaluation included).
+        num_ray_nodes: Distinct nodes the ranks ran on.
+        restarts: Group restarts so far.
+    """
+
+    epoch: int
+    loss: float
+    batch_train_acc: float
+    evaluation: dict[str, float | None]
+    seconds: dict[str, float]
+    traffic: LedgerSnapshot
+    eval_traffic: LedgerSnapshot
+    eval_cache: dict[str, int]
+    warmup_bytes: dict[str, int]
+    cache: dict[str, float] = field(default_factory=dict)
+    num_batches: int = 0
+    peak_rss_bytes: tuple[int, ...] = ()
+    num_ray_nodes: int = 1
+    restarts: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``metrics.jsonl`` object."""
+        out: dict[str, Any] = {"epoch": self.epoch, "loss": self.loss, **self.evaluation}
+        out |= {
+            "batch_train_acc": self.batch_train_acc,
+            "seconds": self.seconds,
+            "bytes": self.traffic.bytes,
+            "messages": self.traffic.messages,
+            "counts": self.traffic.counts,
+            "eval": {
+                "bytes": self.eval_traffic.bytes,
+                "messages": self.eval_traffic.messages,
+                **self.eval_cache,
+            },
+            "warmup_bytes": self.warmup_bytes,
+            "num_batches": self.num_batches,
+            "peak_rss_bytes": list(self.peak_rss_bytes),
+            "num_ray_nodes": self.num_ray_nodes,
+            "restarts": self.restarts,
+        }
+        if self.cache:
+            out["cache"] = self.cache
+        return out
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> EpochMetrics:
+        """Inverse of :meth:`to_json` (lines of a run being resumed)."""
+        evaluation = {k: v for k, v in obj.items() if k.endswith(("_acc", "_f1", "_auc"))}
+        evaluation.pop("batch_train_acc", None)
+        ev = obj.get("eval", {})
+        return cls(
+            epoch=int(obj["epoch"]),
+            loss=float(obj["loss"]),
+            batch_train_acc=float(obj["batch_train_acc"]),
+            evaluation=evaluation,
+            seconds=dict(obj["seconds"]),
+            traffic=LedgerSnapshot(obj["bytes"], obj["messages"], obj.get("counts", {})),
+            eval_traffic=LedgerSnapshot(ev.get("bytes", {}), ev.get("messages", {}), {}),
+            eval_cache={k: int(v) for k, v in ev.items() if k not in ("bytes", "messages")},
+            warmup_bytes=dict(obj.get("warmup_bytes", {})),
+            cache=dict(obj.get("cache", {})),
+            num_batches=int(obj.get("num_batches", 0)),
+            peak_rss_bytes=tuple(obj.get("peak_rss_bytes", ())),
+            num_ray_nodes=int(obj.get("num_ray_nodes", 1)),
+            restarts=int(obj.get("restarts", 0)),
+        )
+
+
+def _cache_totals(reports: list[WorkerEpochReport]) -> dict[str, float]:
+    """The ranks' cache counters summed, with the overall hit rate (empty without a cache)."""
+    counters = [r.cache for r in reports if r.cache is not None]
+    if not counters:
+        return {}
+    cache: dict[str, float] = dict(sum(counters[1:], counters[0]).to_json())
+    looked = cache["rows_requested"]
+    cache["hit_rate"] = cache["rows_hit"] / looked if looked else 0.0
+    return cache
+
+
+def epoch_metrics(
+    epoch: int,
+    reports: list[WorkerEpochReport],
+    evaluation: EvalResult,
+    *,
+    epoch_seconds: float,
+    num_batches: int,
+    restarts: int,
+) -> EpochMetrics:
+    """One epoch's record from the ranks' training reports and their combined evaluation."""
+    seeds = max(sum(r.stats.num_seeds for r in reports), 1)
+    split = {k: sum(r.stats.seconds[k] for r in reports) / len(reports) for k in _PHASES}
+    return EpochMetrics(
+        epoch=epoch,
+        loss=sum(r.stats.loss_sum for r in reports) / seeds,
+        batch_train_acc=sum(r.stats.num_correct for r in reports) / seeds,
+        evaluation=evaluation.metrics,
+        seconds={"total": epoch_seconds, **split, "eval": evaluation.seconds},
+        traffic=sum((r.traffic for r in reports), LedgerSnapshot()),
+        eval_traffic=evaluation.traffic,
+        eval_cache={"halo_rows": evaluation.halo_rows, "cache_hits": evaluation.cache_hits},
+        warmup_bytes=sum((r.warmup for r in reports), LedgerSnapshot()).bytes,
+        cache=_cache_totals(reports),
+        num_batches=num_batches,
+        peak_rss_bytes=tuple(
+            max([r.peak_rss_bytes, *evaluation.peak_rss_bytes[i : i + 1]])
+            for i, r in enumerate(reports)
+        ),
+        num_ray_nodes=len({r.node_id for r in reports}),
+        restarts=restarts,
+    )
+
+
+class Recorder:
+    """Owns ``run_dir/metrics.jsonl`` and the checkpoints of one run.
+
+    Args:
+        run_dir: The run directory (created).
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.metrics_path = self.run_dir / METRICS_NAME
+
+    def begin(self, resume: bool) -> tuple[Checkpoint | None, list[EpochMetrics]]:
+        """Start a run: the checkpoint to continue from and the metric lines kept before it.
+
+        A fresh run (``resume=False``) removes an old checkpoint and empties the metrics.
+        """
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        ckpt = load_checkpoint(self.run_dir) if resume else None
+        if not resume:
+            (self.run_dir / "checkpoint.pt").unlink(missing_ok=True)
+        kept = self.lines_before(0 if ckpt is None else ckpt.epoch + 1)
+        self.metrics_path.write_text("".join(json.dumps(m.to_json()) + "\n" for m in kept))
+        return ckpt, kept
+
+    def lines_before(self, epoch: int) -> list[EpochMetrics]:
+        """Parsed lines of ``metrics.jsonl`` with an epoch below ``epoch``."""
+        if not self.metrics_path.exists():
+            return []
+        lines = [ln for ln in self.metrics_path.read_text().splitlines() if ln.strip()]
+        records = [EpochMetrics.from_json(json.loads(ln)) for ln in lines]
+        return [m for m in records if m.epoch < epoch]
+
+    def append(self, metrics: EpochMetrics) -> None:
+        """Add one line (flushed before the epoch's checkpoint is written)."""
+        with open(self.metrics_path, "a") as fh:
+            fh.write(json.dumps(metrics.to_json()) + "\n")
+
+    def save(self, ckpt: Checkpoint) -> None:
+        """Write the checkpoint atomically."""
+        save_checkpoint(self.run_dir, ckpt)
+
+    def last_checkpoint(self) -> Checkpoint | None:
+        """The newest readable checkpoint (after a failure), or ``None``."""
+        return load_checkpoint(self.run_dir)

@@ -1,0 +1,186 @@
+"""The blocks of sharded evaluation: a shard's in-edges, cut into chunks of destinations.
+
+A rank evaluates its ``M`` owned nodes over every in-edge. Its sources are the owned nodes and
+the ``H`` distinct 1-hop halo nodes; the layer input is held as two tables, ``own`` ``[M, F]``
+(the memory-mapped features, or the previous layer's outputs) and ``halo`` ``[H, F]`` (fetched
+once per layer). Rather than concatenating them into one ``[M + H, F]`` tensor and keeping an
+``[E]`` relabelled index, :func:`chunk_blocks` walks the destinations in runs of at most
+``max_edges`` in-edges and yields each run as a small self-contained ``Block`` (destinations
+first, then the run's other distinct sources) plus the rows to gather for it, so evaluation
+costs the two tables, the output table and one chunk's temporaries.
+
+Shape legend: ``M`` owned nodes, ``H`` 1-hop halo nodes, ``K`` k-hop halo nodes of the store,
+``E`` in-edges of owned nodes, ``S`` sources of one chunk, ``F`` features.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol, cast
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from gnnsys.types import Block, PartitionShard
+
+__all__ = [
+    "ChunkBlock",
+    "HaloIndex",
+    "LayerwiseModel",
+    "chunk_blocks",
+    "full_block",
+    "full_graph_logits",
+    "gather_rows",
+    "halo_index",
+]
+
+_SCAN_CHUNK = 1 << 22  # edges per pass of the index scans (bounded temporaries)
+
+
+class LayerwiseModel(Protocol):
+    """What exact evaluation needs from a model (every model in ``gnnsys.models`` has it)."""
+
+    num_layers: int
+
+    def forward_layer(self, layer: int, x: Tensor, block: Block) -> Tensor:
+        """Apply layer ``layer`` (activation included except after the last)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class HaloIndex:
+    """A shard's 1-hop halo, and how its ``indices_local`` map onto it.
+
+    Attributes:
+        halo_gid: ``[H]`` int64 gids of the 1-hop halo, ascending.
+        source_of_K: ``[K]`` int64: for the store's k-hop halo position ``k``, the source index
+            ``M + h`` of that node in ``[own; halo]`` (``-1`` for nodes no owned node points at).
+    """
+
+    halo_gid: np.ndarray
+    source_of_K: np.ndarray
+
+
+def halo_index(shard: PartitionShard) -> HaloIndex:
+    """Scan ``indices_local`` once for the halo nodes some owned node points at."""
+    m = int(shard.num_owned)
+    local_E = shard.indices_local
+    assert local_E is not None  # every store writes it (SHARD_ARRAYS)
+    used_K = np.zeros(int(shard.halo_gid.shape[0]), dtype=bool)
+    for start in range(0, int(local_E.shape[0]), _SCAN_CHUNK):
+        piece = np.asarray(local_E[start : start + _SCAN_CHUNK], dtype=np.int64)
+        used_K[piece[piece >= m] - m] = True
+    source_of_K = np.where(used_K, np.cumsum(used_K, dtype=np.int64) - 1 + m, -1)
+    return HaloIndex(np.asarray(shard.halo_gid, dtype=np.int64)[used_K], source_of_K)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ChunkBlock:
+    """Destinations ``[start, end)`` of a shard with every in-edge, as one block.
+
+    Attributes:
+        start: First owned lid of the run.
+        end: One past the last.
+        source: ``[S]`` int64 rows of ``[own; halo]`` to gather, the run's destinations first.
+        block: The run's block over those ``S`` sources.
+    """
+
+    start: int
+    end: int
+    source: np.ndarray
+    block: Block
+
+
+def chunk_blocks(
+    shard: PartitionShard,
+    index: HaloIndex,
+    degree_S: np.ndarray | None,
+    max_edges: int = 1 << 18,
+) -> Iterator[ChunkBlock]:
+    """Runs of destinations with at most ``max_edges`` in-edges (one node may exceed it alone).
+
+    Args:
+        shard: The rank's shard.
+        index: Its :func:`halo_index`.
+        degree_S: ``[M + H]`` whole-graph in-degrees of ``[own; halo]`` (GCN), or ``None``.
+        max_edges: Edge budget of one chunk.
+    """
+    m = int(shard.num_owned)
+    indptr = np.asarray(shard.indptr, dtype=np.int64)
+    local_E = shard.indices_local
+    assert local_E is not None
+    start = 0
+    while start < m:
+        end = int(np.searchsorted(indptr, indptr[start] + max_edges, side="right")) - 1
+        end = min(max(end, start + 1), m)
+        e0, e1 = int(indptr[start]), int(indptr[end])
+        col = np.array(local_E[e0:e1], dtype=np.int64)
+        halo = col >= m
+        col[halo] = index.source_of_K[col[halo] - m]
+        yield _chunk(start, end, indptr[start : end + 1] - e0, col, degree_S, e0)
+        start = end
+
+
+def _chunk(
+    start: int, end: int, rowptr: np.ndarray, col: np.ndarray, degree_S: np.ndarray | None, e0: int
+) -> ChunkBlock:
+    """Relabel one run's sources: its destinations first, then the others ascending."""
+    inside = (col >= start) & (col < end)
+    others = np.unique(col[~inside])
+    local = np.empty_like(col)
+    local[inside] = col[inside] - start
+    local[~inside] = (end - start) + np.searchsorted(others, col[~inside])
+    source = np.concatenate([np.arange(start, end, dtype=np.int64), others])
+    block = Block(
+        num_src=int(source.shape[0]),
+        num_dst=end - start,
+        rowptr=torch.from_numpy(np.ascontiguousarray(rowptr)),
+        col=torch.from_numpy(local),
+        e_id=torch.arange(e0, e0 + int(col.shape[0]), dtype=torch.int64),
+        src_in_degree=None if degree_S is None else torch.from_numpy(degree_S[source]),
+    )
+    return ChunkBlock(start=start, end=end, source=source, block=block)
+
+
+def gather_rows(own_MF: Tensor, halo_HF: Tensor, source: np.ndarray) -> Tensor:
+    """``[S, F]`` rows of ``[own; halo]`` at ``source`` (own rows come first, ascending)."""
+    m = int(own_MF.shape[0])
+    mine = torch.from_numpy(source[source < m])
+    rest = torch.from_numpy(source[source >= m] - m)
+    if not rest.numel():
+        return own_MF[mine]
+    return torch.cat([own_MF[mine], halo_HF[rest]])
+
+
+def full_block(indptr: np.ndarray, indices: np.ndarray, num_nodes: int) -> Block:
+    """Every in-edge of a whole graph as one block (destinations = sources = all nodes).
+
+    Carries the in-degrees, so GCN normalises as on a rank's shard block (and as PyG's
+    ``GCNConv`` does on the full graph).
+    """
+    rowptr = torch.from_numpy(np.asarray(indptr, dtype=np.int64))
+    return Block(
+        num_src=num_nodes,
+        num_dst=num_nodes,
+        rowptr=rowptr,
+        col=torch.from_numpy(np.asarray(indices, dtype=np.int64)),
+        e_id=torch.arange(int(indptr[-1]), dtype=torch.int64),
+        src_in_degree=rowptr[1:] - rowptr[:-1],
+    )
+
+
+@torch.no_grad()
+def full_graph_logits(model: nn.Module, block: Block, x_NF: Tensor) -> Tensor:
+    """Layer-wise inference over one whole-graph block: the single-process reference.
+
+    Costs one ``[N, H]`` activation per layer; used by tests and small-graph tools, never by
+    the runtime (which evaluates sharded, ``gnnsys.train.evaluate.ShardEvaluator``).
+    """
+    model.eval()
+    layered = cast(LayerwiseModel, model)
+    h = x_NF
+    for layer in range(layered.num_layers):
+        h = layered.forward_layer(layer, h, block)
+    return h

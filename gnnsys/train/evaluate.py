@@ -1,0 +1,376 @@
+"""Sharded exact evaluation: every rank computes the full-neighbourhood outputs of its own nodes.
+
+Layer-wise inference, as PyG's and DGL's ``inference`` loops do on one machine, split by owner.
+The worker group runs one layer on every rank, waits for all, then the next::
+
+    for l in range(L):
+        x_src = [h_l(owned) ; h_l(halo)]               # halo = 1-hop in-neighbors owned elsewhere
+        h_{l+1}(owned) = layer_l(x_src, shard block)    # every in-edge of every owned node
+    logits(owned) -> per-split confusion matrices (+ binary scores) -> the driver adds them
+
+``h_0`` are the features: halo rows come from the shard owners in the run codec, and rows that
+the worker's halo cache already holds are read from it without touching its counters or its
+admission policy (evaluation never changes what training fetches). ``h_l`` for ``l >= 1`` are
+embeddings a peer computed in the previous step: each rank asks each peer once per layer for
+the rows of its halo owned there, encoded with ``Config.codec`` (fp32 by default). The peers
+serve from their own table while they compute the next one, so nothing waits on anything but
+the previous layer. No process holds more than its shard block, its halo rows and two
+activations of its own nodes; the driver holds only the summed counts.
+
+Exactness: a rank's block has every in-edge of its nodes, and GCN normalises with the in-degrees
+of the whole graph (``Block.src_in_degree``; a halo node's comes from its owner once), so the
+logits equal :func:`full_graph_logits` on the assembled graph (tested to 1e-5 at P = 1, 2, 4).
+
+Shape legend: ``M`` owned nodes, ``H`` halo nodes of the block, ``E`` in-edges of owned nodes,
+``F`` input width of a layer, ``C`` classes.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import cast
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from gnnsys.cache import HaloCache
+from gnnsys.cache.codecs import CODECS, Codec, make_codec
+from gnnsys.models import GCNLayer
+from gnnsys.train.eval_blocks import (
+    HaloIndex,
+    LayerwiseModel,
+    chunk_blocks,
+    full_block,
+    full_graph_logits,
+    gather_rows,
+    halo_index,
+)
+from gnnsys.train.metrics import METRICS, accuracy, confusion_matrix, macro_f1, roc_auc
+from gnnsys.train.remote.client import OwnerClient
+from gnnsys.train.remote.ledger import Ledger, LedgerSnapshot
+from gnnsys.train.remote.peers import PeerClient
+from gnnsys.train.remote.routed import group_by_owner
+from gnnsys.types import PartitionBook, PartitionShard
+
+__all__ = [
+    "SPLITS",
+    "EvalConfig",
+    "EvalResult",
+    "RankEval",
+    "ShardEvaluator",
+    "combine_evals",
+    "full_block",
+    "full_graph_logits",
+]
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EvalConfig:
+    """When and how the ranks evaluate."""
+
+    codec: str = "fp32"
+    """Codec of the halo embeddings of layers >= 1 (``--eval-codec``); features keep the run's
+    codec. A lossy codec trades exactness for bytes; ``summary.json`` reports the metrics."""
+    every: int = 1
+    """Evaluate every ``every`` epochs and after the last (``--eval-every``); 0 never
+    (traffic replays)."""
+    test_at_end: bool = False
+    """Per-epoch evaluations report train and val only; test once, after the last epoch."""
+    metric: str = "auto"
+    """Validation metric that selects the best epoch: ``acc``, ``auc`` (binary labels), ``f1``
+    (macro-F1), or ``auto`` = ``auc`` for binary labels, else ``acc`` (``--metric``)."""
+    chunk_edges: int = 1 << 18
+    """In-edges per evaluation chunk: bounds the temporaries (one chunk's gathered rows)."""
+
+    def __post_init__(self) -> None:
+        if self.codec not in CODECS or self.codec == "auto":
+            choices = sorted(c for c in CODECS if c != "auto")
+            raise ValueError(f"eval codec={self.codec!r}; choose one of {choices}")
+        if self.every < 0:
+            raise ValueError(f"eval every={self.every}; choose >= 1 (or 0: never evaluate)")
+        if self.chunk_edges < 1:
+            raise ValueError(f"chunk_edges={self.chunk_edges}; choose >= 1")
+        if self.metric not in (*METRICS, "auto"):
+            raise ValueError(f"metric={self.metric!r}; choose one of {(*METRICS, 'auto')}")
+
+    def due(self, epoch: int, last_epoch: int) -> bool:
+        """Whether ``epoch`` is evaluated."""
+        if self.every == 0:
+            return False
+        return epoch == last_epoch or (epoch + 1) % self.every == 0
+
+    def splits(self, epoch: int, last_epoch: int) -> tuple[str, ...]:
+        """The splits evaluated at ``epoch`` (test only at the end with ``test_at_end``)."""
+        if self.test_at_end and epoch != last_epoch:
+            return ("train", "val")
+        return SPLITS
+
+    def selection_metric(self, num_classes: int) -> str:
+        """``metric`` with ``auto`` resolved; ``auc`` needs two classes.
+
+        Raises:
+            ValueError: ``auc`` asked for a task that is not binary.
+        """
+        if self.metric == "auto":
+            return "auc" if num_classes == 2 else "acc"
+        if self.metric == "auc" and num_classes != 2:
+            raise ValueError(
+                f"--metric auc needs binary labels but the task has {num_classes} classes; "
+                "use --metric acc or f1"
+            )
+        return self.metric
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RankEval:
+    """One rank's evaluation: sums the driver adds over ranks.
+
+    Attributes:
+        rank: The rank.
+        confusion: Split -> ``[C, C]`` int64 ``confusion[true, pred]`` over its labelled nodes.
+        scores: Split -> ``[K]`` float64 positive-class scores (binary tasks only).
+        labels: Split -> ``[K]`` int64 labels matching ``scores``.
+        traffic: Bytes and messages evaluation sent and received (its own ledger).
+        cache_hits: Layer-0 halo rows read from the halo cache.
+        halo_rows: Layer-0 halo rows needed.
+        seconds: Wall time of this rank's evaluation steps.
+        peak_rss_bytes: Peak RSS of the rank's process so far (evaluation included).
+        logits: ``(gid_M, logits_MC)`` of the owned nodes when asked for (tests), else ``None``.
+    """
+
+    rank: int
+    confusion: dict[str, np.ndarray]
+    scores: dict[str, np.ndarray]
+    labels: dict[str, np.ndarray]
+    traffic: LedgerSnapshot
+    cache_hits: int
+    halo_rows: int
+    seconds: float
+    peak_rss_bytes: int = 0
+    logits: tuple[np.ndarray, np.ndarray] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EvalResult:
+    """The ranks' evaluations combined.
+
+    Attributes:
+        metrics: ``{split}_acc``, ``{split}_f1`` and, for binary tasks, ``{split}_auc``.
+        traffic: Evaluation traffic summed over ranks.
+        cache_hits: Layer-0 halo rows served by caches, summed.
+        halo_rows: Layer-0 halo rows needed, summed.
+        seconds: Slowest rank's evaluation time.
+        peak_rss_bytes: Every rank's peak RSS after evaluating (empty when not evaluated).
+    """
+
+    metrics: dict[str, float | None]
+    traffic: LedgerSnapshot = field(default_factory=LedgerSnapshot)
+    cache_hits: int = 0
+    halo_rows: int = 0
+    seconds: float = 0.0
+    peak_rss_bytes: tuple[int, ...] = ()
+
+
+def combine_evals(reports: list[RankEval], num_classes: int) -> EvalResult:
+    """Add the ranks' counts and compute the metrics of every split they evaluated."""
+    if not reports:
+        return EvalResult(metrics={})
+    metrics: dict[str, float | None] = {}
+    for split in reports[0].confusion:
+        confusion = np.sum([r.confusion[split] for r in reports], axis=0)
+        metrics[f"{split}_acc"] = accuracy(confusion)
+        metrics[f"{split}_f1"] = macro_f1(confusion)
+        if num_classes == 2:
+            scores = np.concatenate([r.scores[split] for r in reports])
+            labels = np.concatenate([r.labels[split] for r in reports])
+            metrics[f"{split}_auc"] = roc_auc(scores, labels)
+    return EvalResult(
+        metrics=metrics,
+        traffic=sum((r.traffic for r in reports), LedgerSnapshot()),
+        cache_hits=sum(r.cache_hits for r in reports),
+        halo_rows=sum(r.halo_rows for r in reports),
+        seconds=max(r.seconds for r in reports),
+        peak_rss_bytes=tuple(r.peak_rss_bytes for r in reports),
+    )
+
+
+class ShardEvaluator:
+    """The evaluation state of one rank; see the module docstring.
+
+    Args:
+        config: Evaluation settings.
+        shard: This rank's shard (features, labels, masks).
+        book: The partition book (owner and lid of every gid).
+        model: This rank's model (same weights on every rank).
+        owners: Client of the shard owners (layer-0 halo features).
+        peers: Client of the peer ranks (embeddings and degrees).
+        feature_codec: The run codec features travel in (``FP32Codec``: float32 rows).
+        cache: The worker's halo cache, read without side effects, or ``None``.
+    """
+
+    def __init__(
+        self,
+        config: EvalConfig,
+        *,
+        shard: PartitionShard,
+        book: PartitionBook,
+        model: nn.Module,
+        owners: OwnerClient,
+        peers: PeerClient,
+        feature_codec: Codec,
+        cache: HaloCache | None,
+    ) -> None:
+        if shard.x is None or shard.y is None:
+            raise ValueError(f"part {shard.part} lacks x or y; rewrite the store with them")
+        self.config, self.shard, self.book = config, shard, book
+        self.model, self.owners, self.peers = model, owners, peers
+        self.feature_codec, self.cache = feature_codec, cache
+        self.codec = make_codec(config.codec)
+        self.ledger = Ledger()
+        self.index: HaloIndex = halo_index(shard)
+        self.halo_gid = self.index.halo_gid
+        self._halo_by_part = group_by_owner(book.part_N[self.halo_gid], skip=shard.part)
+        self.tables: dict[int, Tensor] = {}
+        self._hits = 0
+        self._seconds = 0.0
+        self._degree_S: np.ndarray | None = None
+        if any(isinstance(m, GCNLayer) for m in model.modules()):
+            own_M = np.diff(np.asarray(shard.indptr, dtype=np.int64))
+            self._degree_S = np.concatenate([own_M, self._halo_degrees()])
+
+    # ---- serving peers (TrainWorker.serve_rows encodes) ------------------------------------
+    def serve_rows(self, table: int, gid: np.ndarray) -> Tensor:
+        """Float rows of owned ``gid`` in table ``table`` (the caller encodes them)."""
+        if table not in self.tables:
+            raise ValueError(f"table {table} is not computed on part {self.shard.part} yet")
+        lid = torch.from_numpy(self.book.lid_N[np.asarray(gid, dtype=np.int64)].astype(np.int64))
+        return self.tables[table][lid]
+
+    # ---- one step -----------------------------------------------------------------------------
+    @torch.no_grad()
+    def run_layer(self, layer: int) -> None:
+        """Compute table ``layer + 1`` (this rank's outputs of layer ``layer``)."""
+        start = time.perf_counter()
+        if layer == 0:
+            self.tables.clear()
+            self._hits = 0
+            self._seconds = 0.0
+            self.ledger = Ledger()
+            own = _as_float_rows(self.shard.x)  # the memory map itself when it is float32
+            halo = torch.empty(self.halo_gid.shape[0], int(own.shape[1]), dtype=torch.float32)
+            self._feature_rows(halo)
+        else:
+            self.tables.pop(layer - 1, None)  # every peer finished reading it in the last step
+            own = self.tables[layer]  # kept: peers read it during this step
+            halo = torch.empty(self.halo_gid.shape[0], int(own.shape[1]), dtype=torch.float32)
+            self._peer_rows(layer, halo)
+        self.model.eval()
+        model = cast(LayerwiseModel, self.model)
+        out: Tensor | None = None
+        chunks = chunk_blocks(self.shard, self.index, self._degree_S, self.config.chunk_edges)
+        for chunk in chunks:
+            rows = model.forward_layer(layer, gather_rows(own, halo, chunk.source), chunk.block)
+            if out is None:
+                out = torch.empty(int(own.shape[0]), int(rows.shape[1]), dtype=rows.dtype)
+            out[chunk.start : chunk.end] = rows
+        assert out is not None  # a shard owns at least one node
+        self.tables[layer + 1] = out
+        self._seconds += time.perf_counter() - start
+
+    def report(self, splits: tuple[str, ...], *, with_logits: bool = False) -> RankEval:
+        """The confusion matrices (and binary scores) of ``splits``; frees the tables."""
+        logits_MC = self.tables[cast(LayerwiseModel, self.model).num_layers]
+        num_classes = int(logits_MC.shape[1])
+        pred_M = logits_MC.argmax(-1).numpy()
+        y_M = np.asarray(self.shard.y, dtype=np.int64)
+        confusion, scores, labels = {}, {}, {}
+        for split in splits:
+            mask = getattr(self.shard, f"{split}_mask")
+            keep = np.zeros(y_M.shape[0], bool) if mask is None else np.array(mask, dtype=bool)
+            keep &= y_M >= 0  # unlabelled nodes (-1) count in no split
+            confusion[split] = confusion_matrix(y_M[keep], pred_M[keep], num_classes)
+            if num_classes == 2:
+                diff = (logits_MC[:, 1] - logits_MC[:, 0]).double().numpy()
+                scores[split], labels[split] = diff[keep], y_M[keep]
+        gid_M = np.asarray(self.shard.owned_gid, dtype=np.int64)
+        out = RankEval(
+            rank=self.shard.part,
+            confusion=confusion,
+            scores=scores,
+            labels=labels,
+            traffic=self.ledger.snapshot(),
+            cache_hits=self._hits,
+            halo_rows=int(self.halo_gid.shape[0]),
+            seconds=self._seconds,
+            peak_rss_bytes=int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024,
+            logits=(gid_M, logits_MC.numpy().copy()) if with_logits else None,
+        )
+        self.tables.clear()
+        return out
+
+    # ---- fetching -----------------------------------------------------------------------------
+    def _requests(self, gid_K: np.ndarray, pending: np.ndarray) -> dict[int, np.ndarray]:
+        """Positions (into ``pending``) per owner; the gids sent are counted in the ledger."""
+        by_part = group_by_owner(self.book.part_N[gid_K[pending]], skip=-1)
+        for pos in by_part.values():
+            self.ledger.record("feature_request", gid_K[pending[pos]])
+        return by_part
+
+    def _feature_rows(self, out_HF: Tensor) -> None:
+        """Fill ``out_HF`` with the halo's layer-0 rows: cached ones, then the owners'."""
+        gid_H = self.halo_gid
+        pending = np.arange(gid_H.shape[0])
+        if self.cache is not None and gid_H.shape[0]:
+            got = self.cache.peek(torch.from_numpy(gid_H))
+            pending = got.miss_pos.numpy()
+            hit = np.ones(gid_H.shape[0], dtype=bool)
+            hit[pending] = False
+            out_HF[torch.from_numpy(hit)] = got.values_NF[torch.from_numpy(hit)]
+            self._hits = int(hit.sum())
+        by_part = self._requests(gid_H, pending)
+        requests = {p: gid_H[pending[pos]] for p, pos in by_part.items()}
+        if not requests:
+            return
+        encoded = self.owners.fetch_encoded_many(requests, self.feature_codec)
+        for p, pos in by_part.items():
+            self.ledger.record_nbytes("feature_response", encoded[p].nbytes)
+            out_HF[torch.from_numpy(pending[pos])] = self.feature_codec.decode(encoded[p])
+
+    def _peer_rows(self, table: int, out_HF: Tensor) -> None:
+        """Fill ``out_HF`` with the halo's rows of table ``table``, one request per peer."""
+        gid_H = self.halo_gid
+        requests = {p: gid_H[pos] for p, pos in self._halo_by_part.items()}
+        for req in requests.values():
+            self.ledger.record("feature_request", req)
+        answers = self.peers.rows_many(table, requests, self.codec) if requests else {}
+        for p, pos in self._halo_by_part.items():
+            self.ledger.record_nbytes("feature_response", answers[p].nbytes)
+            out_HF[torch.from_numpy(pos)] = self.codec.decode(answers[p])
+
+    def _halo_degrees(self) -> np.ndarray:
+        """``[H]`` whole-graph in-degrees of the halo nodes, from their owners (once)."""
+        out_H = np.zeros(self.halo_gid.shape[0], dtype=np.int64)
+        requests = {p: self.halo_gid[pos] for p, pos in self._halo_by_part.items()}
+        for req in requests.values():
+            self.ledger.record("structure_request", req)
+        answers = self.peers.degree_many(requests) if requests else {}
+        for p, pos in self._halo_by_part.items():
+            self.ledger.record("structure_response", answers[p])
+            out_H[pos] = answers[p]
+        return out_H
+
+
+def _as_float_rows(x: np.ndarray | None) -> Tensor:
+    """Feature rows as a float32 tensor without a copy when they already are float32."""
+    assert x is not None  # checked in ShardEvaluator.__init__
+    if x.dtype == np.float32:
+        with warnings.catch_warnings():  # a read-only memory map; evaluation never writes it
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.from_numpy(x)
+    return torch.from_numpy(np.asarray(x, dtype=np.float32))

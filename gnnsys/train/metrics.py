@@ -1,0 +1,89 @@
+"""Exact classification metrics from sums the ranks can add: confusion matrices and score lists.
+
+Each rank evaluates only the nodes it owns, so every metric here is computed from pieces that
+combine exactly across ranks:
+
+- accuracy and macro-F1 from a ``[C, C]`` confusion matrix (``confusion[true, pred]``), which
+  ranks add element-wise;
+- ROC-AUC (binary tasks) from the positive-class scores and labels of the split, which ranks
+  concatenate (a rank holds ``|split ∩ owned|`` of them, far less than the graph).
+
+Definitions follow scikit-learn's (``accuracy_score``, ``f1_score(average="macro")`` over the
+labels present in ``y_true`` or ``y_pred``, ``roc_auc_score`` with tied scores sharing their
+average rank); ``tests/train/test_metrics.py`` checks agreement to 1e-6. None needs sklearn.
+
+Shape legend: ``C`` classes, ``K`` nodes of one split.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["METRICS", "accuracy", "confusion_matrix", "macro_f1", "roc_auc"]
+
+METRICS = ("acc", "auc", "f1")
+"""Names ``--metric`` accepts (``auc`` needs binary labels)."""
+
+
+def confusion_matrix(y_true_K: np.ndarray, y_pred_K: np.ndarray, num_classes: int) -> np.ndarray:
+    """``[C, C]`` int64 counts of (true, predicted) pairs; labels must lie in ``[0, C)``.
+
+    Raises:
+        ValueError: A label outside ``[0, num_classes)``.
+    """
+    true = np.asarray(y_true_K, dtype=np.int64)
+    pred = np.asarray(y_pred_K, dtype=np.int64)
+    for name, arr in (("y_true", true), ("y_pred", pred)):
+        if arr.size and (arr.min() < 0 or arr.max() >= num_classes):
+            raise ValueError(
+                f"{name} has labels in [{arr.min()}, {arr.max()}] but num_classes={num_classes}; "
+                "labels must lie in [0, num_classes)"
+            )
+    flat = np.bincount(true * num_classes + pred, minlength=num_classes * num_classes)
+    return flat.reshape(num_classes, num_classes).astype(np.int64)
+
+
+def accuracy(confusion_CC: np.ndarray) -> float:
+    """Correct / total (0.0 for an empty split)."""
+    total = int(confusion_CC.sum())
+    return float(np.trace(confusion_CC)) / total if total else 0.0
+
+
+def macro_f1(confusion_CC: np.ndarray) -> float:
+    """Unweighted mean F1 over the classes present in the true or predicted labels.
+
+    Matches ``sklearn.metrics.f1_score(y_true, y_pred, average="macro")``: a class that never
+    occurs in either is left out; one that occurs but is never predicted right scores 0.
+    """
+    tp = np.diag(confusion_CC).astype(np.float64)
+    fp = confusion_CC.sum(axis=0) - tp
+    fn = confusion_CC.sum(axis=1) - tp
+    present = (confusion_CC.sum(axis=0) + confusion_CC.sum(axis=1)) > 0
+    if not present.any():
+        return 0.0
+    f1 = 2 * tp[present] / (2 * tp[present] + fp[present] + fn[present])
+    return float(f1.mean())
+
+
+def roc_auc(score_K: np.ndarray, label_K: np.ndarray) -> float | None:
+    """Area under the ROC curve of a binary task (``None`` when a class is absent).
+
+    The Mann-Whitney statistic with tied scores sharing their average rank, which equals
+    ``sklearn.metrics.roc_auc_score`` (trapezoidal ROC with ties as diagonal segments).
+
+    Args:
+        score_K: Score of the positive class (any monotone transform gives the same AUC).
+        label_K: 0/1 labels.
+    """
+    score = np.asarray(score_K, dtype=np.float64)
+    label = np.asarray(label_K).astype(bool)
+    num_pos = int(label.sum())
+    num_neg = int(label.size - num_pos)
+    if num_pos == 0 or num_neg == 0:
+        return None
+    _, inverse, counts = np.unique(score, return_inverse=True, return_counts=True)
+    # Average 1-based rank of each distinct score: start of its run plus (count + 1) / 2.
+    starts = np.cumsum(counts) - counts
+    avg_rank = starts + (counts + 1) / 2.0
+    rank_sum = float(avg_rank[inverse][label].sum())
+    return (rank_sum - num_pos * (num_pos + 1) / 2.0) / (num_pos * num_neg)

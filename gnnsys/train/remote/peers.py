@@ -1,0 +1,105 @@
+"""Rank-to-rank row requests of sharded evaluation: ``PeerClient`` and its two executors.
+
+During evaluation the rows a rank needs for layer ``l >= 1`` are embeddings its peers computed a
+moment ago, so they are served by the peer trainers (``TrainWorker.serve_rows``), not by the
+shard owners. As with the owners, a request carries one gid array per peer, every peer's call is
+in flight before any is awaited, and every wait has a deadline.
+
+Shape legend: ``K`` requested rows, ``H`` embedding width.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from gnnsys.cache.codecs import Codec, EncodedRows
+from gnnsys.errors import RemoteCallTimeoutError
+
+__all__ = ["LocalPeerClient", "PeerClient", "RayPeerClient", "RowServer"]
+
+
+class RowServer(Protocol):
+    """What a peer answers (``TrainWorker`` implements it)."""
+
+    def serve_rows(self, table: int, gid: np.ndarray, codec: Codec) -> EncodedRows:
+        """Rows of this rank's table ``table`` (layer input ``table``) for owned ``gid``."""
+        ...
+
+    def serve_degree(self, gid: np.ndarray) -> np.ndarray:
+        """``[K]`` int64 in-degrees of owned ``gid`` in the whole graph."""
+        ...
+
+
+class PeerClient(Protocol):
+    """Sends one batched request to each peer and returns the answers keyed by part."""
+
+    def rows_many(
+        self, table: int, gid_by_part: dict[int, np.ndarray], codec: Codec
+    ) -> dict[int, EncodedRows]:
+        """Rows of table ``table`` of ``gid_by_part[p]`` from peer ``p``, for every ``p``."""
+        ...
+
+    def degree_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        """In-degrees of ``gid_by_part[p]`` from peer ``p``, for every ``p``."""
+        ...
+
+
+class LocalPeerClient:
+    """:class:`PeerClient` over in-process peers (the in-process executor): direct calls.
+
+    Args:
+        peers: The rank objects, indexed by rank; filled in after they are built.
+    """
+
+    def __init__(self, peers: list[RowServer] | None = None) -> None:
+        self.peers: list[RowServer] = peers if peers is not None else []
+
+    def rows_many(
+        self, table: int, gid_by_part: dict[int, np.ndarray], codec: Codec
+    ) -> dict[int, EncodedRows]:
+        """Each peer's ``serve_rows``, called in turn."""
+        return {p: self.peers[p].serve_rows(table, g, codec) for p, g in gid_by_part.items()}
+
+    def degree_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        """Each peer's ``serve_degree``, called in turn."""
+        return {p: self.peers[p].serve_degree(g) for p, g in gid_by_part.items()}
+
+
+class RayPeerClient:
+    """:class:`PeerClient` over trainer actor handles, with a deadline on every wait.
+
+    The trainers are threaded actors, so a peer answers while its own evaluation step runs.
+
+    Args:
+        peers: Actor handle of each rank, indexed by rank.
+        deadline_s: Seconds a batch of calls may take before ``RemoteCallTimeoutError``.
+    """
+
+    def __init__(self, peers: list[Any], deadline_s: float) -> None:
+        self.peers, self.deadline_s = peers, deadline_s
+
+    def _get(self, refs: dict[int, Any], what: str) -> dict[int, Any]:
+        import ray
+
+        try:
+            values = ray.get(list(refs.values()), timeout=self.deadline_s)
+        except ray.exceptions.GetTimeoutError as err:
+            raise RemoteCallTimeoutError(
+                f"{what} to ranks {sorted(refs)} got no answer within {self.deadline_s}s; "
+                "raise the deadline (--deadline) or check the workers' logs"
+            ) from err
+        return dict(zip(refs, values, strict=True))
+
+    def rows_many(
+        self, table: int, gid_by_part: dict[int, np.ndarray], codec: Codec
+    ) -> dict[int, EncodedRows]:
+        """One ``serve_rows`` call per peer, all in flight together."""
+        refs = {p: self.peers[p].serve_rows.remote(table, g, codec) for p, g in gid_by_part.items()}
+        return self._get(refs, "serve_rows")
+
+    def degree_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        """One ``serve_degree`` call per peer, all in flight together."""
+        refs = {p: self.peers[p].serve_degree.remote(g) for p, g in gid_by_part.items()}
+        return self._get(refs, "serve_degree")

@@ -1,0 +1,214 @@
+"""Sharded exact evaluation equals the single-process full-graph evaluation, and its metrics."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gnnsys.config import RunConfig
+from gnnsys.datasets import load
+from gnnsys.datasets.synthetic import sbm
+from gnnsys.models import ModelConfig, build_model
+from gnnsys.partitioners import partition
+from gnnsys.sampler import NeighborSampler
+from gnnsys.store import write_partitions
+from gnnsys.store.source import DataConfig
+from gnnsys.train.control.cluster_config import ClusterConfig
+from gnnsys.train.control.local_group import LocalWorkerGroup
+from gnnsys.train.control.prepare import store_info
+from gnnsys.train.control.run import worker_template
+from gnnsys.train.evaluate import (
+    SPLITS,
+    EvalConfig,
+    RankEval,
+    combine_evals,
+    full_block,
+    full_graph_logits,
+)
+from gnnsys.train.metrics import accuracy, confusion_matrix, macro_f1
+from gnnsys.train.trainer import Trainer
+from gnnsys.types import Graph
+from tests.train.test_halo_runtime import feature_path
+
+SHARED = Path(
+    os.environ.get("GNNSYS_DATA") or Path(__file__).resolve().parents[3] / "shared" / "datasets"
+)
+
+
+def _config(store: Path, parts: int, model: str, **fetch: object) -> RunConfig:
+    chunk_edges = int(fetch.pop("chunk_edges", 1 << 18))  # type: ignore[call-overload]
+    return RunConfig(
+        eval=EvalConfig(chunk_edges=chunk_edges),
+        data=DataConfig(store=str(store)),
+        cluster=ClusterConfig(parts=parts),
+        sampler=NeighborSampler.Config(fanouts=(5, 5)),
+        model=ModelConfig(name=model, hidden=16, dropout=0.5),
+        trainer=Trainer.Config(batch_size=128, lr=0.01),
+        **feature_path(**fetch),  # type: ignore[arg-type]
+    )
+
+
+def _sharded(
+    graph: Graph, parts: int, model: str, root: Path, *, strategy: str = "metis", **fetch: object
+) -> tuple[list[RankEval], torch.Tensor]:
+    """Train one epoch in-process, evaluate sharded; returns the reports and the reference."""
+    store = root / f"store-{parts}"
+    assignment = partition(graph, strategy if parts > 1 else "random", parts, seed=0)
+    write_partitions(graph, assignment, store, num_hops=2, overwrite=True)
+    cfg = _config(store, parts, model, **fetch)
+    info = store_info(store)
+    group = LocalWorkerGroup(worker_template(cfg, store, info, "partitioned"), 60.0)
+    try:
+        num_batches = group.start()
+        group.run_epoch(0, num_batches, lambda _: None)  # trained, not initial, weights
+        reports = group.evaluate(SPLITS, with_logits=True)
+        state = group.collect()[0].model
+    finally:
+        group.stop()
+    net = build_model(cfg.model, info.num_features, info.num_classes, 2)
+    net.load_state_dict(state)
+    x = torch.from_numpy(np.asarray(graph.x, dtype=np.float32))
+    reference = full_graph_logits(net, full_block(graph.indptr, graph.indices, graph.num_nodes), x)
+    return reports, reference
+
+
+def _assembled(reports: list[RankEval], like: torch.Tensor) -> torch.Tensor:
+    got = torch.full_like(like, float("nan"))
+    for r in reports:
+        assert r.logits is not None
+        gid, logits = r.logits
+        got[torch.from_numpy(gid)] = torch.from_numpy(logits)
+    return got
+
+
+def _check_equal(graph: Graph, reports: list[RankEval], reference: torch.Tensor) -> None:
+    got = _assembled(reports, reference)
+    diff = (got - reference).abs()
+    assert not torch.isnan(got).any(), "some node was evaluated by no rank"
+    assert float(diff.max()) <= 1e-5, (
+        f"max diff {float(diff.max()):.3g} mean {float(diff.mean()):.3g}"
+    )
+    # The driver's combined metrics equal the metrics of the reference logits.
+    result = combine_evals(reports, int(reference.shape[1]))
+    pred = reference.argmax(-1).numpy()
+    assert graph.y is not None
+    for split in SPLITS:
+        mask = getattr(graph, f"{split}_mask") & (graph.y >= 0)
+        confusion = confusion_matrix(graph.y[mask], pred[mask], int(reference.shape[1]))
+        assert result.metrics[f"{split}_acc"] == pytest.approx(accuracy(confusion), abs=1e-12)
+        assert result.metrics[f"{split}_f1"] == pytest.approx(macro_f1(confusion), abs=1e-12)
+
+
+@pytest.fixture(scope="module")
+def sbm_graph() -> Graph:
+    return sbm(num_nodes=600, num_classes=4, avg_degree=8, num_features=12, seed=3)
+
+
+@pytest.mark.parametrize("parts", [1, 2, 4])
+@pytest.mark.parametrize("model", ["sage", "gcn", "gat"])
+def test_sharded_equals_full_graph_sbm(
+    sbm_graph: Graph, parts: int, model: str, tmp_path: Path
+) -> None:
+    reports, reference = _sharded(sbm_graph, parts, model, tmp_path)
+    _check_equal(sbm_graph, reports, reference)
+    if parts > 1:
+        assert sum(r.traffic.bytes["feature_response"] for r in reports) > 0
+
+
+@pytest.mark.parametrize("model", ["sage", "gcn", "gat"])
+def test_sharded_in_small_chunks(sbm_graph: Graph, model: str, tmp_path: Path) -> None:
+    reports, reference = _sharded(sbm_graph, 2, model, tmp_path, chunk_edges=37)
+    _check_equal(sbm_graph, reports, reference)
+
+
+def test_sharded_reads_halo_cache_without_side_effects(sbm_graph: Graph, tmp_path: Path) -> None:
+    reports, reference = _sharded(
+        sbm_graph, 4, "sage", tmp_path, cache_policy="degree", cache_ratio=0.5, codec="fp32"
+    )
+    _check_equal(sbm_graph, reports, reference)
+    assert sum(r.cache_hits for r in reports) > 0
+    assert sum(r.cache_hits for r in reports) <= sum(r.halo_rows for r in reports)
+
+
+def test_lossy_eval_codec_moves_fewer_bytes(sbm_graph: Graph, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    write_partitions(sbm_graph, partition(sbm_graph, "metis", 2, seed=0), store, num_hops=2)
+    got = {}
+    for codec in ("fp32", "int8"):
+        cfg = replace(_config(store, 2, "sage"), eval=EvalConfig(codec=codec))
+        group = LocalWorkerGroup(worker_template(cfg, store, store_info(store), "partitioned"), 60)
+        group.start()
+        got[codec] = group.evaluate(SPLITS)
+        group.stop()
+    peer_bytes = {c: sum(r.traffic.bytes["feature_response"] for r in rs) for c, rs in got.items()}
+    assert peer_bytes["int8"] < peer_bytes["fp32"]
+
+
+@pytest.mark.parametrize(
+    ("name", "parts"),
+    [("planetoid:cora", 1), ("planetoid:cora", 2), ("planetoid:cora", 4)],
+)
+@pytest.mark.parametrize("model", ["sage", "gcn"])
+def test_sharded_equals_full_graph_cora(name: str, parts: int, model: str, tmp_path: Path) -> None:
+    if not SHARED.is_dir():
+        pytest.skip(f"real datasets not present at {SHARED}; set GNNSYS_DATA (sbm covers this)")
+    graph = load(name, root=str(SHARED))
+    reports, reference = _sharded(graph, parts, model, tmp_path)
+    _check_equal(graph, reports, reference)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("parts", [1, 2, 4])
+def test_sharded_equals_full_graph_facebook(parts: int, tmp_path: Path) -> None:
+    if not SHARED.is_dir():
+        pytest.skip(f"real datasets not present at {SHARED}; set GNNSYS_DATA (sbm covers this)")
+    graph = load("musae:facebook", root=str(SHARED))
+    reports, reference = _sharded(graph, parts, "sage", tmp_path)
+    _check_equal(graph, reports, reference)
+
+
+def test_eval_config_schedule() -> None:
+    cfg = EvalConfig(every=2, test_at_end=True)
+    assert [cfg.due(e, 4) for e in range(5)] == [False, True, False, True, True]
+    assert cfg.splits(1, 4) == ("train", "val")
+    assert cfg.splits(4, 4) == SPLITS
+    assert not EvalConfig(every=0).due(4, 4)
+    assert EvalConfig().selection_metric(2) == "auc"
+    assert EvalConfig().selection_metric(5) == "acc"
+    with pytest.raises(ValueError, match="auc needs binary"):
+        EvalConfig(metric="auc").selection_metric(3)
+    with pytest.raises(ValueError, match="eval codec='auto'"):
+        EvalConfig(codec="auto")
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("model", ["sage", "gcn"])
+def test_ray_group_sharded_equals_full_graph(
+    ray_session: object, sbm_graph: Graph, model: str, tmp_path: Path
+) -> None:
+    from gnnsys.train.control.ray_group import RayWorkerGroup
+    from gnnsys.train.control.resources import Resources
+
+    store = tmp_path / "store"
+    write_partitions(sbm_graph, partition(sbm_graph, "metis", 2, seed=0), store, num_hops=2)
+    cfg = _config(store, 2, model)
+    info = store_info(store)
+    template = worker_template(cfg, store, info, "partitioned")
+    group = RayWorkerGroup(template, Resources(worker_cpus=0.5, owner_cpus=0.25), 60.0)
+    try:
+        group.run_epoch(0, group.start(), lambda _: None)
+        reports = group.evaluate(SPLITS, with_logits=True)
+        state = group.collect()[0].model
+    finally:
+        group.stop()
+    net = build_model(cfg.model, info.num_features, info.num_classes, 2)
+    net.load_state_dict(state)
+    x = torch.from_numpy(np.asarray(sbm_graph.x, dtype=np.float32))
+    block = full_block(sbm_graph.indptr, sbm_graph.indices, sbm_graph.num_nodes)
+    _check_equal(sbm_graph, reports, full_graph_logits(net, block, x))
