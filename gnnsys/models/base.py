@@ -122,6 +122,10 @@ class BlockModel(nn.Module):
             x = self.forward_layer(i, x, blocks[i])
         return x
 
+    def activate(self, i: int, out: Tensor) -> Tensor:
+        """What follows layer ``i``: ReLU and dropout after every layer but the last."""
+        return self._activate(i, out)
+
     def _activate(self, i: int, out: Tensor) -> Tensor:
         """ReLU and dropout after every layer but the last."""
         if i < self.num_layers - 1:

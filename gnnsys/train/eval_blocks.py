@@ -23,10 +23,14 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from gnnsys.kernels import aggregate
+from gnnsys.models import BlockModel, GCNLayer, SAGELayer
 from gnnsys.types import Block, PartitionShard
 
 __all__ = [
     "ChunkBlock",
+    "LinearLayerRun",
+    "linear_layer_outputs",
     "HaloIndex",
     "LayerwiseModel",
     "chunk_blocks",
@@ -34,6 +38,7 @@ __all__ = [
     "full_graph_logits",
     "gather_rows",
     "halo_index",
+    "linear_run",
 ]
 
 _SCAN_CHUNK = 1 << 22  # edges per pass of the index scans (bounded temporaries)
@@ -142,6 +147,98 @@ def _chunk(
         src_in_degree=None if degree_S is None else torch.from_numpy(degree_S[source]),
     )
     return ChunkBlock(start=start, end=end, source=source, block=block)
+
+
+@dataclass(frozen=True, slots=True)
+class LinearLayerRun:
+    """How one linear layer (SAGE mean/sum, GCN) runs over a shard without gathering rows.
+
+    Attributes:
+        reduce: ``"mean"`` or ``"sum"`` (SAGE's), or ``"gcn"``.
+        max_dst: Destinations per chunk (bounds the ``[chunk, H]`` temporaries).
+    """
+
+    reduce: str
+    max_dst: int = 1 << 16
+
+
+def linear_run(layer: nn.Module) -> LinearLayerRun | None:
+    """The fast path for ``layer`` when its aggregation is a (weighted) sum, else ``None``."""
+    if isinstance(layer, SAGELayer) and layer.reduce in ("mean", "sum"):
+        return LinearLayerRun(layer.reduce)
+    if isinstance(layer, GCNLayer):
+        return LinearLayerRun("gcn")
+    return None
+
+
+def _split_edges(col: np.ndarray, m: int, rowptr: np.ndarray) -> tuple[Tensor, ...]:
+    """Row pointers and columns of one run's edges from owned and from halo sources."""
+    num_dst = int(rowptr.shape[0] - 1)
+    dst_E = torch.from_numpy(np.repeat(np.arange(num_dst), np.diff(rowptr)))
+    col_E = torch.from_numpy(col)
+    out: list[Tensor] = []
+    for keep_E, offset in ((col_E < m, 0), (col_E >= m, m)):
+        counts = torch.bincount(dst_E[keep_E], minlength=num_dst)
+        ptr = torch.zeros(num_dst + 1, dtype=torch.int64)
+        torch.cumsum(counts, 0, out=ptr[1:])
+        out += [ptr, col_E[keep_E] - offset]
+    return tuple(out)
+
+
+@torch.no_grad()
+def linear_layer_outputs(
+    model: BlockModel,
+    layer: int,
+    own_MF: Tensor,
+    halo_HF: Tensor,
+    shard: PartitionShard,
+    index: HaloIndex,
+    degree_S: np.ndarray | None,
+    run: LinearLayerRun,
+) -> Tensor:
+    """``[M, H]`` outputs of a linear layer: each edge reads its source row once, in place.
+
+    The neighbour sum of a run of destinations is two kernel calls, one over the owned table and
+    one over the halo table (edges split by where their source lives), so neither table is
+    copied or gathered; GCN's per-source weights scale a copy of the two tables once per layer.
+    """
+    module = cast(SAGELayer | GCNLayer, model.layers[layer])  # linear_run checked the type
+    m = int(own_MF.shape[0])
+    indptr = np.asarray(shard.indptr, dtype=np.int64)
+    local_E = shard.indices_local
+    assert local_E is not None
+    own, halo = own_MF, halo_HF
+    if run.reduce == "gcn":
+        assert degree_S is not None  # the evaluator fetches degrees for GCN models
+        s_S = torch.from_numpy(degree_S + 1).float().rsqrt()
+        own, halo = own_MF * s_S[:m, None], halo_HF * s_S[m:, None]
+    out: Tensor | None = None
+    for start in range(0, m, run.max_dst):
+        end = min(start + run.max_dst, m)
+        e0, e1 = int(indptr[start]), int(indptr[end])
+        col = np.array(local_E[e0:e1], dtype=np.int64)
+        halo_E = col >= m
+        col[halo_E] = index.source_of_K[col[halo_E] - m]
+        rowptr = indptr[start : end + 1] - e0
+        ptr_own, col_own, ptr_halo, col_halo = _split_edges(col, m, rowptr)
+        agg = aggregate(own, ptr_own, col_own, "sum") + aggregate(halo, ptr_halo, col_halo, "sum")
+        if run.reduce == "mean":
+            deg = torch.from_numpy(np.diff(rowptr)).clamp_(min=1).to(agg.dtype)
+            agg = agg / deg[:, None]
+        block = Block(
+            num_src=end - start,
+            num_dst=end - start,
+            rowptr=torch.from_numpy(rowptr),
+            col=torch.zeros(0, dtype=torch.int64),
+            e_id=torch.zeros(0, dtype=torch.int64),
+            src_in_degree=None if degree_S is None else torch.from_numpy(degree_S[start:end]),
+        )
+        rows = model.activate(layer, module.combine(agg, own_MF[start:end], block))
+        if out is None:
+            out = torch.empty(m, int(rows.shape[1]), dtype=rows.dtype)
+        out[start:end] = rows
+    assert out is not None  # a shard owns at least one node
+    return out
 
 
 def gather_rows(own_MF: Tensor, halo_HF: Tensor, source: np.ndarray) -> Tensor:

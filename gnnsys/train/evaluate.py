@@ -39,7 +39,7 @@ from torch import Tensor, nn
 
 from gnnsys.cache import HaloCache
 from gnnsys.cache.codecs import CODECS, Codec, make_codec
-from gnnsys.models import GCNLayer
+from gnnsys.models import BlockModel, GCNLayer
 from gnnsys.train.eval_blocks import (
     HaloIndex,
     LayerwiseModel,
@@ -48,6 +48,8 @@ from gnnsys.train.eval_blocks import (
     full_graph_logits,
     gather_rows,
     halo_index,
+    linear_layer_outputs,
+    linear_run,
 )
 from gnnsys.train.metrics import METRICS, accuracy, confusion_matrix, macro_f1, roc_auc
 from gnnsys.train.remote.client import OwnerClient
@@ -85,8 +87,12 @@ class EvalConfig:
     metric: str = "auto"
     """Validation metric that selects the best epoch: ``acc``, ``auc`` (binary labels), ``f1``
     (macro-F1), or ``auto`` = ``auc`` for binary labels, else ``acc`` (``--metric``)."""
-    chunk_edges: int = 1 << 18
-    """In-edges per evaluation chunk: bounds the temporaries (one chunk's gathered rows)."""
+    chunk_edges: int = 1 << 20
+    """In-edges per evaluation chunk of the gathering path (GAT, max): bounds its temporaries
+    (one chunk's gathered rows) at the cost of gathering shared sources once per chunk."""
+    in_place: bool = True
+    """SAGE mean/sum and GCN sum neighbours straight out of the own and halo tables (no
+    gathered rows); ``False`` sends them through the gathering path too (tests)."""
 
     def __post_init__(self) -> None:
         if self.codec not in CODECS or self.codec == "auto":
@@ -271,7 +277,22 @@ class ShardEvaluator:
             halo = torch.empty(self.halo_gid.shape[0], int(own.shape[1]), dtype=torch.float32)
             self._peer_rows(layer, halo)
         self.model.eval()
+        self.tables[layer + 1] = self._outputs(layer, own, halo)
+        self._seconds += time.perf_counter() - start
+
+    def _outputs(self, layer: int, own: Tensor, halo: Tensor) -> Tensor:
+        """``[M, H]`` outputs of layer ``layer``: the in-place path for SAGE/GCN, else chunks.
+
+        SAGE mean/sum and GCN sum their neighbours straight out of the two tables
+        (``linear_layer_outputs``); other layers (GAT, max) run on chunk blocks whose rows are
+        gathered, at most ``Config.chunk_edges`` in-edges at a time.
+        """
         model = cast(LayerwiseModel, self.model)
+        run = linear_run(self.model.layers[layer]) if isinstance(self.model, BlockModel) else None
+        if run is not None and self.config.in_place:
+            assert isinstance(self.model, BlockModel)
+            args = (self.shard, self.index, self._degree_S, run)
+            return linear_layer_outputs(self.model, layer, own, halo, *args)
         out: Tensor | None = None
         chunks = chunk_blocks(self.shard, self.index, self._degree_S, self.config.chunk_edges)
         for chunk in chunks:
@@ -280,8 +301,7 @@ class ShardEvaluator:
                 out = torch.empty(int(own.shape[0]), int(rows.shape[1]), dtype=rows.dtype)
             out[chunk.start : chunk.end] = rows
         assert out is not None  # a shard owns at least one node
-        self.tables[layer + 1] = out
-        self._seconds += time.perf_counter() - start
+        return out
 
     def report(self, splits: tuple[str, ...], *, with_logits: bool = False) -> RankEval:
         """The confusion matrices (and binary scores) of ``splits``; frees the tables."""

@@ -41,9 +41,10 @@ SHARED = Path(
 
 
 def _config(store: Path, parts: int, model: str, **fetch: object) -> RunConfig:
-    chunk_edges = int(fetch.pop("chunk_edges", 1 << 18))  # type: ignore[call-overload]
+    chunk_edges = int(fetch.pop("chunk_edges", 1 << 20))  # type: ignore[call-overload]
+    in_place = bool(fetch.pop("in_place", True))
     return RunConfig(
-        eval=EvalConfig(chunk_edges=chunk_edges),
+        eval=EvalConfig(chunk_edges=chunk_edges, in_place=in_place),
         data=DataConfig(store=str(store)),
         cluster=ClusterConfig(parts=parts),
         sampler=NeighborSampler.Config(fanouts=(5, 5)),
@@ -122,7 +123,7 @@ def test_sharded_equals_full_graph_sbm(
 
 @pytest.mark.parametrize("model", ["sage", "gcn", "gat"])
 def test_sharded_in_small_chunks(sbm_graph: Graph, model: str, tmp_path: Path) -> None:
-    reports, reference = _sharded(sbm_graph, 2, model, tmp_path, chunk_edges=37)
+    reports, reference = _sharded(sbm_graph, 2, model, tmp_path, chunk_edges=37, in_place=False)
     _check_equal(sbm_graph, reports, reference)
 
 
@@ -212,3 +213,18 @@ def test_ray_group_sharded_equals_full_graph(
     x = torch.from_numpy(np.asarray(sbm_graph.x, dtype=np.float32))
     block = full_block(sbm_graph.indptr, sbm_graph.indices, sbm_graph.num_nodes)
     _check_equal(sbm_graph, reports, full_graph_logits(net, block, x))
+
+
+@pytest.mark.parametrize("model", ["sage", "gcn"])
+def test_in_place_path_in_small_chunks(
+    sbm_graph: Graph, model: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gnnsys.train import eval_blocks, evaluate
+
+    def tiny(layer: torch.nn.Module) -> eval_blocks.LinearLayerRun | None:
+        run = eval_blocks.linear_run(layer)
+        return None if run is None else replace(run, max_dst=7)
+
+    monkeypatch.setattr(evaluate, "linear_run", tiny)
+    reports, reference = _sharded(sbm_graph, 4, model, tmp_path)
+    _check_equal(sbm_graph, reports, reference)
