@@ -249,12 +249,14 @@ def main() -> None:
     parser.add_argument("--store", help="train on this store (written beforehand)")
     parser.add_argument("--hidden", type=int, default=256, help="hidden width with --store")
     parser.add_argument("--check-eval", action="store_true", help="also evaluate driver-side")
+    parser.add_argument("--eval-halo-mb", type=float, default=256.0, help="with --store")
     parser.add_argument("--cost-table", action="store_true", help="0.1 M and 1 M stores too")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gnnsys-bench-train-") as tmp:
         out = Path(args.out or tmp)
         if args.store or args.cost_table:
             cfg = _store_cfg(int(args.parts.split(",")[-1]), args.epochs, args.hidden)
+            cfg = replace(cfg, eval=replace(cfg.eval, halo_mb=args.eval_halo_mb))
             if args.cost_table:
                 cost_table(cfg, out)
             if args.store:

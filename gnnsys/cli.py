@@ -12,9 +12,11 @@ import logging
 import os
 import pkgutil
 import sys
+import traceback
 from collections.abc import Sequence
 
 import gnnsys.commands
+from gnnsys.errors import GnnsysError, RemoteCallTimeoutError, WorkerFailedError
 
 __all__ = ["build_parser", "main"]
 
@@ -40,11 +42,20 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         module = importlib.import_module(f"gnnsys.commands.{info.name}")
         module.add_parser(sub)
+    for verb in sub.choices.values():  # -v also after the verb: `gnnsys train ... -v`
+        verb.add_argument(
+            "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="log at DEBUG"
+        )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``gnnsys`` script and ``python -m gnnsys``; returns the exit code."""
+    """Entry point of the ``gnnsys`` script and ``python -m gnnsys``; returns the exit code.
+
+    Exit codes: 0 success, 1 a failed run (workers failed, a store failed ``verify``) or an
+    internal error, 2 a bad input (flag value, file, store, checkpoint), 130 Ctrl-C. A bad
+    input prints one line naming the value and the fix; ``-v`` adds the traceback.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     level = os.environ.get("GNNSYS_LOG", "DEBUG" if args.verbose else "INFO")
@@ -54,12 +65,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args))
-    except (ValueError, FileNotFoundError) as err:
-        print(f"gnnsys {args.verb}: error: {err}", file=sys.stderr)
-        return 2
+    except (WorkerFailedError, RemoteCallTimeoutError) as err:  # a failed run, not bad input
+        return _report(args, err, 1, "")
+    except _BAD_INPUT as err:
+        return _report(args, err, 2, "")
     except KeyboardInterrupt:
         print("gnnsys: interrupted", file=sys.stderr)
         return 130
+    except Exception as err:  # noqa: BLE001 -- the process boundary: one line, not a traceback
+        return _report(args, err, 1, "internal error, please report it; ")
+
+
+_BAD_INPUT: tuple[type[BaseException], ...] = (GnnsysError, ValueError, TypeError, OSError)
+"""Errors that mean a bad input: a flag value, a missing, unreadable or corrupt file."""
+
+
+def _report(args: argparse.Namespace, err: BaseException, code: int, prefix: str) -> int:
+    """Print ``err`` as one line (with the traceback under ``-v``) and return ``code``."""
+    if args.verbose:
+        traceback.print_exception(err)
+    text = str(err) if isinstance(err, GnnsysError | ValueError) else f"{type(err).__name__}: {err}"
+    hint = "" if args.verbose else " (-v shows the traceback)" if prefix else ""
+    print(f"gnnsys {args.verb}: error: {prefix}{text}{hint}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

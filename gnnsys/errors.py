@@ -20,12 +20,33 @@ class DatasetNotFoundError(GnnsysError, FileNotFoundError):
     """A dataset's files are missing; the message says where gnnsys looked and how to get them."""
 
 
+class DatasetFileError(GnnsysError, ValueError):
+    """A dataset file exists but cannot be read: truncated, corrupt, empty or another format."""
+
+
 class PartitionStoreError(GnnsysError):
     """A partition directory is missing, corrupt or of an unknown format.
 
     Args:
         message: What is wrong, naming the file and the fix.
         path: The offending file or directory.
+    """
+
+    def __init__(self, message: str, path: str = "") -> None:
+        super().__init__(message, path)
+        self.message = message
+        self.path = path
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class CheckpointError(GnnsysError, ValueError):
+    """A run directory's checkpoints are corrupt, or a resume would change the run.
+
+    Args:
+        message: What is wrong, naming the file or the differing fields, and the fix.
+        path: The offending file or run directory.
     """
 
     def __init__(self, message: str, path: str = "") -> None:

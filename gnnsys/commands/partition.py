@@ -100,7 +100,11 @@ def load_graph(name: str, root: str | None, params: dict[str, Any]) -> Any:
 
     path = Path(name)
     if path.suffix == ".npz" and path.is_file():
-        with np.load(path, allow_pickle=False) as z:
+        from gnnsys.datasets.base import open_npz, reading
+
+        with reading(str(path)), open_npz(path) as z:
+            if "indptr" not in z.files or "indices" not in z.files:
+                raise ValueError(f"{path} lacks indptr/indices; save a CSR with np.savez")
             keys = ("x", "y", "train_mask", "val_mask", "test_mask")
             fields = {k: z[k] for k in keys if k in z.files}
             indptr = z["indptr"].astype(np.int64)
@@ -180,6 +184,21 @@ def partitioner_options(method: str, balance: str | None, options: list[str]) ->
     return cfg
 
 
+def _check_args(args: argparse.Namespace) -> None:
+    """Refuse bad ``--parts``/``--hops``/``--seed`` and an unusable ``--out`` before any work."""
+    from gnnsys.commands._preflight import check_out
+
+    for flag, value, low in (("--parts", args.parts, 1), ("--hops", args.hops, 1)):
+        if value is not None and value < low:
+            raise ValueError(f"{flag} {value}: must be an integer >= {low}")
+    if args.seed is not None and args.seed < 0:
+        raise ValueError(f"--seed {args.seed}: must be an integer >= 0")
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise ValueError(f"--out {out} already exists; choose another directory or --overwrite")
+    check_out(out)
+
+
 def run(args: argparse.Namespace) -> int:
     """Load, assign, write, and print the summary."""
     from tqdm import tqdm
@@ -188,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
     from gnnsys.partitioners.metrics import balance, edge_cut, part_loads
     from gnnsys.store import write_partitions
 
+    _check_args(args)  # before the (possibly long) load
     cfg = partitioner_options(args.method, args.balance, args.option)
     partitioner = make_partitioner(args.method, **cfg)
     with Measured() as load_m:

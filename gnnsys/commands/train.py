@@ -6,6 +6,7 @@ import argparse
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -46,7 +47,18 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int)
     p.add_argument("--out", help="run directory (default runs/train-TIMESTAMP)")
     p.add_argument("--address", help="join this Ray cluster instead of starting one")
-    p.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoint.pt")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from RUN_DIR/checkpoint.pt (refused if the data, store, model shape, "
+        "fanouts or --parts differ from the checkpoint's run; more --epochs is fine)",
+    )
+    p.add_argument(
+        "--allow-change",
+        metavar="FIELDS",
+        help="with --resume, comma list of fields that may differ from the checkpoint's run, "
+        "e.g. trainer.lr,sampler.fanouts (short: lr, fanouts, batch-size, seed, codec, dropout)",
+    )
     p.add_argument("--topology", choices=("auto", "partitioned", "replicated"))
     p.add_argument("--deadline", type=float, help="seconds per remote call / without progress")
     p.add_argument("--max-restarts", type=int, help="group restarts after a worker dies")
@@ -99,7 +111,8 @@ def add_cache_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cache-ratio",
         type=float,
-        help="cache budget as a fraction of the worker's own fp32 feature bytes, e.g. 0.1",
+        help="cache budget as a fraction of the worker's own fp32 feature bytes, e.g. 0.1; "
+        "above 1 the cache may hold more than the part's own features (a halo can be larger)",
     )
     p.add_argument("--cache-mb", type=float, help="cache budget in MiB (overrides --cache-ratio)")
     add_cache_tuning_args(p)
@@ -156,6 +169,11 @@ def _add_eval_flags(p: argparse.ArgumentParser) -> None:
         help="codec of the halo embeddings exchanged during evaluation (default fp32: exact)",
     )
     p.add_argument(
+        "--eval-halo-mb",
+        type=float,
+        help="MiB of halo rows a worker holds at once while evaluating (default 256; 0 = all)",
+    )
+    p.add_argument(
         "--test-at-end",
         action="store_true",
         help="per-epoch evaluations report train and val only; test once, after the last epoch",
@@ -207,6 +225,7 @@ def build_config(args: argparse.Namespace) -> Any:
         eval=replace(
             cfg.eval,
             **pick(every=args.eval_every, codec=args.eval_codec, metric=args.metric),
+            **pick(halo_mb=args.eval_halo_mb),
             test_at_end=cfg.eval.test_at_end or args.test_at_end,
         ),
         codec=replace(cfg.codec, **pick(name=args.codec, lossy=args.lossy_codec, wire=args.wire)),
@@ -234,8 +253,11 @@ def _parse_fault(text: str | None) -> Any:
         return None
     from gnnsys.train.worker import FaultSpec
 
-    kind, rank, epoch, batch = text.split(":")
-    return FaultSpec(kind, int(rank), int(epoch), int(batch))
+    try:
+        kind, rank, epoch, batch = text.split(":")
+        return FaultSpec(kind, int(rank), int(epoch), int(batch))
+    except ValueError as err:
+        raise ValueError(f"--inject-fault {text!r}: use KIND:RANK:EPOCH:BATCH ({err})") from err
 
 
 def _cell(value: float | None) -> str:
@@ -266,13 +288,18 @@ def print_table(history: list[dict[str, Any]]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``gnnsys train``; returns the exit code (1 when workers failed)."""
+    from gnnsys.commands._preflight import check_numbers, run_preflight
     from gnnsys.errors import WorkerFailedError
     from gnnsys.train.control.run import train
 
+    check_numbers(args)  # before anything: Ray, the store and the run directory
     config = build_config(args)
-    out = args.out or f"runs/train-{time.strftime('%Y%m%d-%H%M%S')}"
+    fault = _parse_fault(args.inject_fault)
+    out = Path(args.out or f"runs/train-{time.strftime('%Y%m%d-%H%M%S')}")
+    for line in run_preflight(args, config, out).notices:
+        print(f"gnnsys train: {line}", file=sys.stderr)
     try:
-        result = train(config, out, fault=_parse_fault(args.inject_fault))
+        result = train(config, out, fault=fault)
     except WorkerFailedError as err:
         print(f"gnnsys train: error: {err}", file=sys.stderr)
         return 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gnnsys.datasets.base import DatasetSource
+from gnnsys.datasets.base import DatasetSource, reading
 from gnnsys.datasets.deezer import load_deezer
 from gnnsys.datasets.musae import load_musae
 from gnnsys.datasets.npz import load_npz
@@ -53,6 +53,7 @@ def load(name: str, root: str | os.PathLike[str] | None = None, **params: Any) -
     Raises:
         ValueError: Unknown family or variant.
         DatasetNotFoundError: Files missing; the message says where it looked.
+        DatasetFileError: A file is truncated, corrupt, empty or of another format.
     """
     family, _, variant = name.partition(":")
     if family not in DATASETS or not variant:
@@ -62,4 +63,5 @@ def load(name: str, root: str | os.PathLike[str] | None = None, **params: Any) -
         )
     from pathlib import Path
 
-    return DATASETS[family](variant, None if root is None else Path(root), **params)
+    with reading(f"dataset {name!r}"):
+        return DATASETS[family](variant, None if root is None else Path(root), **params)

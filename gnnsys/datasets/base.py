@@ -7,13 +7,18 @@ A loader is any callable ``(variant, root, **params) -> Graph``; the registry in
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import pickle
+import struct
+import zipfile
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeAlias
 
 import numpy as np
 
-from gnnsys.errors import DatasetNotFoundError
+from gnnsys.errors import DatasetFileError, DatasetNotFoundError, GnnsysError
 from gnnsys.types import Graph
 
 DATA_ENV = "GNNSYS_DATA"
@@ -116,3 +121,56 @@ def lists_to_coo(lists_by_key: dict[str, list[Any]]) -> tuple[np.ndarray, list[A
     lengths = np.fromiter(map(len, lists_by_key.values()), dtype=np.int64, count=keys.shape[0])
     values = [v for vs in lists_by_key.values() for v in vs]
     return np.repeat(keys, lengths), values
+
+
+_UNREADABLE = (
+    OSError,  # gzip.BadGzipFile, short reads
+    EOFError,  # an empty or cut .npz/.npy/pickle
+    zipfile.BadZipFile,  # a truncated or corrupt .npz
+    pickle.UnpicklingError,
+    struct.error,
+    UnicodeDecodeError,
+    KeyError,  # a zip member missing from a damaged archive
+    zlib.error,  # a damaged compressed member (np.savez_compressed)
+)
+"""What reading a damaged dataset file raises (beyond a plain ``ValueError``)."""
+
+
+@contextmanager
+def reading(what: str) -> Iterator[None]:
+    """Turn the errors a damaged file raises inside the block into one ``DatasetFileError``.
+
+    Args:
+        what: The dataset name or file, for the message.
+
+    Raises:
+        DatasetFileError: Naming ``what``, the underlying error and the fix.
+    """
+    try:
+        yield
+    except GnnsysError:
+        raise  # already says what is wrong (e.g. DatasetNotFoundError)
+    except _UNREADABLE as err:
+        raise DatasetFileError(
+            f"{what}: a file cannot be read ({type(err).__name__}: {err}); it is truncated, "
+            "corrupt, empty or not the expected format. Replace it with an intact copy "
+            "(download it again, see `gnnsys datasets`, or save it again)"
+        ) from err
+
+
+def open_npz(path: Path) -> Any:
+    """``np.load(path, allow_pickle=False)`` of an ``.npz``, refusing anything that is not one.
+
+    ``np.load`` of a file that is neither a zip nor a ``.npy`` falls back to unpickling and then
+    blames pickling; this names the real problem instead.
+
+    Raises:
+        DatasetFileError: ``path`` is empty, truncated or not a zip archive.
+    """
+    if not zipfile.is_zipfile(path):
+        raise DatasetFileError(
+            f"{path}: not an .npz archive (empty, truncated or another format); replace it "
+            "with an intact copy (download it again, see `gnnsys datasets`, or save it again)"
+        )
+    with reading(str(path)):
+        return np.load(path, allow_pickle=False)

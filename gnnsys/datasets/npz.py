@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gnnsys.datasets.base import csr_to_coo, csr_to_dense, find_dir, require_file
+from gnnsys.datasets.base import csr_to_coo, csr_to_dense, find_dir, open_npz, require_file
 from gnnsys.datasets.splits import per_class_split
 from gnnsys.types import Graph
 
@@ -41,7 +41,7 @@ HOW_TO_GET = (
 
 def _read(path: Path, prefix: str, names: tuple[str, ...]) -> list[np.ndarray]:
     """Arrays ``prefix + name`` from the archive; ``allow_pickle=False`` refuses object arrays."""
-    with np.load(path, allow_pickle=False) as archive:
+    with open_npz(path) as archive:
         missing = [prefix + n for n in names if prefix + n not in archive.files]
         if missing:
             raise ValueError(f"{path} lacks the arrays {missing}; is it a gnn-benchmark .npz?")

@@ -1,13 +1,14 @@
 """Stage 3, the on-disk partition store: ``(Graph, Assignment) <-> partition directory``.
 
 ``write_partitions`` writes it atomically; ``load_shard`` / ``load_book`` / ``read_manifest``
-read it (memory-mapped); ``verify`` checks every checksum. Layout: ``gnnsys.store.layout``.
+read it (memory-mapped, each array checked before use), ``load_partition`` all of it plus the
+cross-shard edge-id check; ``verify`` recomputes every checksum. Layout: ``gnnsys.store.layout``.
 """
 
 from __future__ import annotations
 
 from gnnsys.store.layout import FORMAT_VERSION, FileEntry, Manifest, PartEntry
-from gnnsys.store.reader import load_book, load_shard, read_manifest, verify
+from gnnsys.store.reader import load_book, load_partition, load_shard, read_manifest, verify
 from gnnsys.store.shard import build_shard
 from gnnsys.store.writer import graph_fingerprint, write_partitions
 
@@ -19,6 +20,7 @@ __all__ = [
     "build_shard",
     "graph_fingerprint",
     "load_book",
+    "load_partition",
     "load_shard",
     "read_manifest",
     "verify",

@@ -1,20 +1,34 @@
 """Read a partition directory: manifest, partition book, shards, and a full integrity check.
 
 Reads are memory-mapped (``np.load(mmap_mode="r", allow_pickle=False)``): loading a shard
-costs page-table entries, not RAM, until rows are touched. Every array's shape and dtype are
-checked against the manifest on load (cheap); ``verify`` also recomputes every sha256 (reads
-every byte). Any problem raises ``PartitionStoreError`` naming the file and the fix.
+costs page-table entries, not RAM, until rows are touched. Every load checks each array's shape
+and dtype against the manifest, its checksum (xxh3_128, once per process and file) and the
+shard's semantics (``gnnsys.store.integrity``); ``verify=False`` skips the checksum and
+semantic checks for a trusted store. ``verify`` also recomputes every sha256. Any problem raises
+``PartitionStoreError`` naming the file and the fix.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import tokenize
 from pathlib import Path
 
 import numpy as np
 
 from gnnsys.errors import PartitionStoreError
+from gnnsys.store.integrity import (
+    check_book,
+    check_data,
+    check_edge_ids,
+    check_file,
+    check_shard,
+    file_digests,
+    mark_shard_checked,
+    shard_checked,
+    shard_key,
+)
 from gnnsys.store.layout import (
     MANIFEST,
     NODE_TO_PART,
@@ -23,10 +37,19 @@ from gnnsys.store.layout import (
     Manifest,
     shard_file,
 )
-from gnnsys.store.writer import sha256_file
 from gnnsys.types import PartitionBook, PartitionShard
 
 _FIX = "re-create the directory with `gnnsys partition`"
+_NPY_ERRORS = (
+    ValueError,  # bad magic, header or size (also UnicodeDecodeError)
+    OSError,
+    EOFError,
+    TypeError,
+    SyntaxError,  # the header dict is parsed with ast.literal_eval
+    tokenize.TokenError,
+    OverflowError,
+)
+"""What ``np.load`` raises on a corrupt ``.npy`` (its header is parsed as a Python literal)."""
 
 
 def read_manifest(root: str | os.PathLike[str]) -> Manifest:
@@ -37,6 +60,12 @@ def read_manifest(root: str | os.PathLike[str]) -> Manifest:
             ``format_version`` or keys.
     """
     path = Path(root) / MANIFEST
+    if Path(root).exists() and not Path(root).is_dir():
+        raise PartitionStoreError(
+            f"{root}: is a file, not a partition directory; pass the directory that "
+            "`gnnsys partition --out DIR` wrote",
+            str(root),
+        )
     if not Path(root).is_dir():
         raise PartitionStoreError(
             f"{root}: not a partition directory (it does not exist); create it with "
@@ -44,8 +73,8 @@ def read_manifest(root: str | os.PathLike[str]) -> Manifest:
             str(root),
         )
     try:
-        text = path.read_text()
-    except OSError as err:
+        text = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as err:
         raise PartitionStoreError(
             f"{path}: cannot read the manifest ({err}); {_FIX}", str(path)
         ) from err
@@ -58,12 +87,22 @@ def read_manifest(root: str | os.PathLike[str]) -> Manifest:
     return Manifest.from_json(obj, str(path))
 
 
-def load_array(root: Path, manifest: Manifest, rel: str, *, mmap: bool = True) -> np.ndarray:
-    """Load ``root/rel`` and check it against its manifest entry (shape, dtype; not sha256).
+def load_array(
+    root: Path, manifest: Manifest, rel: str, *, mmap: bool = True, verify: bool = True
+) -> np.ndarray:
+    """Load ``root/rel`` and check it against its manifest entry.
+
+    Args:
+        root: The partition directory.
+        manifest: Its manifest.
+        rel: Relative path of the file, e.g. ``part-0/x.npy``.
+        mmap: Memory-map the file (read-only) instead of reading it into RAM.
+        verify: Also check the file's checksum before the array is returned (one read of
+            the file per process; see ``gnnsys.store.integrity``).
 
     Raises:
-        PartitionStoreError: No manifest entry, missing file, not a valid ``.npy`` (e.g.
-            truncated), or a shape/dtype that differs from the manifest.
+        PartitionStoreError: No manifest entry, missing file, a checksum mismatch, not a
+            valid ``.npy`` (e.g. truncated), or a shape/dtype that differs from the manifest.
     """
     path = root / rel
     entry = manifest.files.get(rel)
@@ -71,11 +110,15 @@ def load_array(root: Path, manifest: Manifest, rel: str, *, mmap: bool = True) -
         raise PartitionStoreError(f"{root / MANIFEST}: no entry for {rel}; {_FIX}", str(path))
     if not path.is_file():
         raise PartitionStoreError(f"{path}: file missing; {_FIX}", str(path))
-    try:
-        arr: np.ndarray = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as err:
+    if verify:
+        check_file(path, entry)
+    try:  # always map first: a corrupt header cannot make a copy allocate a huge array
+        arr: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
+    except _NPY_ERRORS as err:
         raise PartitionStoreError(
-            f"{path}: not a readable .npy array, probably truncated ({err}); {_FIX}", str(path)
+            f"{path}: not a readable .npy array, probably truncated or corrupted "
+            f"({_short(err)}); {_FIX}",
+            str(path),
         ) from err
     if tuple(arr.shape) != entry.shape or arr.dtype.str != entry.dtype:
         raise PartitionStoreError(
@@ -83,7 +126,115 @@ def load_array(root: Path, manifest: Manifest, rel: str, *, mmap: bool = True) -
             f"{entry.dtype} {entry.shape}; the file was replaced or corrupted. {_FIX}",
             str(path),
         )
-    return arr
+    return arr if mmap else np.array(arr)
+
+
+def load_book(root: str | os.PathLike[str], *, verify: bool = True) -> PartitionBook:
+    """The ``PartitionBook`` of a partition directory (reads ``node_to_part.npy`` into RAM).
+
+    Args:
+        root: The partition directory.
+        verify: Check the file's checksum first (see ``load_array``).
+
+    Raises:
+        PartitionStoreError: On any corruption, including part ids out of range.
+    """
+    root = Path(root)
+    manifest = read_manifest(root)
+    part_N = np.asarray(load_array(root, manifest, NODE_TO_PART, mmap=False, verify=verify))
+    if verify:
+        check_book(root, manifest, part_N)
+    else:
+        _check_part_ids(part_N, manifest.num_parts, root / NODE_TO_PART)
+    return PartitionBook.from_assignment(part_N, manifest.num_parts)
+
+
+def load_shard(
+    root: str | os.PathLike[str], part: int, *, mmap: bool = True, verify: bool = True
+) -> PartitionShard:
+    """Load the shard of ``part`` (memory-mapped unless ``mmap=False``).
+
+    Args:
+        root: The partition directory.
+        part: Part id in ``[0, P)``.
+        mmap: Memory-map the arrays (read-only) instead of reading them into RAM.
+        verify: Check every file's checksum before use, and the shard's semantics (index
+            ranges, masks, labels, finite features); ``False`` only for a trusted store.
+
+    Raises:
+        PartitionStoreError: ``part`` out of range, or any missing or corrupt file.
+    """
+    root = Path(root)
+    manifest = read_manifest(root)
+    if isinstance(part, bool) or not isinstance(part, (int, np.integer)):
+        raise TypeError(f"part={part!r}; pass an int part id")
+    if not 0 <= part < manifest.num_parts:
+        raise PartitionStoreError(
+            f"{root}: part id {part} out of range; this directory has parts "
+            f"0..{manifest.num_parts - 1} (pass one of those)",
+            str(root),
+        )
+    part = int(part)
+
+    def load(name: str) -> np.ndarray:
+        return load_array(root, manifest, shard_file(part, name), mmap=mmap, verify=verify)
+
+    arrays = {k: load(k) for k in SHARD_ARRAYS}
+    data = {k: load(k) for k in SHARD_DATA if shard_file(part, k) in manifest.files}
+    _check_sizes(root, manifest, part, arrays)
+    if verify:
+        _check_semantics(root, manifest, part, arrays, data)
+    else:
+        _check_part_ids(
+            arrays["halo_part"], manifest.num_parts, root / shard_file(part, "halo_part")
+        )
+    return PartitionShard(
+        part=part, num_parts=manifest.num_parts, num_nodes=manifest.num_nodes, **arrays, **data
+    )
+
+
+def _short(err: BaseException, limit: int = 120) -> str:
+    """``err`` as text of at most ``limit`` characters (numpy quotes whole corrupt headers)."""
+    text = f"{type(err).__name__}: {err}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def load_partition(
+    root: str | os.PathLike[str], *, verify: bool = True
+) -> tuple[PartitionBook, list[PartitionShard]]:
+    """The book and every shard, plus the cross-shard edge-id check (what a driver loads).
+
+    The extra check proves the shards' edge ids are exactly the global CSR positions, which
+    assembling the whole graph relies on.
+
+    Raises:
+        PartitionStoreError: On any corruption or inconsistency, naming the file.
+    """
+    root = Path(root)
+    book = load_book(root, verify=verify)
+    shards = [load_shard(root, p, verify=verify) for p in range(book.num_parts)]
+    if verify:
+        check_edge_ids(root, read_manifest(root), shards)
+    return book, shards
+
+
+def _check_semantics(
+    root: Path,
+    manifest: Manifest,
+    part: int,
+    arrays: dict[str, np.ndarray],
+    data: dict[str, np.ndarray],
+) -> None:
+    """The semantic checks of ``gnnsys.store.integrity``, once per process and unchanged shard."""
+    rels = [MANIFEST, NODE_TO_PART, *(shard_file(part, k) for k in (*arrays, *data))]
+    key = shard_key([root / rel for rel in rels])
+    if shard_checked(key):
+        return
+    part_N = load_array(root, manifest, NODE_TO_PART, verify=True)
+    check_book(root, manifest, part_N)
+    check_shard(root, manifest, part, arrays, part_N)
+    check_data(root, manifest, part, data, int(arrays["owned_gid"].shape[0]))
+    mark_shard_checked(key)
 
 
 def _check_part_ids(arr: np.ndarray, num_parts: int, path: Path) -> None:
@@ -95,61 +246,13 @@ def _check_part_ids(arr: np.ndarray, num_parts: int, path: Path) -> None:
         )
 
 
-def load_book(root: str | os.PathLike[str]) -> PartitionBook:
-    """The ``PartitionBook`` of a partition directory (reads ``node_to_part.npy`` into RAM).
-
-    Raises:
-        PartitionStoreError: On any corruption, including part ids out of range.
-    """
-    root = Path(root)
-    manifest = read_manifest(root)
-    part_N = np.asarray(load_array(root, manifest, NODE_TO_PART, mmap=False))
-    _check_part_ids(part_N, manifest.num_parts, root / NODE_TO_PART)
-    if part_N.shape != (manifest.num_nodes,) or part_N.dtype != np.int32:
-        raise PartitionStoreError(
-            f"{root / NODE_TO_PART}: expected [{manifest.num_nodes}] int32; {_FIX}",
-            str(root / NODE_TO_PART),
-        )
-    return PartitionBook.from_assignment(part_N, manifest.num_parts)
-
-
-def load_shard(root: str | os.PathLike[str], part: int, *, mmap: bool = True) -> PartitionShard:
-    """Load the shard of ``part`` (memory-mapped unless ``mmap=False``).
-
-    Args:
-        root: The partition directory.
-        part: Part id in ``[0, P)``.
-        mmap: Memory-map the arrays (read-only) instead of reading them into RAM.
-
-    Raises:
-        PartitionStoreError: ``part`` out of range, or any missing or corrupt file.
-    """
-    root = Path(root)
-    manifest = read_manifest(root)
-    if not 0 <= part < manifest.num_parts:
-        raise PartitionStoreError(
-            f"{root}: part id {part} out of range; this directory has parts "
-            f"0..{manifest.num_parts - 1} (pass one of those)",
-            str(root),
-        )
-    arrays = {k: load_array(root, manifest, shard_file(part, k), mmap=mmap) for k in SHARD_ARRAYS}
-    data = {
-        k: load_array(root, manifest, shard_file(part, k), mmap=mmap)
-        for k in SHARD_DATA
-        if shard_file(part, k) in manifest.files
-    }
-    _check_shard(root, manifest, part, arrays)
-    return PartitionShard(
-        part=part, num_parts=manifest.num_parts, num_nodes=manifest.num_nodes, **arrays, **data
-    )
-
-
-def _check_shard(root: Path, manifest: Manifest, part: int, arrays: dict[str, np.ndarray]) -> None:
+def _check_sizes(root: Path, manifest: Manifest, part: int, arrays: dict[str, np.ndarray]) -> None:
     """Cheap structural checks: sizes agree with each other and with the manifest summary."""
     indptr, summary = arrays["indptr"], manifest.parts[part]
-    num_edges = arrays["indices_gid"].shape[0]
+    num_edges = arrays["indices_gid"].shape[0] if arrays["indices_gid"].ndim == 1 else -1
     consistent = (
-        indptr.shape[0] == arrays["owned_gid"].shape[0] + 1
+        all(a.ndim == 1 for a in arrays.values())
+        and indptr.shape[0] == arrays["owned_gid"].shape[0] + 1
         and int(indptr[0]) == 0
         and int(indptr[-1]) == num_edges
         and arrays["e_id"].shape[0] == num_edges
@@ -165,13 +268,13 @@ def _check_shard(root: Path, manifest: Manifest, part: int, arrays: dict[str, np
             f"{path.parent}: shard arrays disagree in size with each other or the manifest; {_FIX}",
             str(path.parent),
         )
-    _check_part_ids(arrays["halo_part"], manifest.num_parts, root / shard_file(part, "halo_part"))
 
 
 def verify(root: str | os.PathLike[str]) -> Manifest:
-    """Check everything: manifest, every file's shape, dtype and sha256, every shard's sizes.
+    """Check everything: manifest, every file's shape, dtype, sha256 and xxh3, every shard.
 
-    Reads every byte once (sha256), so it takes about as long as copying the directory.
+    Reads every byte once (both digests in one pass), so it takes about as long as copying
+    the directory; unlike a load it never trusts a file this process hashed before.
 
     Returns:
         The manifest, when the directory is intact.
@@ -182,13 +285,22 @@ def verify(root: str | os.PathLike[str]) -> Manifest:
     root = Path(root)
     manifest = read_manifest(root)
     for rel, entry in sorted(manifest.files.items()):
-        load_array(root, manifest, rel)
-        if sha256_file(root / rel) != entry.sha256:
+        load_array(root, manifest, rel, verify=False)
+        sha, fast = file_digests(root / rel, xxh3=entry.xxh3 is not None)
+        if sha != entry.sha256 or (entry.xxh3 is not None and fast != entry.xxh3):
             raise PartitionStoreError(
                 f"{root / rel}: sha256 mismatch; the file changed after it was written. {_FIX}",
                 str(root / rel),
             )
-    load_book(root)
-    for part in range(manifest.num_parts):
-        load_shard(root, part)
+    part_N = load_book(root, verify=False).part_N
+    check_book(root, manifest, part_N)
+    shards = []
+    for part in range(manifest.num_parts):  # semantics afresh: never the per-process cache
+        shard = load_shard(root, part, verify=False)
+        arrays = {k: getattr(shard, k) for k in SHARD_ARRAYS}
+        data = {k: getattr(shard, k) for k in SHARD_DATA if getattr(shard, k) is not None}
+        check_shard(root, manifest, part, arrays, part_N)
+        check_data(root, manifest, part, data, shard.num_owned)
+        shards.append(shard)
+    check_edge_ids(root, manifest, shards)
     return manifest

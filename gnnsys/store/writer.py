@@ -2,8 +2,10 @@
 
 Everything is written into a hidden temporary sibling of the target, checksummed, and only
 then renamed into place, so a crash never leaves a half-written directory under the target
-name. Feature rows are gathered and written in row chunks into a memory-mapped ``.npy``, so
-the writer's extra memory is one shard's index arrays plus one chunk of features.
+name. Each file gets a sha256 (for ``verify``) and an xxh3_128 (checked by every load), both
+from one read of the file. Feature rows are gathered and written in row chunks into a
+memory-mapped ``.npy``, so the writer's extra memory is one shard's index arrays plus one chunk
+of features.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gnnsys.store.integrity import file_digests
 from gnnsys.store.layout import (
     FORMAT_VERSION,
     MANIFEST,
@@ -63,7 +66,8 @@ def graph_fingerprint(graph: Graph) -> str:
 
 
 def _entry(path: Path, arr_shape: tuple[int, ...], dtype: np.dtype) -> FileEntry:
-    return FileEntry(tuple(int(d) for d in arr_shape), np.dtype(dtype).str, sha256_file(path))
+    sha, fast = file_digests(path)
+    return FileEntry(tuple(int(d) for d in arr_shape), np.dtype(dtype).str, sha, fast)
 
 
 def _save(root: Path, rel: str, arr: np.ndarray) -> FileEntry:
@@ -204,4 +208,5 @@ def _manifest(
         gnnsys_version=gnnsys_version,
         files=files,
         parts=parts,
+        num_classes=graph.num_classes,
     )

@@ -38,7 +38,9 @@ __all__ = [
     "full_graph_logits",
     "gather_rows",
     "halo_index",
+    "halo_spans",
     "linear_run",
+    "restricted",
 ]
 
 _SCAN_CHUNK = 1 << 22  # edges per pass of the index scans (bounded temporaries)
@@ -103,6 +105,7 @@ def chunk_blocks(
     index: HaloIndex,
     degree_S: np.ndarray | None,
     max_edges: int = 1 << 18,
+    span: tuple[int, int] | None = None,
 ) -> Iterator[ChunkBlock]:
     """Runs of destinations with at most ``max_edges`` in-edges (one node may exceed it alone).
 
@@ -111,15 +114,16 @@ def chunk_blocks(
         index: Its :func:`halo_index`.
         degree_S: ``[M + H]`` whole-graph in-degrees of ``[own; halo]`` (GCN), or ``None``.
         max_edges: Edge budget of one chunk.
+        span: Only destinations ``[first, stop)`` (default: all owned nodes).
     """
     m = int(shard.num_owned)
     indptr = np.asarray(shard.indptr, dtype=np.int64)
     local_E = shard.indices_local
     assert local_E is not None
-    start = 0
-    while start < m:
+    start, stop = span if span is not None else (0, m)
+    while start < stop:
         end = int(np.searchsorted(indptr, indptr[start] + max_edges, side="right")) - 1
-        end = min(max(end, start + 1), m)
+        end = min(max(end, start + 1), stop)
         e0, e1 = int(indptr[start]), int(indptr[end])
         col = np.array(local_E[e0:e1], dtype=np.int64)
         halo = col >= m
@@ -195,8 +199,11 @@ def linear_layer_outputs(
     index: HaloIndex,
     degree_S: np.ndarray | None,
     run: LinearLayerRun,
+    span: tuple[int, int] | None = None,
 ) -> Tensor:
-    """``[M, H]`` outputs of a linear layer: each edge reads its source row once, in place.
+    """``[stop - first, H]`` outputs of a linear layer over destinations ``span`` (default all).
+
+    Each edge reads its source row once, in place.
 
     The neighbour sum of a run of destinations is two kernel calls, one over the owned table and
     one over the halo table (edges split by where their source lives), so neither table is
@@ -212,9 +219,10 @@ def linear_layer_outputs(
         assert degree_S is not None  # the evaluator fetches degrees for GCN models
         s_S = torch.from_numpy(degree_S + 1).float().rsqrt()
         own, halo = own_MF * s_S[:m, None], halo_HF * s_S[m:, None]
+    first, stop = span if span is not None else (0, m)
     out: Tensor | None = None
-    for start in range(0, m, run.max_dst):
-        end = min(start + run.max_dst, m)
+    for start in range(first, stop, run.max_dst):
+        end = min(start + run.max_dst, stop)
         e0, e1 = int(indptr[start]), int(indptr[end])
         col = np.array(local_E[e0:e1], dtype=np.int64)
         halo_E = col >= m
@@ -235,10 +243,50 @@ def linear_layer_outputs(
         )
         rows = model.activate(layer, module.combine(agg, own_MF[start:end], block))
         if out is None:
-            out = torch.empty(m, int(rows.shape[1]), dtype=rows.dtype)
-        out[start:end] = rows
-    assert out is not None  # a shard owns at least one node
+            out = torch.empty(stop - first, int(rows.shape[1]), dtype=rows.dtype)
+        out[start - first : end - first] = rows
+    assert out is not None  # a span holds at least one node
     return out
+
+
+def halo_spans(
+    shard: PartitionShard, index: HaloIndex, max_rows: int, step: int | None = None
+) -> list[tuple[int, int, np.ndarray]]:
+    """Runs of destinations whose distinct halo sources number at most ``max_rows`` each.
+
+    Returns ``(first, stop, halo_pos)`` per run, ``halo_pos`` the sorted positions (into
+    ``index.halo_gid``) of the halo rows the run reads. Greedy over steps of ``step``
+    destinations (default ``M / 64``, at most 4096); a single step over the limit becomes a
+    run of its own.
+    """
+    m = int(shard.num_owned)
+    step = step if step is not None else max(1, min(4096, m // 64))
+    indptr = np.asarray(shard.indptr, dtype=np.int64)
+    local_E = shard.indices_local
+    assert local_E is not None
+    spans: list[tuple[int, int, np.ndarray]] = []
+    first, held = 0, np.zeros(0, dtype=np.int64)
+    for start in range(0, m, step):
+        end = min(start + step, m)
+        col = np.asarray(local_E[int(indptr[start]) : int(indptr[end])], dtype=np.int64)
+        mine = np.unique(index.source_of_K[col[col >= m] - m] - m)
+        merged = np.union1d(held, mine)
+        if merged.shape[0] > max_rows and start > first:
+            spans.append((first, start, held))
+            first, merged = start, mine
+        held = merged
+    spans.append((first, m, held))
+    return spans
+
+
+def restricted(index: HaloIndex, halo_pos: np.ndarray, m: int) -> HaloIndex:
+    """``index`` with only the halo rows at ``halo_pos``, renumbered ``M, M + 1, ...``."""
+    renumber = np.full(index.halo_gid.shape[0], -1, dtype=np.int64)
+    renumber[halo_pos] = np.arange(m, m + halo_pos.shape[0], dtype=np.int64)
+    used = index.source_of_K >= 0
+    source_of_K = np.full_like(index.source_of_K, -1)
+    source_of_K[used] = renumber[index.source_of_K[used] - m]
+    return HaloIndex(index.halo_gid[halo_pos], source_of_K)
 
 
 def gather_rows(own_MF: Tensor, halo_HF: Tensor, source: np.ndarray) -> Tensor:

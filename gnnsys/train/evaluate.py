@@ -48,8 +48,10 @@ from gnnsys.train.eval_blocks import (
     full_graph_logits,
     gather_rows,
     halo_index,
+    halo_spans,
     linear_layer_outputs,
     linear_run,
+    restricted,
 )
 from gnnsys.train.metrics import METRICS, accuracy, confusion_matrix, macro_f1, roc_auc
 from gnnsys.train.remote.client import OwnerClient
@@ -90,6 +92,10 @@ class EvalConfig:
     chunk_edges: int = 1 << 20
     """In-edges per evaluation chunk of the gathering path (GAT, max): bounds its temporaries
     (one chunk's gathered rows) at the cost of gathering shared sources once per chunk."""
+    halo_mb: float = 256.0
+    """Byte budget of the halo rows a rank holds at once per layer: its nodes are evaluated in
+    runs whose distinct halo sources fit it (a hub several runs read is fetched once per run,
+    counted in the evaluation bytes). 0 holds the whole halo at once."""
     in_place: bool = True
     """SAGE mean/sum and GCN sum neighbours straight out of the own and halo tables (no
     gathered rows); ``False`` sends them through the gathering path too (tests)."""
@@ -100,6 +106,8 @@ class EvalConfig:
             raise ValueError(f"eval codec={self.codec!r}; choose one of {choices}")
         if self.every < 0:
             raise ValueError(f"eval every={self.every}; choose >= 1 (or 0: never evaluate)")
+        if not self.halo_mb >= 0:
+            raise ValueError(f"eval halo_mb={self.halo_mb}; choose >= 0 (0: no limit)")
         if self.chunk_edges < 1:
             raise ValueError(f"chunk_edges={self.chunk_edges}; choose >= 1")
         if self.metric not in (*METRICS, "auto"):
@@ -246,6 +254,7 @@ class ShardEvaluator:
         self._hits = 0
         self._seconds = 0.0
         self._degree_S: np.ndarray | None = None
+        self._span_cache: dict[int, list[tuple[int, int, np.ndarray]]] = {}
         if any(isinstance(m, GCNLayer) for m in model.modules()):
             own_M = np.diff(np.asarray(shard.indptr, dtype=np.int64))
             self._degree_S = np.concatenate([own_M, self._halo_degrees()])
@@ -269,19 +278,54 @@ class ShardEvaluator:
             self._seconds = 0.0
             self.ledger = Ledger()
             own = _as_float_rows(self.shard.x)  # the memory map itself when it is float32
-            halo = torch.empty(self.halo_gid.shape[0], int(own.shape[1]), dtype=torch.float32)
-            self._feature_rows(halo)
         else:
             self.tables.pop(layer - 1, None)  # every peer finished reading it in the last step
             own = self.tables[layer]  # kept: peers read it during this step
-            halo = torch.empty(self.halo_gid.shape[0], int(own.shape[1]), dtype=torch.float32)
-            self._peer_rows(layer, halo)
         self.model.eval()
-        self.tables[layer + 1] = self._outputs(layer, own, halo)
+        m, width = int(own.shape[0]), int(own.shape[1])
+        out: Tensor | None = None
+        for first, stop, halo_pos in self._spans(width):
+            gid_H = self.halo_gid[halo_pos]
+            halo = torch.empty(gid_H.shape[0], width, dtype=torch.float32)
+            if layer == 0:
+                self._feature_rows(halo, gid_H)
+            else:
+                self._peer_rows(layer, halo, gid_H)
+            index = restricted(self.index, halo_pos, m)
+            degree_S = None
+            if self._degree_S is not None:
+                degree_S = np.concatenate([self._degree_S[:m], self._degree_S[m + halo_pos]])
+            rows = self._outputs(layer, own, halo, index, degree_S, (first, stop))
+            if out is None:
+                out = torch.empty(m, int(rows.shape[1]), dtype=rows.dtype)
+            out[first:stop] = rows
+            del halo, rows
+        assert out is not None  # a shard owns at least one node
+        self.tables[layer + 1] = out
         self._seconds += time.perf_counter() - start
 
-    def _outputs(self, layer: int, own: Tensor, halo: Tensor) -> Tensor:
-        """``[M, H]`` outputs of layer ``layer``: the in-place path for SAGE/GCN, else chunks.
+    def _spans(self, width: int) -> list[tuple[int, int, np.ndarray]]:
+        """The runs of destinations for a layer input ``width`` wide (cached per width)."""
+        if width not in self._span_cache:
+            m = int(self.shard.num_owned)
+            max_rows = int(self.config.halo_mb * 2**20) // (4 * width)
+            if max_rows <= 0 or max_rows >= self.halo_gid.shape[0]:
+                every = np.arange(self.halo_gid.shape[0], dtype=np.int64)
+                self._span_cache[width] = [(0, m, every)]
+            else:
+                self._span_cache[width] = halo_spans(self.shard, self.index, max_rows)
+        return self._span_cache[width]
+
+    def _outputs(
+        self,
+        layer: int,
+        own: Tensor,
+        halo: Tensor,
+        index: HaloIndex,
+        degree_S: np.ndarray | None,
+        span: tuple[int, int],
+    ) -> Tensor:
+        """Outputs of layer ``layer`` over ``span``: in place for SAGE/GCN, else chunks.
 
         SAGE mean/sum and GCN sum their neighbours straight out of the two tables
         (``linear_layer_outputs``); other layers (GAT, max) run on chunk blocks whose rows are
@@ -291,16 +335,17 @@ class ShardEvaluator:
         run = linear_run(self.model.layers[layer]) if isinstance(self.model, BlockModel) else None
         if run is not None and self.config.in_place:
             assert isinstance(self.model, BlockModel)
-            args = (self.shard, self.index, self._degree_S, run)
+            args = (self.shard, index, degree_S, run, span)
             return linear_layer_outputs(self.model, layer, own, halo, *args)
         out: Tensor | None = None
-        chunks = chunk_blocks(self.shard, self.index, self._degree_S, self.config.chunk_edges)
+        first, stop = span
+        chunks = chunk_blocks(self.shard, index, degree_S, self.config.chunk_edges, span)
         for chunk in chunks:
             rows = model.forward_layer(layer, gather_rows(own, halo, chunk.source), chunk.block)
             if out is None:
-                out = torch.empty(int(own.shape[0]), int(rows.shape[1]), dtype=rows.dtype)
-            out[chunk.start : chunk.end] = rows
-        assert out is not None  # a shard owns at least one node
+                out = torch.empty(stop - first, int(rows.shape[1]), dtype=rows.dtype)
+            out[chunk.start - first : chunk.end - first] = rows
+        assert out is not None  # a span holds at least one node
         return out
 
     def report(self, splits: tuple[str, ...], *, with_logits: bool = False) -> RankEval:
@@ -342,9 +387,8 @@ class ShardEvaluator:
             self.ledger.record("feature_request", gid_K[pending[pos]])
         return by_part
 
-    def _feature_rows(self, out_HF: Tensor) -> None:
-        """Fill ``out_HF`` with the halo's layer-0 rows: cached ones, then the owners'."""
-        gid_H = self.halo_gid
+    def _feature_rows(self, out_HF: Tensor, gid_H: np.ndarray) -> None:
+        """Fill ``out_HF`` with the layer-0 rows of halo ``gid_H``: cached, then the owners'."""
         pending = np.arange(gid_H.shape[0])
         if self.cache is not None and gid_H.shape[0]:
             got = self.cache.peek(torch.from_numpy(gid_H))
@@ -362,14 +406,14 @@ class ShardEvaluator:
             self.ledger.record_nbytes("feature_response", encoded[p].nbytes)
             out_HF[torch.from_numpy(pending[pos])] = self.feature_codec.decode(encoded[p])
 
-    def _peer_rows(self, table: int, out_HF: Tensor) -> None:
-        """Fill ``out_HF`` with the halo's rows of table ``table``, one request per peer."""
-        gid_H = self.halo_gid
-        requests = {p: gid_H[pos] for p, pos in self._halo_by_part.items()}
+    def _peer_rows(self, table: int, out_HF: Tensor, gid_H: np.ndarray) -> None:
+        """Fill ``out_HF`` with table ``table``'s rows of halo ``gid_H``, one request per peer."""
+        by_part = group_by_owner(self.book.part_N[gid_H], skip=self.shard.part)
+        requests = {p: gid_H[pos] for p, pos in by_part.items()}
         for req in requests.values():
             self.ledger.record("feature_request", req)
         answers = self.peers.rows_many(table, requests, self.codec) if requests else {}
-        for p, pos in self._halo_by_part.items():
+        for p, pos in by_part.items():
             self.ledger.record_nbytes("feature_response", answers[p].nbytes)
             out_HF[torch.from_numpy(pos)] = self.codec.decode(answers[p])
 

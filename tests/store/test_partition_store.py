@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from store_mutations import rewrite_array
 
 from gnnsys.errors import PartitionStoreError
 from gnnsys.partitioners import partition
@@ -12,6 +13,7 @@ from gnnsys.partitioners.halo import halo_of_part
 from gnnsys.store import (
     build_shard,
     load_book,
+    load_partition,
     load_shard,
     read_manifest,
     verify,
@@ -200,9 +202,18 @@ def test_cheap_checks_on_load(copy: Path) -> None:
 def test_node_to_part_out_of_range(copy: Path) -> None:
     part_N = np.load(copy / "node_to_part.npy")
     part_N[5] = P
-    np.save(copy / "node_to_part.npy", part_N)
+    rewrite_array(copy, "node_to_part.npy", part_N)  # checksums updated: only semantics catch it
     with pytest.raises(PartitionStoreError, match="node_to_part.npy: part id out of range"):
         load_book(copy)
+
+
+def test_edited_array_fails_its_checksum_on_load(copy: Path) -> None:
+    part_N = np.load(copy / "node_to_part.npy")
+    part_N[5] = (part_N[5] + 1) % P
+    np.save(copy / "node_to_part.npy", part_N)
+    with pytest.raises(PartitionStoreError, match="node_to_part.npy: xxh3 checksum mismatch"):
+        load_book(copy)
+    load_book(copy, verify=False)  # the opt-out for a trusted store skips the hash
 
 
 @pytest.mark.parametrize("part", [-1, P, 99])
@@ -226,6 +237,32 @@ def test_error_pickles() -> None:
 
 def test_halo_part_out_of_range_on_load(copy: Path) -> None:
     halo_part = np.load(copy / "part-2/halo_part.npy")
-    np.save(copy / "part-2/halo_part.npy", np.full_like(halo_part, -1))
+    rewrite_array(copy, "part-2/halo_part.npy", np.full_like(halo_part, -1))
     with pytest.raises(PartitionStoreError, match="part-2/halo_part.npy: part id out of range"):
         load_shard(copy, 2)
+
+
+def test_a_file_changed_after_a_load_is_checked_again(copy: Path) -> None:
+    load_shard(copy, 1)  # hashed and checked: both per-process caches hold it now
+    load_shard(copy, 1)
+    x = np.load(copy / "part-1/x.npy")
+    x[0, 0] = np.nan
+    rewrite_array(copy, "part-1/x.npy", x)  # checksums valid, content not
+    with pytest.raises(PartitionStoreError, match="part-1/x.npy: a feature is NaN"):
+        load_shard(copy, 1)
+    _flip_last_byte(copy / "part-1/x.npy")  # now the bytes differ from the manifest too
+    with pytest.raises(PartitionStoreError, match="part-1/x.npy: xxh3 checksum mismatch"):
+        load_shard(copy, 1)
+
+
+def test_load_partition_checks_edge_ids_across_shards(copy: Path) -> None:
+    load_partition(copy)
+    e_id = np.load(copy / "part-0/e_id.npy")
+    other = np.load(copy / "part-1/e_id.npy")
+    e_id[0] = other[0]  # in range, but part 1's edge: a duplicate across shards
+    rewrite_array(copy, "part-0/e_id.npy", e_id)
+    load_shard(copy, 0)  # each shard alone is consistent
+    with pytest.raises(PartitionStoreError, match="part-0/e_id.npy: edge ids are not"):
+        load_partition(copy)
+    with pytest.raises(PartitionStoreError, match="part-0/e_id.npy"):
+        verify(copy)

@@ -43,8 +43,9 @@ SHARED = Path(
 def _config(store: Path, parts: int, model: str, **fetch: object) -> RunConfig:
     chunk_edges = int(fetch.pop("chunk_edges", 1 << 20))  # type: ignore[call-overload]
     in_place = bool(fetch.pop("in_place", True))
+    halo_mb = float(fetch.pop("halo_mb", 256.0))  # type: ignore[arg-type]
     return RunConfig(
-        eval=EvalConfig(chunk_edges=chunk_edges, in_place=in_place),
+        eval=EvalConfig(chunk_edges=chunk_edges, in_place=in_place, halo_mb=halo_mb),
         data=DataConfig(store=str(store)),
         cluster=ClusterConfig(parts=parts),
         sampler=NeighborSampler.Config(fanouts=(5, 5)),
@@ -125,6 +126,17 @@ def test_sharded_equals_full_graph_sbm(
 def test_sharded_in_small_chunks(sbm_graph: Graph, model: str, tmp_path: Path) -> None:
     reports, reference = _sharded(sbm_graph, 2, model, tmp_path, chunk_edges=37, in_place=False)
     _check_equal(sbm_graph, reports, reference)
+
+
+@pytest.mark.parametrize("model", ["sage", "gcn", "gat"])
+def test_sharded_under_a_small_halo_budget(sbm_graph: Graph, model: str, tmp_path: Path) -> None:
+    # ~40 halo rows of 12 features at a time: many runs, hubs fetched once per run.
+    reports, reference = _sharded(sbm_graph, 4, model, tmp_path, halo_mb=40 * 12 * 4 / 2**20)
+    _check_equal(sbm_graph, reports, reference)
+    whole, _ = _sharded(sbm_graph, 4, model, tmp_path / "whole")
+    assert sum(r.traffic.messages["feature_request"] for r in reports) > sum(
+        r.traffic.messages["feature_request"] for r in whole
+    )
 
 
 def test_sharded_reads_halo_cache_without_side_effects(sbm_graph: Graph, tmp_path: Path) -> None:

@@ -1,24 +1,118 @@
-"""Atomic checkpoints: ``torch.save`` to a temp file in the same folder, then ``os.replace``.
+"""Checked, rotated checkpoints and a run's identity.
 
-A reader never sees a half-written file: the rename is atomic on POSIX, and a crash mid-write
-leaves the previous checkpoint intact. Loading uses ``weights_only=True``, so a checkpoint is
-plain tensors, dicts, lists and numbers and cannot execute code.
+**Files.** ``save_checkpoint`` writes ``checkpoint.pt`` atomically (temp file in the same folder,
+fsync, ``os.replace``) after renaming the one it replaces to ``checkpoint.prev.pt``, so the last
+two survive. Each file starts with a line naming the xxh3_128 of the ``torch.save`` bytes that
+follow: ``torch.load`` alone accepts most bit flips (its zip reader does not check CRCs), the
+digest refuses them. Loading uses ``weights_only=True``, so a checkpoint is plain tensors, dicts,
+lists and numbers and cannot execute code. ``load_checkpoint`` falls back to the previous file
+when the newest is corrupt, logs a warning and returns the notice with the checkpoint.
+
+**Identity.** A run is what its config and its store make it: ``identity_of(config_json,
+store)`` flattens the config into dotted fields (``model.hidden``, ``sampler.fanouts``, ...) and
+adds the store's fields (``store_identity(manifest)``: dataset, graph fingerprint, a digest of
+every file's checksum, partition). ``write_identity`` stores it as ``RUN_DIR/run.json`` before
+training (the CLI pre-flight does, before Ray starts); every checkpoint embeds it.
+``resume_differences`` compares two identities: data, store, model shape and the part count can
+never change on resume; other fields only when the user allows them (``ALWAYS_ALLOWED`` fields,
+the epoch count, always may).
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
+import logging
 import os
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
+import xxhash
 
-__all__ = ["Checkpoint", "load_checkpoint", "save_checkpoint"]
+from gnnsys.errors import CheckpointError
+
+__all__ = [
+    "ALWAYS_ALLOWED",
+    "NEVER_ALLOWED_PREFIXES",
+    "CHECKPOINT_NAME",
+    "PREVIOUS_NAME",
+    "RUN_NAME",
+    "Checkpoint",
+    "Difference",
+    "RunIdentity",
+    "identity_of",
+    "load_checkpoint",
+    "read_identity",
+    "remove_checkpoints",
+    "resume_differences",
+    "save_checkpoint",
+    "store_identity",
+    "write_identity",
+]
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_NAME = "checkpoint.pt"
-_FORMAT_VERSION = 1
+PREVIOUS_NAME = "checkpoint.prev.pt"
+RUN_NAME = "run.json"
+_FORMAT_VERSION = 2
+_MAGIC = b"gnnsys-checkpoint xxh3_128 "
+_FRESH = "start a fresh run directory (another --out), or train without --resume"
+
+IGNORED = frozenset(
+    {
+        "loop.resume",
+        "loop.progress",
+        "loop.deadline_s",
+        "cluster.address",
+        "data.root",
+        "data.store",
+    }
+)
+"""Fields that never matter for resuming (where Ray runs, logging, paths to the same data)."""
+IGNORED_PREFIXES = ("failure.", "loop.resources.")
+NEVER_ALLOWED_PREFIXES = (
+    "run.",
+    "store.",
+    "data.",
+    "model.name",
+    "model.hidden",
+    "model.num_layers",
+    "cluster.parts",
+)
+"""Fields a resume can never change: other data or store, another model shape or part count."""
+ALWAYS_ALLOWED = frozenset({"loop.epochs"})
+"""Fields a resume may change unasked (still reported): training longer is what resume is for."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunIdentity:
+    """What makes a run itself: sorted ``(field, JSON value)`` pairs."""
+
+    fields: tuple[tuple[str, str], ...]
+
+    def as_dict(self) -> dict[str, str]:
+        """Field -> JSON-encoded value."""
+        return dict(self.fields)
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """One field in which a resumed run differs from the run that wrote the checkpoint."""
+
+    field: str
+    old: str
+    new: str
+    allowed: bool
+    """The change is safe and was allowed (by the user or ``ALWAYS_ALLOWED``)."""
+
+    def __str__(self) -> str:
+        return f"{self.field} {self.old} -> {self.new}"
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -31,6 +125,9 @@ class Checkpoint:
         optimizer_state: ``state_dict`` of the optimizer (identical on every rank).
         rng_by_rank: Rank -> that worker's RNG states (``{"torch": ByteTensor}``).
         best_val_acc: Best validation accuracy so far (for ``summary.json``).
+        identity: The run's identity when it was written (``None``: older checkpoint or API
+            use without ``run.json``).
+        notice: Set by ``load_checkpoint`` when it fell back to the previous checkpoint.
     """
 
     epoch: int
@@ -38,12 +135,127 @@ class Checkpoint:
     optimizer_state: dict[str, Any]
     rng_by_rank: list[dict[str, Any]]
     best_val_acc: float = -1.0
+    identity: RunIdentity | None = None
+    notice: str | None = None
+
+
+# ---- identity ----------------------------------------------------------------------------------
+def _flatten(obj: Any, prefix: str, out: dict[str, str]) -> None:
+    if isinstance(obj, Mapping) and obj:
+        for key, value in obj.items():
+            _flatten(value, f"{prefix}{key}.", out)
+    else:
+        out[prefix[:-1]] = json.dumps(obj, sort_keys=True)
+
+
+def store_identity(manifest: Any) -> dict[str, str]:
+    """The store fields of an identity, from a ``gnnsys.store.Manifest``.
+
+    ``store.content`` digests every file's checksum, so a store rewritten with other features
+    or labels differs even when its graph (``store.graph``, the CSR fingerprint) is the same.
+    """
+    sums = sorted((rel, e.xxh3 or e.sha256) for rel, e in manifest.files.items())
+    content = hashlib.sha256(json.dumps(sums).encode()).hexdigest()[:16]
+    return {
+        "store.dataset": manifest.dataset,
+        "store.graph": manifest.fingerprint,
+        "store.content": content,
+        "store.partition": f"{manifest.strategy} seed {manifest.seed}, "
+        f"{manifest.num_parts} parts, {manifest.num_hops}-hop halo",
+    }
+
+
+def identity_of(config_json: Mapping[str, Any], store: Mapping[str, str]) -> RunIdentity:
+    """The identity of a run of ``config_json`` (``RunConfig.to_json()``) on ``store``.
+
+    Args:
+        config_json: The run's config as JSON-ready dicts.
+        store: ``store_identity(manifest)`` of the store it trains on.
+
+    Returns:
+        The identity; ``model.num_layers`` (the fanout count) is derived, because it is the
+        model's depth, and ``run.dataset`` (the store's dataset, else the config's) so two
+        runs are always compared on their data even when only one knew its store.
+    """
+    flat: dict[str, str] = {}
+    _flatten(config_json, "", flat)
+    if flat.get("data.store", "null") != "null":  # a given store defines the data
+        flat = {k: v for k, v in flat.items() if not k.startswith("data.")}
+    flat = {
+        k: v for k, v in flat.items() if k not in IGNORED and not k.startswith(IGNORED_PREFIXES)
+    }
+    fanouts = config_json.get("sampler", {}).get("fanouts")
+    if fanouts is not None:
+        flat["model.num_layers"] = json.dumps(len(fanouts))
+    flat |= {k: json.dumps(v) for k, v in store.items()}
+    # Always comparable, whether or not either run knew its store yet (a fresh run without
+    # --store writes RUN_DIR/store only after the pre-flight).
+    dataset = store.get("store.dataset") or config_json.get("data", {}).get("dataset")
+    flat["run.dataset"] = json.dumps(dataset)
+    return RunIdentity(tuple(sorted(flat.items())))
+
+
+def resume_differences(
+    old: RunIdentity, new: RunIdentity, allowed: frozenset[str] = frozenset()
+) -> list[Difference]:
+    """Every field present in both identities whose value differs, marked allowed or not.
+
+    Args:
+        old: Identity in the checkpoint.
+        new: Identity of the run that would resume it.
+        allowed: Fields the user allows to change (dotted names, e.g. ``trainer.lr``); fields
+            under ``NEVER_ALLOWED_PREFIXES`` stay refused even if listed.
+    """
+    a, b = old.as_dict(), new.as_dict()
+    out = []
+    for key in sorted(a.keys() & b.keys()):
+        if a[key] != b[key]:
+            ok = (key in allowed or key in ALWAYS_ALLOWED) and not key.startswith(
+                NEVER_ALLOWED_PREFIXES
+            )
+            out.append(Difference(key, a[key], b[key], ok))
+    return out
+
+
+def write_identity(run_dir: str | os.PathLike[str], identity: RunIdentity) -> Path:
+    """Write ``run_dir/run.json`` atomically; later checkpoints embed it."""
+    text = json.dumps({"identity": identity.as_dict()}, indent=1, sort_keys=True) + "\n"
+    return _atomic_write(Path(run_dir), RUN_NAME, text.encode())
+
+
+def read_identity(run_dir: str | os.PathLike[str]) -> RunIdentity | None:
+    """The identity in ``run_dir/run.json``, or ``None`` when missing or unreadable."""
+    try:
+        obj = json.loads((Path(run_dir) / RUN_NAME).read_text())
+        fields = obj["identity"]
+        return RunIdentity(tuple(sorted((str(k), str(v)) for k, v in fields.items())))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+# ---- files -------------------------------------------------------------------------------------
+def _atomic_write(run_dir: Path, name: str, data: bytes) -> Path:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}-", suffix=".tmp", dir=run_dir)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, run_dir / name)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return run_dir / name
 
 
 def save_checkpoint(run_dir: str | os.PathLike[str], ckpt: Checkpoint) -> Path:
-    """Write ``run_dir/checkpoint.pt`` atomically and return its path."""
+    """Write ``run_dir/checkpoint.pt`` atomically, keeping the one it replaces as the previous.
+
+    The identity embedded is ``ckpt.identity``, else the one in ``run_dir/run.json``.
+    """
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    identity = ckpt.identity or read_identity(run_dir)
     payload = {
         "format_version": _FORMAT_VERSION,
         "epoch": ckpt.epoch,
@@ -51,40 +263,86 @@ def save_checkpoint(run_dir: str | os.PathLike[str], ckpt: Checkpoint) -> Path:
         "optimizer_state": ckpt.optimizer_state,
         "rng_by_rank": ckpt.rng_by_rank,
         "best_val_acc": ckpt.best_val_acc,
+        "identity": None if identity is None else json.dumps(identity.as_dict()),
     }
-    fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".tmp", dir=run_dir)
+    buf = io.BytesIO()
+    torch.save(payload, buf)  # in memory: the digest goes first; a model state is small
+    body = buf.getvalue()
+    head = _MAGIC + xxhash.xxh3_128(body).hexdigest().encode() + b"\n"
+    final = run_dir / CHECKPOINT_NAME
+    if final.exists():
+        os.replace(final, run_dir / PREVIOUS_NAME)  # a crash right here leaves only the previous
+    return _atomic_write(run_dir, CHECKPOINT_NAME, head + body)
+
+
+def remove_checkpoints(run_dir: str | os.PathLike[str]) -> None:
+    """Delete both checkpoints of ``run_dir`` (a fresh run must never resume an old one)."""
+    for name in (CHECKPOINT_NAME, PREVIOUS_NAME):
+        (Path(run_dir) / name).unlink(missing_ok=True)
+
+
+def _read(path: Path) -> Checkpoint:
+    """Parse one checkpoint file; raises ``CheckpointError`` on any corruption."""
     try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(payload, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        final = run_dir / CHECKPOINT_NAME
-        os.replace(tmp, final)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return final
+        data = path.read_bytes()
+    except OSError as err:
+        raise CheckpointError(f"{path}: cannot read ({err})", str(path)) from err
+    if data.startswith(_MAGIC):
+        head, _, body = data.partition(b"\n")
+        if xxhash.xxh3_128(body).hexdigest().encode() != head[len(_MAGIC) :]:
+            raise CheckpointError(f"{path}: checksum mismatch (corrupt or truncated)", str(path))
+        version = _FORMAT_VERSION
+    elif data.startswith(b"PK"):
+        body, version = data, 1  # before checksums: a plain torch.save zip
+    else:
+        raise CheckpointError(f"{path}: not a gnnsys checkpoint (unknown header)", str(path))
+    try:
+        payload = torch.load(io.BytesIO(body), weights_only=True)
+        if not isinstance(payload, dict) or payload.get("format_version") != version:
+            raise ValueError(f"format_version {payload.get('format_version')!r}")
+        raw = payload.get("identity")
+        identity = None if raw is None else RunIdentity(tuple(sorted(json.loads(raw).items())))
+        return Checkpoint(
+            epoch=int(payload["epoch"]),
+            model_state=payload["model_state"],
+            optimizer_state=payload["optimizer_state"],
+            rng_by_rank=list(payload["rng_by_rank"]),
+            best_val_acc=float(payload["best_val_acc"]),
+            identity=identity,
+        )
+    except Exception as err:  # noqa: BLE001 -- torch.load of a damaged file raises any type
+        # (RuntimeError, struct.error, UnpicklingError, EOFError, ...); all mean "unreadable".
+        raise CheckpointError(f"{path}: not a readable checkpoint ({err})", str(path)) from err
 
 
 def load_checkpoint(run_dir: str | os.PathLike[str]) -> Checkpoint | None:
-    """Read ``run_dir/checkpoint.pt``, or return ``None`` when there is none.
+    """The newest intact checkpoint of ``run_dir``, or ``None`` when there is none.
+
+    A corrupt (or missing) ``checkpoint.pt`` next to an intact ``checkpoint.prev.pt`` is
+    reported as a warning and the previous one is returned, with ``notice`` saying so.
 
     Raises:
-        ValueError: The file has an unknown format version (written by another gnnsys).
+        CheckpointError: Every checkpoint present is corrupt; the message names each file.
     """
-    path = Path(run_dir) / CHECKPOINT_NAME
-    if not path.exists():
-        return None
-    payload = torch.load(path, weights_only=True)
-    if payload.get("format_version") != _FORMAT_VERSION:
-        raise ValueError(
-            f"{path} has format_version {payload.get('format_version')}, expected "
-            f"{_FORMAT_VERSION}; start a fresh run directory"
+    run_dir = Path(run_dir)
+    newest, previous = run_dir / CHECKPOINT_NAME, run_dir / PREVIOUS_NAME
+    problems = []
+    for path in (newest, previous):
+        if not path.exists():
+            continue
+        try:
+            ckpt = _read(path)
+        except CheckpointError as err:
+            problems.append(str(err))
+            continue
+        if path == previous:
+            why = problems[0] if problems else f"{newest} is missing"
+            notice = f"{why}; resuming from the previous checkpoint (epoch {ckpt.epoch})"
+            log.warning("%s", notice)
+            return replace(ckpt, notice=notice)
+        return ckpt
+    if problems:
+        raise CheckpointError(
+            f"{'; '.join(problems)}; no intact checkpoint left: {_FRESH}", str(run_dir)
         )
-    return Checkpoint(
-        epoch=int(payload["epoch"]),
-        model_state=payload["model_state"],
-        optimizer_state=payload["optimizer_state"],
-        rng_by_rank=list(payload["rng_by_rank"]),
-        best_val_acc=float(payload["best_val_acc"]),
-    )
+    return None

@@ -14,7 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gnnsys.train.control.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from gnnsys.train.control.checkpoint import (
+    Checkpoint,
+    load_checkpoint,
+    remove_checkpoints,
+    save_checkpoint,
+)
 from gnnsys.train.evaluate import EvalResult
 from gnnsys.train.remote.ledger import LedgerSnapshot
 from gnnsys.train.worker import WorkerEpochReport
@@ -174,7 +179,7 @@ class Recorder:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         ckpt = load_checkpoint(self.run_dir) if resume else None
         if not resume:
-            (self.run_dir / "checkpoint.pt").unlink(missing_ok=True)
+            remove_checkpoints(self.run_dir)  # both: a fresh run never falls back to an old one
         kept = self.lines_before(0 if ckpt is None else ckpt.epoch + 1)
         self.metrics_path.write_text("".join(json.dumps(m.to_json()) + "\n" for m in kept))
         return ckpt, kept

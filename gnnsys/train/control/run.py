@@ -4,9 +4,9 @@
 coordinator over the in-process executor (``gnnsys bench comm``). Neither holds the graph: a
 new store is partitioned in a child process, and the driver reads only the manifest, the label
 files and (for ``--codec auto``) one chunk of feature rows at a time. A Ray instance ``train``
-starts itself binds to loopback with the dashboard off and is shut down on every exit path
-(error and Ctrl-C included); one it joins (``--address``, or an already initialised driver) is
-left running.
+starts itself (loopback address, dashboard off, token auth; see ``control/cluster.py``) is shut
+down on every exit path (error and Ctrl-C included); one it joins (``--address``, or an already
+initialised driver) is left running.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from gnnsys.train.control.cluster import connect
 from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.failure import FailurePolicy
@@ -66,23 +67,8 @@ class TrainResult:
 
 
 def _connect(cluster: ClusterConfig) -> bool:
-    """Connect to Ray; returns whether this call started it (and so must shut it down)."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    if cluster.address is not None:
-        ray.init(address=cluster.address, log_to_driver=False)
-        return True
-    need = int(cluster.parts * 1.5 + 1)
-    ray.init(
-        address="local",  # a new private instance, never someone else's running cluster
-        num_cpus=max(os.cpu_count() or 1, need),
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        log_to_driver=False,
-    )
-    return True
+    """Connect to Ray; returns whether this call started it (see ``control/cluster.py``)."""
+    return connect(cluster)
 
 
 def train(
@@ -103,9 +89,10 @@ def train(
 
     run_path = Path(run_dir)
     run_path.mkdir(parents=True, exist_ok=True)
+    prepared = _prepare(config, run_path)  # before Ray: a bad dataset fails without starting it
     started = _connect(config.cluster)
     try:
-        return _run(config, run_path, executor="ray", fault=fault)
+        return _run(config, run_path, prepared, executor="ray", fault=fault)
     finally:
         if started:
             ray.shutdown()
@@ -135,21 +122,13 @@ def train_local(
     run_path.mkdir(parents=True, exist_ok=True)
     if traffic_only:
         config = replace(config, eval=replace(config.eval, every=0))
-    return _run(config, run_path, executor="local", replay=traffic_only, threads=threads)
+    prepared = _prepare(config, run_path)
+    return _run(config, run_path, prepared, executor="local", replay=traffic_only, threads=threads)
 
 
-def _run(
-    config: RunConfig,
-    run_path: Path,
-    *,
-    executor: str,
-    fault: FaultSpec | None = None,
-    replay: bool = False,
-    threads: int | None = None,
-) -> TrainResult:
-    """Prepare, resolve, coordinate and summarise one run on either executor."""
-    wall = time.perf_counter()
-    prepared = prepare_store(
+def _prepare(config: RunConfig, run_path: Path) -> PreparedStore:
+    """The store of the run (partitioned in a child process when none is given)."""
+    return prepare_store(
         config.data,
         num_parts=config.cluster.parts,
         num_hops=len(config.sampler.fanouts),
@@ -157,6 +136,20 @@ def _run(
         run_dir=run_path,
         reuse=config.loop.resume,
     )
+
+
+def _run(
+    config: RunConfig,
+    run_path: Path,
+    prepared: PreparedStore,
+    *,
+    executor: str,
+    fault: FaultSpec | None = None,
+    replay: bool = False,
+    threads: int | None = None,
+) -> TrainResult:
+    """Prepare, resolve, coordinate and summarise one run on either executor."""
+    wall = time.perf_counter() - prepared.seconds
     info = read_store_info(prepared.path)
     topology = "partitioned"
     if executor == "ray":
