@@ -44,7 +44,7 @@ def _line(cfg: RunConfig, result: Any, wall: float) -> dict[str, Any]:
         "dataset": result.summary["partition"]["dataset"],
         "parts": cfg.cluster.parts,
         "topology": result.summary["config"]["cluster"]["topology"],
-        "partitioner": cfg.data.partitioner,
+        "partitioner": result.summary["partition"]["strategy"],
         "epochs": len(result.history),
         "epoch_seconds": round(last["seconds"]["total"], 3),
         "seconds_split": {k: round(v, 3) for k, v in last["seconds"].items()},
@@ -249,7 +249,7 @@ def main() -> None:
     parser.add_argument("--store", help="train on this store (written beforehand)")
     parser.add_argument("--hidden", type=int, default=256, help="hidden width with --store")
     parser.add_argument("--check-eval", action="store_true", help="also evaluate driver-side")
-    parser.add_argument("--eval-halo-mb", type=float, default=256.0, help="with --store")
+    parser.add_argument("--eval-halo-mb", type=float, default=0.0, help="with --store")
     parser.add_argument("--cost-table", action="store_true", help="0.1 M and 1 M stores too")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gnnsys-bench-train-") as tmp:

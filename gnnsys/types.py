@@ -472,6 +472,8 @@ class SampledSubgraph:
         batch_size: ``B``, the number of seeds (``n_id[:B]``).
         num_sampled_nodes: Nodes added per hop, seeds first (sums to ``len(n_id)``).
         num_sampled_edges: Edges sampled per hop, seed hop first.
+        batch: ``[N]`` int64 seed position each node was reached from, for disjoint sampling
+            (every seed its own tree, so ``n_id`` may repeat); ``None`` otherwise.
     """
 
     n_id: Tensor
@@ -479,6 +481,7 @@ class SampledSubgraph:
     batch_size: int
     num_sampled_nodes: tuple[int, ...]
     num_sampled_edges: tuple[int, ...]
+    batch: Tensor | None = None
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -171,7 +171,7 @@ def _add_eval_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--eval-halo-mb",
         type=float,
-        help="MiB of halo rows a worker holds at once while evaluating (default 256; 0 = all)",
+        help="MiB of halo rows a worker holds at once while evaluating (default 0: all at once)",
     )
     p.add_argument(
         "--test-at-end",

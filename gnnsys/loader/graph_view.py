@@ -48,25 +48,62 @@ class GraphView:
         """``(node_attrs, edge_attrs)`` as they are now (re-read from ``data`` when it is set)."""
         if self.data is None:
             return self.node_attrs, self.edge_attrs
+        if isinstance(self.data, tuple):  # (FeatureStore, GraphStore): node features only
+            store = self.data[0]
+            return {a.attr_name: store.get_tensor(a) for a in store.get_all_tensor_attrs()}, {}
         return _split_attrs(self.data)
+
+    def node_attr(self, name: str) -> Tensor | None:
+        """The ``[N, ...]`` node attribute ``name`` (read now), or ``None`` if there is none."""
+        return self.attrs()[0].get(name)
+
+    def edge_attr(self, name: str) -> Tensor | None:
+        """The ``[E, ...]`` edge attribute ``name`` (read now), or ``None`` if there is none."""
+        return self.attrs()[1].get(name)
 
     @classmethod
     def of(cls, data: Any) -> GraphView:
-        """Build from a gnnsys ``Graph`` or a ``torch_geometric.data.Data``.
+        """Build from a gnnsys ``Graph``, a PyG ``Data`` or ``(FeatureStore, GraphStore)``.
 
         Raises:
-            TypeError: ``data`` is neither (e.g. a ``HeteroData``, which is not supported).
+            TypeError: ``data`` is none of these (e.g. a ``HeteroData``, not supported).
         """
         if isinstance(data, Graph):
             return cls._of_graph(data)
-        from torch_geometric.data import Data
+        from torch_geometric.data import Data, FeatureStore, GraphStore
 
         if isinstance(data, Data):
             return cls._of_pyg(data)
+        if (
+            isinstance(data, tuple)
+            and len(data) == 2
+            and isinstance(data[0], FeatureStore)
+            and isinstance(data[1], GraphStore)
+        ):
+            return cls._of_stores(data[0], data[1])
         raise TypeError(
-            f"data must be a gnnsys Graph or a torch_geometric Data, got {type(data).__name__}; "
-            "convert heterogeneous graphs to homogeneous first (HeteroData.to_homogeneous())"
+            "data must be a gnnsys Graph, a torch_geometric Data or a (FeatureStore, "
+            f"GraphStore) tuple, got {type(data).__name__}; convert heterogeneous graphs to "
+            "homogeneous first (HeteroData.to_homogeneous())"
         )
+
+    @classmethod
+    def _of_stores(cls, feature_store: Any, graph_store: Any) -> GraphView:
+        """A homogeneous graph from PyG's remote-backend stores (one edge type, COO read)."""
+        edge_attrs = graph_store.get_all_edge_attrs()
+        if len(edge_attrs) != 1:
+            raise ValueError(
+                f"the GraphStore holds {len(edge_attrs)} edge types; the gnnsys loaders take "
+                "homogeneous graphs (exactly one edge type)"
+            )
+        attr = edge_attrs[0]
+        row, col, _ = graph_store.coo([attr.edge_type])
+        if isinstance(row, dict):  # keyed by edge type unless the store is homogeneous
+            row, col = row[attr.edge_type], col[attr.edge_type]
+        src_E, dst_E = row.long().reshape(-1), col.long().reshape(-1)
+        num_nodes = _store_num_nodes(feature_store, attr, src_E, dst_E)
+        view = cls._of_edges(src_E, dst_E, num_nodes)
+        return cls(view.source, num_nodes, data=(feature_store, graph_store))
 
     @classmethod
     def _of_graph(cls, graph: Graph) -> GraphView:
@@ -82,9 +119,14 @@ class GraphView:
     def _of_pyg(cls, data: Any) -> GraphView:
         num_nodes = int(data.num_nodes)
         edge_index = data.edge_index
-        if edge_index is None:
-            raise ValueError("data.edge_index is None; the loader samples edges, so it needs one")
-        src_E, dst_E = edge_index[0].long(), edge_index[1].long()
+        if edge_index is None:  # a graph without edges (PyG allows it): batches are the seeds
+            edge_index = torch.zeros(2, 0, dtype=torch.int64)
+        view = cls._of_edges(edge_index[0].long(), edge_index[1].long(), num_nodes)
+        return cls(view.source, num_nodes, data=data)
+
+    @classmethod
+    def _of_edges(cls, src_E: Tensor, dst_E: Tensor, num_nodes: int) -> GraphView:
+        """In-edge CSR of a COO edge list; edge id = position in the list."""
         if dst_E.numel() and int(torch.maximum(src_E, dst_E).max()) >= num_nodes:
             raise ValueError(
                 f"edge_index has node id {int(torch.maximum(src_E, dst_E).max())} but "
@@ -98,13 +140,24 @@ class GraphView:
         if num_nodes < 2**31:
             indices = indices.int()  # halves the bytes the sampler's gathers touch
         source = CSRNeighborSource(indptr, indices, perm_E)
-        return cls(source, num_nodes, data=data)
+        return cls(source, num_nodes)
+
+
+def _store_num_nodes(feature_store: Any, attr: Any, src_E: Tensor, dst_E: Tensor) -> int:
+    size = getattr(attr, "size", None)
+    if size is not None and size[0] is not None:
+        return int(max(size[0], size[1]))
+    for tensor_attr in feature_store.get_all_tensor_attrs():
+        return int(feature_store.get_tensor_size(tensor_attr)[0])
+    return int(torch.maximum(src_E, dst_E).max()) + 1 if src_E.numel() else 0
 
 
 def _split_attrs(data: Any) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
     """Node-level and edge-level tensors of a PyG ``Data`` (``edge_index`` excluded)."""
     node_attrs, edge_attrs = {}, {}
     for key, value in data.items():
+        if isinstance(value, np.ndarray):  # e.g. a read-only np.memmap: viewed, not copied
+            value = _from_numpy(value)
         if key == "edge_index" or not isinstance(value, Tensor):
             continue
         if data.is_node_attr(key):
@@ -112,6 +165,14 @@ def _split_attrs(data: Any) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         elif data.is_edge_attr(key):
             edge_attrs[key] = value
     return node_attrs, edge_attrs
+
+
+def _from_numpy(value: np.ndarray) -> Tensor:
+    import warnings
+
+    with warnings.catch_warnings():  # read-only memmaps: the loader only reads them
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(value)
 
 
 def edge_index_of(sub: SampledSubgraph) -> Tensor:

@@ -148,4 +148,5 @@ class OrderedMap(Iterator[_R]):
                 thread.join()
 
     def __del__(self) -> None:
-        self.close()
+        if hasattr(self, "_state"):  # __init__ may have raised (bad sizes) before setting it
+            self.close()

@@ -92,10 +92,12 @@ class EvalConfig:
     chunk_edges: int = 1 << 20
     """In-edges per evaluation chunk of the gathering path (GAT, max): bounds its temporaries
     (one chunk's gathered rows) at the cost of gathering shared sources once per chunk."""
-    halo_mb: float = 256.0
-    """Byte budget of the halo rows a rank holds at once per layer: its nodes are evaluated in
-    runs whose distinct halo sources fit it (a hub several runs read is fetched once per run,
-    counted in the evaluation bytes). 0 holds the whole halo at once."""
+    halo_mb: float = 0.0
+    """Byte budget of the halo rows a rank holds at once per layer (``--eval-halo-mb``): its
+    nodes are evaluated in runs whose distinct halo sources fit it, a hub several runs read
+    being fetched once per run (counted in the evaluation bytes). 0 (default) holds the whole
+    1-hop halo at once: at products size a 256 MiB budget saved ~0.5 GiB per worker but cost
+    1.75x the evaluation bytes and far more time (docs/training.md)."""
     in_place: bool = True
     """SAGE mean/sum and GCN sum neighbours straight out of the own and halo tables (no
     gathered rows); ``False`` sends them through the gathering path too (tests)."""

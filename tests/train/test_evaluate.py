@@ -43,7 +43,7 @@ SHARED = Path(
 def _config(store: Path, parts: int, model: str, **fetch: object) -> RunConfig:
     chunk_edges = int(fetch.pop("chunk_edges", 1 << 20))  # type: ignore[call-overload]
     in_place = bool(fetch.pop("in_place", True))
-    halo_mb = float(fetch.pop("halo_mb", 256.0))  # type: ignore[arg-type]
+    halo_mb = float(fetch.pop("halo_mb", 0.0))  # type: ignore[arg-type]
     return RunConfig(
         eval=EvalConfig(chunk_edges=chunk_edges, in_place=in_place, halo_mb=halo_mb),
         data=DataConfig(store=str(store)),

@@ -1,0 +1,258 @@
+"""What ``NeighborLoader`` and ``LinkNeighborLoader`` share: epochs, workers, PyG's batch fields.
+
+An epoch walks the loader's inputs (seed nodes or seed links) in order, or shuffled with a
+``torch.Generator`` seeded from ``(seed, epoch)``, or in the order of a torch ``sampler``; batch
+``i`` of epoch ``e`` samples with ``batch_seed(seed, e, i)``, so batches are reproducible and
+identical for every ``num_workers``.
+
+Workers (``num_workers > 0``) are threads, not processes: the sampler's numpy work and torch's
+slicing release the GIL, and threads share the graph without pickling or shared-memory copies.
+``filter_per_worker`` keeps PyG's meaning: ``True`` (and ``None``) join features in the worker,
+``False`` in the consuming thread. ``persistent_workers`` changes nothing observable here (threads
+start per epoch in microseconds); ``pin_memory=True`` pins every batch tensor when CUDA is
+available and is a no-op otherwise, as in torch's ``DataLoader``.
+
+Shape legend: ``S`` inputs of an epoch, ``B`` inputs per batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from gnnsys.loader.graph_view import GraphView
+from gnnsys.sampler import batch_seed
+from gnnsys.sampler.ordered import OrderedMap
+
+__all__ = ["BatchLoader", "LoaderOptions", "to_pyg_batch"]
+
+_SHUFFLE_SALT = 0x5EED5EED
+_CALL_SALT = 0xCA11CA11
+
+_UNSUPPORTED = {
+    "batch_sampler": "pass batch_size/shuffle/drop_last (or sampler=) instead",
+    "collate_fn": "the loader builds its batches itself; use transform= to post-process them",
+    "worker_init_fn": "workers are threads in the same process; nothing to initialise",
+    "multiprocessing_context": "workers are threads, not processes",
+    "timeout": "workers are threads; there is no worker process to time out",
+    "prefetch_factor": "use prefetch= (batches prepared ahead, in total)",
+    "generator": "use seed= (shuffling and sampling are seeded from it)",
+    "in_order": "batches always come back in order",
+}
+"""torch/PyG ``DataLoader`` options the gnnsys loaders refuse, with what to do instead."""
+
+_ACCEPTED = frozenset(
+    {"persistent_workers", "pin_memory", "share_memory", "is_sorted", "dataset", "custom_cls"}
+)
+
+
+class LoaderOptions:
+    """The torch ``DataLoader`` part of the loaders' arguments, validated once.
+
+    Raises:
+        TypeError: An unknown or refused keyword (named, with the alternative).
+        ValueError: ``batch_size < 1``, ``num_workers < 0``, ``prefetch`` below ``num_workers``.
+    """
+
+    def __init__(self, cls_name: str, kwargs: dict[str, Any], neighbor_sampler: Any = None) -> None:
+        if neighbor_sampler is not None:
+            raise TypeError(
+                f"{cls_name} does not take neighbor_sampler (a PyG sampler, which needs "
+                "pyg-lib); pass the sampling options (num_neighbors, replace, ...) instead"
+            )
+        refused = sorted(set(kwargs) & set(_UNSUPPORTED))
+        if refused:
+            raise TypeError(
+                f"{cls_name} does not support {refused}: "
+                + "; ".join(f"{k}: {_UNSUPPORTED[k]}" for k in refused)
+            )
+        unknown = sorted(set(kwargs) - _ACCEPTED)
+        if unknown:
+            raise TypeError(f"{cls_name} got unexpected arguments {unknown}")
+        self.pin_memory = bool(kwargs.get("pin_memory", False))
+        self.custom_cls = kwargs.get("custom_cls")
+        """``Data`` subclass for batches built from a ``(FeatureStore, GraphStore)``."""
+
+
+class BatchLoader:
+    """Base of the loaders: iterate positions of ``num_inputs`` inputs in batches.
+
+    Subclasses set ``self.view`` and implement ``collate(index, seed)`` (sampling) and
+    ``filter(out)`` (joining features into a ``Data``).
+    """
+
+    view: GraphView
+    transform_sampler_output: Callable[[Any], Any] | None = None
+    """PyG's hook: called on every ``SamplerOutput`` before features are joined."""
+
+    def _init_batches(
+        self,
+        num_inputs: int,
+        *,
+        batch_size: int,
+        shuffle: bool,
+        drop_last: bool,
+        seed: int | None,
+        num_workers: int,
+        prefetch: int | None,
+        sampler: Iterable[int] | None,
+        transform: Callable[[Any], Any] | None,
+        filter_per_worker: bool | None,
+        options: LoaderOptions,
+    ) -> None:
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"need batch_size >= 1, got {batch_size!r}")
+        if sampler is not None and shuffle:
+            raise ValueError("sampler option is mutually exclusive with shuffle (as in torch)")
+        self.num_workers, self.prefetch = _workers_and_prefetch(num_workers, prefetch)
+        self.num_inputs = num_inputs
+        self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
+        self.sampler = sampler
+        self.transform = transform
+        self.filter_per_worker = True if filter_per_worker is None else bool(filter_per_worker)
+        self.pin_memory = options.pin_memory
+        self.custom_cls = options.custom_cls
+        self.seed = int(torch.randint(0, 2**62, (1,))) if seed is None else seed
+        self.epoch = 0
+        self._calls = 0
+
+    def collate(self, index: Tensor, seed: int) -> Any:
+        """Sample one batch of input positions ``index`` (subclass hook)."""
+        raise NotImplementedError
+
+    def filter(self, out: Any) -> Any:
+        """Join features into a PyG ``Data`` (subclass hook)."""
+        raise NotImplementedError
+
+    def _joined(self, out: Any) -> Any:
+        """``transform_sampler_output``, then PyG's homogeneous ``filter_fn`` fields."""
+        if self.transform_sampler_output is not None:
+            out = self.transform_sampler_output(out)
+        return to_pyg_batch(self.view, out, self.custom_cls)
+
+    def __repr__(self) -> str:
+        """``'NeighborLoader()'``, as PyG's loaders print."""
+        return f"{self.__class__.__name__}()"
+
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        num = self.num_inputs if self.sampler is None else len(list(self.sampler))
+        full, rest = divmod(num, self.batch_size)
+        return full + (1 if rest and not self.drop_last else 0)
+
+    def __call__(self, index: Tensor | list[int]) -> Any:
+        """One batch for the input positions ``index`` (PyG's ``loader([0, 1])``)."""
+        index = torch.as_tensor(index, dtype=torch.int64).reshape(-1)
+        seed = batch_seed(self.seed ^ _CALL_SALT, self._calls, 0)
+        self._calls += 1
+        return self._finish(self.filter(self.collate(index, seed)))
+
+    def _epoch_order(self, epoch: int) -> Tensor:
+        """``[S]`` input positions in this epoch's order."""
+        if self.sampler is not None:
+            return torch.as_tensor(list(self.sampler), dtype=torch.int64)
+        if not self.shuffle:
+            return torch.arange(self.num_inputs, dtype=torch.int64)
+        gen = torch.Generator().manual_seed(batch_seed(self.seed ^ _SHUFFLE_SALT, epoch, 0))
+        return torch.randperm(self.num_inputs, generator=gen)
+
+    def make_batch(self, index: Tensor, *, epoch: int, batch_index: int) -> Any:
+        """Sample (and, with ``filter_per_worker``, filter) batch ``batch_index`` of ``epoch``."""
+        out = self.collate(index, batch_seed(self.seed, epoch, batch_index))
+        return self.filter(out) if self.filter_per_worker else out
+
+    def _finish(self, batch: Any) -> Any:
+        if self.pin_memory and torch.cuda.is_available():
+            batch = batch.pin_memory()
+        return batch if self.transform is None else self.transform(batch)
+
+    def _deliver(self, made: Any) -> Any:
+        return self._finish(made if self.filter_per_worker else self.filter(made))
+
+    def __iter__(self) -> Iterator[Any]:
+        """One epoch of batches; each call starts the next epoch."""
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        chunks = list(torch.split(self._epoch_order(epoch), self.batch_size))[: len(self)]
+        if self.prefetch == 0:
+            made: Iterator[Any] = (
+                self.make_batch(c, epoch=epoch, batch_index=i) for i, c in enumerate(chunks)
+            )
+        else:
+            made = OrderedMap(
+                lambda job: self.make_batch(job[1], epoch=epoch, batch_index=job[0]),
+                enumerate(chunks),
+                num_workers=max(1, self.num_workers),
+                capacity=self.prefetch,
+                name="gnnsys-prefetch",
+            )
+        return _Delivered(made, self._deliver)
+
+
+class _Delivered:
+    """Applies the consumer-side step to each made batch; closing it stops the workers."""
+
+    def __init__(self, made: Iterator[Any], deliver: Callable[[Any], Any]) -> None:
+        self._made, self._deliver = made, deliver
+
+    def __iter__(self) -> _Delivered:
+        return self
+
+    def __next__(self) -> Any:
+        return self._deliver(next(self._made))
+
+    def close(self) -> None:
+        """Stop the worker threads (also happens when the iterator is dropped)."""
+        close = getattr(self._made, "close", None)
+        if close is not None:
+            close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def to_pyg_batch(view: GraphView, out: Any, custom_cls: Any = None) -> Any:
+    """PyG's ``filter_fn`` for homogeneous graphs: a ``Data`` from a ``SamplerOutput``.
+
+    Node attributes are sliced by ``out.node`` (``Tensor``, numpy/memmap arrays and
+    ``FeatureStore`` tensors alike), edge attributes by ``out.edge`` (dropped when it is
+    ``None``); then PyG's fields ``n_id``, ``e_id``, ``batch``, ``num_sampled_nodes`` and
+    ``num_sampled_edges`` are set.
+    """
+    from torch_geometric.data import Data
+    from torch_geometric.loader.utils import filter_custom_store, filter_data
+
+    data = view.data
+    if isinstance(data, Data):
+        batch = filter_data(data, out.node, out.row, out.col, out.edge, None)
+    elif isinstance(data, tuple):
+        stores = (data[0], data[1])
+        batch = filter_custom_store(*stores, out.node, out.row, out.col, out.edge, custom_cls)
+    else:  # a gnnsys Graph: its node tensors, no edge attributes
+        batch = Data(edge_index=torch.stack([out.row, out.col]), num_nodes=out.node.numel())
+        for key, value in view.node_attrs.items():
+            batch[key] = value.index_select(0, out.node)
+    if "n_id" not in batch:
+        batch.n_id = out.node
+    if out.edge is not None and "e_id" not in batch:
+        batch.e_id = out.edge.to(torch.long)
+    batch.batch = out.batch
+    batch.num_sampled_nodes = out.num_sampled_nodes
+    batch.num_sampled_edges = out.num_sampled_edges
+    return batch
+
+
+def _workers_and_prefetch(num_workers: int, prefetch: int | None) -> tuple[int, int]:
+    """Validated ``(num_workers, prefetch)``; prefetch 0 means batches made on demand."""
+    if not isinstance(num_workers, int) or num_workers < 0:
+        raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
+    if prefetch is None:
+        return num_workers, 2 * num_workers
+    if prefetch < max(1, num_workers) and (prefetch != 0 or num_workers > 0):
+        raise ValueError(
+            f"prefetch={prefetch} is below num_workers={num_workers}; use prefetch >= "
+            f"{max(1, num_workers)} or leave it None (2 * num_workers)"
+        )
+    return num_workers, prefetch
