@@ -25,9 +25,11 @@ from gnnsys.datasets import load
 from gnnsys.partitioners import partition
 from gnnsys.sampler import NeighborSampler
 from gnnsys.store import write_partitions
+from gnnsys.store.source import DataConfig
+from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.local_group import LocalWorkerGroup
-from gnnsys.train.control.prepare import DataSpec, store_info
-from gnnsys.train.control.run import ClusterSpec, worker_template
+from gnnsys.train.control.prepare import store_info
+from gnnsys.train.control.run import worker_template
 from gnnsys.train.evaluate import SPLITS, EvalConfig, combine_evals
 
 CODECS = ("fp32", "fp16", "bf16", "int8", "int4")
@@ -46,8 +48,8 @@ def main() -> None:
         assignment = partition(graph, "metis", args.parts, seed=0)
         write_partitions(graph, assignment, store, num_hops=2)
         base = RunConfig(
-            data=DataSpec(store=str(store)),
-            cluster=ClusterSpec(parts=args.parts),
+            data=DataConfig(store=str(store)),
+            cluster=ClusterConfig(parts=args.parts),
             sampler=NeighborSampler.Config(fanouts=(10, 5)),
         )
         info = store_info(store)

@@ -31,15 +31,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from gnnsys.cache import CacheConfig, CodecConfig
 from gnnsys.config import RunConfig
 from gnnsys.datasets import load
+from gnnsys.models import ModelConfig
 from gnnsys.partitioners import partition
 from gnnsys.sampler import NeighborSampler
 from gnnsys.store import write_partitions
-from gnnsys.train.control.prepare import DataSpec
+from gnnsys.store.source import DataConfig
 from gnnsys.train.control.run import train_local
-from gnnsys.train.models import ModelSpec
-from gnnsys.train.remote.fetch_spec import FetchSpec
+from gnnsys.train.layer0.base import FirstLayerConfig, Placement
 from gnnsys.train.trainer import Trainer
 
 SETTINGS: dict[str, dict[str, Any]] = {
@@ -74,19 +75,19 @@ PARTIAL = ("partial_request", "partial_response")
 
 
 def run_one(
-    store: Path, s: dict[str, Any], seed: int, fetch: FetchSpec, out: Path
+    store: Path, s: dict[str, Any], seed: int, fetch: dict[str, Any], out: Path
 ) -> dict[str, Any]:
     """Train once; test accuracy at the best validation epoch and mean per-epoch traffic."""
     base = RunConfig()
     cfg = replace(
         base,
-        data=DataSpec(store=str(store)),
+        data=DataConfig(store=str(store)),
         cluster=replace(base.cluster, parts=PARTS, topology="partitioned"),
         sampler=NeighborSampler.Config(fanouts=s["fanouts"]),
-        model=ModelSpec(name=s.get("model", "sage"), hidden=s["hidden"]),
+        model=ModelConfig(name=s.get("model", "sage"), hidden=s["hidden"]),
         trainer=Trainer.Config(lr=s["lr"], batch_size=s["batch"] // PARTS, seed=seed),
         loop=replace(base.loop, epochs=s["epochs"], progress=False, deadline_s=600.0),
-        fetch=fetch,
+        **fetch,  # codec, cache and layer0 configs
     )
     result = train_local(cfg, out)
     best = result.summary["best"]
@@ -157,12 +158,11 @@ def main() -> None:
             rows = []
             for seed in seeds:
                 for placement in args.placements.split(","):
-                    fetch = FetchSpec(
-                        codec=args.codec,
-                        cache_policy=args.cache_policy,
-                        cache_ratio=args.cache_ratio,
-                        aggregate_at=placement,
-                    )
+                    fetch = {
+                        "codec": CodecConfig(name=args.codec),
+                        "cache": CacheConfig(policy=args.cache_policy, ratio=args.cache_ratio),
+                        "layer0": FirstLayerConfig(placement=Placement(placement)),
+                    }
                     start = time.perf_counter()
                     got = run_one(store, s, seed, fetch, Path(tmp) / name / f"{placement}{seed}")
                     line = {

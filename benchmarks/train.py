@@ -33,7 +33,7 @@ from typing import Any
 
 from gnnsys.config import RunConfig
 from gnnsys.sampler import NeighborSampler
-from gnnsys.train.control.prepare import DataSpec
+from gnnsys.store.source import DataConfig
 from gnnsys.train.control.run import train
 
 
@@ -101,7 +101,7 @@ def rmat_epoch(out: Path) -> None:
     base = RunConfig()
     cfg = replace(
         base,
-        data=DataSpec(
+        data=DataConfig(
             dataset="synthetic:rmat",
             partitioner="random",
             dataset_params=(("num_nodes", 2_449_029),),
@@ -125,7 +125,7 @@ def _halo_rows(store: Path, part: int) -> int:
 
 def _model_bytes(cfg: RunConfig, num_features: int, num_classes: int) -> int:
     """Parameters + gradients + Adam's two moments, float32."""
-    from gnnsys.train.models import build_model
+    from gnnsys.models import build_model
 
     net = build_model(cfg.model, num_features, num_classes, len(cfg.sampler.fanouts))
     return 4 * 4 * sum(p.numel() for p in net.parameters())
@@ -170,10 +170,10 @@ def _driver_side_accuracy(store: str, run_dir: str, model: Any, fanouts: int) ->
     import numpy as np
     import torch
 
+    from gnnsys.models import build_model
     from gnnsys.train.control.checkpoint import load_checkpoint
     from gnnsys.train.control.prepare import store_info
     from gnnsys.train.evaluate import full_block, full_graph_logits
-    from gnnsys.train.models import build_model
     from gnnsys.train.topology import assemble_graph
 
     torch.set_num_threads(2)

@@ -32,13 +32,13 @@ import torch
 
 from gnnsys.config import RunConfig
 from gnnsys.datasets import load
+from gnnsys.models import ModelConfig, build_model
 from gnnsys.partitioners import partition
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.store import write_partitions
-from gnnsys.train.control.prepare import DataSpec
+from gnnsys.store.source import DataConfig
 from gnnsys.train.control.run import train
 from gnnsys.train.evaluate import full_block, full_graph_logits
-from gnnsys.train.models import ModelSpec, build_model
 from gnnsys.train.trainer import Trainer
 from gnnsys.types import Graph
 
@@ -84,7 +84,7 @@ def _accs(model: torch.nn.Module, graph: Graph, block: Any, x: torch.Tensor) -> 
 def single(graph: Graph, s: dict[str, Any], seed: int) -> dict[str, Any]:
     assert graph.x is not None and graph.y is not None and graph.train_mask is not None
     torch.manual_seed(seed)
-    spec = ModelSpec(hidden=s["hidden"])
+    spec = ModelConfig(hidden=s["hidden"])
     model = build_model(spec, graph.num_features, graph.num_classes, len(s["fanouts"]))
     train_gid = torch.from_numpy(np.flatnonzero(graph.train_mask))
     sampler = NeighborSampler(
@@ -113,10 +113,10 @@ def distributed(store: Path, s: dict[str, Any], seed: int, out: Path) -> dict[st
     base = RunConfig()
     cfg = replace(
         base,
-        data=DataSpec(store=str(store)),
+        data=DataConfig(store=str(store)),
         cluster=replace(base.cluster, parts=PARTS, topology="partitioned"),
         sampler=NeighborSampler.Config(fanouts=s["fanouts"]),
-        model=ModelSpec(hidden=s["hidden"]),
+        model=ModelConfig(hidden=s["hidden"]),
         trainer=Trainer.Config(lr=s["lr"], batch_size=s["batch"] // PARTS, seed=seed),
         loop=replace(base.loop, epochs=s["epochs"], progress=False, deadline_s=600.0),
     )

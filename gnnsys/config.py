@@ -1,7 +1,11 @@
 """``RunConfig``: the composition of the stage configs of one training run, nothing else.
 
-Every field is the frozen ``Config`` of the component that uses it; derive variants with
-``dataclasses.replace`` (``presets.py`` does) and never mutate one after it is shipped to Ray.
+Every field is the frozen ``Config`` of the component that uses it, defined next to it (data:
+``gnnsys.store.source``; sampler; codec and cache: ``gnnsys.cache``; model: ``gnnsys.models``;
+layer 0: ``gnnsys.train.layer0.base``; cluster, trainer, loop and failures: ``gnnsys.train``).
+Each validates its own values when constructed, so a bad flag fails here, before anything
+starts. Derive variants with ``dataclasses.replace`` (``presets.py`` does) and never mutate one
+after it is shipped to Ray.
 """
 
 from __future__ import annotations
@@ -9,14 +13,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gnnsys.cache import CacheConfig, CodecConfig
+from gnnsys.models import ModelConfig
 from gnnsys.sampler import NeighborSampler
+from gnnsys.store.source import DataConfig
+from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.failure import FailurePolicy
-from gnnsys.train.control.prepare import DataSpec
-from gnnsys.train.control.run import ClusterSpec
 from gnnsys.train.evaluate import EvalConfig
-from gnnsys.train.models import ModelSpec
-from gnnsys.train.remote.fetch_spec import FetchSpec
+from gnnsys.train.layer0.base import FirstLayerConfig
 from gnnsys.train.trainer import Trainer
 
 __all__ = ["RunConfig"]
@@ -24,18 +29,23 @@ __all__ = ["RunConfig"]
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunConfig:
-    """One training run: data, cluster, sampler, model, optimiser, loop, failures, fetch, eval."""
+    """One run: data, cluster, sampler, model, optimiser, loop, failures, feature path, eval."""
 
-    data: DataSpec = field(default_factory=DataSpec)
-    cluster: ClusterSpec = field(default_factory=ClusterSpec)
+    data: DataConfig = field(default_factory=DataConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
     sampler: NeighborSampler.Config = field(default_factory=NeighborSampler.Config)
-    model: ModelSpec = field(default_factory=ModelSpec)
+    model: ModelConfig = field(default_factory=ModelConfig)
     trainer: Trainer.Config = field(default_factory=Trainer.Config)
     loop: Coordinator.Config = field(default_factory=Coordinator.Config)
     failure: FailurePolicy.Config = field(default_factory=FailurePolicy.Config)
-    fetch: FetchSpec = field(default_factory=FetchSpec)
+    codec: CodecConfig = field(default_factory=CodecConfig)
+    """How remote feature rows are encoded (``--codec``, ``--wire``)."""
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    """Each worker's halo cache (``--cache-*``)."""
+    layer0: FirstLayerConfig = field(default_factory=FirstLayerConfig)
+    """Where layer 0 aggregates (``--aggregate-at``, ``--decode-halo``)."""
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def to_json(self) -> dict[str, Any]:
-        """Plain JSON-ready dict (for ``summary.json``)."""
+        """Plain JSON-ready dict (for ``summary.json``; enums are ``str`` subclasses)."""
         return asdict(self)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from gnnsys.config import RunConfig
-from gnnsys.train.control.prepare import DataSpec
+from gnnsys.store.source import DataConfig
 
 __all__ = ["PRESETS", "default", "facebook_4parts", "cora_4parts"]
 
@@ -21,7 +21,7 @@ def cora_4parts() -> RunConfig:
     base = RunConfig()
     return replace(
         base,
-        data=DataSpec(dataset="planetoid:cora", partitioner="metis"),
+        data=DataConfig(dataset="planetoid:cora", partitioner="metis"),
         cluster=replace(base.cluster, parts=4),
         loop=replace(base.loop, epochs=20),
         trainer=replace(base.trainer, batch_size=64, lr=0.01),
@@ -33,7 +33,7 @@ def facebook_4parts() -> RunConfig:
     base = RunConfig()
     return replace(
         base,
-        data=DataSpec(dataset="musae:facebook", partitioner="metis"),
+        data=DataConfig(dataset="musae:facebook", partitioner="metis"),
         cluster=replace(base.cluster, parts=4),
         loop=replace(base.loop, epochs=10),
     )

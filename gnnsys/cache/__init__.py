@@ -3,6 +3,8 @@
 ``HaloCache`` (one per worker, byte budget, encoded slots), admission policies in
 ``admission`` (pure decisions: ``none``, ``degree``, ``presample``, ``adaptive``), codecs in
 ``codecs`` (``CODECS``), and ``HaloFetcher`` that fills misses from a ``FeatureSource``.
+The run settings of this stage are ``CacheConfig`` (budget, policy, adaptive knobs) and
+``CodecConfig`` (codec, ``auto`` fallback, wire stage).
 """
 
 from __future__ import annotations
@@ -20,8 +22,15 @@ from gnnsys.cache.admission import (
     presample_scores,
     tie_break,
 )
-from gnnsys.cache.base import EncodedFeatureSource, FeatureSource
-from gnnsys.cache.codecs import CODECS, AutoCodec, Codec, EncodedRows, make_codec
+from gnnsys.cache.base import (
+    CacheCounters,
+    EncodedFeatureSource,
+    FeatureSource,
+    HaloFeatureSource,
+    SplitRows,
+)
+from gnnsys.cache.codecs import CODECS, AutoCodec, Codec, CodecConfig, EncodedRows, make_codec
+from gnnsys.cache.config import CacheConfig
 from gnnsys.cache.fetcher import FetchStats, HaloFetcher, LocalFeatureSource
 from gnnsys.cache.halo_cache import INDEX_BYTES_PER_ROW, CacheStats, EncodedLookup, HaloCache
 
@@ -33,17 +42,22 @@ __all__ = [
     "AdmissionPlan",
     "AdmissionPolicy",
     "AutoCodec",
+    "CacheConfig",
+    "CacheCounters",
     "CacheStats",
     "Codec",
+    "CodecConfig",
     "EncodedFeatureSource",
     "EncodedLookup",
     "EncodedRows",
     "FeatureSource",
     "FetchStats",
     "HaloCache",
+    "HaloFeatureSource",
     "HaloFetcher",
     "LocalFeatureSource",
     "NoAdmission",
+    "SplitRows",
     "StaticAdmission",
     "degree_scores",
     "inclusion_scores",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from gnnsys.cache.base import EncodedFeatureSource, FeatureSource
+from gnnsys.cache.base import CacheCounters, EncodedFeatureSource, FeatureSource
 from gnnsys.cache.codecs.base import Codec, EncodedRows, put, take
 from gnnsys.cache.codecs.wire import wire_compress, wire_decompress
 from gnnsys.cache.halo_cache import HaloCache
@@ -210,3 +210,14 @@ class HaloFetcher:
     def stats(self) -> FetchStats:
         """The ledger so far."""
         return self._stats
+
+    def counters(self) -> CacheCounters:
+        """The fetch counts so far plus the cache's current levels (one record)."""
+        held = self.cache.stats
+        return CacheCounters(
+            **dataclasses.asdict(self._stats),
+            rows_held=held.rows_held,
+            capacity_rows=held.capacity_rows,
+            bytes_held=held.bytes_held,
+            capacity_bytes=held.capacity_bytes,
+        )

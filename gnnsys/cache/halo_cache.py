@@ -170,6 +170,18 @@ class HaloCache:
         """``[K]`` bool: which ``gid`` are cached (no counters, no policy step)."""
         return self._find(torch.as_tensor(gid, dtype=torch.int64))[0]
 
+    def would_admit(self, gid: Tensor) -> Tensor:
+        """``[K]`` bool: which uncached ``gid`` the policy would store if fetched now.
+
+        Pure: asks ``policy.decide`` with the counts it has so far; stores and counts nothing.
+        A cache of capacity 0 admits nothing (no policy call).
+        """
+        gid = torch.as_tensor(gid, dtype=torch.int64)
+        if self.capacity_rows == 0 or gid.shape[0] == 0:
+            return torch.zeros(gid.shape[0], dtype=torch.bool)
+        plan = self.policy.decide(gid, self._sorted_gid, self.capacity_rows)
+        return torch.isin(gid, plan.admit_gid)
+
     def peek(self, gid: Tensor) -> CacheLookup:
         """``lookup`` without side effects: no counters, no policy step (exact evaluation)."""
         gid = torch.as_tensor(gid, dtype=torch.int64)

@@ -33,7 +33,7 @@ _ALIASES = {
     "batch_size": "trainer.batch_size",
     "fanouts": "sampler.fanouts",
     "seed": "trainer.seed",
-    "codec": "fetch.codec",
+    "codec": "codec.name",
     "dropout": "model.dropout",
 }
 """Short names ``--allow-change`` accepts for common fields."""
@@ -89,14 +89,14 @@ def check_cache(args: argparse.Namespace, config: Any) -> list[str]:
         ValueError: A budget was given but the policy is ``none`` (it would have no effect).
     """
     given = args.cache_ratio is not None or args.cache_mb is not None
-    if given and config.fetch.cache_policy == "none":
+    if given and config.cache.policy == "none":
         flag = "--cache-mb" if args.cache_mb is not None else "--cache-ratio"
         raise ValueError(
             f"{flag} has no effect with --cache-policy none; add --cache-policy degree, "
             "presample or adaptive"
         )
-    ratio = config.fetch.cache_ratio
-    if config.fetch.cache_mb is None and ratio > 1:
+    ratio = config.cache.ratio
+    if config.cache.mb is None and ratio > 1:
         return [
             f"--cache-ratio {ratio:g} > 1: the cache may hold {ratio:g}x the bytes of the "
             "worker's own features (useful when the halo is larger than the part); rows beyond "

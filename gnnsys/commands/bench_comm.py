@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from gnnsys.commands.partition import add_dataset_args, parse_kv
+from gnnsys.commands.train import add_cache_tuning_args, cache_tuning
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ def add_parser(kinds: Any) -> None:
     p.add_argument("--batch-size", type=int, default=1024, help="seeds per batch per worker")
     p.add_argument("--model", default="sage", choices=("sage", "gcn", "gat"))
     p.add_argument("--lr", type=float, default=0.003)
+    add_cache_tuning_args(p)  # --presample-epochs and the adaptive knobs, for every config
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads")
     p.add_argument("--out", required=True, help="output directory")
     p.set_defaults(func=run)
@@ -126,17 +128,18 @@ def base_config(args: argparse.Namespace, store: Path) -> Any:
     """The ``RunConfig`` every configuration derives from."""
     from gnnsys.config import RunConfig
     from gnnsys.sampler import NeighborSampler
-    from gnnsys.train.control.prepare import DataSpec
+    from gnnsys.store.source import DataConfig
 
     cfg = RunConfig()
     return replace(
         cfg,
-        data=DataSpec(dataset=args.dataset, root=args.root, store=str(store)),
+        data=DataConfig(dataset=args.dataset, root=args.root, store=str(store)),
         cluster=replace(cfg.cluster, parts=args.parts, topology="partitioned"),
         sampler=NeighborSampler.Config(fanouts=tuple(_ints(args.fanouts))),
         model=replace(cfg.model, name=args.model),
         trainer=replace(cfg.trainer, batch_size=args.batch_size, lr=args.lr),
         loop=replace(cfg.loop, epochs=args.epochs, progress=False),
+        cache=cache_tuning(args, cfg.cache),
     )
 
 
@@ -144,14 +147,13 @@ def _run(
     base: Any, c: CommConfig, seed: int, out: Path, *, traffic: bool, threads: int
 ) -> list[dict[str, Any]]:
     from gnnsys.train.control.run import train_local
-    from gnnsys.train.remote.fetch_spec import FetchSpec
 
     cfg = replace(
         base,
         trainer=replace(base.trainer, seed=seed),
-        fetch=FetchSpec(
-            codec=c.codec, cache_policy=c.policy, cache_ratio=c.ratio, aggregate_at=c.aggregate_at
-        ),
+        codec=replace(base.codec, name=c.codec),
+        cache=replace(base.cache, policy=c.policy, ratio=c.ratio),
+        layer0=replace(base.layer0, placement=c.aggregate_at),
     )
     kind = "replay" if traffic else "train"
     run_dir = out / "runs" / f"{c.name}-seed{seed}-{kind}"
@@ -221,10 +223,11 @@ class _Runs:
 
 def _store(args: argparse.Namespace, out: Path) -> Path:
     """Partition once into ``out/store`` (reused when it exists with the same parts)."""
-    from gnnsys.train.control.prepare import DataSpec, prepare_store
+    from gnnsys.store.source import DataConfig
+    from gnnsys.train.control.prepare import prepare_store
 
     params = tuple(sorted(parse_kv(args.dataset_param).items()))
-    spec = DataSpec(
+    spec = DataConfig(
         dataset=args.dataset, root=args.root, partitioner=args.partitioner, dataset_params=params
     )
     return prepare_store(

@@ -7,7 +7,10 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gnnsys.cache import CacheConfig
 
 _EXAMPLES = """examples:
   gnnsys train                                   # synthetic:sbm (100k nodes), 2 workers
@@ -60,23 +63,48 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--deadline", type=float, help="seconds per remote call / without progress")
     p.add_argument("--max-restarts", type=int, help="group restarts after a worker dies")
     p.add_argument("--num-nodes", type=int, help="nodes of a synthetic dataset")
-    _add_halo_flags(p)
+    add_feature_path_args(p)
     _add_eval_flags(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--inject-fault", help=argparse.SUPPRESS)  # KIND:RANK:EPOCH:BATCH, tests
     p.set_defaults(func=run)
 
 
-def _add_halo_flags(p: argparse.ArgumentParser) -> None:
-    """The codec, cache and layer-0 placement flags of ``train``."""
+def add_feature_path_args(p: argparse.ArgumentParser) -> None:
+    """The codec, cache and layer-0 flags (also used by ``gnnsys bench comm``).
+
+    No ``choices`` here: each value is checked once, by the ``Config`` of the stage that uses it
+    (``CodecConfig``, ``CacheConfig``, ``AdaptiveAdmission.Config``, ``FirstLayerConfig``), and
+    a bad one fails ``build_config`` before anything starts.
+    """
     p.add_argument(
         "--codec",
         help="codec of remote feature rows: fp32 (default), fp16, bf16, int8, int4, binary, or "
-        "auto (smallest lossless codec the features admit, else int8)",
+        "auto (smallest lossless codec the features admit, else --lossy-codec)",
+    )
+    p.add_argument("--lossy-codec", help="what --codec auto falls back to (default int8)")
+    p.add_argument(
+        "--wire",
+        help="measure a lossless wire stage over the encoded rows: zstd or lz4 (bytes_wire)",
+    )
+    add_cache_args(p)
+    p.add_argument(
+        "--aggregate-at",
+        help="where layer 1 aggregates remote neighbors: requester (rows travel, default), "
+        "owner (partial sums travel; SAGE-mean and GCN), auto (fewer bytes per owner)",
     )
     p.add_argument(
+        "--decode-halo",
+        action="store_true",
+        help="with --codec int8/int4, decode halo rows to float32 before layer 1 aggregates "
+        "them (default: the fused kernels sum them from their codes; same bytes on the wire)",
+    )
+
+
+def add_cache_args(p: argparse.ArgumentParser) -> None:
+    """The halo cache flags: policy and budget, plus ``add_cache_tuning_args``."""
+    p.add_argument(
         "--cache-policy",
-        choices=("none", "degree", "presample", "adaptive"),
         help="halo cache admission (default none): degree = most in-edges into the part, "
         "presample = most accessed in a dry-run epoch, adaptive = online counts",
     )
@@ -87,23 +115,44 @@ def _add_halo_flags(p: argparse.ArgumentParser) -> None:
         "above 1 the cache may hold more than the part's own features (a halo can be larger)",
     )
     p.add_argument("--cache-mb", type=float, help="cache budget in MiB (overrides --cache-ratio)")
+    add_cache_tuning_args(p)
+
+
+def add_cache_tuning_args(p: argparse.ArgumentParser) -> None:
+    """Presample epochs and the adaptive policy's knobs (``gnnsys bench comm`` has them too)."""
     p.add_argument(
-        "--wire",
-        choices=("zstd", "lz4"),
-        help="measure a lossless wire stage over the encoded rows (reported as bytes_wire)",
+        "--presample-epochs", type=int, help="dry-run epochs behind presample/adaptive scores"
     )
     p.add_argument(
-        "--aggregate-at",
-        choices=("requester", "owner", "auto"),
-        help="where layer 1 aggregates remote neighbors: requester (rows travel, default), "
-        "owner (partial sums travel; SAGE-mean and GCN), auto (fewer bytes per owner)",
+        "--cache-decay", type=float, help="adaptive: weight of history per batch (default 0.99)"
     )
     p.add_argument(
-        "--decode-halo",
-        action="store_true",
-        help="with --codec int8/int4, decode halo rows to float32 before layer 1 aggregates "
-        "them (default: the fused kernels sum them from their codes; same bytes on the wire)",
+        "--cache-warm-weight",
+        type=float,
+        help="adaptive: multiplier of the presample warm-start counts (default 1)",
     )
+    p.add_argument(
+        "--cache-margin",
+        type=float,
+        help="adaptive: a fetched row displaces a cached one only if its count is higher by "
+        "more than this many accesses (default 1)",
+    )
+
+
+def _pick(**kw: Any) -> dict[str, Any]:
+    """The keyword arguments that were given (flags left out keep the preset's value)."""
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+def cache_tuning(args: argparse.Namespace, base: CacheConfig) -> CacheConfig:
+    """``base`` with ``--presample-epochs`` and the adaptive knobs applied (validated there)."""
+    adaptive = replace(
+        base.adaptive,
+        **_pick(
+            decay=args.cache_decay, warm_weight=args.cache_warm_weight, margin=args.cache_margin
+        ),
+    )
+    return replace(base, adaptive=adaptive, **_pick(presample_epochs=args.presample_epochs))
 
 
 def _add_eval_flags(p: argparse.ArgumentParser) -> None:
@@ -179,11 +228,15 @@ def build_config(args: argparse.Namespace) -> Any:
             **pick(halo_mb=args.eval_halo_mb),
             test_at_end=cfg.eval.test_at_end or args.test_at_end,
         ),
-        fetch=replace(
-            cfg.fetch,
-            **pick(codec=args.codec, cache_policy=args.cache_policy, cache_ratio=args.cache_ratio),
-            **pick(cache_mb=args.cache_mb, wire=args.wire, aggregate_at=args.aggregate_at),
-            fused_dequant=cfg.fetch.fused_dequant and not args.decode_halo,
+        codec=replace(cfg.codec, **pick(name=args.codec, lossy=args.lossy_codec, wire=args.wire)),
+        cache=replace(
+            cache_tuning(args, cfg.cache),
+            **pick(policy=args.cache_policy, ratio=args.cache_ratio, mb=args.cache_mb),
+        ),
+        layer0=replace(
+            cfg.layer0,
+            **pick(placement=args.aggregate_at),
+            fused_dequant=cfg.layer0.fused_dequant and not args.decode_halo,
         ),
     )
 

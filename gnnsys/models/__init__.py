@@ -2,18 +2,31 @@
 
 ``MODELS`` maps a name to a class constructed as ``cls(in_dim, hidden_dim, out_dim, num_layers,
 dropout)``; every model has ``forward(x_NF, blocks)``, ``forward_layer(i, x_src, block)`` and
-``num_layers``.
+``num_layers``. ``ModelConfig`` is the run setting (name, width, dropout) and ``build_model``
+the one place that turns it into a model.
 """
 
 from __future__ import annotations
 
 from gnnsys.models.base import BlockModel
+from gnnsys.models.config import ModelConfig, build_model
 from gnnsys.models.gat import GAT, GATLayer
 from gnnsys.models.gcn import GCN
 from gnnsys.models.layers import GCNLayer, SAGELayer
 from gnnsys.models.sage import SAGE
 
-__all__ = ["GAT", "GCN", "MODELS", "SAGE", "BlockModel", "GATLayer", "GCNLayer", "SAGELayer"]
+__all__ = [
+    "GAT",
+    "GCN",
+    "MODELS",
+    "SAGE",
+    "BlockModel",
+    "GATLayer",
+    "GCNLayer",
+    "ModelConfig",
+    "SAGELayer",
+    "build_model",
+]
 
 MODELS: dict[str, type[BlockModel]] = {"sage": SAGE, "gcn": GCN, "gat": GAT}
 """Model registry: name -> class."""

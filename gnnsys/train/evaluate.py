@@ -226,7 +226,7 @@ class ShardEvaluator:
         model: This rank's model (same weights on every rank).
         owners: Client of the shard owners (layer-0 halo features).
         peers: Client of the peer ranks (embeddings and degrees).
-        feature_codec: The run codec features travel in (``None``: float32 rows).
+        feature_codec: The run codec features travel in (``FP32Codec``: float32 rows).
         cache: The worker's halo cache, read without side effects, or ``None``.
     """
 
@@ -239,7 +239,7 @@ class ShardEvaluator:
         model: nn.Module,
         owners: OwnerClient,
         peers: PeerClient,
-        feature_codec: Codec | None,
+        feature_codec: Codec,
         cache: HaloCache | None,
     ) -> None:
         if shard.x is None or shard.y is None:
@@ -402,12 +402,6 @@ class ShardEvaluator:
         by_part = self._requests(gid_H, pending)
         requests = {p: gid_H[pending[pos]] for p, pos in by_part.items()}
         if not requests:
-            return
-        if self.feature_codec is None:
-            plain = self.owners.fetch_many(requests)
-            for p, pos in by_part.items():
-                self.ledger.record("feature_response", plain[p])
-                out_HF[torch.from_numpy(pending[pos])] = torch.from_numpy(np.asarray(plain[p]))
             return
         encoded = self.owners.fetch_encoded_many(requests, self.feature_codec)
         for p, pos in by_part.items():

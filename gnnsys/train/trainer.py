@@ -283,7 +283,7 @@ class Trainer:
             x_NF = self.features.fetch(sub.n_id)
             return lambda: cast(Tensor, self.model(x_NF, sub.blocks))
         model = cast(BlockModel, self.model)
-        first = self.first_layer.gather(model.layers[0], sub, self.features)
+        first = self.first_layer.gather(model.layers[0], sub)  # fetches through its source
         return lambda: model.forward_from_first_agg(first.agg_MF, first.x_dst_MF, sub.blocks)
 
     def _sync_grads(self) -> None:

@@ -29,16 +29,17 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from gnnsys.cache import CacheConfig, CacheCounters, CodecConfig
 from gnnsys.cache.codecs import Codec, EncodedRows
+from gnnsys.models import ModelConfig, build_model
 from gnnsys.train.evaluate import EvalConfig, RankEval, ShardEvaluator
+from gnnsys.train.layer0.base import FirstLayerConfig
 from gnnsys.train.layer0.owner_sums import build_first_layer
-from gnnsys.train.models import ModelSpec, build_model
 from gnnsys.train.remote.client import OwnerClient, RayOwnerClient
-from gnnsys.train.remote.fetch_spec import FetchSpec
-from gnnsys.train.remote.halo import CachedFeatureSource, build_cached_source, cache_report
+from gnnsys.train.remote.features import RoutedFeatureSource, build_feature_source
 from gnnsys.train.remote.ledger import Ledger, LedgerSnapshot
 from gnnsys.train.remote.peers import LocalPeerClient, PeerClient, RayPeerClient
-from gnnsys.train.remote.routed import RoutedFeatureSource, RoutedNeighborSource
+from gnnsys.train.remote.routed import RoutedNeighborSource
 from gnnsys.train.topology import assemble_graph
 from gnnsys.train.trainer import EpochStats, GradSync, Trainer
 from gnnsys.types import PartitionBook, PartitionShard
@@ -81,7 +82,9 @@ class WorkerSpec:
         num_features: ``F`` of the input features.
         num_classes: ``C``, the model's output width.
         deadline_s: Deadline of every remote call and of the gloo collectives.
-        fetch: How remote feature rows travel (codec).
+        codec: Codec of remote feature rows (resolved: never ``auto``).
+        cache: Halo cache budget and policy.
+        layer0: Placement of layer 0's aggregation, fused dequantization.
         eval: How the ranks evaluate (sharded, exact).
         attempt: 0 for the first group, incremented on each restart.
         fault: Injected fault, for tests.
@@ -93,11 +96,13 @@ class WorkerSpec:
     topology: str
     trainer: Trainer.Config
     sampler: Any
-    model: ModelSpec
+    model: ModelConfig
     num_features: int
     num_classes: int
     deadline_s: float
-    fetch: FetchSpec = field(default_factory=FetchSpec)
+    codec: CodecConfig = field(default_factory=CodecConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    layer0: FirstLayerConfig = field(default_factory=FirstLayerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     attempt: int = 0
     fault: FaultSpec | None = field(default=None)
@@ -114,7 +119,7 @@ class WorkerEpochReport:
         peak_rss_bytes: Peak resident memory of the worker process so far.
         node_id: Ray node the worker runs on.
         warmup: Traffic before epoch 0 (presample dry run and cache prefetch).
-        cache: Cache and fetcher counters over the epoch (``cache_report``; empty: no cache).
+        cache: Cache and fetcher counters over the epoch (``None``: the worker keeps no cache).
     """
 
     rank: int
@@ -123,7 +128,15 @@ class WorkerEpochReport:
     peak_rss_bytes: int
     node_id: str
     warmup: LedgerSnapshot = field(default_factory=LedgerSnapshot)
-    cache: dict[str, int] = field(default_factory=dict)
+    cache: CacheCounters | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Built:
+    """What ``_build_trainer`` wires: the trainer and the feature source it fetches through."""
+
+    trainer: Trainer
+    features: RoutedFeatureSource
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -139,12 +152,6 @@ class RankState:
     model: dict[str, Any]
     optimizer: dict[str, Any]
     rng: dict[str, Any]
-
-
-def _diff(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
-    """Per-epoch cache counters; held/capacity figures are levels, not counts."""
-    levels = ("rows_held", "capacity_rows", "bytes_held", "capacity_bytes")
-    return {k: v if k in levels else v - before.get(k, 0) for k, v in after.items()}
 
 
 class GlooSync:
@@ -183,7 +190,7 @@ def _build_trainer(
     ledger: Ledger,
     sync: GradSync | None,
     rng_lock: threading.Lock | None = None,
-) -> Trainer:
+) -> _Built:
     """Wire this rank's sampler, feature source and model into a ``Trainer``."""
     from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 
@@ -197,35 +204,32 @@ def _build_trainer(
     sampler = NeighborSampler(spec.sampler, source=source)
     train_lid = np.flatnonzero(np.asarray(shard.train_mask))
     train_gid = torch.from_numpy(np.asarray(shard.owned_gid)[train_lid].astype(np.int64))
-    features: Any
-    if spec.fetch.cached:
-        features = build_cached_source(
-            spec.fetch,
-            shard=shard,
-            book=book,
-            client=client,
-            ledger=ledger,
-            sampler=sampler,
-            train_gid=train_gid,
-            batch_size=spec.trainer.batch_size,
-            seed=spec.trainer.seed * 7919 + spec.rank,
-        )
-    else:
-        features = RoutedFeatureSource(
-            spec.rank, book.part_N, book.lid_N, shard.x, client, ledger, spec.fetch.make()
-        )
+    features = build_feature_source(
+        spec.codec,
+        spec.cache,
+        shard=shard,
+        book=book,
+        client=client,
+        ledger=ledger,
+        sampler=sampler,
+        train_gid=train_gid,
+        batch_size=spec.trainer.batch_size,
+        seed=spec.trainer.seed * 7919 + spec.rank,
+    )
     torch.manual_seed(spec.trainer.seed)  # identical initial weights on every rank
     model = build_model(spec.model, spec.num_features, spec.num_classes, len(spec.sampler.fanouts))
-    first_layer = build_first_layer(  # None for requester placement (or a non-linear layer 0)
-        spec.fetch,
+    first_layer = build_first_layer(  # None for requester placement without fused dequant
+        spec.layer0,
         model,
+        codec=features.codec,
+        features=features,
         part=spec.rank,
         part_N=book.part_N,
         num_features=spec.num_features,
         client=client,
         ledger=ledger,
     )
-    return Trainer(
+    trainer = Trainer(
         spec.trainer,
         model=model,
         sampler=sampler,
@@ -237,6 +241,7 @@ def _build_trainer(
         rng_lock=rng_lock,
         first_layer=first_layer,
     )
+    return _Built(trainer, features)
 
 
 class TrainWorker:
@@ -268,12 +273,11 @@ class TrainWorker:
             grad_sync = sync(self.ledger)
         elif spec.world_size > 1:
             grad_sync = GlooSync(spec.world_size, self.ledger)
-        self.trainer = _build_trainer(
+        built = _build_trainer(
             spec, self.shard, self.book, client, self.ledger, grad_sync, rng_lock
         )
-        warm = getattr(self.trainer.features, "warm_up", None)
-        if warm is not None:
-            warm()  # before the first epoch's snapshot: reported as warm-up traffic
+        self.trainer, self.features = built.trainer, built.features
+        self.features.warm_up()  # before the first epoch's snapshot: reported as warm-up traffic
         self.warmup = self.ledger.snapshot()
         self._progress = 0
         self._lock = threading.Lock()
@@ -322,8 +326,7 @@ class TrainWorker:
     def eval_layer(self, layer: int) -> None:
         """Compute this rank's outputs of layer ``layer`` (every rank finished ``layer - 1``)."""
         if self._evaluator is None:
-            features = self.trainer.features
-            cached = features if isinstance(features, CachedFeatureSource) else None
+            cache = self.features.cache  # capacity 0 without one: nothing to peek at
             self._evaluator = ShardEvaluator(
                 self.spec.eval,
                 shard=self.shard,
@@ -331,8 +334,8 @@ class TrainWorker:
                 model=self.trainer.model,
                 owners=self.client,
                 peers=self.peers,
-                feature_codec=cached.fetcher.codec if cached else self.spec.fetch.make(),
-                cache=cached.cache if cached else None,
+                feature_codec=self.features.codec,
+                cache=cache if cache.capacity_rows else None,
             )
         self._evaluator.run_layer(layer)
 
@@ -401,8 +404,9 @@ class TrainWorker:
     def _measured(self, epoch_fn: Callable[[], EpochStats]) -> WorkerEpochReport:
         """Run one epoch and report its stats with the ledger and cache differences."""
         before = self.ledger.snapshot()
-        cache_before = cache_report(self.trainer.features)
+        cache_before = self.features.counters()
         stats = epoch_fn()
+        cache_after = self.features.counters()
         return WorkerEpochReport(
             rank=self.spec.rank,
             stats=stats,
@@ -410,7 +414,9 @@ class TrainWorker:
             peak_rss_bytes=_peak_rss(),
             node_id=_node_id(),
             warmup=self.warmup,
-            cache=_diff(cache_report(self.trainer.features), cache_before),
+            cache=None
+            if cache_after is None or cache_before is None
+            else cache_after.since(cache_before),
         )
 
     def close(self) -> None:

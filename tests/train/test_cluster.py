@@ -20,8 +20,8 @@ _PROBE = """
 import json
 import ray
 from gnnsys.train.control.cluster import auth_mode, connect, listening_sockets
-from gnnsys.train.control.run import ClusterSpec
-assert connect(ClusterSpec(parts=1))
+from gnnsys.train.control.cluster_config import ClusterConfig
+assert connect(ClusterConfig(parts=1))
 ray.get(ray.remote(lambda: 1).remote())  # a worker exists
 import urllib.error, urllib.request
 agent = [s for s in listening_sockets() if "RuntimeEnvAgent" in s.process]

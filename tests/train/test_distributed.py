@@ -19,8 +19,8 @@ from gnnsys.config import RunConfig
 from gnnsys.datasets.synthetic import sbm
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.store import load_book, load_shard
+from gnnsys.store.source import DataConfig
 from gnnsys.train.control.checkpoint import load_checkpoint
-from gnnsys.train.control.prepare import DataSpec
 from gnnsys.train.control.ray_group import actor_name
 from gnnsys.train.control.run import train
 from gnnsys.train.trainer import batch_seed_for, epoch_batches
@@ -37,7 +37,7 @@ def _config(
     cfg = RunConfig()
     return replace(
         cfg,
-        data=DataSpec(
+        data=DataConfig(
             dataset="synthetic:sbm",
             partitioner="random",
             dataset_params=(("num_nodes", N), ("num_features", 16)),

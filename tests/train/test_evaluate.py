@@ -13,12 +13,15 @@ import torch
 from gnnsys.config import RunConfig
 from gnnsys.datasets import load
 from gnnsys.datasets.synthetic import sbm
+from gnnsys.models import ModelConfig, build_model
 from gnnsys.partitioners import partition
 from gnnsys.sampler import NeighborSampler
 from gnnsys.store import write_partitions
+from gnnsys.store.source import DataConfig
+from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.local_group import LocalWorkerGroup
-from gnnsys.train.control.prepare import DataSpec, store_info
-from gnnsys.train.control.run import ClusterSpec, worker_template
+from gnnsys.train.control.prepare import store_info
+from gnnsys.train.control.run import worker_template
 from gnnsys.train.evaluate import (
     SPLITS,
     EvalConfig,
@@ -28,10 +31,9 @@ from gnnsys.train.evaluate import (
     full_graph_logits,
 )
 from gnnsys.train.metrics import accuracy, confusion_matrix, macro_f1
-from gnnsys.train.models import ModelSpec, build_model
-from gnnsys.train.remote.fetch_spec import FetchSpec
 from gnnsys.train.trainer import Trainer
 from gnnsys.types import Graph
+from tests.train.test_halo_runtime import feature_path
 
 SHARED = Path(
     os.environ.get("GNNSYS_DATA") or Path(__file__).resolve().parents[3] / "shared" / "datasets"
@@ -44,12 +46,12 @@ def _config(store: Path, parts: int, model: str, **fetch: object) -> RunConfig:
     halo_mb = float(fetch.pop("halo_mb", 0.0))  # type: ignore[arg-type]
     return RunConfig(
         eval=EvalConfig(chunk_edges=chunk_edges, in_place=in_place, halo_mb=halo_mb),
-        data=DataSpec(store=str(store)),
-        cluster=ClusterSpec(parts=parts),
+        data=DataConfig(store=str(store)),
+        cluster=ClusterConfig(parts=parts),
         sampler=NeighborSampler.Config(fanouts=(5, 5)),
-        model=ModelSpec(name=model, hidden=16, dropout=0.5),
+        model=ModelConfig(name=model, hidden=16, dropout=0.5),
         trainer=Trainer.Config(batch_size=128, lr=0.01),
-        fetch=FetchSpec(**fetch),  # type: ignore[arg-type]
+        **feature_path(**fetch),  # type: ignore[arg-type]
     )
 
 

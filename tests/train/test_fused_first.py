@@ -11,21 +11,23 @@ import torch
 from conftest import LocalOwnerClient
 from torch import Tensor
 
-from gnnsys.cache.codecs import make_codec
+from gnnsys.cache import SplitRows
+from gnnsys.cache.codecs import Codec, FP32Codec, make_codec
 from gnnsys.models import GAT, GCN, SAGE, BlockModel
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.store import load_book, load_shard
 from gnnsys.train.control.run import train_local
+from gnnsys.train.layer0.base import FirstLayerConfig
 from gnnsys.train.layer0.fused import FusedFirstLayer
 from gnnsys.train.layer0.owner_sums import build_first_layer
-from gnnsys.train.remote.fetch_spec import FetchSpec
+from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import Ledger
-from gnnsys.train.remote.routed import RoutedFeatureSource, SplitRows
 from gnnsys.types import SampledSubgraph
 from tests.train.test_halo_runtime import _config
 
 PART = 2
 F = 16
+FP32 = FP32Codec()
 
 
 def _model(name: str, reduce: str = "mean") -> BlockModel:
@@ -36,14 +38,25 @@ def _model(name: str, reduce: str = "mean") -> BlockModel:
     return model.eval()
 
 
-def _sub_and_features(store: Path, codec: str) -> tuple[SampledSubgraph, RoutedFeatureSource]:
+def _features(store: Path, codec: str, ledger: Ledger | None = None) -> RoutedFeatureSource:
+    """Part ``PART``'s feature source, no cache, rows in ``codec``."""
     book = load_book(store)
     shard = load_shard(store, PART)
     assert shard.x is not None
     client = LocalOwnerClient(store, 4)
-    features = RoutedFeatureSource(
-        PART, book.part_N, book.lid_N, shard.x, client, Ledger(), make_codec(codec)
+    return RoutedFeatureSource(
+        PART, book.part_N, book.lid_N, shard.x, client, ledger or Ledger(), codec=make_codec(codec)
     )
+
+
+def _fused(codec: str, features: object) -> FusedFirstLayer:
+    return FusedFirstLayer(make_codec(codec), num_features=F, features=features)  # type: ignore[arg-type]
+
+
+def _sub_and_features(store: Path, codec: str) -> tuple[SampledSubgraph, RoutedFeatureSource]:
+    book = load_book(store)
+    shard = load_shard(store, PART)
+    features = _features(store, codec)
     graph_source = CSRNeighborSource.from_shard(shard, book.lid_N)
     sampler = NeighborSampler(NeighborSampler.Config(fanouts=(5,)), source=graph_source)
     seeds = torch.from_numpy(np.asarray(shard.owned_gid, dtype=np.int64))[:40]
@@ -61,9 +74,7 @@ def _two_layer_sub(store: Path, codec: str) -> tuple[SampledSubgraph, RoutedFeat
     local = CSRNeighborSource.from_shard(shard, book.lid_N)
     source = RoutedNeighborSource(PART, book.part_N, local, client, Ledger())
     sampler = NeighborSampler(NeighborSampler.Config(fanouts=(6, 4)), source=source)
-    features = RoutedFeatureSource(
-        PART, book.part_N, book.lid_N, shard.x, client, Ledger(), make_codec(codec)
-    )
+    features = _features(store, codec)
     seeds = torch.from_numpy(np.asarray(shard.owned_gid, dtype=np.int64))[:64]
     return sampler.sample(seeds, seed=3), features
 
@@ -78,7 +89,7 @@ def test_equals_decoding_first(store4: Path, codec: str, name: str, reduce: str)
     x_NF = features.fetch(sub.n_id)  # decoded float32 rows: the reference
     is_halo = torch.from_numpy(load_book(store4).part_N[sub.n_id.numpy()] != PART)
     assert bool(is_halo[: block.num_dst].any()) and bool(is_halo[block.num_dst :].any())
-    first = FusedFirstLayer(codec, num_features=F).gather(model.layers[0], sub, features)
+    first = _fused(codec, features).gather(model.layers[0], sub)
     want = model.layers[0].aggregate(x_NF, block)
     err = float((first.agg_MF - want).abs().max())
     assert err <= 1e-5 * max(1.0, float(want.abs().max())), f"max abs diff {err:.3g}"
@@ -89,11 +100,11 @@ def test_equals_decoding_first(store4: Path, codec: str, name: str, reduce: str)
 
 
 def test_same_messages_and_bytes_as_decoding(store4: Path) -> None:
-    sub, features = _two_layer_sub(store4, "int8")
-    features.ledger = decode_ledger = Ledger()
-    features.fetch(sub.n_id)
-    features.ledger = fused_ledger = Ledger()
-    FusedFirstLayer("int8", num_features=F).gather(_model("sage").layers[0], sub, features)
+    sub, _ = _two_layer_sub(store4, "int8")
+    decode_ledger, fused_ledger = Ledger(), Ledger()
+    _features(store4, "int8", decode_ledger).fetch(sub.n_id)
+    fused = _fused("int8", _features(store4, "int8", fused_ledger))
+    fused.gather(_model("sage").layers[0], sub)
     a, b = decode_ledger.snapshot(), fused_ledger.snapshot()
     assert a.bytes == b.bytes and a.messages == b.messages
     assert a.bytes["feature_response"] > 0
@@ -104,7 +115,6 @@ def test_only_owned_or_only_halo_rows(store4: Path) -> None:
     sub, features = _sub_and_features(store4, "int8")  # 1 hop from owned seeds: both kinds
     model = _model("sage")
     want = model.layers[0].aggregate(features.fetch(sub.n_id), sub.blocks[0])
-    fused = FusedFirstLayer("int8", num_features=F)
 
     class Only:
         """Every source owned (``halo=False``) or every source a halo row (``halo=True``)."""
@@ -122,16 +132,18 @@ def test_only_owned_or_only_halo_rows(store4: Path) -> None:
             return SplitRows(pos, rows, none, codec.empty(0, F))
 
     for halo in (False, True):
-        got = fused.gather(model.layers[0], sub, Only(halo)).agg_MF
+        got = _fused("int8", Only(halo)).gather(model.layers[0], sub).agg_MF
         tol = 0.05 * float(want.abs().max()) if halo else 1e-5  # halo=True re-quantizes rows
         assert float((got - want).abs().max()) <= tol, f"halo={halo}"
 
 
 def test_built_only_where_it_applies() -> None:
-    def build(fetch: FetchSpec, model: BlockModel) -> object:
+    def build(config: FirstLayerConfig, model: BlockModel, codec: Codec = FP32) -> object:
         return build_first_layer(
-            fetch,
+            config,
             model,
+            codec=codec,
+            features=None,  # type: ignore[arg-type]  # only kept, never called here
             part=1,
             part_N=np.zeros(4, dtype=np.int64),
             num_features=F,
@@ -140,13 +152,16 @@ def test_built_only_where_it_applies() -> None:
         )
 
     sage, gat = _model("sage"), _model("gat")
-    assert isinstance(build(FetchSpec(codec="int8"), sage), FusedFirstLayer)
-    assert isinstance(build(FetchSpec(codec="int4"), _model("gcn")), FusedFirstLayer)
-    assert build(FetchSpec(codec="int8", fused_dequant=False), sage) is None
-    assert build(FetchSpec(codec="fp16"), sage) is None and build(FetchSpec(), sage) is None
-    assert build(FetchSpec(codec="int8"), gat) is None
-    with pytest.raises(ValueError, match="fused dequantization"):
-        FusedFirstLayer("fp16", num_features=F)
+    on, off = FirstLayerConfig(), FirstLayerConfig(fused_dequant=False)
+    int8, int4, fp16 = make_codec("int8"), make_codec("int4"), make_codec("fp16")
+    assert int8.fused_aggregate and int4.fused_aggregate and not fp16.fused_aggregate
+    assert isinstance(build(on, sage, int8), FusedFirstLayer)
+    assert isinstance(build(on, _model("gcn"), int4), FusedFirstLayer)
+    assert build(off, sage, int8) is None
+    assert build(on, sage, fp16) is None and build(on, sage) is None
+    assert build(on, gat, int8) is None
+    with pytest.raises(ValueError, match="no fused dequantization"):
+        _fused("fp16", None)
 
 
 @pytest.mark.timeout(120)
@@ -155,7 +170,7 @@ def test_training_matches_decoding_first(tmp_path: Path, cache: bool) -> None:
     extra = {"cache_policy": "adaptive", "cache_ratio": 0.25} if cache else {}
     cfg = _config(parts=4, codec="int8", **extra)
     fused = train_local(cfg, tmp_path / "fused").history
-    decoded_cfg = replace(cfg, fetch=replace(cfg.fetch, fused_dequant=False))
+    decoded_cfg = replace(cfg, layer0=replace(cfg.layer0, fused_dequant=False))
     decoded = train_local(decoded_cfg, tmp_path / "decoded").history
     for a, b in zip(fused, decoded, strict=True):
         assert a["bytes"] == b["bytes"] and a["messages"] == b["messages"]

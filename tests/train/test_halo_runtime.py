@@ -12,17 +12,18 @@ import numpy as np
 import pytest
 import torch
 
+from gnnsys.cache import CacheConfig, CodecConfig
 from gnnsys.cache.codecs import make_codec
 from gnnsys.commands.train import add_parser, build_config
 from gnnsys.config import RunConfig
 from gnnsys.datasets.synthetic import sbm
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.store import load_book, load_shard
+from gnnsys.store.source import DataConfig
 from gnnsys.train.control.local_group import LocalOwnerClient
-from gnnsys.train.control.prepare import DataSpec
 from gnnsys.train.control.run import train_local
-from gnnsys.train.remote.fetch_spec import FetchSpec
-from gnnsys.train.remote.halo import OwnerRows
+from gnnsys.train.layer0.base import FirstLayerConfig, Placement
+from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.server import ShardOwner
 from gnnsys.train.trainer import batch_seed_for, epoch_batches
@@ -30,11 +31,27 @@ from gnnsys.train.trainer import batch_seed_for, epoch_batches
 N, F = 1000, 16
 
 
+def feature_path(
+    *,
+    codec: str = "fp32",
+    lossy_codec: str = "int8",
+    cache_policy: str = "none",
+    cache_ratio: float = 0.0,
+    aggregate_at: str = "requester",
+) -> dict[str, Any]:
+    """The ``codec``, ``cache`` and ``layer0`` configs of a run, from the old flat names."""
+    return {
+        "codec": CodecConfig(name=codec, lossy=lossy_codec),
+        "cache": CacheConfig(policy=cache_policy, ratio=cache_ratio),
+        "layer0": FirstLayerConfig(placement=Placement(aggregate_at)),
+    }
+
+
 def _config(parts: int, epochs: int = 2, **fetch: Any) -> RunConfig:
     cfg = RunConfig()
     return replace(
         cfg,
-        data=DataSpec(
+        data=DataConfig(
             dataset="synthetic:sbm",
             partitioner="random",
             dataset_params=(("num_nodes", N), ("num_features", F)),
@@ -44,7 +61,7 @@ def _config(parts: int, epochs: int = 2, **fetch: Any) -> RunConfig:
         model=replace(cfg.model, hidden=32),
         trainer=replace(cfg.trainer, batch_size=16, lr=0.01),
         loop=replace(cfg.loop, epochs=epochs, progress=False, deadline_s=60.0),
-        fetch=FetchSpec(**fetch),
+        **feature_path(**fetch),
     )
 
 
@@ -71,27 +88,31 @@ def _remote_rows(run_dir: Path, cfg: RunConfig, epoch: int, num_batches: int) ->
     return rows
 
 
-def test_owner_rows_come_back_in_request_order_and_are_counted(tmp_path: Path) -> None:
+def test_halo_rows_come_back_in_request_order_and_are_counted(tmp_path: Path) -> None:
     cfg = _config(parts=4)
     train_local(replace(cfg, loop=replace(cfg.loop, epochs=1)), tmp_path)
     store = tmp_path / "store"
     book = load_book(store)
+    shard = load_shard(store, 0)
+    assert shard.x is not None
     client = LocalOwnerClient([ShardOwner(str(store), p) for p in range(4)])
     ledger = Ledger()
-    rows = OwnerRows(0, book.part_N, client, ledger)
-    gid = torch.from_numpy(np.flatnonzero(book.part_N != 0)[::-7].copy())  # descending, mixed
     codec = make_codec("int8")
-    got = codec.decode(rows.fetch_encoded(gid, codec))
-    x = sbm(num_nodes=N, num_features=F).x
-    assert x is not None
-    want = codec.decode(codec.encode(torch.from_numpy(np.asarray(x, np.float32))[gid]))
-    assert torch.equal(got, want)
+    source = RoutedFeatureSource(0, book.part_N, book.lid_N, shard.x, client, ledger, codec=codec)
+    halo = np.flatnonzero(book.part_N != 0)[::-7].copy()  # descending, three owners
+    own = np.flatnonzero(book.part_N == 0)[:5]
+    gid = torch.from_numpy(np.concatenate([halo[:3], own, halo[3:]]))
+    split = source.fetch_split(gid)
+    assert torch.equal(split.local_pos, torch.arange(3, 8))
+    x = torch.from_numpy(np.asarray(sbm(num_nodes=N, num_features=F).x, np.float32))
+    want = codec.decode(codec.encode(x[torch.from_numpy(halo)]))
+    assert torch.equal(codec.decode(split.remote), want)  # halo rows in request order
+    assert torch.equal(split.local_LF, x[torch.from_numpy(own)])  # own rows from the shard
     snap = ledger.snapshot()
-    assert snap.bytes["feature_request"] == 8 * gid.numel()
-    assert snap.bytes["feature_response"] == gid.numel() * codec.row_nbytes(F)
+    assert snap.bytes["feature_request"] == 8 * halo.size
+    assert snap.bytes["feature_response"] == halo.size * codec.row_nbytes(F)
     assert snap.messages["feature_request"] == 3  # one per remote owner
-    with pytest.raises(ValueError, match="owned by part 0"):
-        rows.fetch(torch.tensor([int(np.flatnonzero(book.part_N == 0)[0])]))
+    assert source.counters() is None  # no cache: capacity 0, nothing to report
 
 
 @pytest.mark.timeout(120)
@@ -124,24 +145,22 @@ def test_cached_runs_repeat_exactly(tmp_path: Path) -> None:
 
 def test_auto_codec_resolves_on_the_driver(tmp_path: Path) -> None:
     result = train_local(_config(parts=2, epochs=1, codec="auto", lossy_codec="fp16"), tmp_path)
-    assert result.summary["config"]["fetch"]["codec"] == "fp16"  # sbm features are not binary
+    assert result.summary["config"]["codec"]["name"] == "fp16"  # sbm features are not binary
 
 
-def test_train_cli_sets_the_fetch_spec() -> None:
+def test_train_cli_sets_the_feature_path_configs() -> None:
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers())
     args = parser.parse_args(
         "train --cache-policy degree --cache-ratio 0.1 --codec int8 --wire zstd "
         "--aggregate-at auto".split()
     )
-    fetch = build_config(args).fetch
-    assert (fetch.cache_policy, fetch.cache_ratio, fetch.codec) == ("degree", 0.1, "int8")
-    assert (fetch.wire, fetch.aggregate_at, fetch.cached) == ("zstd", "auto", True)
-    assert fetch.fused_dequant
+    cfg = build_config(args)
+    assert (cfg.cache.policy, cfg.cache.ratio, cfg.cache.enabled) == ("degree", 0.1, True)
+    assert (cfg.codec.name, cfg.codec.wire) == ("int8", "zstd")
+    assert cfg.layer0.placement is Placement.AUTO and cfg.layer0.fused_dequant
     args = parser.parse_args("train --codec int4 --decode-halo".split())
-    assert not build_config(args).fetch.fused_dequant
-    with pytest.raises(ValueError, match="cache_policy='lru'"):
-        FetchSpec(cache_policy="lru")
+    assert not build_config(args).layer0.fused_dequant
 
 
 @pytest.mark.ray
@@ -157,7 +176,7 @@ def test_ray_and_local_executors_agree(ray_session: Any, tmp_path: Path) -> None
         assert r["cache"] == loc["cache"] and r["warmup_bytes"] == loc["warmup_bytes"]
         assert r["loss"] == loc["loss"] and r["test_acc"] == loc["test_acc"]
     summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
-    assert summary["config"]["fetch"]["cache_policy"] == "adaptive"
+    assert summary["config"]["cache"]["policy"] == "adaptive"
 
 
 @pytest.mark.timeout(120)

@@ -7,6 +7,7 @@ In-process tests call the same ``ShardOwner`` objects directly; the ``ray`` test
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,11 @@ import torch
 from conftest import LocalOwnerClient
 from torch import Tensor
 
-from gnnsys.cache.codecs import Codec, EncodedRows, make_codec
+from gnnsys.cache.codecs import Codec, EncodedRows, FP32Codec, make_codec
 from gnnsys.models import GAT, GCN, SAGE, BlockModel
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.store import load_book, load_shard
+from gnnsys.train.layer0.base import FirstLayerConfig, Placement
 from gnnsys.train.layer0.owner_sums import (
     FirstLayerAggregator,
     build_first_layer,
@@ -28,15 +30,16 @@ from gnnsys.train.layer0.owner_sums import (
     resolve_placement,
 )
 from gnnsys.train.remote.client import OwnerClient, RayOwnerClient
-from gnnsys.train.remote.fetch_spec import FetchSpec
+from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import Ledger
-from gnnsys.train.remote.routed import RoutedFeatureSource, RoutedNeighborSource
+from gnnsys.train.remote.routed import RoutedNeighborSource
 from gnnsys.train.remote.server import ShardOwner
 from gnnsys.train.trainer import Trainer
 from gnnsys.types import SampledSubgraph
 
 PART = 1
 FANOUTS = (6, 4)
+FP32 = FP32Codec()
 
 
 class PartialClient(LocalOwnerClient):
@@ -45,7 +48,7 @@ class PartialClient(LocalOwnerClient):
     def partial_many(
         self,
         req_by_part: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]],
-        codec: Codec | None = None,
+        codec: Codec,
     ) -> dict[int, EncodedRows]:
         self.calls += [("partial", p) for p in req_by_part]
         return {
@@ -64,6 +67,8 @@ class Batch:
     client: Any
     sampler: NeighborSampler
     train_gid: Tensor
+    features_with: Callable[[Ledger], RoutedFeatureSource]
+    """Another no-cache source of the same part, counting into the given ledger."""
 
 
 def _batch(store: Path, client: OwnerClient, *, seed: int = 3) -> Batch:
@@ -74,22 +79,33 @@ def _batch(store: Path, client: OwnerClient, *, seed: int = 3) -> Batch:
     source = RoutedNeighborSource(PART, book.part_N, local, client, Ledger())
     sampler = NeighborSampler(NeighborSampler.Config(fanouts=FANOUTS), source=source)
     train_gid = torch.from_numpy(np.asarray(shard.owned_gid, dtype=np.int64))[:64]
-    features = RoutedFeatureSource(PART, book.part_N, book.lid_N, shard.x, client, Ledger())
+    x = shard.x
+
+    def features_with(ledger: Ledger) -> RoutedFeatureSource:
+        return RoutedFeatureSource(PART, book.part_N, book.lid_N, x, client, ledger)
+
     sub = sampler.sample(train_gid, seed=seed)
-    return Batch(sub, features, book.part_N, client, sampler, train_gid)
+    return Batch(
+        sub, features_with(Ledger()), book.part_N, client, sampler, train_gid, features_with
+    )
 
 
 def _aggregator(
-    batch: Batch, placement: str, ledger: Ledger, codec: Codec | None = None
+    batch: Batch,
+    placement: str,
+    ledger: Ledger,
+    codec: Codec = FP32,
+    features: Any = None,
 ) -> FirstLayerAggregator:
     return FirstLayerAggregator(
-        FirstLayerAggregator.Config(placement=placement),
+        FirstLayerConfig(placement=Placement(placement)),
         part=PART,
         part_N=batch.part_N,
         num_features=16,
         client=batch.client,
         ledger=ledger,
         codec=codec,
+        features=batch.features if features is None else features,
     )
 
 
@@ -107,7 +123,7 @@ def _check_layer1_equal(batch: Batch, name: str, placement: str) -> FirstLayerAg
     block = batch.sub.blocks[0]
     want = model.layers[0](x_NF, block)
     agg = _aggregator(batch, placement, Ledger())
-    first = agg.gather(model.layers[0], batch.sub, batch.features)
+    first = agg.gather(model.layers[0], batch.sub)
     got = model.layers[0].combine(first.agg_MF, first.x_dst_MF, block)
     err = float((got - want).abs().max())
     assert err <= 1e-5, f"{name}/{placement}: layer-1 max abs diff {err:.3g}"
@@ -120,7 +136,7 @@ def _independent_bytes(
     agg: FirstLayerAggregator, batch: Batch, model: BlockModel
 ) -> dict[str, int]:
     """Recount what the ledger should hold from the plan alone (pairs, groups, F = 16)."""
-    plan = agg.plan(model.layers[0], batch.sub, batch.features)
+    plan = agg.plan(model.layers[0], batch.sub)
     weighted = isinstance(model, GCN)
     pairs = sum(int(r.src_gid.numel()) for r in plan.requests)
     groups = sum(r.num_groups for r in plan.requests)
@@ -146,7 +162,7 @@ def test_ledger_counts_equal_independent_count(store4: Path, name: str) -> None:
     ledger = Ledger()
     agg = _aggregator(batch, "owner", ledger)
     model = _model(name)
-    agg.gather(model.layers[0], batch.sub, batch.features)
+    agg.gather(model.layers[0], batch.sub)
     want = _independent_bytes(agg, batch, model)
     snap = ledger.snapshot()
     assert want["partial_pairs"] > 0 and want["rows_avoided"] > 0
@@ -154,7 +170,7 @@ def test_ledger_counts_equal_independent_count(store4: Path, name: str) -> None:
     assert snap.bytes["partial_response"] == want["partial_response"]
     for counter in ("partial_pairs", "partial_sums", "rows_avoided"):
         assert snap.counts[counter] == want[counter], counter
-    owners = {r.part for r in agg.plan(model.layers[0], batch.sub, batch.features).requests}
+    owners = {r.part for r in agg.plan(model.layers[0], batch.sub).requests}
     assert snap.messages["partial_request"] == len(owners)
     partial_calls = [p for kind, p in batch.client.calls if kind == "partial"]
     assert sorted(partial_calls) == sorted(owners)  # one call per owner
@@ -165,12 +181,12 @@ def test_owner_fetches_fewer_rows_and_auto_is_never_worse(store4: Path) -> None:
     model = _model("sage")
     ledgers = {}
     for placement in ("owner", "auto"):
-        batch.features.ledger = ledgers[placement] = Ledger()
-        _aggregator(batch, placement, ledgers[placement]).gather(
-            model.layers[0], batch.sub, batch.features
-        )
-    batch.features.ledger = ledgers["requester"] = Ledger()
-    batch.features.fetch(batch.sub.n_id)
+        ledgers[placement] = Ledger()
+        features = batch.features_with(ledgers[placement])
+        agg = _aggregator(batch, placement, ledgers[placement], features=features)
+        agg.gather(model.layers[0], batch.sub)
+    ledgers["requester"] = Ledger()
+    batch.features_with(ledgers["requester"]).fetch(batch.sub.n_id)
 
     def remote(snap: Any) -> int:
         cats = ("feature_request", "feature_response", "partial_request", "partial_response")
@@ -197,7 +213,8 @@ def test_resident_rows_are_aggregated_locally(store4: Path) -> None:
 
     ledger = Ledger()
     model = _model("sage")
-    first = _aggregator(batch, "owner", ledger).gather(model.layers[0], batch.sub, Resident())
+    agg = _aggregator(batch, "owner", ledger, features=Resident())
+    first = agg.gather(model.layers[0], batch.sub)
     assert not first.plan.requests and bool(first.plan.need_row_N.all())
     assert ledger.snapshot().bytes["partial_request"] == 0
 
@@ -207,7 +224,7 @@ def test_int8_partials_travel_encoded(store4: Path) -> None:
     ledger = Ledger()
     model = _model("sage")
     agg = _aggregator(batch, "owner", ledger, codec=make_codec("int8"))
-    first = agg.gather(model.layers[0], batch.sub, batch.features)
+    first = agg.gather(model.layers[0], batch.sub)
     groups = sum(r.num_groups for r in first.plan.requests)
     assert ledger.snapshot().bytes["partial_response"] == groups * (16 + 4)  # F bytes + fp16 x2
     exact = model.layers[0].aggregate(batch.features.fetch(batch.sub.n_id), batch.sub.blocks[0])
@@ -222,11 +239,13 @@ def test_gat_and_max_fall_back_with_one_notice(caplog: pytest.LogCaptureFixture)
     assert linear_first_layer(gat) is None and linear_first_layer(sage_max) is None
     assert linear_first_layer(_model("gcn")) is not None
     with caplog.at_level(logging.WARNING, logger="gnnsys.train.layer0.owner_sums"):
-        assert resolve_placement(gat, "owner") == "requester"
-        assert resolve_placement(gat, "auto", announce=False) == "requester"
+        assert resolve_placement(gat, Placement.OWNER) is Placement.REQUESTER
+        assert resolve_placement(gat, Placement.AUTO, announce=False) is Placement.REQUESTER
         got = build_first_layer(
-            FetchSpec(aggregate_at="auto"),
+            FirstLayerConfig(placement=Placement.AUTO),
             gat,
+            codec=FP32Codec(),
+            features=None,  # type: ignore[arg-type]  # a fallback never fetches
             part=3,  # not rank 0: no second notice
             part_N=np.zeros(4, dtype=np.int64),
             num_features=16,
@@ -236,11 +255,20 @@ def test_gat_and_max_fall_back_with_one_notice(caplog: pytest.LogCaptureFixture)
     assert got is None
     notices = [r for r in caplog.records if "not linear" in r.getMessage()]
     assert len(notices) == 1 and "GATLayer" in notices[0].getMessage()
-    assert resolve_placement(_model("sage"), "owner") == "owner"
-    with pytest.raises(ValueError, match="aggregate_at"):
-        resolve_placement(gat, "owners")
-    with pytest.raises(ValueError, match="placement"):
-        FirstLayerAggregator.Config(placement="requester")
+    assert resolve_placement(_model("sage"), Placement.OWNER) is Placement.OWNER
+    with pytest.raises(ValueError, match="placement='owners'; choose one of requester"):
+        FirstLayerConfig(placement="owners")  # type: ignore[arg-type]  # as the CLI passes it
+    with pytest.raises(ValueError, match="requester"):
+        FirstLayerAggregator(
+            FirstLayerConfig(),  # requester: rows travel, nothing to aggregate at owners
+            part=0,
+            part_N=np.zeros(4, dtype=np.int64),
+            num_features=16,
+            client=PartialClient.__new__(PartialClient),
+            ledger=Ledger(),
+            codec=FP32Codec(),
+            features=None,  # type: ignore[arg-type]
+        )
 
 
 @pytest.mark.parametrize("name", ["sage", "gcn"])
@@ -294,7 +322,7 @@ def test_ledger_equals_independent_count_through_actors(
     ledger = Ledger()
     agg = _aggregator(batch, "owner", ledger)
     model = _model(name)
-    agg.gather(model.layers[0], batch.sub, batch.features)
+    agg.gather(model.layers[0], batch.sub)
     want = _independent_bytes(agg, batch, model)
     snap = ledger.snapshot()
     assert snap.bytes["partial_request"] == want["partial_request"] > 0
@@ -310,8 +338,10 @@ def test_gat_falls_back_through_actors(
     batch = _batch(store4, actor_client, seed=13)
     with caplog.at_level(logging.WARNING, logger="gnnsys.train.layer0.owner_sums"):
         got = build_first_layer(
-            FetchSpec(aggregate_at="owner"),
+            FirstLayerConfig(placement=Placement.OWNER),
             _model("gat"),
+            codec=FP32Codec(),
+            features=batch.features,
             part=0,
             part_N=batch.part_N,
             num_features=16,
@@ -327,23 +357,24 @@ def test_gat_falls_back_through_actors(
 
 def _run_config(placement: str, model: str, **fetch: Any) -> Any:
     from gnnsys.config import RunConfig
-    from gnnsys.train.control.prepare import DataSpec
-    from gnnsys.train.models import ModelSpec
+    from gnnsys.models import ModelConfig
+    from gnnsys.store.source import DataConfig
+    from tests.train.test_halo_runtime import feature_path
 
     cfg = RunConfig()
     return replace(
         cfg,
-        data=DataSpec(
+        data=DataConfig(
             dataset="synthetic:sbm",
             partitioner="random",
             dataset_params=(("num_nodes", 600), ("num_features", 16)),
         ),
         cluster=replace(cfg.cluster, parts=2, topology="partitioned"),
         sampler=NeighborSampler.Config(fanouts=(4, 3)),
-        model=ModelSpec(name=model, hidden=16, dropout=0.0),
+        model=ModelConfig(name=model, hidden=16, dropout=0.0),
         trainer=replace(cfg.trainer, batch_size=32, lr=0.01),
         loop=replace(cfg.loop, epochs=2, progress=False, deadline_s=60.0),
-        fetch=FetchSpec(aggregate_at=placement, **fetch),
+        **feature_path(aggregate_at=placement, **fetch),
     )
 
 
@@ -377,22 +408,23 @@ def test_train_local_owner_with_halo_cache(tmp_path: Path) -> None:
 
 def test_auto_fetches_rows_the_cache_would_admit(store4: Path) -> None:
     """A row the cache keeps is free later, so ``auto`` fetches it; ``owner`` still sums it."""
-    from gnnsys.cache.admission import AdmissionPlan
-
     batch = _batch(store4, PartialClient(store4, 4))
 
     class AdmitAll:
-        def decide(self, candidate_gid: Tensor, cached_gid: Tensor, capacity: int) -> Any:
-            return AdmissionPlan(candidate_gid, torch.empty(0, dtype=torch.int64))
-
-    class Cached:
-        cache = type("Cache", (), {"policy": AdmitAll(), "cached_gid": None, "capacity_rows": 9})
+        """A source whose cache would keep every halo row (``HaloFeatureSource.would_admit``)."""
 
         def fetch(self, gid: Tensor) -> Tensor:
             return batch.features.fetch(gid)
 
+        def resident_mask(self, gid: Tensor) -> Tensor:
+            return batch.features.resident_mask(gid)
+
+        def would_admit(self, gid: Tensor) -> Tensor:
+            return torch.ones(gid.shape[0], dtype=torch.bool)
+
     model = _model("sage")
-    auto = _aggregator(batch, "auto", Ledger()).gather(model.layers[0], batch.sub, Cached())
-    owner = _aggregator(batch, "owner", Ledger()).gather(model.layers[0], batch.sub, Cached())
-    assert auto.plan.requests == () and owner.plan.requests
-    torch.testing.assert_close(auto.agg_MF, owner.agg_MF, atol=1e-5, rtol=1e-5)
+    auto = _aggregator(batch, "auto", Ledger(), features=AdmitAll())
+    owner = _aggregator(batch, "owner", Ledger(), features=AdmitAll())
+    got_auto, got_owner = (a.gather(model.layers[0], batch.sub) for a in (auto, owner))
+    assert got_auto.plan.requests == () and got_owner.plan.requests
+    torch.testing.assert_close(got_auto.agg_MF, got_owner.agg_MF, atol=1e-5, rtol=1e-5)

@@ -112,14 +112,9 @@ def test_auto_never_costs_more_than_rows(
     assert cost(auto) <= cost(req)
 
 
-def test_bad_placement_is_a_clear_error(tiny_graph: Graph) -> None:
-    n_id, block, part_all = first_block(tiny_graph)
-    with pytest.raises(ValueError, match="placement='nowhere'"):
-        plan_partial(
-            block,
-            n_id,
-            part_all[n_id],
-            my_part=0,
-            available_N=torch.zeros(len(n_id), dtype=torch.bool),
-            placement="nowhere",
-        )
+def test_bad_placement_is_a_clear_error() -> None:
+    from gnnsys.train.layer0.base import FirstLayerConfig, Placement
+
+    with pytest.raises(ValueError, match="placement='nowhere'; choose one of requester"):
+        FirstLayerConfig(placement="nowhere")  # type: ignore[arg-type]  # validated once, here
+    assert FirstLayerConfig(placement="auto").placement is Placement.AUTO  # type: ignore[arg-type]

@@ -12,8 +12,8 @@ import pytest
 
 from gnnsys.config import RunConfig
 from gnnsys.sampler import NeighborSampler
+from gnnsys.store.source import DataConfig
 from gnnsys.train.control.checkpoint import CHECKPOINT_NAME, PREVIOUS_NAME, load_checkpoint
-from gnnsys.train.control.prepare import DataSpec
 from gnnsys.train.control.run import train
 
 pytestmark = pytest.mark.ray
@@ -23,7 +23,7 @@ def _config(epochs: int) -> RunConfig:
     cfg = RunConfig()
     return replace(
         cfg,
-        data=DataSpec(
+        data=DataConfig(
             dataset="synthetic:sbm",
             partitioner="random",
             dataset_params=(("num_nodes", 600), ("num_features", 8)),

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
+from gnnsys.models import ModelConfig, build_model
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.train.evaluate import full_block, full_graph_logits
-from gnnsys.train.models import ModelSpec, build_model
 from gnnsys.train.trainer import Trainer, epoch_batches
 from gnnsys.types import Graph
 
@@ -38,7 +38,7 @@ class _Rows:
 def _trainer(graph: Graph, seed: int) -> Trainer:
     assert graph.x is not None and graph.y is not None and graph.train_mask is not None
     torch.manual_seed(seed)
-    model = build_model(ModelSpec(hidden=32), graph.num_features, graph.num_classes, 2)
+    model = build_model(ModelConfig(hidden=32), graph.num_features, graph.num_classes, 2)
     train_gid = torch.from_numpy(np.flatnonzero(graph.train_mask))
     sampler = NeighborSampler(
         NeighborSampler.Config(fanouts=(5, 5)), source=CSRNeighborSource.from_graph(graph)

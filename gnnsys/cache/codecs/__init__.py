@@ -1,7 +1,8 @@
 """Stage 5b, codecs: compact row formats for halo features (in the cache and on the wire).
 
 ``CODECS`` maps a name to a constructor taking keyword options (``stochastic``, ``seed`` for the
-affine codecs; ``lossy`` for ``auto``). ``make_codec(name, **options)`` builds one.
+affine codecs; ``lossy`` for ``auto``). ``make_codec(name, **options)`` builds one;
+``CodecConfig`` is the run setting that names one (validated and ``auto``-resolved there).
 
 | name   | bytes per row (F features) | error                                 |
 |--------|----------------------------|---------------------------------------|
@@ -23,6 +24,7 @@ from gnnsys.cache.codecs.auto import AutoCodec
 from gnnsys.cache.codecs.base import Codec, EncodedRows, concat, put, take
 from gnnsys.cache.codecs.bf16 import BF16Codec
 from gnnsys.cache.codecs.binary import BinaryCodec
+from gnnsys.cache.codecs.config import WIRE_STAGES, CodecConfig
 from gnnsys.cache.codecs.fp16 import FP16Codec
 from gnnsys.cache.codecs.fp32 import CastCodec, FP32Codec
 from gnnsys.cache.codecs.int4 import Int4Codec
@@ -31,10 +33,13 @@ from gnnsys.cache.codecs.wire import WireFrame, wire_compress, wire_decompress
 
 __all__ = [
     "CODECS",
+    "WIRE_STAGES",
     "AutoCodec",
     "CastCodec",
     "Codec",
+    "CodecConfig",
     "EncodedRows",
+    "FP32Codec",
     "WireFrame",
     "concat",
     "make_codec",

@@ -85,6 +85,16 @@ class AutoCodec:
         """Depends on the data; ``resolve`` tells."""
         return False
 
+    @property
+    def fused_aggregate(self) -> bool:
+        """Unknown before resolving; the resolved codec tells."""
+        return False
+
+    @property
+    def partial_sums(self) -> bool:
+        """Unknown before resolving; the resolved codec tells."""
+        return False
+
     def resolve(self, x_NF: Tensor) -> Codec:
         """The codec to use for features like ``x_NF``: smallest exact one, else ``lossy``."""
         check_features(x_NF, self.name)

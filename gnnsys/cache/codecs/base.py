@@ -82,6 +82,25 @@ class Codec(Protocol):
         """True when ``decode(encode(x)) == x`` for every input the codec accepts."""
         ...
 
+    @property
+    def fused_aggregate(self) -> bool:
+        """True when ``gnnsys.kernels.aggregate`` sums rows straight from their codes.
+
+        The rows are affine (``data``, ``scale``, ``zero``), the layout the fused dequantizing
+        kernel reads, so a linear first layer never decodes them (int8, int4).
+        """
+        ...
+
+    @property
+    def partial_sums(self) -> bool:
+        """True when owner-side partial sums may travel in this codec.
+
+        Sums grow with the number of rows summed: a codec that cannot hold a sum's range
+        (``fp16`` overflows at 65504) or its values (``binary``) says False, and the sums then
+        travel as float32.
+        """
+        ...
+
     def encode(self, x_NF: Tensor) -> EncodedRows:
         """Encode ``[N, F]`` float rows (float32/float16/bfloat16)."""
         ...

@@ -37,6 +37,16 @@ class BinaryCodec:
         """Exact for every input it accepts (it rejects anything but 0/1)."""
         return True
 
+    @property
+    def fused_aggregate(self) -> bool:
+        """Packed bits are no affine code."""
+        return False
+
+    @property
+    def partial_sums(self) -> bool:
+        """A sum of 0/1 rows is not 0/1."""
+        return False
+
     def encode(self, x_NF: Tensor) -> EncodedRows:
         """Pack ``[N, F]`` 0/1 rows to uint8 ``[N, ceil(F/8)]``.
 

@@ -34,6 +34,16 @@ class CastCodec:
         """Only the float32 cast is lossless for every float32 input."""
         return self.dtype == torch.float32
 
+    @property
+    def fused_aggregate(self) -> bool:
+        """A float cast is no affine code; the kernels read the decoded floats."""
+        return False
+
+    @property
+    def partial_sums(self) -> bool:
+        """Every cast but fp16 (whose 65504 limit a sum of many rows can pass) holds sums."""
+        return self.dtype != torch.float16
+
     def encode(self, x_NF: Tensor) -> EncodedRows:
         """Cast ``[N, F]`` rows to ``dtype``.
 

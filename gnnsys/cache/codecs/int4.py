@@ -53,6 +53,16 @@ class Int4Codec:
         """Lossy in general."""
         return False
 
+    @property
+    def fused_aggregate(self) -> bool:
+        """Affine rows: ``gnnsys.kernels.aggregate`` dequantizes inside the reduction."""
+        return True
+
+    @property
+    def partial_sums(self) -> bool:
+        """Per-row scale and zero follow each sum's own range."""
+        return True
+
     def encode(self, x_NF: Tensor) -> EncodedRows:
         """Quantize and pack ``[N, F]`` rows."""
         check_features(x_NF, self.name)

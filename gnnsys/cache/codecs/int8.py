@@ -113,6 +113,16 @@ class Int8Codec:
         """Lossy in general (``auto`` checks a given matrix exactly)."""
         return False
 
+    @property
+    def fused_aggregate(self) -> bool:
+        """Affine rows: ``gnnsys.kernels.aggregate`` dequantizes inside the reduction."""
+        return True
+
+    @property
+    def partial_sums(self) -> bool:
+        """Per-row scale and zero follow each sum's own range."""
+        return True
+
     def _generator(self) -> torch.Generator | None:
         return torch.Generator().manual_seed(self.seed) if self.stochastic else None
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gnnsys.train.control.run import ClusterSpec
+    from gnnsys.train.control.cluster_config import ClusterConfig
 
 __all__ = ["ListeningSocket", "auth_mode", "connect", "listening_sockets"]
 
@@ -62,7 +62,7 @@ def auth_mode() -> str:
     return "token" if mode_of() == modes.TOKEN else "disabled"
 
 
-def connect(cluster: ClusterSpec) -> bool:
+def connect(cluster: ClusterConfig) -> bool:
     """Connect to Ray; returns whether this call started it (and so must shut it down).
 
     Args:

@@ -58,10 +58,6 @@ class LocalOwnerClient:
             for p, dst in dst_by_part.items()
         }
 
-    def fetch_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
-        """``ShardOwner.fetch`` of every part in turn."""
-        return {p: self.owners[p].fetch(gid) for p, gid in gid_by_part.items()}
-
     def fetch_encoded_many(
         self, gid_by_part: dict[int, np.ndarray], codec: Codec
     ) -> dict[int, EncodedRows]:
@@ -71,7 +67,7 @@ class LocalOwnerClient:
     def partial_many(
         self,
         req_by_part: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]],
-        codec: Codec | None = None,
+        codec: Codec,
     ) -> dict[int, EncodedRows]:
         """``ShardOwner.partial_sums`` of every part in turn."""
         return {

@@ -16,14 +16,14 @@ from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from gnnsys.store.source import DataConfig
+
 __all__ = [
-    "DataSpec",
     "PreparedStore",
     "StoreInfo",
     "feature_chunks",
@@ -32,22 +32,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class DataSpec:
-    """Which graph to train on and how to split it."""
-
-    dataset: str = "synthetic:sbm"
-    """Dataset name for ``gnnsys.datasets.load`` (ignored when ``store`` is given)."""
-    root: str | None = None
-    """Data directory of the dataset (default: ``$GNNSYS_DATA``, then ``../shared/datasets``)."""
-    store: str | None = None
-    """An existing partition store; ``None`` partitions into ``RUN_DIR/store``."""
-    partitioner: str = "metis"
-    """Strategy in ``gnnsys.partitioners.PARTITIONERS`` used when partitioning here."""
-    dataset_params: tuple[tuple[str, Any], ...] = ()
-    """Extra ``load`` options as pairs, e.g. ``(("num_nodes", 1000),)`` for synthetic graphs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +117,7 @@ def feature_chunks(store: str | Path, rows: int = 1 << 16) -> Iterator[Tensor]:
 
 
 def prepare_store(
-    spec: DataSpec, *, num_parts: int, num_hops: int, seed: int, run_dir: Path, reuse: bool
+    spec: DataConfig, *, num_parts: int, num_hops: int, seed: int, run_dir: Path, reuse: bool
 ) -> PreparedStore:
     """Return a store with ``num_parts`` parts, writing ``run_dir/store`` if none is given.
 
@@ -173,7 +157,7 @@ def prepare_store(
     return PreparedStore(target, written=True, seconds=seconds, peak_rss_bytes=peak)
 
 
-def _write_store(spec: DataSpec, num_parts: int, num_hops: int, seed: int, target: Path) -> int:
+def _write_store(spec: DataConfig, num_parts: int, num_hops: int, seed: int, target: Path) -> int:
     """Load, partition and write (in the child process); returns the child's peak RSS."""
     from gnnsys.datasets import load
     from gnnsys.partitioners import partition

@@ -118,9 +118,10 @@ class EpochMetrics:
 
 def _cache_totals(reports: list[WorkerEpochReport]) -> dict[str, float]:
     """The ranks' cache counters summed, with the overall hit rate (empty without a cache)."""
-    if not any(r.cache for r in reports):
+    counters = [r.cache for r in reports if r.cache is not None]
+    if not counters:
         return {}
-    cache: dict[str, float] = {k: sum(r.cache.get(k, 0) for r in reports) for k in reports[0].cache}
+    cache: dict[str, float] = dict(sum(counters[1:], counters[0]).to_json())
     looked = cache["rows_requested"]
     cache["hit_rate"] = cache["rows_hit"] / looked if looked else 0.0
     return cache

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from gnnsys.train.control.cluster import connect
+from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.failure import FailurePolicy
 from gnnsys.train.control.group import WorkerGroup
@@ -35,13 +36,12 @@ from gnnsys.train.topology import choose_topology
 from gnnsys.train.worker import FaultSpec, WorkerSpec
 
 if TYPE_CHECKING:
+    from gnnsys.cache.codecs import CodecConfig
     from gnnsys.config import RunConfig
-    from gnnsys.train.remote.fetch_spec import FetchSpec
 
 __all__ = [
-    "ClusterSpec",
     "TrainResult",
-    "resolved_fetch",
+    "resolved_codec",
     "summary_of",
     "train",
     "train_local",
@@ -49,24 +49,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ClusterSpec:
-    """How many workers and where they run."""
-
-    parts: int = 2
-    """``P``: partitions = trainers = shard owners."""
-    topology: str = "auto"
-    """``partitioned`` | ``replicated`` | ``auto`` (memory estimate; the choice is logged)."""
-    address: str | None = None
-    """Ray address to join (``ray start --head`` prints it); ``None`` starts Ray locally."""
-
-    def __post_init__(self) -> None:
-        if self.parts < 1:
-            raise ValueError(f"parts={self.parts}; choose parts >= 1")
-        if self.topology not in ("auto", "partitioned", "replicated"):
-            raise ValueError(f"topology={self.topology!r}; choose auto, partitioned or replicated")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +66,7 @@ class TrainResult:
     run_dir: Path
 
 
-def _connect(cluster: ClusterSpec) -> bool:
+def _connect(cluster: ClusterConfig) -> bool:
     """Connect to Ray; returns whether this call started it (see ``control/cluster.py``)."""
     return connect(cluster)
 
@@ -177,7 +159,7 @@ def _run(
             num_edges=info.num_edges,
             num_parts=config.cluster.parts,
         )
-    config = replace(config, fetch=resolved_fetch(config, prepared.path))
+    config = replace(config, codec=resolved_codec(config, prepared.path))
     template = replace(worker_template(config, prepared.path, info, topology), fault=fault)
 
     def make_group(attempt: int) -> WorkerGroup:
@@ -204,15 +186,9 @@ def _run(
     return TrainResult(history=history, summary=summary, run_dir=run_path)
 
 
-def resolved_fetch(config: RunConfig, store: Path) -> FetchSpec:
-    """``config.fetch`` with an ``auto`` codec resolved from every part's features, streamed."""
-    from gnnsys.cache.codecs import AutoCodec
-
-    if config.fetch.codec != "auto":
-        return config.fetch
-    chosen = AutoCodec(lossy=config.fetch.lossy_codec).resolve_chunks(lambda: feature_chunks(store))
-    log.info("codec auto -> %s", chosen.name)
-    return replace(config.fetch, codec=chosen.name)
+def resolved_codec(config: RunConfig, store: Path) -> CodecConfig:
+    """``config.codec`` with ``auto`` resolved from every part's features, streamed."""
+    return config.codec.resolve_chunks(lambda: feature_chunks(store))
 
 
 def worker_template(config: RunConfig, store: Path, info: StoreInfo, topology: str) -> WorkerSpec:
@@ -228,7 +204,9 @@ def worker_template(config: RunConfig, store: Path, info: StoreInfo, topology: s
         num_features=info.num_features,
         num_classes=info.num_classes,
         deadline_s=config.loop.deadline_s,
-        fetch=config.fetch,
+        codec=config.codec,
+        cache=config.cache,
+        layer0=config.layer0,
         eval=config.eval,
     )
 

@@ -1,10 +1,11 @@
 """Layer 0 straight from compressed halo rows: the requester's fused dequantizing aggregation.
 
-With an ``int8``/``int4`` codec, ``requester`` placement and a first layer that is linear in its
-inputs (SAGE mean/sum, GCN), the remote rows of block 0 are summed from their codes by
-``gnnsys.kernels.aggregate(q, rowptr, col, "sum", scale=, zero=)`` (fused dequantization: the
-Triton kernel on CUDA, FBGEMM's byte-row ``embedding_bag`` on CPU), so they are never decoded to
-a float32 ``[H, F]`` copy. Owned rows are floats already. Per batch::
+With a codec whose ``fused_aggregate`` is true (``int8``, ``int4``), ``requester`` placement
+and a first layer that is linear in its inputs (SAGE mean/sum, GCN), the remote rows of block 0
+are summed from their codes by ``gnnsys.kernels.aggregate(q, rowptr, col, "sum", scale=,
+zero=)`` (fused dequantization: the Triton kernel on CUDA, FBGEMM's byte-row ``embedding_bag``
+on CPU), so they are never decoded to a float32 ``[H, F]`` copy. Owned rows are floats
+already. Per batch::
 
     rows   = features.fetch_split(n_id[:N])       # owned rows float, halo rows encoded
     split block 0's edges by the kind of their source (owned | halo), order kept:
@@ -15,7 +16,7 @@ a float32 ``[H, F]`` copy. Owned rows are floats already. Per batch::
 
 ``agg_MF`` equals ``layer.aggregate`` over decoded rows up to float32 summation order; the bytes
 on the wire, the cache's lookups and admissions and the ledger are exactly those of decoding
-(the rows are fetched through the same ``HaloFetcher`` / owner calls).
+(the rows are fetched through the same ``HaloFeatureSource``: cache, fetcher and owner calls).
 
 Shape legend: ``N`` block-0 sources, ``M`` destinations, ``E`` edges, ``F`` features, ``L`` owned
 source rows, ``H`` halo source rows.
@@ -23,30 +24,17 @@ source rows, ``H`` halo source rows.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import torch
 from torch import Tensor, nn
 
-from gnnsys.cache.codecs import EncodedRows, make_codec, take
+from gnnsys.cache import HaloFeatureSource, SplitRows
+from gnnsys.cache.codecs import Codec, EncodedRows, take
 from gnnsys.kernels import aggregate
 from gnnsys.models import GCNLayer
 from gnnsys.train.layer0.base import FirstLayerInput, linear_aggregation
-from gnnsys.train.remote.routed import SplitRows
 from gnnsys.types import Block, SampledSubgraph
 
-__all__ = ["FUSED_CODECS", "FusedFirstLayer", "SplitFeatureSource"]
-
-FUSED_CODECS = ("int8", "int4")
-"""Codecs whose rows ``gnnsys.kernels.aggregate`` dequantizes inside the reduction."""
-
-
-class SplitFeatureSource(Protocol):
-    """A worker's feature source that can hand halo rows over still encoded."""
-
-    def fetch_split(self, gid: Tensor) -> SplitRows:
-        """Owned rows as float32 and the other rows encoded, for ``gid`` ``[K]``."""
-        ...
+__all__ = ["FusedFirstLayer"]
 
 
 def _sub_csr(keep_E: Tensor, dst_E: Tensor, col_E: Tensor, num_dst: int) -> tuple[Tensor, Tensor]:
@@ -61,21 +49,23 @@ class FusedFirstLayer:
     """Computes layer 0's aggregation with halo rows kept compressed; see the module docstring.
 
     Args:
-        codec: The run codec (one of :data:`FUSED_CODECS`).
+        codec: The run codec (its ``fused_aggregate`` must be true: int8, int4).
         num_features: ``F``.
+        features: The worker's feature source (``fetch_split`` per batch).
 
     Raises:
-        ValueError: ``codec`` is not one of :data:`FUSED_CODECS`.
+        ValueError: ``codec`` has no fused aggregation.
     """
 
-    def __init__(self, codec: str, *, num_features: int) -> None:
-        if codec not in FUSED_CODECS:
-            raise ValueError(f"codec={codec!r}; fused dequantization needs one of {FUSED_CODECS}")
-        self.codec, self.num_features = make_codec(codec), num_features
+    def __init__(self, codec: Codec, *, num_features: int, features: HaloFeatureSource) -> None:
+        if not codec.fused_aggregate:
+            raise ValueError(
+                f"codec={codec.name!r} has no fused dequantization; use int8 or int4, or "
+                "decode halo rows first (no FusedFirstLayer)"
+            )
+        self.codec, self.num_features, self.features = codec, num_features, features
 
-    def gather(
-        self, layer: nn.Module, sub: SampledSubgraph, features: SplitFeatureSource
-    ) -> FirstLayerInput:
+    def gather(self, layer: nn.Module, sub: SampledSubgraph) -> FirstLayerInput:
         """Layer 0's aggregation and root features for one batch.
 
         Raises:
@@ -85,7 +75,7 @@ class FusedFirstLayer:
         if kind is None:
             raise TypeError(f"{type(layer).__name__} is not linear; use placement requester")
         block = sub.blocks[0]
-        rows = features.fetch_split(sub.n_id[: block.num_src].long())
+        rows = self.features.fetch_split(sub.n_id[: block.num_src].long())
         weight_N = GCNLayer.src_scale(block).float() if kind.weighted else None
         agg_MF = self._aggregate(block, rows, weight_N)
         if kind.reduce == "mean":

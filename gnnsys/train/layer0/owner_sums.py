@@ -1,6 +1,6 @@
 """Layer 1 with owner-side partial aggregation in the runtime (issue 8): plan, fetch, combine.
 
-With ``FetchSpec.aggregate_at`` in (``owner``, ``auto``) and a model whose first layer is linear
+With ``FirstLayerConfig.placement`` ``owner`` or ``auto`` and a model whose first layer is linear
 in its inputs (SAGE mean/sum, GCN), the trainer asks :class:`FirstLayerAggregator` for layer 0's
 inputs instead of fetching every block-0 source row::
 
@@ -12,7 +12,7 @@ inputs instead of fetching every block-0 source row::
     logits   = model.forward_from_first_agg(agg_MF, x[:M], blocks)
 
 A row is *resident* when fetching it costs no traffic: owned by this worker or held by its halo
-cache (``resident_mask`` of ``CachedFeatureSource``); edges from resident rows are aggregated
+cache (``HaloFeatureSource.resident_mask``); edges from resident rows are aggregated
 here. Other remote sources past ``num_dst`` are summed by their owner, so their rows never travel.
 Attention (GAT) and ``max`` are not linear: such models keep ``requester`` placement and the
 rank-0 worker logs one warning per run (:func:`resolve_placement`).
@@ -30,31 +30,31 @@ sums one owner returns, ``K`` pairs sent to one owner.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from gnnsys.cache.base import FeatureSource
-from gnnsys.cache.codecs import Codec
-from gnnsys.models import GCNLayer
+from gnnsys.cache import HaloFeatureSource
+from gnnsys.cache.codecs import Codec, FP32Codec
+from gnnsys.models import BlockModel, GCNLayer
 from gnnsys.train.layer0.base import (
     FirstLayer,
+    FirstLayerConfig,
     FirstLayerInput,
     LinearAggregation,
+    Placement,
     linear_aggregation,
     linear_first_layer,
 )
-from gnnsys.train.layer0.fused import FUSED_CODECS, FusedFirstLayer
-from gnnsys.train.layer0.plan import PLACEMENTS, PartialPlan, combine_partials, plan_partial
+from gnnsys.train.layer0.fused import FusedFirstLayer
+from gnnsys.train.layer0.plan import PartialPlan, combine_partials, plan_partial
 from gnnsys.train.remote.client import OwnerClient
-from gnnsys.train.remote.fetch_spec import FetchSpec
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.types import SampledSubgraph
 
 __all__ = [
-    "PARTIAL_CODECS",
     "build_first_layer",
     "FirstLayerAggregator",
     "FirstLayerInput",
@@ -66,29 +66,24 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-PARTIAL_CODECS = ("bf16", "int8", "int4")
-"""Run codecs the owners also encode partial sums with. ``binary`` cannot hold sums, and ``fp16``
-could overflow on large sums (its encode raises), so with those the sums travel as float32."""
+FP32 = FP32Codec()
 
 
-def resolve_placement(model: nn.Module, placement: str, *, announce: bool = True) -> str:
-    """``placement``, or ``requester`` when the model's first layer is not linear.
+def resolve_placement(
+    model: nn.Module, placement: Placement, *, announce: bool = True
+) -> Placement:
+    """``placement``, or ``REQUESTER`` when the model's first layer is not linear.
 
     Args:
         model: The block model to train.
-        placement: ``requester``, ``owner`` or ``auto``.
+        placement: From ``FirstLayerConfig`` (validated there).
         announce: Log the fallback as a warning (pass ``rank == 0``: one notice per run).
-
-    Raises:
-        ValueError: Unknown placement.
     """
-    if placement not in PLACEMENTS:
-        raise ValueError(f"aggregate_at={placement!r}; choose one of {PLACEMENTS}")
-    if placement == "requester" or linear_first_layer(model) is not None:
+    if placement == Placement.REQUESTER or linear_first_layer(model) is not None:
         return placement
     if announce:
-        layers = getattr(model, "layers", None)
-        name = type(layers[0]).__name__ if isinstance(layers, nn.ModuleList) else "?"
+        first = model.layers[0] if isinstance(model, BlockModel) and len(model.layers) else None
+        name = type(first).__name__ if first is not None else "?"
         log.warning(
             "aggregate_at=%s: first layer %s of %s is not linear in its inputs (attention or "
             "max); aggregating at the requester instead",
@@ -96,90 +91,75 @@ def resolve_placement(model: nn.Module, placement: str, *, announce: bool = True
             name,
             type(model).__name__,
         )
-    return "requester"
+    return Placement.REQUESTER
 
 
 class FirstLayerAggregator:
     """Computes layer 0's inputs with owner-side partial sums; see the module docstring.
 
     Args:
-        config: Placement and wire options.
+        config: Placement (``owner`` or ``auto``: ``requester`` needs no aggregator) and whether
+            partial sums travel compressed.
         part: This worker's part.
         part_N: ``[N]`` owner of every gid in the graph.
         num_features: ``F``.
         client: Executor of the owner calls (``partial_many``).
         ledger: Counts ``partial_request`` / ``partial_response`` and the counters.
-        codec: The run's feature codec (``None``: float32 rows); sets the row cost ``auto``
-            compares with and, for :data:`PARTIAL_CODECS`, how partial sums travel.
+        codec: The run's feature codec; sets the row cost ``auto`` compares with and, when its
+            ``partial_sums`` is true, how partial sums travel (else as float32).
+        features: The worker's feature source (rows still needed are fetched through it).
+
+    Raises:
+        ValueError: ``requester`` placement, or ``num_features < 1``.
     """
-
-    @dataclass(frozen=True, kw_only=True, slots=True)
-    class Config:
-        """Placement of layer 0's aggregation."""
-
-        placement: str = "owner"
-        """``owner`` (every remote-only row summed at its owner) or ``auto`` (per owner and
-        batch, whichever of partial sums or rows costs fewer bytes; rows the halo cache would
-        admit are always fetched, since they are free afterwards)."""
-        compress_partials: bool = True
-        """Encode partial sums with the run's codec when it is in :data:`PARTIAL_CODECS`."""
-
-        def __post_init__(self) -> None:
-            if self.placement not in ("owner", "auto"):
-                raise ValueError(
-                    f"placement={self.placement!r}; choose owner or auto (requester needs no "
-                    "aggregator: leave it out)"
-                )
 
     def __init__(
         self,
-        config: Config,
+        config: FirstLayerConfig,
         *,
         part: int,
         part_N: np.ndarray,
         num_features: int,
         client: OwnerClient,
         ledger: Ledger,
-        codec: Codec | None = None,
+        codec: Codec,
+        features: HaloFeatureSource,
     ) -> None:
+        if config.placement == Placement.REQUESTER:
+            raise ValueError(
+                "placement='requester' needs no FirstLayerAggregator; build the trainer "
+                "without one (build_first_layer does)"
+            )
         if num_features < 1:
             raise ValueError(f"num_features={num_features}; pass the feature dim F >= 1")
         self.config, self.part, self.part_N = config, part, np.asarray(part_N)
-        self.num_features = num_features
+        self.num_features, self.features = num_features, features
         self.client, self.ledger, self.codec = client, ledger, codec
-        use = config.compress_partials and codec is not None and codec.name in PARTIAL_CODECS
-        self.partial_codec: Codec | None = codec if use else None
+        use = config.compress_partials and codec.partial_sums
+        self.partial_codec: Codec = codec if use else FP32
 
     def row_bytes(self) -> int:
-        """Wire bytes of one feature row (the run codec's, else float32)."""
-        if self.codec is None:
-            return 4 * self.num_features
+        """Wire bytes of one feature row in the run codec."""
         return int(self.codec.row_nbytes(self.num_features))
 
     def sum_bytes(self) -> int:
-        """Wire bytes of one partial sum (the partial codec's, else float32)."""
-        if self.partial_codec is None:
-            return 4 * self.num_features
+        """Wire bytes of one partial sum in the partial codec."""
         return int(self.partial_codec.row_nbytes(self.num_features))
 
-    def plan(self, layer: nn.Module, sub: SampledSubgraph, features: FeatureSource) -> PartialPlan:
+    def plan(self, layer: nn.Module, sub: SampledSubgraph) -> PartialPlan:
         """Decide this batch's split (pure apart from reading the cache's residency).
 
         Raises:
             TypeError: ``layer`` is not linear in its inputs.
         """
-        weight_N = self._src_weight(layer, sub)
-        return self._plan(sub, features, weight_N)
+        return self._plan(sub, self._src_weight(layer, sub))
 
-    def gather(
-        self, layer: nn.Module, sub: SampledSubgraph, features: FeatureSource
-    ) -> FirstLayerInput:
+    def gather(self, layer: nn.Module, sub: SampledSubgraph) -> FirstLayerInput:
         """Layer 0's aggregation and root features for one batch.
 
         Args:
             layer: The model's first layer (``SAGELayer`` mean/sum or ``GCNLayer``).
             sub: The sampled batch.
-            features: The worker's feature source (rows still needed are fetched through it).
 
         Raises:
             TypeError: ``layer`` is not linear in its inputs.
@@ -187,11 +167,11 @@ class FirstLayerAggregator:
         weight_N = self._src_weight(layer, sub)
         reduce = self._kind(layer).reduce
         block = sub.blocks[0]
-        plan = self._plan(sub, features, weight_N)
+        plan = self._plan(sub, weight_N)
         # Only the needed rows are materialised (``R`` of them, destinations first since they
         # are always needed): an [N, F] buffer would cost more than the traffic it saves.
         need_pos_R = torch.nonzero(plan.need_row_N).flatten()
-        x_RF = features.fetch(sub.n_id[need_pos_R].long()).float()
+        x_RF = self.features.fetch(sub.n_id[need_pos_R].long()).float()
         compact_N = torch.full((block.num_src,), -1, dtype=torch.int64)
         compact_N[need_pos_R] = torch.arange(need_pos_R.numel())
         compact = replace(plan, local_col=compact_N[plan.local_col])
@@ -206,18 +186,12 @@ class FirstLayerAggregator:
         )
         return FirstLayerInput(agg_MF=agg_MF, x_dst_MF=x_RF[: block.num_dst], plan=plan)
 
-    def _plan(
-        self,
-        sub: SampledSubgraph,
-        features: FeatureSource,
-        weight_N: Tensor | None,
-    ) -> PartialPlan:
+    def _plan(self, sub: SampledSubgraph, weight_N: Tensor | None) -> PartialPlan:
         n_id = sub.n_id.long()
         part_N = torch.from_numpy(self.part_N[n_id.numpy()])
-        resident = getattr(features, "resident_mask", None)
-        available_N = resident(n_id) if resident is not None else part_N == self.part
-        if self.config.placement == "auto":
-            available_N = available_N | _cache_would_keep(features, n_id, available_N)
+        available_N = self.features.resident_mask(n_id)
+        if self.config.placement == Placement.AUTO:
+            available_N = available_N | _cache_would_keep(self.features, n_id, available_N)
         return plan_partial(
             sub.blocks[0],
             n_id,
@@ -253,8 +227,7 @@ class FirstLayerAggregator:
             self.ledger.record_nbytes("partial_response", enc.nbytes)
             self.ledger.count("partial_pairs", int(r.src_gid.numel()))
             self.ledger.count("partial_sums", enc.num_rows)
-            codec = self.partial_codec
-            out[r.part] = enc.data.float() if codec is None else codec.decode(enc)
+            out[r.part] = self.partial_codec.decode(enc)
         return out
 
     def _src_weight(self, layer: nn.Module, sub: SampledSubgraph) -> Tensor | None:
@@ -272,55 +245,55 @@ class FirstLayerAggregator:
         return kind
 
 
-def _cache_would_keep(features: FeatureSource, n_id: Tensor, available_N: Tensor) -> Tensor:
+def _cache_would_keep(features: HaloFeatureSource, n_id: Tensor, available_N: Tensor) -> Tensor:
     """``[N]`` bool: remote rows the worker's halo cache would admit if they were fetched.
 
     ``auto`` fetches those as rows even when partial sums are cheaper for this batch: a fetched
     row the cache keeps is free in later batches, while a row summed at its owner never reaches
     the cache (greedy per-batch choice lost to ``requester`` on Cora with an adaptive cache,
     1.21x its bytes, before this). Asks the cache's admission policy (pure ``decide``) with the
-    counts it has before this batch; without a cache nothing is marked.
+    counts it has before this batch; a cache of capacity 0 marks nothing.
     """
     keep_N = torch.zeros_like(available_N)
-    cache = getattr(features, "cache", None)
-    policy = getattr(cache, "policy", None)
-    if cache is None or policy is None or bool(available_N.all()):
+    if bool(available_N.all()):
         return keep_N
     missing_pos = torch.nonzero(~available_N).flatten()
-    plan = policy.decide(n_id[missing_pos], cache.cached_gid, int(cache.capacity_rows))
-    keep_N[missing_pos] = torch.isin(n_id[missing_pos], plan.admit_gid)
+    keep_N[missing_pos] = features.would_admit(n_id[missing_pos])
     return keep_N
 
 
 def build_first_layer(
-    fetch: FetchSpec,
+    config: FirstLayerConfig,
     model: nn.Module,
     *,
+    codec: Codec,
+    features: HaloFeatureSource,
     part: int,
     part_N: np.ndarray,
     num_features: int,
     client: OwnerClient,
     ledger: Ledger,
 ) -> FirstLayer | None:
-    """The layer-0 helper a worker's ``Trainer`` gets for ``fetch``, or ``None``.
+    """The layer-0 helper a worker's ``Trainer`` gets for ``config``, or ``None``.
 
     ``owner``/``auto``: a :class:`FirstLayerAggregator`. ``requester``: a ``FusedFirstLayer``
-    when the codec is int8/int4 and ``fetch.fused_dequant`` is on, else ``None`` (rows are
-    fetched as float32). Models whose first layer is not linear get ``requester`` and ``None``
-    (rank 0 logs the fallback once). ``fetch.codec`` must already be resolved (not ``auto``).
+    when ``codec.fused_aggregate`` and ``config.fused_dequant``, else ``None`` (rows are fetched
+    as float32). Models whose first layer is not linear get ``requester`` and ``None`` (rank 0
+    logs the fallback once). ``codec`` is the resolved run codec (never ``auto``).
     """
-    placement = resolve_placement(model, fetch.aggregate_at, announce=part == 0)
-    if placement == "requester":
-        fused = fetch.fused_dequant and fetch.codec in FUSED_CODECS
+    placement = resolve_placement(model, config.placement, announce=part == 0)
+    if placement == Placement.REQUESTER:
+        fused = config.fused_dequant and codec.fused_aggregate
         if fused and linear_first_layer(model) is not None:
-            return FusedFirstLayer(fetch.codec, num_features=num_features)
+            return FusedFirstLayer(codec, num_features=num_features, features=features)
         return None
     return FirstLayerAggregator(
-        FirstLayerAggregator.Config(placement=placement),
+        config,
         part=part,
         part_N=part_N,
         num_features=num_features,
         client=client,
         ledger=ledger,
-        codec=fetch.make(),
+        codec=codec,
+        features=features,
     )

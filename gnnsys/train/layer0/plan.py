@@ -26,19 +26,16 @@ import torch
 from torch import Tensor
 
 from gnnsys.kernels import aggregate
+from gnnsys.train.layer0.base import Placement
 from gnnsys.types import Block
 
 __all__ = [
-    "PLACEMENTS",
     "OwnerRequest",
     "PartialPlan",
     "combine_partials",
     "owner_partial_sums",
     "plan_partial",
 ]
-
-PLACEMENTS = ("requester", "owner", "auto")
-"""Where the first layer's neighbour aggregation runs; see the module docstring."""
 
 ID_BYTES = 8  # int64 gids and row pointers on the wire
 WEIGHT_BYTES = 4  # float32 per-pair weights (GCN)
@@ -122,7 +119,7 @@ def plan_partial(
     *,
     my_part: int,
     available_N: Tensor,
-    placement: str = "owner",
+    placement: Placement = Placement.OWNER,
     row_bytes: int = 0,
     src_weight_N: Tensor | None = None,
     sum_bytes: int | None = None,
@@ -135,7 +132,8 @@ def plan_partial(
         part_N: ``[N]`` owner of every source node.
         my_part: The requester's part.
         available_N: ``[N]`` bool, rows held without a remote fetch (owned, or cached).
-        placement: ``"requester"`` (no owner aggregates), ``"owner"`` or ``"auto"``.
+        placement: ``REQUESTER`` (no owner aggregates), ``OWNER`` or ``AUTO`` (validated once,
+            in ``FirstLayerConfig``).
         row_bytes: Bytes of one feature row on the wire (``auto`` compares costs with it).
         src_weight_N: ``[N]`` per-source weights (GCN's ``s_j``), or ``None``.
         sum_bytes: Bytes of one partial sum on the wire (default ``row_bytes``); differs when
@@ -145,18 +143,16 @@ def plan_partial(
         The plan; ``combine_partials`` turns its answers into the layer's aggregation.
 
     Raises:
-        ValueError: Unknown placement, or ``auto`` without ``row_bytes``.
+        ValueError: ``auto`` without ``row_bytes``.
     """
-    if placement not in PLACEMENTS:
-        raise ValueError(f"placement={placement!r}; choose one of {PLACEMENTS}")
-    if placement == "auto" and row_bytes <= 0:
+    if placement == Placement.AUTO and row_bytes <= 0:
         raise ValueError(f"placement='auto' needs row_bytes > 0, got {row_bytes}")
     sum_nbytes = row_bytes if sum_bytes is None else sum_bytes
     num_src, num_dst = block.num_src, block.num_dst
     part_N, col_E = part_N.long(), block.col.long()
     remote_N = (part_N != my_part) & ~available_N.bool()
     remote_only_N = remote_N & (torch.arange(num_src) >= num_dst)
-    if placement == "requester":
+    if placement == Placement.REQUESTER:
         remote_only_N = torch.zeros_like(remote_only_N)
     dst_E = torch.repeat_interleave(torch.arange(num_dst), block.rowptr.diff())
     sent_E = remote_only_N[col_E]
@@ -171,7 +167,7 @@ def plan_partial(
             request = _owner_request(part, dst_S[sel], n_id[src_S[sel]].long(), weight)
             rows = int(torch.unique(src_S[sel]).numel())
             partial_cost = request.request_nbytes() + request.num_groups * sum_nbytes
-            if placement == "auto" and partial_cost >= _rows_cost(rows, row_bytes):
+            if placement == Placement.AUTO and partial_cost >= _rows_cost(rows, row_bytes):
                 remote_only_N[src_S[sel]] = False  # this owner sends rows instead
                 continue
             requests.append(request)

@@ -30,10 +30,6 @@ class OwnerClient(Protocol):
         """Sample in-neighbors of ``dst_by_part[p]`` at owner ``p``, for every ``p`` at once."""
         ...
 
-    def fetch_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
-        """Feature rows ``[K, F]`` float32 of ``gid_by_part[p]`` from owner ``p``."""
-        ...
-
     def fetch_encoded_many(
         self, gid_by_part: dict[int, np.ndarray], codec: Codec
     ) -> dict[int, EncodedRows]:
@@ -43,12 +39,12 @@ class OwnerClient(Protocol):
     def partial_many(
         self,
         req_by_part: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]],
-        codec: Codec | None = None,
+        codec: Codec,
     ) -> dict[int, EncodedRows]:
         """Partial sums ``[G, F]`` of ``req_by_part[p]`` computed at owner ``p``, for every ``p``.
 
         Each request is ``(group_rowptr, src_gid, src_weight)`` (see ``ShardOwner.partial_sums``);
-        answers are encoded with ``codec``, or plain float32 (codec ``fp32``) without one.
+        answers are encoded with ``codec`` (``FP32Codec``: plain float32 sums).
         """
         ...
 
@@ -86,11 +82,6 @@ class RayOwnerClient:
         }
         return self._get(refs, "sample_neighbors")
 
-    def fetch_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
-        """One ``ShardOwner.fetch`` call per part, all in flight together."""
-        refs = {p: self.owners[p].fetch.remote(gid) for p, gid in gid_by_part.items()}
-        return self._get(refs, "fetch")
-
     def fetch_encoded_many(
         self, gid_by_part: dict[int, np.ndarray], codec: Codec
     ) -> dict[int, EncodedRows]:
@@ -103,7 +94,7 @@ class RayOwnerClient:
     def partial_many(
         self,
         req_by_part: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]],
-        codec: Codec | None = None,
+        codec: Codec,
     ) -> dict[int, EncodedRows]:
         """One ``ShardOwner.partial_sums`` call per part, all in flight together."""
         refs = {

@@ -68,8 +68,8 @@ class ShardOwner:
         self,
         group_rowptr: np.ndarray,
         src_gid: np.ndarray,
-        src_weight: np.ndarray | None = None,
-        codec: Codec | None = None,
+        src_weight: np.ndarray | None,
+        codec: Codec,
     ) -> EncodedRows:
         """Owner-side first-layer aggregation (issue 8): one sum of owned rows per group.
 
@@ -81,10 +81,10 @@ class ShardOwner:
             group_rowptr: ``[G + 1]`` int64 grouping of the ``K`` pairs (by destination).
             src_gid: ``[K]`` int64 owned source gids.
             src_weight: ``[K]`` float32 per-pair weights (GCN's ``s_j``), or ``None``.
-            codec: Encode the sums with it for the wire (``None``: plain float32 rows).
+            codec: Encode the sums with it for the wire (``FP32Codec``: plain float32 rows).
 
         Returns:
-            ``[G, F]`` sums as ``EncodedRows`` (codec ``fp32`` when ``codec`` is ``None``).
+            ``[G, F]`` sums as ``EncodedRows`` of ``codec``.
 
         Raises:
             ValueError: The store has no features, or the arrays do not fit together.
@@ -101,6 +101,4 @@ class ShardOwner:
         weight = None if src_weight is None else torch.from_numpy(np.asarray(src_weight))
         pos_K = torch.arange(rows_KF.shape[0], dtype=torch.int64)
         sums_GF = owner_partial_sums(rows_KF, pos_K, rowptr, weight).float().contiguous()
-        if codec is None:
-            return EncodedRows("fp32", int(sums_GF.shape[1]), sums_GF)
         return codec.encode(sums_GF)

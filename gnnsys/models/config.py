@@ -1,0 +1,47 @@
+"""``ModelConfig``: which model and how wide, and the one place that builds a model from it.
+
+Models are single-device; distribution is applied around them in ``gnnsys.train`` (a
+flat-gradient allreduce), never inside.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gnnsys.models.base import BlockModel
+
+__all__ = ["ModelConfig", "build_model"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelConfig:
+    """Which model and how wide; the layer count follows the sampler's fanouts."""
+
+    name: str = "sage"
+    """Registry name in ``gnnsys.models.MODELS``: ``sage``, ``gcn`` or ``gat`` (``--model``)."""
+    hidden: int = 256
+    """Hidden width ``H`` (``--hidden``)."""
+    dropout: float = 0.5
+    """Dropout between layers (training only)."""
+
+    def __post_init__(self) -> None:
+        from gnnsys.models import MODELS
+
+        if self.name not in MODELS:
+            raise ValueError(f"model name={self.name!r}; choose one of {sorted(MODELS)}")
+        if self.hidden < 1:
+            raise ValueError(f"hidden={self.hidden}; choose hidden >= 1")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout={self.dropout}; choose a value in [0, 1)")
+
+
+def build_model(
+    config: ModelConfig, num_features: int, num_classes: int, num_layers: int
+) -> BlockModel:
+    """Build ``config.name`` with ``num_layers`` layers mapping ``F`` features to ``C`` logits."""
+    from gnnsys.models import MODELS
+
+    cls: Any = MODELS[config.name]  # every registered model takes (F, H, C, layers, dropout)
+    model: BlockModel = cls(num_features, config.hidden, num_classes, num_layers, config.dropout)
+    return model

@@ -1,0 +1,29 @@
+"""``DataConfig``: which graph a run trains on and how its partition store comes about.
+
+Either an existing store (``--store``), or a dataset (``gnnsys.datasets.load`` name and options)
+partitioned with a strategy of ``gnnsys.partitioners.PARTITIONERS`` into a new store before any
+worker starts (``gnnsys.train.control.prepare.prepare_store`` does the I/O).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["DataConfig"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DataConfig:
+    """Which graph to train on and how to split it."""
+
+    dataset: str = "synthetic:sbm"
+    """Dataset name for ``gnnsys.datasets.load`` (ignored when ``store`` is given)."""
+    root: str | None = None
+    """Data directory of the dataset (default: ``$GNNSYS_DATA``, then ``../shared/datasets``)."""
+    store: str | None = None
+    """An existing partition store; ``None`` partitions into ``RUN_DIR/store``."""
+    partitioner: str = "metis"
+    """Strategy in ``gnnsys.partitioners.PARTITIONERS`` used when partitioning here."""
+    dataset_params: tuple[tuple[str, Any], ...] = ()
+    """Extra ``load`` options as pairs, e.g. ``(("num_nodes", 1000),)`` for synthetic graphs."""

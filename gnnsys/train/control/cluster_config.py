@@ -1,0 +1,25 @@
+"""``ClusterConfig``: how many workers a run has and where they run (the worker group's setting)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ClusterConfig"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClusterConfig:
+    """How many workers and where they run."""
+
+    parts: int = 2
+    """``P``: partitions = trainers = shard owners."""
+    topology: str = "auto"
+    """``partitioned`` | ``replicated`` | ``auto`` (memory estimate; the choice is logged)."""
+    address: str | None = None
+    """Ray address to join (``ray start --head`` prints it); ``None`` starts Ray locally."""
+
+    def __post_init__(self) -> None:
+        if self.parts < 1:
+            raise ValueError(f"parts={self.parts}; choose parts >= 1")
+        if self.topology not in ("auto", "partitioned", "replicated"):
+            raise ValueError(f"topology={self.topology!r}; choose auto, partitioned or replicated")

@@ -1,0 +1,267 @@
+"""A worker's feature rows: own rows from its shard, halo rows per owner through its cache.
+
+:class:`RoutedFeatureSource` is the one feature source of the runtime (the trainer's
+``FeatureSource`` and the layer-0 helpers' ``HaloFeatureSource``). Per batch::
+
+    own rows  <- the worker's memory-mapped shard (no traffic)
+    halo rows <- HaloFetcher.gather: cache lookup -> the distinct misses, one encoded request
+                 per owner, all in flight -> the admission policy decides what to keep
+
+"No cache" is a cache of capacity 0 with policy ``none``: every halo row is a miss, fetched
+once per batch, one message per remote owner; nothing is stored and no counters are reported.
+Before epoch 0 the policy's warm-start rows are prefetched (:meth:`RoutedFeatureSource.warm_up`);
+that traffic, and the dry-run sampling behind ``presample`` / ``adaptive`` scores, is reported
+apart from the epochs. The codec is always an object (``FP32Codec`` for float32 rows), so the
+owners always encode and the ledger counts ``EncodedRows.nbytes`` (``K * F * 4`` for fp32).
+
+Scores per policy (all from what the worker holds, no driver round trip):
+
+- ``degree``: in-edges from each halo node into the owned nodes (``shard.indices_gid``);
+- ``presample``: halo accesses per epoch in ``presample_epochs`` dry-run epochs of this worker's
+  own sampler over its train seeds (remote sampling included, counted as warm-up traffic),
+  ties broken by the degree scores;
+- ``adaptive``: online decayed counts, warm-started from the presample scores.
+
+Shape legend: ``K`` requested rows, ``F`` features, ``N`` nodes of the whole graph, ``L`` own
+rows of a request, ``H`` its halo rows.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from gnnsys.cache import (
+    CacheConfig,
+    CacheCounters,
+    HaloCache,
+    HaloFetcher,
+    SplitRows,
+    degree_scores,
+    make_policy,
+    presample_scores,
+    tie_break,
+)
+from gnnsys.cache.admission import AdmissionPolicy
+from gnnsys.cache.codecs import Codec, CodecConfig, EncodedRows, FP32Codec, concat, take
+from gnnsys.cache.config import MIB
+from gnnsys.sampler.base import Sampler
+from gnnsys.train.remote.client import OwnerClient
+from gnnsys.train.remote.ledger import Ledger
+from gnnsys.train.remote.routed import group_by_owner
+from gnnsys.types import PartitionBook, PartitionShard
+
+__all__ = ["RoutedFeatureSource", "build_feature_source"]
+
+log = logging.getLogger(__name__)
+
+FP32 = FP32Codec()
+
+
+class _OwnerRows:
+    """The owners of remote gids as an ``EncodedFeatureSource``; one message per owner.
+
+    Counts ``feature_request`` (the gids sent) and ``feature_response`` (encoded bytes).
+    """
+
+    def __init__(self, part: int, part_N: np.ndarray, client: OwnerClient, ledger: Ledger) -> None:
+        self.part, self.part_N, self.client, self.ledger = part, part_N, client, ledger
+
+    def fetch(self, gid: Tensor) -> Tensor:
+        """Float32 rows ``[K, F]`` of remote ``gid`` (through the fp32 codec), request order."""
+        return FP32.decode(self.fetch_encoded(gid, FP32))
+
+    def fetch_encoded(self, gid: Tensor, codec: Codec) -> EncodedRows:
+        """Rows of remote ``gid`` encoded by their owners with ``codec``, in request order.
+
+        Raises:
+            ValueError: No gids, or gids this worker owns (read those from the shard).
+        """
+        gid_np = gid.numpy().astype(np.int64, copy=False)
+        by_part = group_by_owner(self.part_N[gid_np], skip=-1)
+        if self.part in by_part:
+            raise ValueError(f"owner fetch got gids owned by part {self.part}; read them locally")
+        if not by_part:
+            raise ValueError("owner fetch got no gids; call it with at least one")
+        requests = {p: gid_np[pos] for p, pos in by_part.items()}
+        for req in requests.values():
+            self.ledger.record("feature_request", req)
+        answers = self.client.fetch_encoded_many(requests, codec)
+        for p in requests:
+            self.ledger.record_nbytes("feature_response", answers[p].nbytes)
+        stacked = concat([answers[p] for p in requests])
+        order = np.concatenate(list(by_part.values()))
+        return take(stacked, torch.from_numpy(np.argsort(order, kind="stable")))
+
+
+class RoutedFeatureSource:
+    """``HaloFeatureSource`` of one worker: own rows locally, halo rows per owner via the cache.
+
+    Args:
+        part: This worker's part.
+        part_N: ``[N]`` owner of every gid.
+        lid_N: ``[N]`` lid of every gid inside its owner's shard.
+        local_x: ``[M_own, F]`` this part's feature rows (memory-mapped is fine).
+        client: Executor for the owner calls.
+        ledger: Counts ``feature_request`` / ``feature_response``.
+        codec: Owners encode halo rows with it; the cache keeps them so (``FP32Codec`` default).
+        cache: This worker's halo cache in ``codec``; ``None`` is a cache of capacity 0.
+        wire: Optional lossless wire stage measured over fetched rows (``zstd`` / ``lz4``).
+    """
+
+    def __init__(
+        self,
+        part: int,
+        part_N: np.ndarray,
+        lid_N: np.ndarray,
+        local_x: np.ndarray,
+        client: OwnerClient,
+        ledger: Ledger,
+        *,
+        codec: Codec = FP32,
+        cache: HaloCache | None = None,
+        wire: str | None = None,
+    ) -> None:
+        self.part, self.part_N, self.lid_N, self.local_x = part, part_N, lid_N, local_x
+        self.codec = codec
+        if cache is None:
+            cache = HaloCache(HaloCache.Config(), feature_dim=int(local_x.shape[1]), codec=codec)
+        owners = _OwnerRows(part, part_N, client, ledger)
+        self.fetcher = HaloFetcher(cache, owners, codec, wire=wire)
+
+    @property
+    def cache(self) -> HaloCache:
+        """This worker's cache (capacity 0 without one)."""
+        return self.fetcher.cache
+
+    def _split(self, gid: Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``gid`` as int64 numpy, positions of own rows, positions of halo rows."""
+        gid_np = gid.numpy().astype(np.int64, copy=False)
+        mine = self.part_N[gid_np] == self.part
+        return gid_np, np.flatnonzero(mine), np.flatnonzero(~mine)
+
+    def fetch(self, gid: Tensor) -> Tensor:
+        """Rows ``[K, F]`` float32 for ``gid`` in request order (one cache lookup per call)."""
+        gid_np, local_pos, remote_pos = self._split(gid)
+        out_KF = np.empty((gid_np.shape[0], self.local_x.shape[1]), dtype=np.float32)
+        out_KF[local_pos] = self.local_x[self.lid_N[gid_np[local_pos]]]
+        if remote_pos.size:  # a batch without halo rows is no fetcher call (and no message)
+            out_KF[remote_pos] = self.fetcher.gather(torch.from_numpy(gid_np[remote_pos])).numpy()
+        return torch.from_numpy(out_KF)
+
+    def fetch_split(self, gid: Tensor) -> SplitRows:
+        """Own rows as float32; halo rows through the cache, left in the codec's format."""
+        gid_np, local_pos, remote_pos = self._split(gid)
+        rows_LF = np.asarray(self.local_x[self.lid_N[gid_np[local_pos]]], dtype=np.float32)
+        if remote_pos.size:  # as in fetch
+            remote = self.fetcher.gather_encoded(torch.from_numpy(gid_np[remote_pos]))
+        else:
+            remote = self.codec.empty(0, int(self.local_x.shape[1]))
+        return SplitRows(
+            torch.from_numpy(local_pos),
+            torch.from_numpy(rows_LF),
+            torch.from_numpy(remote_pos),
+            remote,
+        )
+
+    def resident_mask(self, gid: Tensor) -> Tensor:
+        """``[K]`` bool: rows owned here or cached, i.e. fetching them costs no traffic."""
+        gid = torch.as_tensor(gid, dtype=torch.int64)
+        mine = torch.from_numpy(self.part_N[gid.numpy()] == self.part)
+        return mine | self.cache.contains(gid)
+
+    def would_admit(self, gid: Tensor) -> Tensor:
+        """``[K]`` bool: halo ``gid`` the cache's policy would keep if fetched now (pure)."""
+        return self.cache.would_admit(gid)
+
+    def warm_up(self) -> int:
+        """Prefetch the policy's warm-start rows (before epoch 0); returns rows stored."""
+        return self.fetcher.warm_up()
+
+    def counters(self) -> CacheCounters | None:
+        """Cache and fetch counters; ``None`` when the cache admits nothing (policy ``none``)."""
+        if self.cache.policy.name == "none":
+            return None
+        return self.fetcher.counters()
+
+
+def _policy(
+    cache: CacheConfig,
+    shard: PartitionShard,
+    sampler: Sampler,
+    train_gid: Tensor,
+    *,
+    batch_size: int,
+    seed: int,
+) -> AdmissionPolicy:
+    """The admission policy of ``cache.policy``, scored from what the worker holds."""
+    if not cache.enabled:
+        return make_policy("none")
+    owned_N = torch.zeros(shard.num_nodes, dtype=torch.bool)
+    owned_N[torch.from_numpy(np.asarray(shard.owned_gid, dtype=np.int64))] = True
+    score_N = degree_scores(shard.indices_gid, shard.owned_gid, shard.num_nodes)
+    if cache.policy != "degree":
+        counts = presample_scores(
+            sampler,
+            train_gid,
+            owned_N,
+            batch_size=batch_size,
+            epochs=cache.presample_epochs,
+            seed=seed,
+        )
+        score_N = tie_break(counts, score_N)  # one dry-run epoch leaves many ties at 0 and 1
+    if cache.policy == "adaptive":
+        return make_policy("adaptive", score_N=score_N, owned_N=owned_N, config=cache.adaptive)
+    return make_policy(cache.policy, score_N=score_N, owned_N=owned_N)
+
+
+def build_feature_source(
+    codec: CodecConfig,
+    cache: CacheConfig,
+    *,
+    shard: PartitionShard,
+    book: PartitionBook,
+    client: OwnerClient,
+    ledger: Ledger,
+    sampler: Sampler,
+    train_gid: Tensor,
+    batch_size: int,
+    seed: int,
+) -> RoutedFeatureSource:
+    """One worker's feature source: codec, cache (capacity 0 when disabled), policy, fetcher.
+
+    Not yet warmed up (the worker calls ``warm_up`` before epoch 0, after its first snapshot).
+
+    Raises:
+        ValueError: The shard has no features, or ``codec.name`` is still ``auto``.
+    """
+    if shard.x is None:
+        raise ValueError(f"part {shard.part} has no features; rewrite the store with x")
+    rows = codec.make()
+    feature_dim = int(shard.x.shape[1])
+    config = cache.halo_config(owned_feature_bytes=shard.num_owned * feature_dim * 4)
+    policy = _policy(cache, shard, sampler, train_gid, batch_size=batch_size, seed=seed)
+    halo = HaloCache(config, feature_dim=feature_dim, codec=rows, policy=policy)
+    if cache.enabled:
+        log.info(
+            "part %d: %s cache, %d rows of %s (%.1f MiB)",
+            shard.part,
+            cache.policy,
+            halo.capacity_rows,
+            rows.name,
+            config.capacity_bytes / MIB,
+        )
+    return RoutedFeatureSource(
+        shard.part,
+        book.part_N,
+        book.lid_N,
+        shard.x,
+        client,
+        ledger,
+        codec=rows,
+        cache=halo,
+        wire=codec.wire if cache.enabled else None,  # measured into cache counters, or nowhere
+    )

@@ -1,0 +1,125 @@
+"""Each codec / cache / placement flag of ``gnnsys train`` walks to its stage's own ``Config``.
+
+A bad value is rejected once, by the ``__post_init__`` of the ``Config`` of the stage that uses
+it (argparse takes the raw value: no ``choices`` duplicate the check), and the command exits 2
+with that message before anything starts (no Ray, no run directory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import pytest
+
+from gnnsys.cli import main
+from gnnsys.commands.train import add_parser, build_config
+
+# flag, bad value, module of the Config that rejects it, its class, the message it gives
+BAD = [
+    ("--codec", "int9", "gnnsys/cache/codecs/config.py", "CodecConfig", "codec name='int9'"),
+    ("--lossy-codec", "binary", "gnnsys/cache/codecs/config.py", "CodecConfig", "lossy="),
+    ("--wire", "gzip", "gnnsys/cache/codecs/config.py", "CodecConfig", "codec wire='gzip'"),
+    ("--cache-ratio", "-0.1", "gnnsys/cache/config.py", "CacheConfig", "cache ratio=-0.1"),
+    ("--cache-ratio", "nan", "gnnsys/cache/config.py", "CacheConfig", "cache ratio=nan"),
+    ("--cache-mb", "-1", "gnnsys/cache/config.py", "CacheConfig", "cache mb=-1.0"),
+    ("--cache-policy", "lru", "gnnsys/cache/config.py", "CacheConfig", "cache policy='lru'"),
+    ("--presample-epochs", "0", "gnnsys/cache/config.py", "CacheConfig", "presample_epochs=0"),
+    (
+        "--cache-decay",
+        "1.5",
+        "gnnsys/cache/admission.py",
+        "AdaptiveAdmission.Config",
+        "decay=1.5",
+    ),
+    (
+        "--aggregate-at",
+        "sideways",
+        "gnnsys/train/layer0/base.py",
+        "FirstLayerConfig",
+        "placement='sideways'; choose one of requester, owner, auto",
+    ),
+]
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    return parser.parse_args(["train", *argv])
+
+
+@pytest.mark.parametrize(("flag", "value", "module", "owner", "message"), BAD, ids=lambda v: v)
+def test_bad_value_is_rejected_once_by_its_stage_config(
+    flag: str, value: str, module: str, owner: str, message: str
+) -> None:
+    args = _args(f"{flag}={value}")  # argparse takes it as is: the Config is the only check
+    with pytest.raises(ValueError, match=re.escape(message)) as info:
+        build_config(args)
+    raised = info.traceback[-1]  # the frame that raised
+    assert raised.name == "__post_init__", raised
+    assert Path(str(raised.path)).as_posix().endswith(module), raised.path
+    assert type(raised.frame.f_locals["self"]).__qualname__ == owner
+
+
+# ``--cache-ratio`` and ``--cache-mb`` are also range-checked by the CLI pre-flight
+# (``gnnsys.commands._preflight.check_numbers``) before ``build_config``; the others reach only
+# their Config.
+PRECHECKED = {"--cache-ratio", "--cache-mb"}
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"), [(b[0], b[1], b[4]) for b in BAD if b[0] not in PRECHECKED]
+)
+def test_bad_value_fails_before_anything_starts(
+    flag: str,
+    value: str,
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    started: list[object] = []
+    monkeypatch.setattr("gnnsys.train.control.run.train", lambda *a, **k: started.append(a))
+    run_dir = tmp_path / "run"
+    assert main(["train", f"{flag}={value}", "--out", str(run_dir)]) == 2
+    assert not started and not run_dir.exists()
+    assert message in capsys.readouterr().err
+
+
+def test_good_values_reach_their_configs() -> None:
+    cfg = build_config(
+        _args(
+            "--codec=auto",
+            "--lossy-codec=int4",
+            "--wire=zstd",
+            "--cache-policy=adaptive",
+            "--cache-ratio=0.2",
+            "--presample-epochs=2",
+            "--cache-decay=0.9",
+            "--cache-warm-weight=0.5",
+            "--cache-margin=2",
+            "--aggregate-at=owner",
+        )
+    )
+    assert (cfg.codec.name, cfg.codec.lossy, cfg.codec.wire) == ("auto", "int4", "zstd")
+    assert (cfg.cache.policy, cfg.cache.ratio, cfg.cache.presample_epochs) == ("adaptive", 0.2, 2)
+    adaptive = cfg.cache.adaptive
+    assert (adaptive.decay, adaptive.warm_weight, adaptive.margin) == (0.9, 0.5, 2.0)
+    assert cfg.layer0.placement == "owner" and cfg.layer0.fused_dequant
+    default = build_config(_args())  # flags left out keep the preset's values
+    assert default.cache == type(default.cache)() and default.codec == type(default.codec)()
+    assert default.to_json()["layer0"]["placement"] == "requester"
+
+
+def test_bench_comm_takes_the_adaptive_knobs(tmp_path: Path) -> None:
+    from gnnsys.commands.bench_comm import add_parser as add_bench
+    from gnnsys.commands.bench_comm import base_config
+
+    parser = argparse.ArgumentParser()
+    add_bench(parser.add_subparsers())
+    args = parser.parse_args(
+        ["comm", "synthetic:sbm", "--out", str(tmp_path), "--cache-decay=0.95", "--cache-margin=0"]
+    )
+    cache = base_config(args, tmp_path).cache
+    assert (cache.adaptive.decay, cache.adaptive.margin, cache.policy) == (0.95, 0.0, "none")
