@@ -69,14 +69,7 @@ def check_numbers(args: argparse.Namespace) -> None:
         value = getattr(args, name, None)
         if value is not None and not (math.isfinite(value) and value > 0):
             raise ValueError(f"{_flag(name)} {value}: must be a finite number > 0, e.g. 0.01")
-    ratio, mib = args.cache_ratio, args.cache_mb
-    if ratio is not None and not (math.isfinite(ratio) and ratio >= 0):
-        raise ValueError(
-            f"--cache-ratio {ratio}: must be a finite number >= 0 (a fraction of the worker's "
-            "own fp32 feature bytes, e.g. 0.1)"
-        )
-    if mib is not None and not (math.isfinite(mib) and mib >= 0):
-        raise ValueError(f"--cache-mb {mib}: must be a finite number of MiB >= 0")
+    # --cache-ratio / --cache-mb are validated once, by gnnsys.cache.CacheConfig.
 
 
 def check_cache(args: argparse.Namespace, config: Any) -> list[str]:

@@ -165,8 +165,8 @@ def _add_eval_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--eval-codec",
-        choices=("fp32", "fp16", "bf16", "int8", "int4"),
-        help="codec of the halo embeddings exchanged during evaluation (default fp32: exact)",
+        help="codec of the halo embeddings exchanged during evaluation: fp32 (default, exact), "
+        "fp16, bf16, int8 or int4",
     )
     p.add_argument(
         "--eval-halo-mb",
@@ -180,8 +180,8 @@ def _add_eval_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--metric",
-        choices=("acc", "auc", "f1"),
-        help="validation metric that picks the best epoch (default acc; auc for binary labels)",
+        help="validation metric that picks the best epoch: acc, auc or f1 (default acc; auc for "
+        "binary labels)",
     )
 
 

@@ -103,8 +103,8 @@ class EvalConfig:
     gathered rows); ``False`` sends them through the gathering path too (tests)."""
 
     def __post_init__(self) -> None:
-        if self.codec not in CODECS or self.codec == "auto":
-            choices = sorted(c for c in CODECS if c != "auto")
+        if self.codec not in CODECS or self.codec in ("auto", "binary"):
+            choices = sorted(c for c in CODECS if c not in ("auto", "binary"))
             raise ValueError(f"eval codec={self.codec!r}; choose one of {choices}")
         if self.every < 0:
             raise ValueError(f"eval every={self.every}; choose >= 1 (or 0: never evaluate)")
