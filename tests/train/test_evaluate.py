@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -65,6 +66,14 @@ def _sharded(
     cfg = _config(store, parts, model, **fetch)
     info = store_info(store)
     group = LocalWorkerGroup(worker_template(cfg, store, info, "partitioned"), 60.0)
+    return _train_and_evaluate(group, graph, cfg, store)
+
+
+def _train_and_evaluate(
+    group: Any, graph: Graph, cfg: RunConfig, store: Path
+) -> tuple[list[RankEval], torch.Tensor]:
+    """One training epoch on ``group``, its sharded evaluation, and the full-graph reference."""
+    info = store_info(store)
     try:
         num_batches = group.start()
         group.run_epoch(0, num_batches, lambda _: None)  # trained, not initial, weights
@@ -214,17 +223,8 @@ def test_ray_group_sharded_equals_full_graph(
     info = store_info(store)
     template = worker_template(cfg, store, info, "partitioned")
     group = RayWorkerGroup(template, Resources(worker_cpus=0.5, owner_cpus=0.25), 60.0)
-    try:
-        group.run_epoch(0, group.start(), lambda _: None)
-        reports = group.evaluate(SPLITS, with_logits=True)
-        state = group.collect()[0].model
-    finally:
-        group.stop()
-    net = build_model(cfg.model, info.num_features, info.num_classes, 2)
-    net.load_state_dict(state)
-    x = torch.from_numpy(np.asarray(sbm_graph.x, dtype=np.float32))
-    block = full_block(sbm_graph.indptr, sbm_graph.indices, sbm_graph.num_nodes)
-    _check_equal(sbm_graph, reports, full_graph_logits(net, block, x))
+    reports, reference = _train_and_evaluate(group, sbm_graph, cfg, store)
+    _check_equal(sbm_graph, reports, reference)
 
 
 @pytest.mark.parametrize("model", ["sage", "gcn"])

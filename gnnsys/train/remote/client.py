@@ -15,7 +15,7 @@ import numpy as np
 from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.errors import RemoteCallTimeoutError
 
-__all__ = ["OwnerClient", "RayOwnerClient", "SampleArrays"]
+__all__ = ["OwnerClient", "RayOwnerClient", "SampleArrays", "get_within"]
 
 SampleArrays = tuple[np.ndarray, np.ndarray, np.ndarray]
 """``(count_M, src_gid_E, e_id_E)`` int64 arrays as an owner returns them."""
@@ -49,6 +49,24 @@ class OwnerClient(Protocol):
         ...
 
 
+def get_within(refs: dict[int, Any], deadline_s: float, what: str, whose: str) -> dict[int, Any]:
+    """``ray.get`` of every ref in ``refs`` with one deadline, keyed like ``refs``.
+
+    Raises:
+        RemoteCallTimeoutError: Naming ``what`` and the keys, when the deadline passes.
+    """
+    import ray
+
+    try:
+        values = ray.get(list(refs.values()), timeout=deadline_s)
+    except ray.exceptions.GetTimeoutError as err:
+        raise RemoteCallTimeoutError(
+            f"{what} {sorted(refs)} got no answer within {deadline_s}s; "
+            f"raise the deadline (--deadline) or check the {whose} logs"
+        ) from err
+    return dict(zip(refs, values, strict=True))
+
+
 class RayOwnerClient:
     """:class:`OwnerClient` over ``ShardOwner`` actor handles, with a deadline on every wait.
 
@@ -61,16 +79,7 @@ class RayOwnerClient:
         self.owners, self.deadline_s = owners, deadline_s
 
     def _get(self, refs: dict[int, Any], what: str) -> dict[int, Any]:
-        import ray
-
-        try:
-            values = ray.get(list(refs.values()), timeout=self.deadline_s)
-        except ray.exceptions.GetTimeoutError as err:
-            raise RemoteCallTimeoutError(
-                f"{what} to parts {sorted(refs)} got no answer within {self.deadline_s}s; "
-                "raise the deadline (--deadline) or check the owners' logs"
-            ) from err
-        return dict(zip(refs, values, strict=True))
+        return get_within(refs, self.deadline_s, f"{what} to parts", "owners'")
 
     def sample_many(
         self, dst_by_part: dict[int, np.ndarray], fanout: int, *, seed: int, hop: int, replace: bool

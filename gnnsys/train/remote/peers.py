@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from gnnsys.cache.codecs import Codec, EncodedRows
-from gnnsys.errors import RemoteCallTimeoutError
+from gnnsys.train.remote.client import get_within
 
 __all__ = ["LocalPeerClient", "PeerClient", "RayPeerClient", "RowServer"]
 
@@ -81,16 +81,7 @@ class RayPeerClient:
         self.peers, self.deadline_s = peers, deadline_s
 
     def _get(self, refs: dict[int, Any], what: str) -> dict[int, Any]:
-        import ray
-
-        try:
-            values = ray.get(list(refs.values()), timeout=self.deadline_s)
-        except ray.exceptions.GetTimeoutError as err:
-            raise RemoteCallTimeoutError(
-                f"{what} to ranks {sorted(refs)} got no answer within {self.deadline_s}s; "
-                "raise the deadline (--deadline) or check the workers' logs"
-            ) from err
-        return dict(zip(refs, values, strict=True))
+        return get_within(refs, self.deadline_s, f"{what} to ranks", "workers'")
 
     def rows_many(
         self, table: int, gid_by_part: dict[int, np.ndarray], codec: Codec
