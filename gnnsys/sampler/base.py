@@ -14,7 +14,7 @@ from typing import Protocol
 
 from torch import Tensor
 
-from gnnsys.types import NeighborSample, SampledSubgraph
+from gnnsys.types import Block, NeighborSample, SampledSubgraph
 
 
 class NeighborSource(Protocol):
@@ -51,3 +51,37 @@ class Sampler(Protocol):
     def sample(self, seed_gid: Tensor, *, seed: int) -> SampledSubgraph:
         """Sample the multi-hop neighborhood of ``seed_gid`` with batch seed ``seed``."""
         ...
+
+
+def prefix_blocks(
+    num_nodes: tuple[int, ...],
+    num_edges: tuple[int, ...],
+    rowptr: Tensor,
+    col: Tensor,
+    e_id: Tensor,
+) -> tuple[Block, ...]:
+    """One block per layer, input layer first, each a prefix of the concatenated hops.
+
+    Args:
+        num_nodes: Nodes added per hop, seeds first.
+        num_edges: Edges drawn per hop, seed hop first.
+        rowptr: Row pointer over every hop's destinations (seeds first).
+        col: Local source index of every drawn edge.
+        e_id: Global edge id of every drawn edge.
+    """
+    num_hops = len(num_edges)
+    blocks = []
+    for layer in range(num_hops):
+        hops_seen = num_hops - layer  # this layer sees the edges of hops 0 .. hops_seen-1
+        num_dst = sum(num_nodes[:hops_seen])
+        num_e = sum(num_edges[:hops_seen])
+        blocks.append(
+            Block(
+                num_src=sum(num_nodes[: hops_seen + 1]),
+                num_dst=num_dst,
+                rowptr=rowptr[: num_dst + 1],
+                col=col[:num_e],
+                e_id=e_id[:num_e],
+            )
+        )
+    return tuple(blocks)

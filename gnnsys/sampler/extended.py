@@ -35,9 +35,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from gnnsys.sampler.base import prefix_blocks
 from gnnsys.sampler.csr_source import CSRNeighborSource
 from gnnsys.sampler.draw import draw_key, ragged_range, splitmix64
-from gnnsys.types import Block, SampledSubgraph
+from gnnsys.types import SampledSubgraph
 
 __all__ = ["ExtendedSampler"]
 
@@ -379,24 +380,9 @@ def _assemble(
     rowptr = torch.from_numpy(np.concatenate([[0], np.cumsum(np.concatenate(counts + empty))]))
     col = torch.from_numpy(np.concatenate(cols + empty).astype(np.int64, copy=False))
     e_id = torch.from_numpy(np.concatenate(e_ids + empty).astype(np.int64, copy=False))
-    num_hops = len(counts)
-    blocks = []
-    for layer in range(num_hops):
-        hops_seen = num_hops - layer
-        num_dst = sum(num_nodes[:hops_seen])
-        num_e = sum(num_edges[:hops_seen])
-        blocks.append(
-            Block(
-                num_src=sum(num_nodes[: hops_seen + 1]),
-                num_dst=num_dst,
-                rowptr=rowptr[: num_dst + 1],
-                col=col[:num_e],
-                e_id=e_id[:num_e],
-            )
-        )
     return SampledSubgraph(
         n_id=torch.from_numpy(np.concatenate(node_parts).astype(np.int64, copy=False)),
-        blocks=tuple(blocks),
+        blocks=prefix_blocks(num_nodes, tuple(num_edges), rowptr, col, e_id),
         batch_size=num_nodes[0],
         num_sampled_nodes=num_nodes,
         num_sampled_edges=tuple(num_edges),

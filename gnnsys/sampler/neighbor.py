@@ -39,10 +39,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnnsys.sampler.base import NeighborSource
+from gnnsys.sampler.base import NeighborSource, prefix_blocks
 from gnnsys.sampler.ordered import OrderedMap
 from gnnsys.sampler.relabel import ChunkPool, LocalIds, Piece
-from gnnsys.types import Block, SampledSubgraph
+from gnnsys.types import SampledSubgraph
 
 __all__ = ["NeighborSampler"]
 
@@ -350,24 +350,9 @@ def _assemble(
     num_nodes = tuple(int(p.shape[0]) for p in node_parts)
     num_edges = tuple(sum(int(p.src_E.shape[0]) for p in hop_pieces) for hop_pieces in hops)
     rowptr_t, col_t, e_id_t = (torch.from_numpy(a) for a in (rowptr_all, col_all, e_id_all))
-    num_hops = len(hops)
-    blocks = []
-    for layer in range(num_hops):
-        hops_seen = num_hops - layer  # this layer sees the edges of hops 0 .. hops_seen-1
-        num_dst = sum(num_nodes[:hops_seen])
-        num_e = sum(num_edges[:hops_seen])
-        blocks.append(
-            Block(
-                num_src=sum(num_nodes[: hops_seen + 1]),
-                num_dst=num_dst,
-                rowptr=rowptr_t[: num_dst + 1],
-                col=col_t[:num_e],
-                e_id=e_id_t[:num_e],
-            )
-        )
     return SampledSubgraph(
         n_id=torch.from_numpy(n_id),
-        blocks=tuple(blocks),
+        blocks=prefix_blocks(num_nodes, num_edges, rowptr_t, col_t, e_id_t),
         batch_size=num_nodes[0],
         num_sampled_nodes=num_nodes,
         num_sampled_edges=num_edges,
