@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -31,15 +32,18 @@ def top_unit(path: Path) -> str:
     return rel[0].removesuffix(".py")
 
 
-def imported(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
+def _import_names(nodes: Iterable[ast.AST]) -> set[str]:
     names: set[str] = set()
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
     return names
+
+
+def imported(path: Path) -> set[str]:
+    return _import_names(ast.walk(ast.parse(path.read_text())))
 
 
 @pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(PKG)))
@@ -151,15 +155,12 @@ def _room(path: Path) -> str | None:
 
 def runtime_imports(path: Path) -> set[str]:
     """Module-level imports that run at import time (``if TYPE_CHECKING:`` blocks excluded)."""
-    names: set[str] = set()
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            continue
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-    return names
+    body = ast.parse(path.read_text()).body
+    return _import_names(
+        node
+        for node in body
+        if not (isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test))
+    )
 
 
 @pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(PKG)))
