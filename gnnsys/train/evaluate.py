@@ -251,7 +251,6 @@ class ShardEvaluator:
         self.ledger = Ledger()
         self.index: HaloIndex = halo_index(shard)
         self.halo_gid = self.index.halo_gid
-        self._halo_by_part = group_by_owner(book.part_N[self.halo_gid], skip=shard.part)
         self.tables: dict[int, Tensor] = {}
         self._hits = 0
         self._seconds = 0.0
@@ -293,10 +292,11 @@ class ShardEvaluator:
                 self._feature_rows(halo, gid_H)
             else:
                 self._peer_rows(layer, halo, gid_H)
-            index = restricted(self.index, halo_pos, m)
-            degree_S = None
-            if self._degree_S is not None:
-                degree_S = np.concatenate([self._degree_S[:m], self._degree_S[m + halo_pos]])
+            index, degree_S = self.index, self._degree_S
+            if halo_pos.shape[0] < self.halo_gid.shape[0]:  # a run of a halo budget
+                index = restricted(self.index, halo_pos, m)
+                if degree_S is not None:
+                    degree_S = np.concatenate([degree_S[:m], degree_S[m + halo_pos]])
             rows = self._outputs(layer, own, halo, index, degree_S, (first, stop))
             if out is None:
                 out = torch.empty(m, int(rows.shape[1]), dtype=rows.dtype)
@@ -382,11 +382,11 @@ class ShardEvaluator:
         return out
 
     # ---- fetching -----------------------------------------------------------------------------
-    def _requests(self, gid_K: np.ndarray, pending: np.ndarray) -> dict[int, np.ndarray]:
-        """Positions (into ``pending``) per owner; the gids sent are counted in the ledger."""
-        by_part = group_by_owner(self.book.part_N[gid_K[pending]], skip=-1)
+    def _requests(self, gid_K: np.ndarray, category: str) -> dict[int, np.ndarray]:
+        """Positions of ``gid_K`` per owner; the gids sent are counted under ``category``."""
+        by_part = group_by_owner(self.book.part_N[gid_K], skip=self.shard.part)
         for pos in by_part.values():
-            self.ledger.record("feature_request", gid_K[pending[pos]])
+            self.ledger.record(category, gid_K[pos])
         return by_part
 
     def _feature_rows(self, out_HF: Tensor, gid_H: np.ndarray) -> None:
@@ -398,8 +398,8 @@ class ShardEvaluator:
             hit = np.ones(gid_H.shape[0], dtype=bool)
             hit[pending] = False
             out_HF[torch.from_numpy(hit)] = got.values_NF[torch.from_numpy(hit)]
-            self._hits = int(hit.sum())
-        by_part = self._requests(gid_H, pending)
+            self._hits += int(hit.sum())
+        by_part = self._requests(gid_H[pending], "feature_request")
         requests = {p: gid_H[pending[pos]] for p, pos in by_part.items()}
         if not requests:
             return
@@ -410,10 +410,8 @@ class ShardEvaluator:
 
     def _peer_rows(self, table: int, out_HF: Tensor, gid_H: np.ndarray) -> None:
         """Fill ``out_HF`` with table ``table``'s rows of halo ``gid_H``, one request per peer."""
-        by_part = group_by_owner(self.book.part_N[gid_H], skip=self.shard.part)
+        by_part = self._requests(gid_H, "feature_request")
         requests = {p: gid_H[pos] for p, pos in by_part.items()}
-        for req in requests.values():
-            self.ledger.record("feature_request", req)
         answers = self.peers.rows_many(table, requests, self.codec) if requests else {}
         for p, pos in by_part.items():
             self.ledger.record_nbytes("feature_response", answers[p].nbytes)
@@ -422,11 +420,10 @@ class ShardEvaluator:
     def _halo_degrees(self) -> np.ndarray:
         """``[H]`` whole-graph in-degrees of the halo nodes, from their owners (once)."""
         out_H = np.zeros(self.halo_gid.shape[0], dtype=np.int64)
-        requests = {p: self.halo_gid[pos] for p, pos in self._halo_by_part.items()}
-        for req in requests.values():
-            self.ledger.record("structure_request", req)
+        by_part = self._requests(self.halo_gid, "structure_request")
+        requests = {p: self.halo_gid[pos] for p, pos in by_part.items()}
         answers = self.peers.degree_many(requests) if requests else {}
-        for p, pos in self._halo_by_part.items():
+        for p, pos in by_part.items():
             self.ledger.record("structure_response", answers[p])
             out_H[pos] = answers[p]
         return out_H

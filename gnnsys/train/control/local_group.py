@@ -21,7 +21,6 @@ import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 import torch
@@ -222,7 +221,3 @@ class LocalWorkerGroup:
         """Drop the ranks and restore the process's torch thread count."""
         self.workers = []
         torch.set_num_threads(self._threads_before)
-
-    def peers_of(self) -> list[Any]:
-        """The rank objects (tests inspect them)."""
-        return list(self.workers)
