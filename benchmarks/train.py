@@ -12,24 +12,33 @@ and beside every worker's measured peak its budget ``shard files + 1-hop halo ro
 in a child process and evaluates the final weights there the old way (one full-graph block on
 one process), printing both accuracies. ``--cost-table`` writes stores of 0.1 M and 1 M R-MAT
 nodes (in child processes) and prints the same line for each, next to the ``--store`` run.
+With ``--store``, ``/proc`` is sampled during the run (``memprobe.py``: per-worker anonymous,
+file-backed and object-store peaks, and the peak less an idle worker process), and
+``--cap-mib N`` runs it with every process under its own memory cgroup of N MiB
+(``memcap.py``; root, cgroup v1), printing each group's peak, limit hits and OOM kills.
 
 Usage (heavy: wrap in the shared lock)::
 
     flock /tmp/gnnsys-heavy.lock python benchmarks/train.py [--parts 1,2,4] [--epochs 2]
     flock /tmp/gnnsys-heavy.lock python benchmarks/train.py --rmat
     python benchmarks/train.py --store /work/stores/products-p4 --parts 4 --check-eval
+    python benchmarks/train.py --store /work/stores/products-p4 --parts 4 --hidden 128 \
+        --cap-mib 1400 --drop-caches
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from memprobe import MemProbe
 
 from gnnsys.config import RunConfig
 from gnnsys.sampler import NeighborSampler
@@ -193,24 +202,92 @@ def _driver_side_accuracy(store: str, run_dir: str, model: Any, fanouts: int) ->
     return out
 
 
-def store_run(cfg: RunConfig, store: Path, out: Path, check_eval: bool) -> dict[str, Any]:
-    """Train on a store written beforehand; print the run line and its memory account."""
-    cfg = replace(cfg, data=replace(cfg.data, store=str(store)))
-    line = _run(cfg, out)
-    print(json.dumps(memory_account(cfg, store, line)), flush=True)
-    if check_eval:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+def _idle_worker_mib() -> float:
+    """RSS of an idle Ray actor that imported the trainer (Python + torch + Ray + gnnsys)."""
+    import ray
 
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-            ref = pool.submit(
-                _driver_side_accuracy, str(store), str(out), cfg.model, len(cfg.sampler.fanouts)
-            ).result()
-        last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
-        sharded = {k: last[k] for k in ref}
-        print(json.dumps({"bench": "train_eval_check", "sharded": sharded, "driver_side": ref}))
+    @ray.remote(num_cpus=0)
+    class Idle:
+        def rss(self) -> int:
+            import gnnsys.train.worker  # noqa: F401  (what a TrainWorker imports)
+
+            with open(f"/proc/{os.getpid()}/status") as f:
+                line = next(x for x in f if x.startswith("VmRSS:"))
+            return int(line.split()[1]) * 1024
+
+    actor = Idle.remote()  # type: ignore[attr-defined]
+    try:
+        return round(ray.get(actor.rss.remote(), timeout=120) / 2**20, 1)
+    finally:
+        ray.kill(actor)
+
+
+def store_run(cfg: RunConfig, store: Path, out: Path, check_eval: bool) -> dict[str, Any]:
+    """Train on a store written beforehand; print the run line and its memory account.
+
+    ``/proc`` is sampled during the run (``memprobe.MemProbe``): each worker's peak anonymous,
+    file-backed and object-store memory, and ``peak - idle``, where ``idle`` is an idle actor
+    process that imported the trainer (the fixed cost of Python, torch and Ray).
+    """
+    cfg = replace(cfg, data=replace(cfg.data, store=str(store)))
+    with MemProbe("ray::TrainWorker", str(store.resolve())) as probe:
+        line = _run(cfg, out)
+    _account(cfg, store, out, line, probe)
+    if check_eval:
+        _check_eval(cfg, store, out)
     return line
+
+
+def capped_run(cfg: RunConfig, store: Path, out: Path, cap_mib: float, drop_caches: bool) -> None:
+    """``store_run`` with every process under its own memory cap (``memcap.MemCap``)."""
+    from memcap import MemCap
+
+    cfg = replace(cfg, data=replace(cfg.data, store=str(store)))
+    if drop_caches:  # every process's shard pages then count against its own cap
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3")
+    with MemCap(int(cap_mib * 2**20)) as cap:
+        cap.init_ray(num_cpus=max(os.cpu_count() or 1, int(cfg.cluster.parts * 1.5 + 1)))
+        with MemProbe("ray::TrainWorker", str(store.resolve())) as probe:
+            line = _run(cfg, out)
+        _account(cfg, store, out, line, probe)
+    groups = cap.report()
+    print(json.dumps({"bench": "train_capped", "cap_mib": cap_mib, "groups": groups}), flush=True)
+
+
+def _account(cfg: RunConfig, store: Path, out: Path, line: dict[str, Any], probe: MemProbe) -> None:
+    """Print the memory account of a run; write the probe's samples beside the run."""
+    account = memory_account(cfg, store, line)
+    with open(out / "memory-series.jsonl", "w") as f:
+        for t, pid, status in probe.series:
+            f.write(json.dumps({"t": round(t, 2), "pid": pid, **status}) + "\n")
+    idle = _idle_worker_mib()
+    by_part: dict[int, dict[str, Any]] = {}
+    for r in probe.peaks():  # a restarted rank has two processes: keep the larger
+        if r["part"] not in by_part or r["rss_mib"] > by_part[r["part"]]["rss_mib"]:
+            by_part[r["part"]] = r
+    for row in account["workers"]:
+        row["probe"] = by_part.get(row["part"])
+        row["idle_worker_mib"] = idle
+        row["peak_minus_idle_over_budget"] = round(
+            (row["peak_rss_mib"] - idle) / row["budget_mib"], 3
+        )
+    print(json.dumps(account), flush=True)
+
+
+def _check_eval(cfg: RunConfig, store: Path, out: Path) -> None:
+    """Evaluate the final weights driver-side too (child process) and print both."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        ref = pool.submit(
+            _driver_side_accuracy, str(store), str(out), cfg.model, len(cfg.sampler.fanouts)
+        ).result()
+    last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    sharded = {k: last[k] for k in ref}
+    print(json.dumps({"bench": "train_eval_check", "sharded": sharded, "driver_side": ref}))
 
 
 def _store_cfg(parts: int, epochs: int, hidden: int) -> RunConfig:
@@ -251,15 +328,27 @@ def main() -> None:
     parser.add_argument("--check-eval", action="store_true", help="also evaluate driver-side")
     parser.add_argument("--eval-halo-mb", type=float, default=0.0, help="with --store")
     parser.add_argument("--cost-table", action="store_true", help="0.1 M and 1 M stores too")
+    parser.add_argument(
+        "--cap-mib", type=float, default=0.0, help="with --store: cap every process (cgroups)"
+    )
+    parser.add_argument("--drop-caches", action="store_true", help="with --cap-mib (root)")
+    parser.add_argument("--eval-message-mb", type=float, default=16.0, help="with --store")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gnnsys-bench-train-") as tmp:
         out = Path(args.out or tmp)
         if args.store or args.cost_table:
             cfg = _store_cfg(int(args.parts.split(",")[-1]), args.epochs, args.hidden)
-            cfg = replace(cfg, eval=replace(cfg.eval, halo_mb=args.eval_halo_mb))
+            cfg = replace(
+                cfg,
+                eval=replace(cfg.eval, halo_mb=args.eval_halo_mb, message_mb=args.eval_message_mb),
+            )
             if args.cost_table:
                 cost_table(cfg, out)
-            if args.store:
+            if args.store and args.cap_mib:
+                capped_run(
+                    cfg, Path(args.store), out / "run-capped", args.cap_mib, args.drop_caches
+                )
+            elif args.store:
                 store_run(cfg, Path(args.store), out / "run-store", args.check_eval)
         elif args.rmat:
             rmat_epoch(out)

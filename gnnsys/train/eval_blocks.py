@@ -160,10 +160,13 @@ class LinearLayerRun:
     Attributes:
         reduce: ``"mean"`` or ``"sum"`` (SAGE's), or ``"gcn"``.
         max_dst: Destinations per chunk (bounds the ``[chunk, H]`` temporaries).
+        max_edges: In-edges per chunk (bounds the edge index temporaries); a node with more
+            in-edges is a chunk of its own.
     """
 
     reduce: str
-    max_dst: int = 1 << 16
+    max_dst: int = 1 << 14
+    max_edges: int = 1 << 20
 
 
 def linear_run(layer: nn.Module) -> LinearLayerRun | None:
@@ -221,8 +224,10 @@ def linear_layer_outputs(
         own, halo = own_MF * s_S[:m, None], halo_HF * s_S[m:, None]
     first, stop = span if span is not None else (0, m)
     out: Tensor | None = None
-    for start in range(first, stop, run.max_dst):
-        end = min(start + run.max_dst, stop)
+    start = first
+    while start < stop:
+        by_edges = int(np.searchsorted(indptr, indptr[start] + run.max_edges, side="right")) - 1
+        end = min(start + run.max_dst, stop, max(by_edges, start + 1))
         e0, e1 = int(indptr[start]), int(indptr[end])
         col = np.array(local_E[e0:e1], dtype=np.int64)
         halo_E = col >= m
@@ -245,6 +250,7 @@ def linear_layer_outputs(
         if out is None:
             out = torch.empty(stop - first, int(rows.shape[1]), dtype=rows.dtype)
         out[start - first : end - first] = rows
+        start = end
     assert out is not None  # a span holds at least one node
     return out
 

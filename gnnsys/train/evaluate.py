@@ -27,6 +27,7 @@ Shape legend: ``M`` owned nodes, ``H`` halo nodes of the block, ``E`` in-edges o
 
 from __future__ import annotations
 
+import ctypes
 import resource
 import time
 import warnings
@@ -101,6 +102,12 @@ class EvalConfig:
     in_place: bool = True
     """SAGE mean/sum and GCN sum neighbours straight out of the own and halo tables (no
     gathered rows); ``False`` sends them through the gathering path too (tests)."""
+    message_mb: float = 16.0
+    """Largest answer one request asks a peer or owner for, in float32 row bytes: a rank's
+    halo rows arrive in pieces (one piece per peer in flight at a time, each decoded into
+    the halo table before the next is asked for), so the answers being encoded, moved
+    through Ray's object store and decoded never exceed ``P * message_mb`` per process.
+    Bytes are unchanged; messages grow with the halo."""
 
     def __post_init__(self) -> None:
         if self.codec not in CODECS or self.codec in ("auto", "binary"):
@@ -112,6 +119,8 @@ class EvalConfig:
             raise ValueError(f"eval halo_mb={self.halo_mb}; choose >= 0 (0: no limit)")
         if self.chunk_edges < 1:
             raise ValueError(f"chunk_edges={self.chunk_edges}; choose >= 1")
+        if not self.message_mb > 0:
+            raise ValueError(f"eval message_mb={self.message_mb}; choose > 0")
         if self.metric not in (*METRICS, "auto"):
             raise ValueError(f"metric={self.metric!r}; choose one of {(*METRICS, 'auto')}")
 
@@ -274,6 +283,7 @@ class ShardEvaluator:
         """Compute table ``layer + 1`` (this rank's outputs of layer ``layer``)."""
         start = time.perf_counter()
         if layer == 0:
+            set_mmap_threshold(EVAL_MMAP_THRESHOLD)
             self.tables.clear()
             self._hits = 0
             self._seconds = 0.0
@@ -282,6 +292,7 @@ class ShardEvaluator:
         else:
             self.tables.pop(layer - 1, None)  # every peer finished reading it in the last step
             own = self.tables[layer]  # kept: peers read it during this step
+        release_free_memory()  # training's (or the last layer's) freed temporaries
         self.model.eval()
         m, width = int(own.shape[0]), int(own.shape[1])
         out: Tensor | None = None
@@ -297,11 +308,17 @@ class ShardEvaluator:
                 index = restricted(self.index, halo_pos, m)
                 if degree_S is not None:
                     degree_S = np.concatenate([degree_S[:m], degree_S[m + halo_pos]])
+            release_free_memory()  # the answers' decoded pieces
             rows = self._outputs(layer, own, halo, index, degree_S, (first, stop))
+            del halo
+            release_free_memory()
+            if (first, stop) == (0, m):  # one run: its rows are the table (no second copy)
+                out = rows
+                continue
             if out is None:
                 out = torch.empty(m, int(rows.shape[1]), dtype=rows.dtype)
             out[first:stop] = rows
-            del halo, rows
+            del rows
         assert out is not None  # a shard owns at least one node
         self.tables[layer + 1] = out
         self._seconds += time.perf_counter() - start
@@ -379,12 +396,14 @@ class ShardEvaluator:
             logits=(gid_M, logits_MC.numpy().copy()) if with_logits else None,
         )
         self.tables.clear()
+        release_free_memory()
+        set_mmap_threshold(TRAIN_MMAP_THRESHOLD)
         return out
 
     # ---- fetching -----------------------------------------------------------------------------
     def _requests(self, gid_K: np.ndarray, category: str) -> dict[int, np.ndarray]:
         """Positions of ``gid_K`` per owner; the gids sent are counted under ``category``."""
-        by_part = group_by_owner(self.book.part_N[gid_K], skip=self.shard.part)
+        by_part = self._by_owner(gid_K)
         for pos in by_part.values():
             self.ledger.record(category, gid_K[pos])
         return by_part
@@ -399,23 +418,47 @@ class ShardEvaluator:
             hit[pending] = False
             out_HF[torch.from_numpy(hit)] = got.values_NF[torch.from_numpy(hit)]
             self._hits += int(hit.sum())
-        by_part = self._requests(gid_H[pending], "feature_request")
-        requests = {p: gid_H[pending[pos]] for p, pos in by_part.items()}
-        if not requests:
-            return
-        encoded = self.owners.fetch_encoded_many(requests, self.feature_codec)
-        for p, pos in by_part.items():
-            self.ledger.record_nbytes("feature_response", encoded[p].nbytes)
-            out_HF[torch.from_numpy(pending[pos])] = self.feature_codec.decode(encoded[p])
+        width = int(out_HF.shape[1])
+        for piece in self._pieces(self._by_owner(gid_H[pending]), width):
+            requests = {p: gid_H[pending[pos]] for p, pos in piece.items()}
+            encoded = self.owners.fetch_encoded_many(requests, self.feature_codec)
+            for p, pos in piece.items():
+                self._record(requests[p], encoded[p].nbytes)
+                out_HF[torch.from_numpy(pending[pos])] = self.feature_codec.decode(encoded[p])
+                del encoded[p]
 
     def _peer_rows(self, table: int, out_HF: Tensor, gid_H: np.ndarray) -> None:
-        """Fill ``out_HF`` with table ``table``'s rows of halo ``gid_H``, one request per peer."""
-        by_part = self._requests(gid_H, "feature_request")
-        requests = {p: gid_H[pos] for p, pos in by_part.items()}
-        answers = self.peers.rows_many(table, requests, self.codec) if requests else {}
-        for p, pos in by_part.items():
-            self.ledger.record_nbytes("feature_response", answers[p].nbytes)
-            out_HF[torch.from_numpy(pos)] = self.codec.decode(answers[p])
+        """Fill ``out_HF`` with table ``table``'s rows of halo ``gid_H``, in pieces per peer."""
+        width = int(out_HF.shape[1])
+        for piece in self._pieces(self._by_owner(gid_H), width):
+            requests = {p: gid_H[pos] for p, pos in piece.items()}
+            answers = self.peers.rows_many(table, requests, self.codec)
+            for p, pos in piece.items():
+                self._record(requests[p], answers[p].nbytes)
+                out_HF[torch.from_numpy(pos)] = self.codec.decode(answers[p])
+                del answers[p]
+
+    def _by_owner(self, gid_K: np.ndarray) -> dict[int, np.ndarray]:
+        """Positions of ``gid_K`` per owner other than this rank."""
+        return group_by_owner(self.book.part_N[gid_K], skip=self.shard.part)
+
+    def _pieces(self, by_part: dict[int, np.ndarray], width: int) -> list[dict[int, np.ndarray]]:
+        """``by_part`` cut into rounds of at most ``Config.message_mb`` of rows per owner."""
+        max_rows = max(1, int(self.config.message_mb * 2**20) // (4 * width))
+        rounds = max((-(-pos.shape[0] // max_rows) for pos in by_part.values()), default=0)
+        return [
+            {
+                p: pos[r * max_rows : (r + 1) * max_rows]
+                for p, pos in by_part.items()
+                if pos.shape[0] > r * max_rows
+            }
+            for r in range(rounds)
+        ]
+
+    def _record(self, gid_K: np.ndarray, response_nbytes: int) -> None:
+        """Count one row request of ``gid_K`` and its answer of ``response_nbytes``."""
+        self.ledger.record("feature_request", gid_K)
+        self.ledger.record_nbytes("feature_response", response_nbytes)
 
     def _halo_degrees(self) -> np.ndarray:
         """``[H]`` whole-graph in-degrees of the halo nodes, from their owners (once)."""
@@ -427,6 +470,50 @@ class ShardEvaluator:
             self.ledger.record("structure_response", answers[p])
             out_H[pos] = answers[p]
         return out_H
+
+
+def _libc() -> ctypes.CDLL | None:
+    """glibc, or ``None`` where there is none (the heap calls below are then no-ops)."""
+    global _LIBC
+    if _LIBC is None:
+        try:
+            _LIBC = ctypes.CDLL("libc.so.6")
+            _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
+            _LIBC.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+        except (OSError, AttributeError):
+            _LIBC = False
+    return _LIBC if isinstance(_LIBC, ctypes.CDLL) else None
+
+
+_LIBC: ctypes.CDLL | bool | None = None
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
+EVAL_MMAP_THRESHOLD = 4 << 20
+"""While a rank evaluates, C allocations of this size or more are their own memory maps."""
+TRAIN_MMAP_THRESHOLD = 32 << 20
+"""After evaluating: glibc's largest dynamic threshold, which a training epoch reaches."""
+
+
+def release_free_memory() -> None:
+    """Hand the C heap's free pages back to the OS (glibc ``malloc_trim``).
+
+    Evaluation frees tables of hundreds of MiB and many chunk temporaries; glibc keeps freed
+    heap pages resident, so without this a layer starts on the last one's high-water mark.
+    """
+    if (libc := _libc()) is not None:
+        libc.malloc_trim(0)
+
+
+def set_mmap_threshold(nbytes: int) -> None:
+    """Serve C allocations of ``nbytes`` or more from their own memory maps (glibc).
+
+    glibc raises this threshold after a large block is freed (up to 32 MiB), after which
+    blocks of a few MiB (the answers a rank decodes, the rows it serves, chunk temporaries)
+    come from per-thread arenas that keep their pages when freed: at products size that was
+    ~0.45 GiB of a worker's evaluation peak. A low threshold while evaluating returns them on
+    ``free``, at the price of page faults on fresh blocks, so training runs with the high one.
+    """
+    if (libc := _libc()) is not None:
+        libc.mallopt(_M_MMAP_THRESHOLD, nbytes)
 
 
 def _as_float_rows(x: np.ndarray | None) -> Tensor:

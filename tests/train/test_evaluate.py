@@ -45,8 +45,11 @@ def _config(store: Path, parts: int, model: str, **fetch: object) -> RunConfig:
     chunk_edges = int(fetch.pop("chunk_edges", 1 << 20))  # type: ignore[call-overload]
     in_place = bool(fetch.pop("in_place", True))
     halo_mb = float(fetch.pop("halo_mb", 0.0))  # type: ignore[arg-type]
+    message_mb = float(fetch.pop("message_mb", 16.0))  # type: ignore[arg-type]
     return RunConfig(
-        eval=EvalConfig(chunk_edges=chunk_edges, in_place=in_place, halo_mb=halo_mb),
+        eval=EvalConfig(
+            chunk_edges=chunk_edges, in_place=in_place, halo_mb=halo_mb, message_mb=message_mb
+        ),
         data=DataConfig(store=str(store)),
         cluster=ClusterConfig(parts=parts),
         sampler=NeighborSampler.Config(fanouts=(5, 5)),
@@ -148,6 +151,26 @@ def test_sharded_under_a_small_halo_budget(sbm_graph: Graph, model: str, tmp_pat
     )
 
 
+@pytest.mark.parametrize("model", ["sage", "gcn"])
+def test_sharded_in_small_messages(sbm_graph: Graph, model: str, tmp_path: Path) -> None:
+    # At most 7 rows of 16 floats per answer: the same logits and bytes in more messages.
+    small, reference = _sharded(sbm_graph, 4, model, tmp_path, message_mb=7 * 16 * 4 / 2**20)
+    _check_equal(sbm_graph, small, reference)
+    whole, _ = _sharded(sbm_graph, 4, model, tmp_path / "whole")
+    for kind in ("feature_request", "feature_response"):
+        assert sum(r.traffic.bytes[kind] for r in small) == sum(
+            r.traffic.bytes[kind] for r in whole
+        )
+    requests = sum(r.traffic.messages["feature_request"] for r in small)
+    assert requests > sum(r.traffic.messages["feature_request"] for r in whole)
+    assert requests == sum(r.traffic.messages["feature_response"] for r in small)
+
+
+def test_eval_message_size_is_validated() -> None:
+    with pytest.raises(ValueError, match="message_mb=0"):
+        EvalConfig(message_mb=0)
+
+
 def test_sharded_reads_halo_cache_without_side_effects(sbm_graph: Graph, tmp_path: Path) -> None:
     reports, reference = _sharded(
         sbm_graph, 4, "sage", tmp_path, cache_policy="degree", cache_ratio=0.5, codec="fp32"
@@ -235,7 +258,7 @@ def test_in_place_path_in_small_chunks(
 
     def tiny(layer: torch.nn.Module) -> eval_blocks.LinearLayerRun | None:
         run = eval_blocks.linear_run(layer)
-        return None if run is None else replace(run, max_dst=7)
+        return None if run is None else replace(run, max_dst=7, max_edges=23)
 
     monkeypatch.setattr(evaluate, "linear_run", tiny)
     reports, reference = _sharded(sbm_graph, 4, model, tmp_path)

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -54,6 +55,19 @@ class EncodedRows:
                     f"EncodedRows.{name} has shape {tuple(aux.shape)}; expected ({n},)"
                 )
 
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        """Pickle the tensors as numpy arrays, which Ray moves out of band.
+
+        A torch tensor pickles its storage in band (one more copy of every row on the sender
+        before Ray writes it to the object store); a numpy array is written straight into the
+        object store (pickle protocol 5). The receiver gets its own writable copy
+        (:func:`_rebuild_rows`), so nothing aliases the read-only object store.
+        """
+        arrays = tuple(
+            None if t is None else _wire_array(t) for t in (self.data, self.scale, self.zero)
+        )
+        return _rebuild_rows, (self.codec, self.num_cols, str(self.data.dtype), *arrays)
+
     @property
     def num_rows(self) -> int:
         """``N``."""
@@ -67,6 +81,32 @@ class EncodedRows:
             if aux is not None:
                 total += aux.numel() * aux.element_size()
         return int(total)
+
+
+def _wire_array(t: Tensor) -> np.ndarray:
+    """A numpy view of ``t`` (bfloat16, which numpy lacks, as its int16 bits)."""
+    t = t.detach().contiguous()
+    return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy()
+
+
+def _rebuild_rows(
+    codec: str,
+    num_cols: int,
+    dtype: str,
+    data: np.ndarray,
+    scale: np.ndarray | None,
+    zero: np.ndarray | None,
+) -> EncodedRows:
+    """The receiving end of :meth:`EncodedRows.__reduce__`: private copies of the arrays."""
+
+    def tensor(a: np.ndarray | None) -> Tensor | None:
+        return None if a is None else torch.from_numpy(np.array(a, copy=True))
+
+    payload = tensor(data)
+    assert payload is not None
+    if dtype == str(torch.bfloat16):
+        payload = payload.view(torch.bfloat16)
+    return EncodedRows(codec, num_cols, payload, tensor(scale), tensor(zero))
 
 
 class Codec(Protocol):
