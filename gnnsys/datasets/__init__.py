@@ -1,20 +1,28 @@
-"""Stage 1, datasets: ``load(name) -> Graph`` from a registry of dataset families."""
+"""Stage 1, datasets: ``load(name) -> Graph`` from a registry of dataset families.
+
+Heterogeneous graphs (``synthetic:mag``, ``ogb:ogbn-mag``) load with ``load_hetero(name) ->
+HeteroGraph`` from their own registry (``gnnsys.datasets.hetero`` describes the record).
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from gnnsys.datasets.base import DatasetSource, reading
 from gnnsys.datasets.deezer import load_deezer
+from gnnsys.datasets.hetero import HeteroGraph
+from gnnsys.datasets.mag import load_synthetic_hetero
 from gnnsys.datasets.musae import load_musae
 from gnnsys.datasets.npz import load_npz
 from gnnsys.datasets.ogb import load_ogb
+from gnnsys.datasets.ogb_hetero import load_ogb_hetero
 from gnnsys.datasets.planetoid import load_planetoid
 from gnnsys.datasets.synthetic import load_synthetic
 from gnnsys.types import Graph
 
-__all__ = ["DATASETS", "KNOWN_NAMES", "load"]
+__all__ = ["DATASETS", "HETERO_DATASETS", "HETERO_NAMES", "KNOWN_NAMES", "load", "load_hetero"]
 
 DATASETS: dict[str, DatasetSource] = {
     "synthetic": load_synthetic,
@@ -40,6 +48,18 @@ KNOWN_NAMES: dict[str, str] = {
 }
 """Dataset names `gnnsys datasets` lists, with a one-line description each."""
 
+HETERO_DATASETS: dict[str, Callable[..., HeteroGraph]] = {
+    "synthetic": load_synthetic_hetero,
+    "ogb": load_ogb_hetero,
+}
+"""Family name -> loader of heterogeneous graphs (``load_hetero``)."""
+
+HETERO_NAMES: dict[str, str] = {
+    "synthetic:mag": "ogbn-mag-shaped: 4 node types, 4 relations, paper features/venues; scale=",
+    "ogb:ogbn-mag": "ogbn-mag from OGB's raw files (736k papers, 1.1M authors, 21M edges)",
+}
+"""Heterogeneous dataset names, with a one-line description each."""
+
 
 def load(name: str, root: str | os.PathLike[str] | None = None, **params: Any) -> Graph:
     """Load a dataset by name, e.g. ``load("planetoid:cora", root="../shared/datasets")``.
@@ -56,6 +76,8 @@ def load(name: str, root: str | os.PathLike[str] | None = None, **params: Any) -
         DatasetFileError: A file is truncated, corrupt, empty or of another format.
     """
     family, _, variant = name.partition(":")
+    if name.replace("_", "-") in HETERO_NAMES:
+        raise ValueError(f"{name!r} is heterogeneous; load it with gnnsys.datasets.load_hetero")
     if family not in DATASETS or not variant:
         raise ValueError(
             f"unknown dataset {name!r}; use family:variant with a family in {sorted(DATASETS)} "
@@ -65,3 +87,29 @@ def load(name: str, root: str | os.PathLike[str] | None = None, **params: Any) -
 
     with reading(f"dataset {name!r}"):
         return DATASETS[family](variant, None if root is None else Path(root), **params)
+
+
+def load_hetero(
+    name: str, root: str | os.PathLike[str] | None = None, **params: Any
+) -> HeteroGraph:
+    """Load a heterogeneous dataset, e.g. ``load_hetero("synthetic:mag", scale=0.1)``.
+
+    Args:
+        name: ``family:variant``, one of ``HETERO_NAMES``.
+        root: Data directory laid out like ``shared/datasets`` (for ``ogb:``).
+        **params: Family-specific options (``scale``, ``seed``, ``reverse``, ...).
+
+    Raises:
+        ValueError: Unknown family or variant.
+        DatasetNotFoundError: Files missing; the message says where it looked.
+        DatasetFileError: A file is truncated, corrupt, empty or of another format.
+    """
+    family, _, variant = name.partition(":")
+    if family not in HETERO_DATASETS or not variant:
+        raise ValueError(
+            f"unknown heterogeneous dataset {name!r}; choose one of {sorted(HETERO_NAMES)}"
+        )
+    from pathlib import Path
+
+    with reading(f"dataset {name!r}"):
+        return HETERO_DATASETS[family](variant, None if root is None else Path(root), **params)

@@ -81,6 +81,9 @@ def subgraph_type_of(subgraph_type: Any, directed: bool, cls_name: str) -> str:
 class NeighborLoader(BatchLoader):
     """Mini-batches of sampled neighborhoods, as PyG's ``NeighborLoader`` yields them.
 
+    A ``HeteroData``, a gnnsys ``HeteroGraph`` or stores with a typed ``input_nodes`` build a
+    ``gnnsys.loader.hetero_loader.HeteroNeighborLoader`` instead (``HeteroData`` batches).
+
     Args:
         data: A ``torch_geometric.data.Data`` (tensors or numpy/memmap arrays), a
             ``(FeatureStore, GraphStore)`` tuple, or a gnnsys ``Graph``.
@@ -120,6 +123,15 @@ class NeighborLoader(BatchLoader):
         TypeError: Unknown or unsupported keyword argument (named), or inputs of the wrong type.
         ValueError: Bad fanouts or options, out-of-range input nodes.
     """
+
+    def __new__(cls, data: Any, *args: Any, **kwargs: Any) -> Any:
+        """A ``HeteroNeighborLoader`` for heterogeneous inputs (PyG's one class for both)."""
+        input_nodes = args[1] if len(args) > 1 else kwargs.get("input_nodes")
+        from gnnsys.loader.hetero_loader import HeteroNeighborLoader, is_hetero_input
+
+        if cls is NeighborLoader and is_hetero_input(data, input_nodes):
+            return HeteroNeighborLoader(data, *args, **kwargs)
+        return super().__new__(cls)
 
     # PyG's argument list, packed: one argument per line would be ~28 lines.
     # fmt: off

@@ -14,8 +14,10 @@ PyG's test modules are imported it:
 3. sets ``WITH_PYG_LIB = True`` in the test modules' namespaces (not in torch_geometric
    itself, whose internals would then call pyg-lib's kernels), so the branches that PyG runs
    with its full sampler (e.g. int32 ``edge_index``) run against gnnsys;
-4. skips, with a reason, tests that are out of scope: heterogeneous graphs (``HeteroData``)
-   and the few that inspect torch ``DataLoader`` worker processes (see ``OUT_OF_SCOPE``);
+4. skips, with a reason, tests that are out of scope (heterogeneous *link* loading, the
+   tests that inspect torch ``DataLoader`` worker processes: ``OUT_OF_SCOPE``) and the
+   heterogeneous node-loader tests of features not built yet (temporal: ``NOT_YET``); the
+   other heterogeneous ``NeighborLoader`` tests run (``HETERO_NODE_TESTS``);
 5. provides PyG's ``get_dataset`` fixture offline: Planetoid datasets are read from
    ``$GNNSYS_DATASETS/planetoid`` (default ``/work/shared/datasets``), copied into a
    temporary root, never downloaded.
@@ -38,13 +40,28 @@ OUT_OF_SCOPE: dict[str, str] = {
         "inspects torch DataLoader worker processes (loader._get_iterator().iterator._workers);"
         " gnnsys workers are threads"
     ),
-    "test_custom_neighbor_loader": "heterogeneous (HeteroData and hetero stores)",
-    "test_temporal_custom_neighbor_loader_on_cora": "heterogeneous (HeteroData and hetero stores)",
-    "test_custom_hetero_link_neighbor_loader": "heterogeneous (HeteroData and hetero stores)",
+    "test_custom_hetero_link_neighbor_loader": "heterogeneous link loader (not built yet)",
 }
-"""Test name -> why it is not run against gnnsys (besides every ``*hetero*`` test)."""
+"""Test name -> why it is not run against gnnsys (besides the ``*hetero*`` link tests)."""
 
-HETERO_REASON = "heterogeneous (HeteroData): gnnsys loaders take homogeneous graphs"
+NOT_YET: dict[str, str] = {
+    "test_temporal_hetero_neighbor_loader_on_cora": "temporal sampling on HeteroData",
+    "test_temporal_custom_neighbor_loader_on_cora": "temporal sampling on hetero stores",
+}
+"""Heterogeneous node-loader tests of features gnnsys does not have yet (skipped, named)."""
+
+HETERO_NODE_TESTS = frozenset(
+    {
+        "test_hetero_neighbor_loader_basic",
+        "test_hetero_neighbor_loader_on_cora",
+        "test_custom_neighbor_loader",
+        "test_hetero_neighbor_loader_sampled_info",
+        "test_pyg_lib_and_torch_sparse_hetero_equality",  # still skips: needs torch_sparse
+    }
+)
+"""Heterogeneous tests that run against gnnsys's ``NeighborLoader(HeteroData)``."""
+
+HETERO_REASON = "heterogeneous link loader: gnnsys's LinkNeighborLoader takes homogeneous graphs"
 
 
 def _swap_loaders() -> None:
@@ -91,7 +108,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         name = getattr(item, "originalname", item.name)
         if name in OUT_OF_SCOPE:
             item.add_marker(pytest.mark.skip(reason=f"out of scope: {OUT_OF_SCOPE[name]}"))
-        elif "hetero" in name:
+        elif name in NOT_YET:
+            item.add_marker(pytest.mark.skip(reason=f"not implemented yet: {NOT_YET[name]}"))
+        elif "hetero" in name and name not in HETERO_NODE_TESTS:
             item.add_marker(pytest.mark.skip(reason=f"out of scope: {HETERO_REASON}"))
 
 

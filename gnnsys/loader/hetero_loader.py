@@ -1,0 +1,312 @@
+"""``NeighborLoader`` on heterogeneous graphs: ``HeteroData`` batches from the typed sampler.
+
+``gnnsys.loader.NeighborLoader(data, ...)`` builds a ``HeteroNeighborLoader`` when ``data`` is a
+``HeteroData``, a gnnsys ``HeteroGraph``, or a ``(FeatureStore, GraphStore)`` pair with a typed
+``input_nodes``. Arguments keep PyG's meaning:
+
+* ``num_neighbors``: a list (the same fanouts for every relation) or a dict keyed by edge type
+  (PyG's ``NumNeighbors`` resolves it: every relation needs an entry unless a default is given,
+  and all must have the same number of hops);
+* ``input_nodes``: ``"paper"`` (every node of the type) or ``("paper", None | mask | index)``;
+* ``subgraph_type``: ``'directional'`` or ``'bidirectional'`` (PyG's
+  ``HeteroSamplerOutput.to_bidirectional``; ``num_sampled_nodes`` is kept, since the nodes do
+  not change, and ``num_sampled_edges`` and ``e_id`` are dropped, as in PyG).
+
+Batches have PyG's fields: per node type ``n_id`` and ``num_sampled_nodes`` (lists, seeds
+first), per edge type ``edge_index`` (``[0]`` = local source in the source type, ``[1]`` = local
+destination), ``e_id`` and ``num_sampled_edges``; on the input type ``input_id`` and
+``batch_size``. Features are joined by PyG's own ``filter_hetero_data`` (``HeteroData``) or
+``filter_custom_hetero_store`` (stores), so every node- and edge-level attribute is sliced as
+PyG slices it and ``to_hetero`` models run unchanged.
+
+Not supported yet on heterogeneous graphs (a ``ValueError`` naming the option): ``disjoint``,
+``time_attr``/``input_time`` (temporal), ``weight_attr`` and ``subgraph_type='induced'``.
+
+Shape legend: ``N_t`` nodes of type ``t``, ``E`` edges of one relation, ``B`` seeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from gnnsys.datasets.hetero import EdgeType, HeteroGraph
+from gnnsys.loader.base_loader import BatchLoader, LoaderOptions
+from gnnsys.loader.node_loader import _input_gid, _per_input, subgraph_type_of
+from gnnsys.sampler.csr_source import CSRNeighborSource
+from gnnsys.sampler.hetero import HeteroNeighborSampler, csr_sources
+
+__all__ = ["HeteroGraphView", "HeteroNeighborLoader", "is_hetero_input"]
+
+
+def is_hetero_input(data: Any, input_nodes: Any) -> bool:
+    """Whether ``NeighborLoader(data, input_nodes=...)`` is a heterogeneous loader (PyG's rule).
+
+    ``HeteroData`` and ``HeteroGraph`` always are; stores are when ``input_nodes`` names a type.
+    """
+    if isinstance(data, HeteroGraph):
+        return True
+    from torch_geometric.data import HeteroData
+
+    if isinstance(data, HeteroData):
+        return True
+    named = isinstance(input_nodes, str) or (
+        isinstance(input_nodes, tuple) and bool(input_nodes) and isinstance(input_nodes[0], str)
+    )
+    return isinstance(data, tuple) and named
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class HeteroGraphView:
+    """The heterogeneous loader's view of its input graph.
+
+    Attributes:
+        sources: Relation -> neighbor source (type-local ids; ``e_id`` = column of the input's
+            ``edge_index`` for a ``HeteroData``, CSR position for a ``HeteroGraph``).
+        num_nodes: Node type -> ``N_t``, in the input's type order.
+        data: The ``HeteroData`` batches are filtered from (for a ``HeteroGraph``, one holding
+            its node arrays and empty ``edge_index`` placeholders), or the store pair.
+    """
+
+    sources: dict[EdgeType, CSRNeighborSource]
+    num_nodes: dict[str, int]
+    data: Any = None
+    edge_types: list[EdgeType] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, data: Any) -> HeteroGraphView:
+        """Build from a ``HeteroData``, a ``HeteroGraph`` or ``(FeatureStore, GraphStore)``."""
+        if isinstance(data, HeteroGraph):
+            return cls._of_graph(data)
+        from torch_geometric.data import HeteroData
+
+        if isinstance(data, HeteroData):
+            num_nodes = {t: int(data[t].num_nodes) for t in data.node_types}
+            sources = {
+                et: _bipartite_source(data[et].edge_index, num_nodes[et[0]], num_nodes[et[2]])
+                for et in data.edge_types
+            }
+            return cls(sources, num_nodes, data, list(data.edge_types))
+        if isinstance(data, tuple) and len(data) == 2:
+            return cls._of_stores(data[0], data[1])
+        raise TypeError(
+            "heterogeneous data must be a HeteroData, a gnnsys HeteroGraph or a (FeatureStore, "
+            f"GraphStore) tuple, got {type(data).__name__}"
+        )
+
+    @classmethod
+    def _of_graph(cls, graph: HeteroGraph) -> HeteroGraphView:
+        from torch_geometric.data import HeteroData
+
+        nodes_only = HeteroData()
+        for node_type, node_set in graph.nodes.items():
+            nodes_only[node_type].num_nodes = node_set.num_nodes
+            for key, value in node_set.arrays().items():
+                nodes_only[node_type][key] = torch.from_numpy(value)
+        for edge_type in graph.edge_types:  # overwritten per batch by filter_hetero_data
+            nodes_only[edge_type].edge_index = torch.zeros(2, 0, dtype=torch.int64)
+        num_nodes = {t: s.num_nodes for t, s in graph.nodes.items()}
+        return cls(csr_sources(graph), num_nodes, nodes_only, graph.edge_types)
+
+    @classmethod
+    def _of_stores(cls, feature_store: Any, graph_store: Any) -> HeteroGraphView:
+        """PyG's remote-backend stores: each edge type read once as COO (``e_id`` = position)."""
+        attrs = graph_store.get_all_edge_attrs()
+        num_nodes: dict[str, int] = {}
+        for tensor_attr in feature_store.get_all_tensor_attrs():
+            size = feature_store.get_tensor_size(tensor_attr)
+            num_nodes[tensor_attr.group_name] = int(size[0])
+        for attr in attrs:  # a store's declared sizes win over the features' row counts
+            size = getattr(attr, "size", None)
+            if size is not None:
+                num_nodes[attr.edge_type[0]], num_nodes[attr.edge_type[2]] = map(int, size)
+        sources = {}
+        for attr in attrs:
+            row, col, _ = graph_store.coo([attr.edge_type])
+            row, col = row[attr.edge_type], col[attr.edge_type]
+            src, _, dst = attr.edge_type
+            edge_index = torch.stack([row.long(), col.long()])
+            sources[attr.edge_type] = _bipartite_source(edge_index, num_nodes[src], num_nodes[dst])
+        edge_types = [attr.edge_type for attr in attrs]
+        return cls(sources, num_nodes, (feature_store, graph_store), edge_types)
+
+
+def _bipartite_source(edge_index: Tensor, num_src: int, num_dst: int) -> CSRNeighborSource:
+    """In-edge CSR of one relation's ``[2, E]`` COO, without dedup; ``e_id`` = COO column."""
+    src_E, dst_E = edge_index[0].long(), edge_index[1].long()
+    if dst_E.numel() and (int(dst_E.max()) >= num_dst or int(src_E.max()) >= num_src):
+        raise ValueError(
+            f"edge_index has ids up to ({int(src_E.max())}, {int(dst_E.max())}) but the types "
+            f"have ({num_src}, {num_dst}) nodes; fix num_nodes"
+        )
+    _, perm_E = torch.sort(dst_E, stable=True)
+    indptr = torch.zeros(num_dst + 1, dtype=torch.int64)
+    torch.cumsum(torch.bincount(dst_E, minlength=num_dst), 0, out=indptr[1:])
+    indices = src_E.index_select(0, perm_E)
+    return CSRNeighborSource(indptr, indices.int() if num_src < 2**31 else indices, perm_E)
+
+
+def _fanouts(num_neighbors: Any, edge_types: list[EdgeType]) -> dict[EdgeType, tuple[int, ...]]:
+    """PyG's ``NumNeighbors`` resolution: a list for every relation, or a dict (+ default)."""
+    from torch_geometric.sampler.base import NumNeighbors
+
+    if not isinstance(num_neighbors, NumNeighbors):
+        values = num_neighbors if isinstance(num_neighbors, dict) else list(num_neighbors)
+        num_neighbors = NumNeighbors(values)
+    resolved = num_neighbors.get_values(edge_types)
+    return {et: tuple(resolved[et]) for et in edge_types}
+
+
+def _input(input_nodes: Any, num_nodes: dict[str, int]) -> tuple[str, Tensor]:
+    """``(input type, [S] type-local ids)`` from ``"type"`` or ``("type", None|mask|index)``."""
+    if isinstance(input_nodes, str):
+        input_nodes = (input_nodes, None)
+    if not (isinstance(input_nodes, tuple) and len(input_nodes) == 2):
+        raise TypeError(
+            f"input_nodes={input_nodes!r}: a heterogeneous loader needs a node type, as "
+            "'paper' or ('paper', None | bool mask | index tensor)"
+        )
+    node_type, index = input_nodes
+    if node_type not in num_nodes:
+        raise ValueError(f"input node type {node_type!r} not in {list(num_nodes)}")
+    return node_type, _input_gid(index, num_nodes[node_type])
+
+
+class HeteroNeighborLoader(BatchLoader):
+    """``NeighborLoader`` on heterogeneous graphs (see the module docstring).
+
+    Built by ``gnnsys.loader.NeighborLoader``; takes the same arguments, in PyG's order.
+
+    Raises:
+        TypeError: Unknown keyword, or ``input_nodes`` without a node type.
+        ValueError: Unequal hop counts, unknown types, or an option not supported here.
+    """
+
+    # PyG's argument list, packed as in NeighborLoader.
+    # fmt: off
+    def __init__(
+        self, data: Any, num_neighbors: Any = (15, 10), input_nodes: Any = None,
+        input_time: Tensor | None = None, replace: bool = False, subgraph_type: Any = "directional",
+        disjoint: bool = False, temporal_strategy: str = "uniform", time_attr: str | None = None,
+        weight_attr: str | None = None, transform: Callable[[Any], Any] | None = None,
+        transform_sampler_output: Callable[[Any], Any] | None = None, is_sorted: bool = False,
+        filter_per_worker: bool | None = None, neighbor_sampler: Any = None,
+        directed: bool = True, *, input_id: Tensor | None = None, batch_size: int = 1,
+        shuffle: bool = False, drop_last: bool = False, num_workers: int = 0,
+        sampler: Iterable[int] | None = None, seed: int | None = None,
+        prefetch: int | None = None, **kwargs: Any,
+    ) -> None:
+        options = LoaderOptions("NeighborLoader", kwargs, neighbor_sampler)
+        self.subgraph_type = subgraph_type_of(subgraph_type, directed, "NeighborLoader")
+        _refuse(disjoint=disjoint, time_attr=time_attr, input_time=input_time,
+                weight_attr=weight_attr, subgraph_type=self.subgraph_type)
+        self.transform_sampler_output = transform_sampler_output
+        self.hetero_view = HeteroGraphView.of(data)
+        self.data = data
+        fanouts = _fanouts(num_neighbors, self.hetero_view.edge_types)
+        self.node_sampler = HeteroNeighborSampler(
+            HeteroNeighborSampler.Config(fanouts=fanouts, replace=replace),
+            sources=self.hetero_view.sources, node_types=list(self.hetero_view.num_nodes),
+        )
+        self.input_type, self.input_gid = _input(input_nodes, self.hetero_view.num_nodes)
+        self.input_id = _per_input("input_id", input_id, self.input_gid)
+        self._init_batches(
+            int(self.input_gid.shape[0]), batch_size=batch_size, shuffle=shuffle,
+            drop_last=drop_last, seed=seed, num_workers=num_workers, prefetch=prefetch,
+            sampler=sampler, transform=transform, filter_per_worker=filter_per_worker,
+            options=options,
+        )
+    # fmt: on
+
+    def __repr__(self) -> str:
+        """``'NeighborLoader()'``, as PyG prints its loader on any graph."""
+        return "NeighborLoader()"
+
+    def collate(self, index: Tensor, seed: int) -> Any:
+        """PyG ``HeteroSamplerOutput`` for the seeds at positions ``index`` of ``input_nodes``."""
+        from torch_geometric.sampler import HeteroSamplerOutput
+
+        seed_lid = self.input_gid.index_select(0, index)
+        input_id = index if self.input_id is None else self.input_id.index_select(0, index)
+        sub = self.node_sampler.sample(seed_lid, input_type=self.input_type, seed=seed)
+        out = HeteroSamplerOutput(
+            node=dict(sub.n_id),
+            row={et: ei[0] for et, ei in sub.edge_index.items()},
+            col={et: ei[1] for et, ei in sub.edge_index.items()},
+            edge=dict(sub.e_id),
+            num_sampled_nodes={t: list(n) for t, n in sub.num_sampled_nodes.items()},
+            num_sampled_edges={et: list(n) for et, n in sub.num_sampled_edges.items()},
+            metadata=(input_id, None),
+        )
+        if self.subgraph_type != "bidirectional":
+            return out
+        return _bidirectional(out)
+
+    def filter(self, out: Any) -> Any:
+        """PyG's hetero ``filter_fn``: features joined, PyG's per-type fields set."""
+        from torch_geometric.data import HeteroData
+        from torch_geometric.loader.utils import filter_custom_hetero_store, filter_hetero_data
+
+        if self.transform_sampler_output is not None:
+            out = self.transform_sampler_output(out)
+        data = self.hetero_view.data
+        if isinstance(data, HeteroData):
+            batch = filter_hetero_data(data, out.node, out.row, out.col, out.edge, None)
+        else:
+            batch = filter_custom_hetero_store(
+                data[0], data[1], out.node, out.row, out.col, out.edge, self.custom_cls
+            )
+        for key, node in out.node.items():
+            if "n_id" not in batch[key]:
+                batch[key].n_id = node
+        for key, edge in (out.edge or {}).items():
+            if edge is not None and "e_id" not in batch[key]:
+                batch[key].e_id = edge.to(torch.long)
+        batch.set_value_dict("batch", out.batch)
+        batch.set_value_dict("num_sampled_nodes", out.num_sampled_nodes)
+        batch.set_value_dict("num_sampled_edges", out.num_sampled_edges)
+        batch[self.input_type].input_id = out.metadata[0]
+        batch[self.input_type].seed_time = out.metadata[1]
+        batch[self.input_type].batch_size = int(out.metadata[0].shape[0])
+        return batch
+
+
+def _bidirectional(out: Any) -> Any:
+    """PyG's ``to_bidirectional`` (which relations pair up, coalescing), edges row-major.
+
+    Adding reverse edges leaves the nodes as they are, so ``num_sampled_nodes`` stays true and
+    is kept (PyG's test file expects it; PyG 2.8's ``to_bidirectional`` drops it). The edges of
+    every converted relation are sorted by ``(source, destination)``, as PyG's test file
+    (``edge_index == sort_edge_index(reverse.flip(0))``) and older PyG have them; PyG 2.8's
+    coalesce sorts by destination instead. The edge set is the same either way.
+    """
+    from torch_geometric.utils import sort_edge_index
+
+    both = out.to_bidirectional()
+    both.num_sampled_nodes = out.num_sampled_nodes
+    for edge_type, row in both.row.items():
+        if both.edge[edge_type] is None:  # converted: coalesced, edge ids dropped
+            edge_index = sort_edge_index(torch.stack([row, both.col[edge_type]]))
+            both.row[edge_type], both.col[edge_type] = edge_index[0], edge_index[1]
+    return both
+
+
+def _refuse(**options: Any) -> None:
+    """``ValueError`` for the options the typed sampler does not have yet."""
+    unsupported = {
+        "disjoint": options["disjoint"],
+        "time_attr": options["time_attr"] is not None,
+        "input_time": options["input_time"] is not None,
+        "weight_attr": options["weight_attr"] is not None,
+        "subgraph_type='induced'": options["subgraph_type"] == "induced",
+    }
+    named = [key for key, used in unsupported.items() if used]
+    if named:
+        raise ValueError(
+            f"{named} not supported on heterogeneous graphs yet (gnnsys's typed sampler draws "
+            "plain per-relation fanouts); convert with HeteroData.to_homogeneous() for them"
+        )

@@ -1,0 +1,195 @@
+"""Heterogeneous GNN layers over typed blocks: heterogeneous SAGE and R-GCN (single device).
+
+A *typed block* layer is a dict ``edge type -> Block`` (``HeteroSampledSubgraph.blocks[l]``):
+the block of ``(src, rel, dst)`` has rows for the first ``num_dst`` nodes of ``dst`` and ``col``
+indexes the first ``num_src`` nodes of ``src``. Inputs are ``x_dict``: node type -> ``[N_t, F]``
+rows of that type's sampled nodes (at least ``num_src`` of every block reading it). A layer's
+output has one entry per destination type: ``[M_t, H]`` for its first ``M_t`` nodes.
+
+* ``HeteroSAGELayer`` equals PyG's ``HeteroConv({et: SAGEConv((-1, -1), H)}, aggr="sum")``:
+  ``out[t]_i = sum over relations r into t of lin_l_r(mean_{j in N_r(i)} x_j) + lin_r_r(x_i)``,
+  with PyG 2.8's parameter names (``convs.<src___rel___dst>.lin_l.weight``, ...).
+* ``RGCNLayer`` equals PyG's ``RGCNConv(F, H, num_relations, aggr="mean")`` on the
+  homogeneous graph (``HeteroData.to_homogeneous()``, relation index = position in
+  ``edge_types``): ``out_i = x_i root + sum_r (mean_{j in N_r(i)} x_j) W_r + bias``; every type
+  shares the width ``F`` (as R-GCN does).
+
+Both reduce neighbours with ``gnnsys.kernels.aggregate`` (a relation without edges into a type
+contributes zero). Relations whose source type is missing from ``x_dict`` are skipped, as
+``HeteroConv`` skips them.
+
+Shape legend: ``N_t`` input rows of type ``t``, ``M_t`` destination rows, ``F`` input dim,
+``H`` output dim, ``R`` relations.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from gnnsys.kernels import aggregate
+from gnnsys.types import Block
+
+__all__ = ["EdgeType", "HeteroSAGE", "HeteroSAGELayer", "RGCNLayer", "TypedBlocks"]
+
+EdgeType = tuple[str, str, str]
+TypedBlocks = dict[EdgeType, Block]
+"""One layer's blocks, keyed by edge type."""
+
+
+def _key(edge_type: EdgeType) -> str:
+    return f"<{'___'.join(edge_type)}>"  # PyG 2.8's ModuleDict key for an edge type
+
+
+def _dst_rows(blocks: TypedBlocks, x_dict: dict[str, Tensor]) -> dict[str, int]:
+    """``M_t`` of every destination type reachable from ``x_dict``; blocks must agree."""
+    rows: dict[str, int] = {}
+    for (src, _, dst), block in blocks.items():
+        if src in x_dict:
+            if rows.setdefault(dst, block.num_dst) != block.num_dst:
+                raise ValueError(
+                    f"blocks into {dst!r} disagree on num_dst ({rows[dst]} vs {block.num_dst})"
+                )
+    return rows
+
+
+class _RelationSAGE(nn.Module):
+    """One relation's ``SAGEConv((F_src, F_dst), H)`` parameters (PyG's names)."""
+
+    def __init__(self, src_dim: int, dst_dim: int, out_dim: int) -> None:
+        super().__init__()
+        self.lin_l = nn.Linear(src_dim, out_dim, bias=True)
+        self.lin_r = nn.Linear(dst_dim, out_dim, bias=False)
+
+
+class HeteroSAGELayer(nn.Module):
+    """One ``SAGEConv`` per relation, summed per destination type (PyG's ``HeteroConv``).
+
+    Args:
+        in_dims: Node type -> input width ``F_t``.
+        out_dim: ``H``.
+        edge_types: The relations, in PyG's ``metadata()[1]`` order.
+        reduce: Neighbour reduction per relation (``"mean"``, PyG's default).
+    """
+
+    def __init__(
+        self,
+        in_dims: dict[str, int],
+        out_dim: int,
+        edge_types: list[EdgeType],
+        reduce: str = "mean",
+    ) -> None:
+        super().__init__()
+        self.reduce = reduce
+        self.edge_types: list[EdgeType] = [(et[0], et[1], et[2]) for et in edge_types]
+        self.convs = nn.ModuleDict(
+            {_key(et): self._conv(in_dims, out_dim, et) for et in edge_types}
+        )
+
+    @staticmethod
+    def _conv(in_dims: dict[str, int], out_dim: int, edge_type: EdgeType) -> _RelationSAGE:
+        return _RelationSAGE(in_dims[edge_type[0]], in_dims[edge_type[2]], out_dim)
+
+    def forward(self, x_dict: dict[str, Tensor], blocks: TypedBlocks) -> dict[str, Tensor]:
+        """``{t: [N_t, F_t]} -> {t: [M_t, H]}`` for every destination type."""
+        out: dict[str, Tensor] = {}
+        _dst_rows(blocks, x_dict)
+        for edge_type in self.edge_types:
+            src, _, dst = edge_type
+            block = blocks.get(edge_type)
+            if block is None or src not in x_dict or dst not in x_dict:
+                continue
+            conv = self.convs[_key(edge_type)]
+            assert isinstance(conv, _RelationSAGE)
+            agg_MF = aggregate(x_dict[src][: block.num_src], block.rowptr, block.col, self.reduce)
+            h_MH: Tensor = conv.lin_l(agg_MF) + conv.lin_r(x_dict[dst][: block.num_dst])
+            out[dst] = h_MH if dst not in out else out[dst] + h_MH
+        return out
+
+
+class RGCNLayer(nn.Module):
+    """R-GCN layer, equal to PyG's ``RGCNConv(in_dim, out_dim, R, aggr="mean")`` (no bases).
+
+    Parameter names and shapes match PyG's: ``weight [R, F, H]``, ``root [F, H]``, ``bias [H]``.
+
+    Args:
+        in_dim: ``F`` (every node type's width).
+        out_dim: ``H``.
+        edge_types: The relations; relation ``r`` is ``edge_types[r]``.
+    """
+
+    def __init__(self, in_dim: int, out_dim: int, edge_types: list[EdgeType]) -> None:
+        super().__init__()
+        self.edge_types: list[EdgeType] = [(et[0], et[1], et[2]) for et in edge_types]
+        num_relations = len(edge_types)
+        self.weight = nn.Parameter(torch.empty(num_relations, in_dim, out_dim))
+        self.root = nn.Parameter(torch.empty(in_dim, out_dim))
+        self.bias = nn.Parameter(torch.zeros(out_dim))
+        nn.init.xavier_uniform_(self.weight.view(-1, out_dim))
+        nn.init.xavier_uniform_(self.root)
+
+    def forward(self, x_dict: dict[str, Tensor], blocks: TypedBlocks) -> dict[str, Tensor]:
+        """``{t: [N_t, F]} -> {t: [M_t, H]}`` for every destination type."""
+        rows = _dst_rows(blocks, x_dict)
+        out = {t: x_dict[t][:m] @ self.root + self.bias for t, m in rows.items() if t in x_dict}
+        for r, edge_type in enumerate(self.edge_types):
+            src, _, dst = edge_type
+            block = blocks.get(edge_type)
+            if block is None or src not in x_dict or dst not in out:
+                continue
+            agg_MF = aggregate(x_dict[src][: block.num_src], block.rowptr, block.col, "mean")
+            out[dst] = out[dst] + agg_MF @ self.weight[r]
+        return out
+
+
+class HeteroSAGE(nn.Module):
+    """``HeteroSAGELayer`` stack with ReLU and dropout between layers (input layer first).
+
+    Args:
+        in_dims: Node type -> input width.
+        hidden_dim: ``H``.
+        out_dim: Output width (classes) of the last layer.
+        edge_types: The relations.
+        num_layers: Layers (= typed block layers per batch).
+        dropout: Dropout after each hidden layer.
+
+    Raises:
+        ValueError: ``num_layers < 1`` or dropout outside ``[0, 1)``.
+    """
+
+    def __init__(
+        self,
+        in_dims: dict[str, int],
+        hidden_dim: int,
+        out_dim: int,
+        edge_types: list[EdgeType],
+        num_layers: int = 2,
+        dropout: float = 0.5,
+    ) -> None:
+        super().__init__()
+        if num_layers < 1 or not 0.0 <= dropout < 1.0:
+            raise ValueError(
+                f"need num_layers >= 1 and dropout in [0, 1); got {num_layers}, {dropout}"
+            )
+        self.dropout = dropout
+        dims = [in_dims] + [dict.fromkeys(in_dims, hidden_dim)] * (num_layers - 1)
+        widths = [hidden_dim] * (num_layers - 1) + [out_dim]
+        self.layers = nn.ModuleList(
+            HeteroSAGELayer(d_in, width, edge_types)
+            for d_in, width in zip(dims, widths, strict=True)
+        )
+
+    def forward(
+        self, x_dict: dict[str, Tensor], blocks: tuple[TypedBlocks, ...]
+    ) -> dict[str, Tensor]:
+        """``{t: [N_t, F_t]}`` and one typed block layer per layer -> the seeds' types' outputs."""
+        if len(blocks) != len(self.layers):
+            raise ValueError(f"got {len(blocks)} block layers for {len(self.layers)} layers")
+        for i, (layer, layer_blocks) in enumerate(zip(self.layers, blocks, strict=True)):
+            x_dict = layer(x_dict, layer_blocks)
+            if i < len(self.layers) - 1:
+                x_dict = {
+                    t: nn.functional.dropout(h.relu(), self.dropout, self.training)
+                    for t, h in x_dict.items()
+                }
+        return x_dict

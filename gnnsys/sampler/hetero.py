@@ -1,0 +1,293 @@
+"""``HeteroNeighborSampler``: per-relation fanout sampling over typed nodes (PyG's semantics).
+
+Hop ``h`` draws, for every relation ``(src, rel, dst)``, up to ``fanouts[rel][h]`` in-neighbors
+of the ``dst`` nodes first reached at hop ``h - 1`` (the seeds at hop 0); the drawn ``src``
+nodes not seen before join their type's node list. As in PyG (pyg-lib's
+``hetero_neighbor_sample``), a node is expanded once, at the hop after it is first reached;
+``-1`` takes every in-neighbor and ``0`` none. Ids are type-local throughout.
+
+Layout of the output, per node type ``t`` and relation ``r`` (``L`` hops)::
+
+    n_id[t]   = [seeds (input type only) | new at hop 0 | new at hop 1 | ...]
+    edges[r]  = [hop 0 | hop 1 | ...], grouped by destination in n_id[dst] order
+
+Hop ``h``'s destinations of ``r`` are the segment ``h`` of ``n_id[dst]``, so the edges of hops
+``0 .. s-1`` of ``r`` form a CSR over the first ``sum(num_sampled_nodes[dst][:s])`` nodes of
+``dst``: every layer's typed block is a zero-copy prefix of the input layer's, as in
+``NeighborSampler``.
+
+**Randomness.** Each relation draws through ``gnnsys.sampler.draw`` with the relation seed
+``relation_seed(seed, edge_type)`` (a hash of the batch seed and the edge type's name, not of
+its position), so a draw depends only on ``(seed, edge type, hop, dst id, fanout, replace)`` and
+the destination's in-edge list: a shard owner draws the same edges as the whole graph.
+
+**Relabelling** reuses ``gnnsys.sampler.relabel.LocalIds``: one table per node type (``N_t``
+int32, kept between batches, only touched entries reset). Within a hop, a type's new nodes are
+numbered by first appearance over the relations in ``edge_types`` order.
+
+Shape legend: ``B`` seeds, ``M`` destinations of one relation and hop, ``E`` drawn edges.
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from gnnsys.datasets.hetero import EdgeType, HeteroGraph
+from gnnsys.sampler.base import NeighborSource
+from gnnsys.sampler.csr_source import CSRNeighborSource
+from gnnsys.sampler.draw import batch_seed
+from gnnsys.sampler.relabel import ChunkPool, LocalIds, Piece
+from gnnsys.types import Block
+
+__all__ = ["HeteroNeighborSampler", "HeteroSampledSubgraph", "csr_sources", "relation_seed"]
+
+_INLINE = ChunkPool(1)  # runs LocalIds' steps on the calling thread; holds no threads
+
+
+def relation_seed(seed: int, edge_type: EdgeType) -> int:
+    """The seed of one relation's draws in a batch.
+
+    ``batch_seed`` of the batch seed and a CRC-32 of ``"src__rel__dst"`` (stable across
+    processes, unlike ``hash``), so relations sharing a destination draw independently.
+    """
+    return batch_seed(seed, zlib.crc32("__".join(edge_type).encode()), 1)
+
+
+def csr_sources(graph: HeteroGraph) -> dict[EdgeType, CSRNeighborSource]:
+    """One ``CSRNeighborSource`` per relation of ``graph`` (shares its arrays; e_id = CSR pos)."""
+    return {et: CSRNeighborSource(r.indptr, r.indices) for et, r in graph.relations.items()}
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class HeteroSampledSubgraph:
+    """Output of ``HeteroNeighborSampler`` for one batch of seeds of one node type.
+
+    Attributes:
+        n_id: Node type -> ``[N_t]`` int64 type-local ids: seeds first (input type), then
+            every hop's new nodes. Every node type of the sampler is present (maybe empty).
+        blocks: One dict per layer, input layer first: relation -> ``Block`` whose ``col``
+            indexes the first ``num_src`` nodes of the source type and whose rows are the first
+            ``num_dst`` nodes of the destination type.
+        input_type: The seeds' node type.
+        batch_size: ``B``.
+        num_sampled_nodes: Node type -> nodes added per hop, seeds first (length ``L + 1``).
+        num_sampled_edges: Relation -> edges drawn per hop, seed hop first (length ``L``).
+        e_id: Relation -> ``[E]`` int64 edge ids (in the relation) of every hop's edges.
+    """
+
+    n_id: dict[str, Tensor]
+    blocks: tuple[dict[EdgeType, Block], ...]
+    input_type: str
+    batch_size: int
+    num_sampled_nodes: dict[str, tuple[int, ...]]
+    num_sampled_edges: dict[EdgeType, tuple[int, ...]]
+    edge_index: dict[EdgeType, Tensor] = field(default_factory=dict)
+    """Relation -> ``[2, E]`` int64 local ``(src, dst)`` of every hop's edges, hop by hop."""
+    e_id: dict[EdgeType, Tensor] = field(default_factory=dict)
+
+
+class HeteroNeighborSampler:
+    """Fanout sampling over typed nodes, one fanout list per relation.
+
+    Args:
+        config: Fanouts per relation and replacement.
+        sources: Relation -> where its in-neighbors come from (``csr_sources(graph)`` for a
+            graph in memory); ids passed and returned are type-local.
+        node_types: Every node type, in output order (types no relation reaches are kept,
+            empty, as PyG keeps them).
+
+    Raises:
+        ValueError: A relation of ``config.fanouts`` without a source or naming an unknown type.
+
+    Thread-safe: concurrent ``sample`` calls each take their own id tables.
+    """
+
+    @dataclass(frozen=True, kw_only=True, slots=True)
+    class Config:
+        """Sampling settings."""
+
+        fanouts: dict[EdgeType, tuple[int, ...]]
+        """Relation -> neighbors drawn per hop, seed hop first; -1 takes all, 0 none. Every
+        relation has the same number of hops (PyG's rule)."""
+        replace: bool = False
+        """Draw with replacement."""
+
+        def __post_init__(self) -> None:
+            """Normalise fanouts to tuples; reject unequal hop counts and values below -1."""
+            fanouts = {tuple(et): tuple(int(f) for f in fs) for et, fs in self.fanouts.items()}
+            hops = {len(fs) for fs in fanouts.values()}
+            if len(hops) > 1:
+                raise ValueError(
+                    f"Number of hops must be the same across all edge types (got {sorted(hops)})"
+                )
+            if any(f < -1 for fs in fanouts.values() for f in fs):
+                raise ValueError(f"fanouts must be >= -1 (-1 = all, 0 = none), got {fanouts}")
+            object.__setattr__(self, "fanouts", fanouts)
+
+        @property
+        def num_hops(self) -> int:
+            """``L``."""
+            return len(next(iter(self.fanouts.values()), ()))
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        sources: Mapping[EdgeType, NeighborSource],
+        node_types: Sequence[str],
+    ) -> None:
+        self.config = config
+        self.node_types = list(node_types)
+        missing = [et for et in config.fanouts if et not in sources]
+        unknown = [et for et in config.fanouts if not {et[0], et[2]} <= set(self.node_types)]
+        if missing or unknown:
+            raise ValueError(f"relations without a source {missing} or unknown types {unknown}")
+        self.edge_types = list(config.fanouts)
+        self.sources = dict(sources)
+        self._free: list[dict[str, LocalIds]] = []
+        self._lock = threading.Lock()
+
+    def sample(self, seed_lid: Tensor, *, input_type: str, seed: int) -> HeteroSampledSubgraph:
+        """Sample the ``L``-hop typed in-neighborhood of ``seed_lid`` (of ``input_type``).
+
+        Args:
+            seed_lid: ``[B]`` distinct type-local ids of ``input_type`` nodes.
+            input_type: The seeds' node type.
+            seed: Batch seed (e.g. ``batch_seed(run_seed, epoch, batch_index)``).
+
+        Raises:
+            ValueError: Unknown type, empty or repeated seeds, or a source error.
+        """
+        if input_type not in self.node_types:
+            raise ValueError(f"input_type={input_type!r}; choose one of {self.node_types}")
+        if seed_lid.dim() != 1 or seed_lid.numel() == 0:
+            raise ValueError(
+                f"seed_lid must be a non-empty 1-D tensor, got {tuple(seed_lid.shape)}"
+            )
+        seeds = seed_lid.long().contiguous().numpy()
+        if int(seeds.min()) < 0:
+            raise ValueError(f"seed_lid has negative id {int(seeds.min())}")
+        with self._lock:
+            ids = self._free.pop() if self._free else {t: LocalIds() for t in self.node_types}
+        touched: dict[str, list[np.ndarray]] = {t: [] for t in self.node_types}
+        try:
+            ids[input_type].add_seeds(seeds)
+            touched[input_type].append(seeds)
+            return self._sample_hops(seeds, input_type, seed, ids, touched)
+        finally:
+            for node_type, arrays in touched.items():
+                for lid in arrays:
+                    ids[node_type].reset(lid)
+            with self._lock:
+                self._free.append(ids)
+
+    def _sample_hops(
+        self,
+        seeds: np.ndarray,
+        input_type: str,
+        seed: int,
+        ids: dict[str, LocalIds],
+        touched: dict[str, list[np.ndarray]],
+    ) -> HeteroSampledSubgraph:
+        empty = np.zeros(0, dtype=np.int64)
+        parts = {t: [seeds if t == input_type else empty] for t in self.node_types}
+        known = {t: int(parts[t][0].shape[0]) for t in self.node_types}
+        hops: dict[EdgeType, list[Piece]] = {et: [] for et in self.edge_types}
+        for hop in range(self.config.num_hops):
+            by_src: dict[str, list[Piece]] = {t: [] for t in self.node_types}
+            for et in self.edge_types:
+                piece = self._draw(et, parts[et[2]][-1], hop, seed, ids[et[0]])
+                hops[et].append(piece)
+                if piece.src_E.size:
+                    by_src[et[0]].append(piece)
+                    touched[et[0]].append(piece.cand_F)
+            for node_type, pieces in by_src.items():
+                if pieces:
+                    known[node_type] = ids[node_type].number(pieces, known[node_type], _INLINE)
+                    for piece in pieces:
+                        ids[node_type].fill(piece)
+                new = np.concatenate([p.new_U for p in pieces]) if pieces else empty
+                parts[node_type].append(new)
+        return self._assemble(parts, hops, input_type)
+
+    def _draw(
+        self, edge_type: EdgeType, dst_lid: np.ndarray, hop: int, seed: int, src_ids: LocalIds
+    ) -> Piece:
+        """One relation's edges of one hop, looked up in the source type's table."""
+        fanout = self.config.fanouts[edge_type][hop]
+        if fanout == 0 or dst_lid.size == 0:
+            none = np.zeros(0, dtype=np.int64)
+            return Piece(np.zeros(dst_lid.shape[0], dtype=np.int64), none, none)
+        got = self.sources[edge_type].sample_neighbors(
+            torch.from_numpy(dst_lid),
+            fanout,
+            seed=relation_seed(seed, edge_type),
+            hop=hop,
+            replace=self.config.replace,
+        )
+        piece = Piece(_np64(got.count_M), _np64(got.src_gid_E), _np64(got.e_id_E))
+        if piece.src_E.size:
+            src_ids.grow(int(piece.src_E.max()))
+            src_ids.lookup(piece)
+        return piece
+
+    def _assemble(
+        self,
+        parts: dict[str, list[np.ndarray]],
+        hops: dict[EdgeType, list[Piece]],
+        input_type: str,
+    ) -> HeteroSampledSubgraph:
+        num_nodes = {t: tuple(int(p.shape[0]) for p in ps) for t, ps in parts.items()}
+        num_edges = {et: tuple(int(p.src_E.shape[0]) for p in ps) for et, ps in hops.items()}
+        rowptr, col, e_id, edge_index = {}, {}, {}, {}
+        for et, pieces in hops.items():
+            count_M = np.concatenate([np.zeros(0, np.int64)] + [p.count_M for p in pieces])
+            ptr = np.zeros(count_M.shape[0] + 1, dtype=np.int64)
+            np.cumsum(count_M, out=ptr[1:])
+            rowptr[et] = torch.from_numpy(ptr)
+            col[et] = torch.from_numpy(
+                np.concatenate([np.zeros(0, np.int64)] + [p.col_E.astype(np.int64) for p in pieces])
+            )
+            e_id[et] = torch.from_numpy(
+                np.concatenate([np.zeros(0, np.int64)] + [p.e_id_E for p in pieces])
+            )
+            dst_E = np.repeat(np.arange(count_M.shape[0], dtype=np.int64), count_M)
+            edge_index[et] = torch.stack([col[et], torch.from_numpy(dst_E)])
+        num_hops = self.config.num_hops
+        blocks = []
+        for layer in range(num_hops):
+            seen = num_hops - layer  # this layer sees the edges of hops 0 .. seen-1
+            blocks.append(
+                {
+                    (src, rel, dst): Block(
+                        num_src=sum(num_nodes[src][: seen + 1]),
+                        num_dst=sum(num_nodes[dst][:seen]),
+                        rowptr=rowptr[(src, rel, dst)][: sum(num_nodes[dst][:seen]) + 1],
+                        col=col[(src, rel, dst)][: sum(num_edges[(src, rel, dst)][:seen])],
+                        e_id=e_id[(src, rel, dst)][: sum(num_edges[(src, rel, dst)][:seen])],
+                    )
+                    for (src, rel, dst) in self.edge_types
+                }
+            )
+        return HeteroSampledSubgraph(
+            n_id={t: torch.from_numpy(np.concatenate(ps)) for t, ps in parts.items()},
+            blocks=tuple(blocks),
+            input_type=input_type,
+            batch_size=num_nodes[input_type][0],
+            num_sampled_nodes=num_nodes,
+            num_sampled_edges=num_edges,
+            edge_index=edge_index,
+            e_id=e_id,
+        )
+
+
+def _np64(values: Tensor) -> np.ndarray:
+    out: np.ndarray = values.long().contiguous().numpy()
+    return out
