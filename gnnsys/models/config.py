@@ -35,6 +35,13 @@ class ModelConfig:
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout={self.dropout}; choose a value in [0, 1)")
 
+    @property
+    def uses_in_degree(self) -> bool:
+        """The model normalises by whole-graph in-degrees (GCN; see ``BlockModel``)."""
+        from gnnsys.models import MODELS
+
+        return MODELS[self.name].uses_in_degree
+
 
 def build_model(
     config: ModelConfig, num_features: int, num_classes: int, num_layers: int
