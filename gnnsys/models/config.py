@@ -23,7 +23,7 @@ class ModelConfig:
     hidden: int = 256
     """Hidden width ``H`` (``--hidden``)."""
     dropout: float = 0.5
-    """Dropout between layers (training only)."""
+    """Dropout probability after every hidden layer, training only (``--dropout``)."""
 
     def __post_init__(self) -> None:
         from gnnsys.models import MODELS

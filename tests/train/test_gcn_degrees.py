@@ -123,3 +123,59 @@ def test_full_neighbourhood_gcn_equals_pyg(tiny_graph: Graph, store4: Path, topo
     local = NeighborSampler(NeighborSampler.Config(fanouts=(-1, -1)), source=source)
     stale = model(x[sub.n_id], local.sample(seeds, seed=0).blocks)  # block-local degrees
     assert float((stale - want[seeds]).abs().max()) > 1e-3  # what the degrees fix
+
+
+@pytest.mark.parametrize(("model", "topology"), [("gcn", "partitioned"), ("gcn", "replicated")])
+def test_worker_sampler_stamps_whole_graph_degrees(
+    tiny_graph: Graph, store4: Path, model: str, topology: str
+) -> None:
+    from gnnsys.models import ModelConfig
+    from gnnsys.train.trainer import Trainer
+    from gnnsys.train.worker import WorkerSpec, _build_sampler
+
+    spec = WorkerSpec(
+        rank=2,
+        world_size=4,
+        store=str(store4),
+        topology=topology,
+        trainer=Trainer.Config(),
+        sampler=NeighborSampler.Config(fanouts=(3, 2)),
+        model=ModelConfig(name=model),
+        num_features=16,
+        num_classes=4,
+        deadline_s=10.0,
+    )
+    book, shard = load_book(store4), load_shard(store4, 2)
+    ledger = Ledger()
+    sampler = _build_sampler(spec, shard, book, LocalOwnerClient(store4, 4), ledger)
+    fetched = ledger.snapshot().bytes["structure_response"]  # before any batch: the warm-up
+    assert fetched == (8 * shard.halo_gid.shape[0] if topology == "partitioned" else 0)
+    sub = sampler.sample(torch.from_numpy(shard.owned_gid[:30].astype(np.int64)), seed=1)
+    for block in sub.blocks:
+        assert block.src_in_degree is not None
+        want = tiny_graph.in_degree[sub.n_id[: block.num_src].numpy()]
+        np.testing.assert_array_equal(block.src_in_degree.numpy(), want)
+
+
+def test_sage_workers_fetch_no_degrees(store4: Path) -> None:
+    from gnnsys.models import ModelConfig
+    from gnnsys.train.trainer import Trainer
+    from gnnsys.train.worker import WorkerSpec, _build_sampler
+
+    spec = WorkerSpec(
+        rank=0,
+        world_size=4,
+        store=str(store4),
+        topology="partitioned",
+        trainer=Trainer.Config(),
+        sampler=NeighborSampler.Config(fanouts=(3, 2)),
+        model=ModelConfig(name="sage"),
+        num_features=16,
+        num_classes=4,
+        deadline_s=10.0,
+    )
+    ledger = Ledger()
+    sampler = _build_sampler(
+        spec, load_shard(store4, 0), load_book(store4), LocalOwnerClient(store4, 4), ledger
+    )
+    assert sampler.degrees is None and ledger.snapshot().bytes["structure_request"] == 0
