@@ -35,6 +35,8 @@ _ALIASES = {
     "seed": "trainer.seed",
     "codec": "codec.name",
     "dropout": "model.dropout",
+    "weight-decay": "trainer.weight_decay",
+    "weight_decay": "trainer.weight_decay",
 }
 """Short names ``--allow-change`` accepts for common fields."""
 

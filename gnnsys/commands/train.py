@@ -38,12 +38,27 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--store", help="existing partition store (skips partitioning)")
     p.add_argument("--parts", type=int, help="P: partitions = workers")
     p.add_argument("--partitioner", help="partitioning strategy (default metis)")
+    p.add_argument(
+        "--feature-norm",
+        help="feature transform before partitioning: none (default) or row (divide each row "
+        "by its sum: Kipf's Planetoid preprocessing, PyG NormalizeFeatures)",
+    )
     p.add_argument("--model", choices=("sage", "gcn", "gat"))
     p.add_argument("--hidden", type=int, help="hidden width")
     p.add_argument("--fanouts", help="neighbors per hop, seed hop first, e.g. 15,10")
     p.add_argument("--batch-size", type=int, help="seeds per batch per worker")
     p.add_argument("--epochs", type=int)
     p.add_argument("--lr", type=float)
+    p.add_argument(
+        "--weight-decay",
+        type=float,
+        help="Adam weight decay (L2), e.g. 5e-4 for GCN on Planetoid (default 0)",
+    )
+    p.add_argument(
+        "--dropout",
+        type=float,
+        help="dropout probability after each hidden layer while training, in [0, 1) (default 0.5)",
+    )
     p.add_argument("--seed", type=int)
     p.add_argument("--out", help="run directory (default runs/train-TIMESTAMP)")
     p.add_argument("--address", help="join this Ray cluster instead of starting one")
@@ -200,7 +215,7 @@ def build_config(args: argparse.Namespace) -> Any:
     data = replace(
         cfg.data,
         **pick(dataset=args.dataset, root=args.root, store=args.store),
-        **pick(partitioner=args.partitioner),
+        **pick(partitioner=args.partitioner, feature_norm=args.feature_norm),
         dataset_params=tuple(sorted(params.items())),
     )
     fanouts = None if args.fanouts is None else _parse_fanouts(args.fanouts)
@@ -211,9 +226,11 @@ def build_config(args: argparse.Namespace) -> Any:
             cfg.cluster, **pick(parts=args.parts, topology=args.topology, address=args.address)
         ),
         sampler=replace(cfg.sampler, **pick(fanouts=fanouts)),
-        model=replace(cfg.model, **pick(name=args.model, hidden=args.hidden)),
+        model=replace(cfg.model, **pick(name=args.model, hidden=args.hidden, dropout=args.dropout)),
         trainer=replace(
-            cfg.trainer, **pick(batch_size=args.batch_size, lr=args.lr, seed=args.seed)
+            cfg.trainer,
+            **pick(batch_size=args.batch_size, lr=args.lr, seed=args.seed),
+            **pick(weight_decay=args.weight_decay),
         ),
         loop=replace(
             cfg.loop,

@@ -7,6 +7,7 @@ nodes), ``F`` input features, ``H`` hidden dim, ``C`` classes, ``B`` seeds (last
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -41,6 +42,10 @@ class BlockModel(nn.Module):
 
     Subclasses fill ``self.layers``; each layer is called as ``layer(x_src, block) -> x_dst``.
     """
+
+    uses_in_degree: ClassVar[bool] = False
+    """The layers normalise by ``Block.src_in_degree`` (GCN): the runtime then stamps every
+    sampled block with whole-graph in-degrees (``gnnsys.sampler.degree``)."""
 
     def __init__(self, num_layers: int, dropout: float) -> None:
         super().__init__()

@@ -23,7 +23,7 @@ class ModelConfig:
     hidden: int = 256
     """Hidden width ``H`` (``--hidden``)."""
     dropout: float = 0.5
-    """Dropout between layers (training only)."""
+    """Dropout probability after every hidden layer, training only (``--dropout``)."""
 
     def __post_init__(self) -> None:
         from gnnsys.models import MODELS
@@ -34,6 +34,13 @@ class ModelConfig:
             raise ValueError(f"hidden={self.hidden}; choose hidden >= 1")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout={self.dropout}; choose a value in [0, 1)")
+
+    @property
+    def uses_in_degree(self) -> bool:
+        """The model normalises by whole-graph in-degrees (GCN; see ``BlockModel``)."""
+        from gnnsys.models import MODELS
+
+        return MODELS[self.name].uses_in_degree
 
 
 def build_model(

@@ -22,6 +22,8 @@ class GCN(BlockModel):
         ValueError: A non-positive dim or layer count, or dropout outside ``[0, 1)``.
     """
 
+    uses_in_degree = True
+
     def __init__(
         self, in_dim: int, hidden_dim: int, out_dim: int, num_layers: int = 2, dropout: float = 0.5
     ) -> None:

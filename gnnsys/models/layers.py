@@ -11,7 +11,8 @@ result over the edges it holds and the requester adds the partials (issue 8):
   requester sums the partials and divides by the block degree ``rowptr[i+1] - rowptr[i]``
   (0 stays 0), giving exactly ``aggregate``.
 - ``GCNLayer``: ``aggregate`` is ``sum_e s[col[e]] * x[col[e]]`` with the per-source scale
-  ``s = GCNLayer.src_scale(block)`` ``= (1 + out-degree of j in the block) ** -0.5``; the requester
+  ``s = GCNLayer.src_scale(block)`` ``= (1 + deg_j) ** -0.5`` (whole-graph in-degree when the
+  block carries ``src_in_degree``, as the runtime's sampled blocks do); the requester
   sends ``s`` for the rows it asks for, owners return ``sum`` of ``s_j * x_j`` over their edges,
   and the requester adds the partials. ``combine`` applies the self loop and ``dst_scale``.
 """
@@ -62,9 +63,10 @@ class GCNLayer(nn.Module):
     """GCN layer with self loops and symmetric normalisation, equal to PyG ``GCNConv(in, out)``.
 
     ``out_i = W (t_i * (sum_{j in N(i)} s_j x_j + s_i x_i)) + b`` with ``s_j = (1 + outdeg_j)^-1/2``
-    and ``t_i = (1 + indeg_i)^-1/2``, degrees counted in the block. On a full-graph block of a
-    symmetric graph without self loops both degrees are PyG's ``deg`` and the layer equals PyG's
-    ``GCNConv``; a graph that already has self loops gets a second one here (PyG keeps one).
+    and ``t_i = (1 + indeg_i)^-1/2``: whole-graph in-degrees when ``block.src_in_degree`` is set
+    (then the layer equals PyG's ``GCNConv`` on the whole graph, on any block holding every
+    in-edge of its destinations), else degrees counted in the block. A graph that already has
+    self loops gets a second one here (PyG keeps one).
     Parameter names (``lin.weight``, ``bias``) match PyG's.
 
     Args:

@@ -109,6 +109,10 @@ class CSRNeighborSource:
             owned_gid=shard.owned_gid.astype(np.int64, copy=False),
         )
 
+    def rows_of(self, gid_M: np.ndarray) -> np.ndarray:
+        """CSR rows of int64 ``gid_M``; raises ``ValueError`` naming the first gid not held here."""
+        return self._rows(gid_M)
+
     def _rows(self, gid_M: np.ndarray) -> np.ndarray:
         """CSR rows of ``gid_M``; raises ``ValueError`` naming the first gid not held here."""
         if gid_M.shape[0] == 0:

@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from gnnsys.sampler.base import NeighborSource, prefix_blocks
+from gnnsys.sampler.degree import DegreeSource, with_in_degree
 from gnnsys.sampler.ordered import OrderedMap
 from gnnsys.sampler.relabel import ChunkPool, LocalIds, Piece
 from gnnsys.types import SampledSubgraph
@@ -61,6 +62,9 @@ class NeighborSampler:
         source: Where neighbors come from (``CSRNeighborSource`` or a remote implementation).
             A source whose class sets ``concurrent_calls = True`` is called once per chunk, from
             several threads at once; any other source gets one call per hop.
+        degrees: Whole-graph in-degrees (``gnnsys.sampler.degree``); when given, every block
+            carries ``src_in_degree`` (GCN normalises by it, as PyG's ``GCNConv`` on the whole
+            graph). One lookup of ``N`` gids per batch; ``None`` leaves it unset.
 
     Thread-safe: concurrent ``sample`` calls each take their own id table (``N`` int32, made
     on first use and kept for later calls), so several threads can sample different batches
@@ -92,11 +96,14 @@ class NeighborSampler:
             if threads is not None and (not isinstance(threads, int) or threads < 1):
                 raise ValueError(f"num_threads must be an int >= 1 or None, got {threads!r}")
 
-    def __init__(self, config: Config, *, source: NeighborSource) -> None:
+    def __init__(
+        self, config: Config, *, source: NeighborSource, degrees: DegreeSource | None = None
+    ) -> None:
         if not isinstance(config, NeighborSampler.Config):
             raise TypeError(f"config must be NeighborSampler.Config, got {type(config).__name__}")
         self.config = config
         self.source = source
+        self.degrees = degrees
         self._free: list[_Context] = []  # contexts not in use; a call pops one or makes one
         self._lock = threading.Lock()
 
@@ -140,12 +147,15 @@ class NeighborSampler:
             ctx.ids.add_seeds(seeds)
             touched = [seeds]  # every table entry this batch writes; reset before returning
             try:
-                return self._sample_hops(seeds, seed, ctx, touched)
+                sub = self._sample_hops(seeds, seed, ctx, touched)
             finally:
                 for gid in touched:  # empty unless a hop raised: _finish resets on success
                     ctx.ids.reset(gid)
         finally:
             self._give_back(ctx)
+        if self.degrees is None:
+            return sub
+        return with_in_degree(sub, self.degrees.in_degree(sub.n_id))
 
     def sample_batches(
         self, requests: Iterable[tuple[Tensor, int]], *, num_workers: int = 2

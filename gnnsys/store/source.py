@@ -27,3 +27,20 @@ class DataConfig:
     """Strategy in ``gnnsys.partitioners.PARTITIONERS`` used when partitioning here."""
     dataset_params: tuple[tuple[str, Any], ...] = ()
     """Extra ``load`` options as pairs, e.g. ``(("num_nodes", 1000),)`` for synthetic graphs."""
+    feature_norm: str = "none"
+    """Feature transform in ``gnnsys.datasets.transforms.FEATURE_NORMS`` applied before
+    partitioning (``--feature-norm``): ``none``, or ``row`` (each row divided by its sum, Kipf's
+    Planetoid preprocessing, PyG ``NormalizeFeatures``). A given ``store`` is used as written."""
+
+    def __post_init__(self) -> None:
+        from gnnsys.datasets.transforms import FEATURE_NORMS
+
+        if self.feature_norm not in FEATURE_NORMS:
+            raise ValueError(
+                f"feature_norm={self.feature_norm!r}; choose one of {sorted(FEATURE_NORMS)}"
+            )
+        if self.store is not None and self.feature_norm != "none":
+            raise ValueError(
+                f"feature_norm={self.feature_norm!r} with store={self.store!r}: a given store "
+                "keeps the features it was written with; drop --feature-norm or re-partition"
+            )

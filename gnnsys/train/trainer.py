@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -129,15 +130,20 @@ class Trainer:
         lr: float = 0.003
         """Adam learning rate."""
         weight_decay: float = 0.0
-        """Adam weight decay."""
+        """Adam weight decay (L2 penalty; ``--weight-decay``), e.g. ``5e-4`` for GCN on
+        Planetoid (Kipf & Welling)."""
         batch_size: int = 1024
         """Seeds per batch per worker (the global batch is ``batch_size * P``)."""
         seed: int = 0
         """Run seed: fixes the seed order, every sampled batch and the model's initial weights."""
 
         def __post_init__(self) -> None:
-            if self.lr <= 0:
+            if not self.lr > 0:
                 raise ValueError(f"lr={self.lr}; choose a positive learning rate")
+            if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+                raise ValueError(
+                    f"weight_decay={self.weight_decay}; choose a finite value >= 0, e.g. 5e-4"
+                )
             if self.batch_size < 1:
                 raise ValueError(f"batch_size={self.batch_size}; choose batch_size >= 1")
 

@@ -21,7 +21,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import psutil
@@ -36,6 +36,7 @@ from gnnsys.train.evaluate import EvalConfig, RankEval, ShardEvaluator
 from gnnsys.train.layer0.base import FirstLayerConfig
 from gnnsys.train.layer0.owner_sums import build_first_layer
 from gnnsys.train.remote.client import OwnerClient, RayOwnerClient
+from gnnsys.train.remote.degrees import RoutedDegreeSource
 from gnnsys.train.remote.features import RoutedFeatureSource, build_feature_source
 from gnnsys.train.remote.ledger import Ledger, LedgerSnapshot
 from gnnsys.train.remote.peers import LocalPeerClient, PeerClient, RayPeerClient
@@ -43,6 +44,9 @@ from gnnsys.train.remote.routed import RoutedNeighborSource
 from gnnsys.train.topology import assemble_graph
 from gnnsys.train.trainer import EpochStats, GradSync, Trainer
 from gnnsys.types import PartitionBook, PartitionShard
+
+if TYPE_CHECKING:
+    from gnnsys.sampler import DegreeSource, NeighborSampler
 
 __all__ = ["FaultSpec", "RankState", "TrainWorker", "WorkerEpochReport", "WorkerSpec"]
 
@@ -182,6 +186,35 @@ def _node_id() -> str:
     return str(ray.get_runtime_context().get_node_id())
 
 
+def _build_sampler(
+    spec: WorkerSpec,
+    shard: PartitionShard,
+    book: PartitionBook,
+    client: OwnerClient,
+    ledger: Ledger,
+) -> NeighborSampler:
+    """This rank's sampler: whole-graph CSR (replicated) or routed by owner (partitioned).
+
+    A model that normalises by whole-graph in-degrees (GCN) gets a ``DegreeSource`` too: the
+    whole CSR's row lengths, or the rank's owned + halo table (halo degrees fetched from their
+    owners here, once, before epoch 0: counted as warm-up traffic).
+    """
+    from gnnsys.sampler import CSRNeighborSource, DegreeTable, NeighborSampler
+
+    degrees: DegreeSource | None = None
+    if spec.topology == "replicated":
+        graph = assemble_graph(spec.store, with_data=False)
+        source: Any = CSRNeighborSource.from_graph(graph)
+        if spec.model.uses_in_degree:
+            degrees = DegreeTable.from_indptr(graph.indptr)
+    else:
+        local = CSRNeighborSource.from_shard(shard, book.lid_N)
+        source = RoutedNeighborSource(spec.rank, book.part_N, local, client, ledger)
+        if spec.model.uses_in_degree:
+            degrees = RoutedDegreeSource.fetch(shard, book.part_N, client, ledger)
+    return NeighborSampler(spec.sampler, source=source, degrees=degrees)
+
+
 def _build_trainer(
     spec: WorkerSpec,
     shard: PartitionShard,
@@ -192,16 +225,9 @@ def _build_trainer(
     rng_lock: threading.Lock | None = None,
 ) -> _Built:
     """Wire this rank's sampler, feature source and model into a ``Trainer``."""
-    from gnnsys.sampler import CSRNeighborSource, NeighborSampler
-
-    if spec.topology == "replicated":
-        source: Any = CSRNeighborSource.from_graph(assemble_graph(spec.store, with_data=False))
-    else:
-        local = CSRNeighborSource.from_shard(shard, book.lid_N)
-        source = RoutedNeighborSource(spec.rank, book.part_N, local, client, ledger)
     if shard.x is None or shard.y is None or shard.train_mask is None:
         raise ValueError(f"part {spec.rank} lacks x, y or train_mask; rewrite the store with them")
-    sampler = NeighborSampler(spec.sampler, source=source)
+    sampler = _build_sampler(spec, shard, book, client, ledger)
     train_lid = np.flatnonzero(np.asarray(shard.train_mask))
     train_gid = torch.from_numpy(np.asarray(shard.owned_gid)[train_lid].astype(np.int64))
     features = build_feature_source(

@@ -33,6 +33,19 @@ BAD = [
         "AdaptiveAdmission.Config",
         "decay=1.5",
     ),
+    ("--feature-norm", "l2", "gnnsys/store/source.py", "DataConfig", "feature_norm='l2'"),
+    (
+        "--weight-decay",
+        "-0.001",
+        "gnnsys/train/trainer.py",
+        "Trainer.Config",
+        "weight_decay=-0.001; choose a finite value >= 0",
+    ),
+    ("--weight-decay", "nan", "gnnsys/train/trainer.py", "Trainer.Config", "weight_decay=nan"),
+    ("--weight-decay", "inf", "gnnsys/train/trainer.py", "Trainer.Config", "weight_decay=inf"),
+    ("--dropout", "1.0", "gnnsys/models/config.py", "ModelConfig", "dropout=1.0; choose"),
+    ("--dropout", "-0.1", "gnnsys/models/config.py", "ModelConfig", "dropout=-0.1; choose"),
+    ("--dropout", "nan", "gnnsys/models/config.py", "ModelConfig", "dropout=nan; choose"),
     (
         "--aggregate-at",
         "sideways",
@@ -98,8 +111,11 @@ def test_good_values_reach_their_configs() -> None:
             "--cache-warm-weight=0.5",
             "--cache-margin=2",
             "--aggregate-at=owner",
+            "--weight-decay=5e-4",
+            "--dropout=0.25",
         )
     )
+    assert (cfg.trainer.weight_decay, cfg.model.dropout) == (5e-4, 0.25)
     assert (cfg.codec.name, cfg.codec.lossy, cfg.codec.wire) == ("auto", "int4", "zstd")
     assert (cfg.cache.policy, cfg.cache.ratio, cfg.cache.presample_epochs) == ("adaptive", 0.2, 2)
     adaptive = cfg.cache.adaptive
@@ -108,6 +124,14 @@ def test_good_values_reach_their_configs() -> None:
     default = build_config(_args())  # flags left out keep the preset's values
     assert default.cache == type(default.cache)() and default.codec == type(default.codec)()
     assert default.to_json()["layer0"]["placement"] == "requester"
+    assert (default.trainer.weight_decay, default.model.dropout) == (0.0, 0.5)
+
+
+def test_help_documents_weight_decay_and_dropout(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    assert "--weight-decay" in out and "--dropout" in out
 
 
 def test_bench_comm_takes_the_adaptive_knobs(tmp_path: Path) -> None:

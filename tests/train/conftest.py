@@ -39,6 +39,10 @@ class LocalOwnerClient:
             for p, dst in dst_by_part.items()
         }
 
+    def degree_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        self.calls += [("degree", p) for p in gid_by_part]
+        return {p: self.owners[p].degree(gid) for p, gid in gid_by_part.items()}
+
     def fetch_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
         self.calls += [("fetch", p) for p in gid_by_part]
         return {p: self.owners[p].fetch(gid) for p, gid in gid_by_part.items()}

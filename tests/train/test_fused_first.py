@@ -65,6 +65,7 @@ def _sub_and_features(store: Path, codec: str) -> tuple[SampledSubgraph, RoutedF
 
 def _two_layer_sub(store: Path, codec: str) -> tuple[SampledSubgraph, RoutedFeatureSource]:
     """A 2-hop batch whose destinations include halo nodes (hop-1 nodes owned elsewhere)."""
+    from gnnsys.train.remote.degrees import RoutedDegreeSource
     from gnnsys.train.remote.routed import RoutedNeighborSource
 
     book = load_book(store)
@@ -73,7 +74,10 @@ def _two_layer_sub(store: Path, codec: str) -> tuple[SampledSubgraph, RoutedFeat
     client = LocalOwnerClient(store, 4)
     local = CSRNeighborSource.from_shard(shard, book.lid_N)
     source = RoutedNeighborSource(PART, book.part_N, local, client, Ledger())
-    sampler = NeighborSampler(NeighborSampler.Config(fanouts=(6, 4)), source=source)
+    degrees = RoutedDegreeSource.fetch(shard, book.part_N, client, Ledger())  # GCN: global
+    sampler = NeighborSampler(
+        NeighborSampler.Config(fanouts=(6, 4)), source=source, degrees=degrees
+    )
     features = _features(store, codec)
     seeds = torch.from_numpy(np.asarray(shard.owned_gid, dtype=np.int64))[:64]
     return sampler.sample(seeds, seed=3), features

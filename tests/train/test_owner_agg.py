@@ -30,6 +30,7 @@ from gnnsys.train.layer0.owner_sums import (
     resolve_placement,
 )
 from gnnsys.train.remote.client import OwnerClient, RayOwnerClient
+from gnnsys.train.remote.degrees import RoutedDegreeSource
 from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.routed import RoutedNeighborSource
@@ -77,7 +78,10 @@ def _batch(store: Path, client: OwnerClient, *, seed: int = 3) -> Batch:
     assert shard.x is not None
     local = CSRNeighborSource.from_shard(shard, book.lid_N)
     source = RoutedNeighborSource(PART, book.part_N, local, client, Ledger())
-    sampler = NeighborSampler(NeighborSampler.Config(fanouts=FANOUTS), source=source)
+    degrees = RoutedDegreeSource.fetch(shard, book.part_N, client, Ledger())  # GCN: global
+    sampler = NeighborSampler(
+        NeighborSampler.Config(fanouts=FANOUTS), source=source, degrees=degrees
+    )
     train_gid = torch.from_numpy(np.asarray(shard.owned_gid, dtype=np.int64))[:64]
     x = shard.x
 

@@ -63,6 +63,10 @@ class LocalOwnerClient:
         """``ShardOwner.fetch_encoded`` of every part in turn."""
         return {p: self.owners[p].fetch_encoded(gid, codec) for p, gid in gid_by_part.items()}
 
+    def degree_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        """``ShardOwner.degree`` of every part in turn."""
+        return {p: self.owners[p].degree(gid) for p, gid in gid_by_part.items()}
+
     def partial_many(
         self,
         req_by_part: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]],

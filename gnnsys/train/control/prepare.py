@@ -160,10 +160,13 @@ def prepare_store(
 def _write_store(spec: DataConfig, num_parts: int, num_hops: int, seed: int, target: Path) -> int:
     """Load, partition and write (in the child process); returns the child's peak RSS."""
     from gnnsys.datasets import load
+    from gnnsys.datasets.transforms import FEATURE_NORMS
     from gnnsys.partitioners import partition
     from gnnsys.store import write_partitions
 
-    graph = load(spec.dataset, root=spec.root, **dict(spec.dataset_params))
+    graph = FEATURE_NORMS[spec.feature_norm](
+        load(spec.dataset, root=spec.root, **dict(spec.dataset_params))
+    )
     log.info(
         "partitioning %s (%d nodes, %d edges) into %d parts with %s",
         graph.name,

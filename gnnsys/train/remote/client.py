@@ -36,6 +36,10 @@ class OwnerClient(Protocol):
         """Rows of ``gid_by_part[p]`` encoded by owner ``p`` with ``codec`` before sending."""
         ...
 
+    def degree_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        """``[K]`` int64 whole-graph in-degrees of ``gid_by_part[p]`` from owner ``p``."""
+        ...
+
     def partial_many(
         self,
         req_by_part: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]],
@@ -99,6 +103,11 @@ class RayOwnerClient:
             p: self.owners[p].fetch_encoded.remote(gid, codec) for p, gid in gid_by_part.items()
         }
         return self._get(refs, "fetch_encoded")
+
+    def degree_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        """One ``ShardOwner.degree`` call per part, all in flight together."""
+        refs = {p: self.owners[p].degree.remote(gid) for p, gid in gid_by_part.items()}
+        return self._get(refs, "degree")
 
     def partial_many(
         self,

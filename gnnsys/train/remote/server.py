@@ -34,6 +34,7 @@ class ShardOwner:
         self.part = part
         self._lid_N = book.lid_N
         self._x = shard.x
+        self._indptr = np.asarray(shard.indptr, dtype=np.int64)
         self._source = CSRNeighborSource.from_shard(shard, book.lid_N)
 
     def ping(self) -> int:
@@ -52,6 +53,17 @@ class ShardOwner:
             replace=replace,
         )
         return (got.count_M.numpy(), got.src_gid_E.numpy(), got.e_id_E.numpy())
+
+    def degree(self, gid: np.ndarray) -> np.ndarray:
+        """``[K]`` int64 whole-graph in-degrees of owned ``gid`` (a shard row holds every in-edge).
+
+        Raises:
+            ValueError: A gid this part does not own.
+        """
+        gid = np.asarray(gid, dtype=np.int64)
+        rows = self._source.rows_of(gid)  # raises for a gid owned elsewhere
+        out: np.ndarray = self._indptr[rows + 1] - self._indptr[rows]
+        return out
 
     def fetch(self, gid: np.ndarray) -> np.ndarray:
         """Float32 rows ``[K, F]`` of owned ``gid``."""
