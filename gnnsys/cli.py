@@ -11,6 +11,7 @@ import importlib
 import logging
 import os
 import pkgutil
+import re
 import sys
 import traceback
 from collections.abc import Sequence
@@ -49,6 +50,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_INT_LIST = re.compile(r"^-\d+(,-?\d+)*$")
+
+
+def _join_negative_lists(argv: Sequence[str]) -> list[str]:
+    """``--fanouts -1,-1`` as ``--fanouts=-1,-1``: argparse reads ``-1,-1`` as an option.
+
+    PyG users write ``-1`` for "all neighbours"; argparse only accepts a lone negative number
+    as a value, so a comma list starting with one is joined to the flag before it.
+    """
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and _INT_LIST.match(arg):
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gnnsys`` script and ``python -m gnnsys``; returns the exit code.
 
@@ -57,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     input prints one line naming the value and the fix; ``-v`` adds the traceback.
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_join_negative_lists(sys.argv[1:] if argv is None else argv))
     level = os.environ.get("GNNSYS_LOG", "DEBUG" if args.verbose else "INFO")
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.verb is None:

@@ -145,3 +145,13 @@ def test_bench_comm_takes_the_adaptive_knobs(tmp_path: Path) -> None:
     )
     cache = base_config(args, tmp_path).cache
     assert (cache.adaptive.decay, cache.adaptive.margin, cache.policy) == (0.95, 0.0, "none")
+
+
+def test_negative_fanouts_are_values_not_options() -> None:
+    from gnnsys.cli import _join_negative_lists, build_parser
+
+    argv = _join_negative_lists(["train", "planetoid:cora", "--fanouts", "-1,-1", "--lr", "0.1"])
+    assert argv == ["train", "planetoid:cora", "--fanouts=-1,-1", "--lr", "0.1"]
+    args = build_parser().parse_args(argv)
+    assert build_config(args).sampler.fanouts == (-1, -1)
+    assert _join_negative_lists(["--fanouts", "15,10"]) == ["--fanouts", "15,10"]
