@@ -1,14 +1,25 @@
-"""Shared fixtures: small synthetic graphs and one Ray instance per test session."""
+"""Shared fixtures: small synthetic graphs and one Ray instance per test session.
+
+Without a GPU, Triton kernels run in its interpreter (``TRITON_INTERPRET=1``). Triton reads the
+variable when it is first imported, and some test modules import it indirectly (PyG does when
+Triton is installed) before the kernel tests are collected, so it is set here, first; an
+explicit value (e.g. ``0`` in the GPU check) is left alone.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import torch
 
-from gnnsys.datasets.synthetic import sbm
-from gnnsys.types import Graph
+if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+from gnnsys.datasets.synthetic import sbm  # noqa: E402  (after TRITON_INTERPRET is set)
+from gnnsys.types import Graph  # noqa: E402
 
 
 @pytest.fixture(scope="session")
