@@ -90,8 +90,10 @@ def type_balance(
         rows = part_N[offset : offset + graph.num_nodes(node_type)]
         counts = np.bincount(rows, minlength=num_parts)
         mean = float(counts.mean())
-        out[node_type] = (tuple(int(c) for c in counts), float(counts.max()) / mean if mean else
-                          float("nan"))  # fmt: skip
+        out[node_type] = (
+            tuple(int(c) for c in counts),
+            float(counts.max()) / mean if mean else float("nan"),
+        )
     return out
 
 
@@ -102,8 +104,9 @@ def relation_cuts(graph: HeteroGraph, part_N: np.ndarray, num_parts: int) -> dic
     for edge_type, rel in graph.relations.items():
         src, _, dst = edge_type
         src_part_E = part_N[rel.indices.astype(np.int64) + offsets[src]]
-        dst_part_E = np.repeat(part_N[offsets[dst] : offsets[dst] + rel.num_dst], np.diff(
-            rel.indptr))  # fmt: skip
+        dst_part_E = np.repeat(
+            part_N[offsets[dst] : offsets[dst] + rel.num_dst], np.diff(rel.indptr)
+        )
         cut_E = src_part_E != dst_part_E
         cut = int(np.count_nonzero(cut_E))
         pairs = rel.indices[cut_E].astype(np.int64) * num_parts + dst_part_E[cut_E]
