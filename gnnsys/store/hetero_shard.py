@@ -154,13 +154,18 @@ def local_positions(src_lid: np.ndarray, shard: TypeShard) -> np.ndarray:
         ValueError: A source is neither owned nor in the halo (the halo is too small).
     """
     owned, halo = shard.owned_lid, shard.halo_lid
-    pos_owned = np.searchsorted(owned, src_lid)
-    is_owned = owned[np.minimum(pos_owned, max(owned.shape[0] - 1, 0))] == src_lid
-    is_owned &= owned.shape[0] > 0
-    pos_halo = np.searchsorted(halo, src_lid)
-    is_halo = halo[np.minimum(pos_halo, max(halo.shape[0] - 1, 0))] == src_lid
-    is_halo &= halo.shape[0] > 0
+    pos_owned, is_owned = _find(owned, src_lid)
+    pos_halo, is_halo = _find(halo, src_lid)
     if not np.all(is_owned | is_halo):
         raise ValueError(f"an edge source of type {shard.node_type!r} is neither owned nor halo")
     out: np.ndarray = np.where(is_owned, pos_owned, owned.shape[0] + pos_halo)
     return out.astype(np.int64)
+
+
+def _find(sorted_ids: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Position of each of ``ids`` in ``sorted_ids`` and whether it is there."""
+    pos = np.searchsorted(sorted_ids, ids)
+    if sorted_ids.shape[0] == 0:
+        return pos, np.zeros(ids.shape[0], dtype=bool)
+    found: np.ndarray = sorted_ids[np.minimum(pos, sorted_ids.shape[0] - 1)] == ids
+    return pos, found
