@@ -76,3 +76,45 @@ def test_edge_index_out_of_range_names_the_fix() -> None:
         Graph.from_edge_index(np.array([[0, 9], [1, 0]]), 3)
     with pytest.raises(ValueError, match="negative node id"):
         Graph.from_edge_index(np.array([[0, -1], [1, 0]]), 3)
+
+
+def _coo_to_csr_by_unique(
+    src: np.ndarray, dst: np.ndarray, n: int, symmetric: bool, self_loops: bool | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The implementation ``coo_to_csr`` had before the sort-based dedupe (np.unique)."""
+    if symmetric:
+        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+    if self_loops is not None:
+        keep = src != dst
+        src, dst = src[keep], dst[keep]
+        if self_loops:
+            loops = np.arange(n, dtype=np.int64)
+            src, dst = np.concatenate([src, loops]), np.concatenate([dst, loops])
+    key = np.unique(dst.astype(np.int64) * max(n, 1) + src)
+    dst_sorted = key // max(n, 1)
+    indices = key - dst_sorted * max(n, 1)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dst_sorted, minlength=n), out=indptr[1:])
+    return indptr, indices.astype(np.int32 if n < 2**31 else np.int64)
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+@pytest.mark.parametrize("self_loops", [None, False, True])
+@pytest.mark.parametrize("n, num_edges", [(1, 5), (7, 0), (7, 1), (50, 400), (3000, 20000)])
+def test_coo_to_csr_equals_the_unique_implementation(
+    symmetric: bool, self_loops: bool | None, n: int, num_edges: int
+) -> None:
+    from gnnsys.types import coo_to_csr
+
+    rng = np.random.default_rng(n * 31 + num_edges)
+    src = rng.integers(0, n, num_edges)
+    dst = rng.integers(0, n, num_edges)
+    if num_edges > 2:  # force duplicates and self loops into every non-trivial case
+        src[: num_edges // 4] = src[num_edges // 4 : 2 * (num_edges // 4)]
+        dst[: num_edges // 4] = dst[num_edges // 4 : 2 * (num_edges // 4)]
+        dst[-2:] = src[-2:]
+    for src_dtype in (np.int64, np.int32):
+        got = coo_to_csr(src.astype(src_dtype), dst, n, symmetric=symmetric, self_loops=self_loops)
+        want = _coo_to_csr_by_unique(src.astype(src_dtype), dst, n, symmetric, self_loops)
+        for g, w in zip(got, want, strict=True):
+            assert g.dtype == w.dtype and np.array_equal(g, w)

@@ -43,11 +43,19 @@ def add_parser(kinds: Any) -> None:
     )
     add_dataset_args(p)
     p.add_argument("--parts", default="2,4,8,16", help="comma list of P (default 2,4,8,16)")
-    p.add_argument("--methods", default=DEFAULT_METHODS, help=f"default {DEFAULT_METHODS}")
+    p.add_argument(
+        "--methods",
+        help=f"default {DEFAULT_METHODS} (heterogeneous datasets: random,hash,metis,ldg,fennel)",
+    )
     p.add_argument("--fanouts", default="15,10,5", help="sampler fanouts, seed hop first")
     p.add_argument("--batch-size", type=int, default=1024, help="seeds per batch")
     p.add_argument("--seed", type=int, default=0, help="seed of partitioners and sampler")
     p.add_argument("--out", required=True, help="output directory")
+    p.add_argument(
+        "--no-sample",
+        action="store_true",
+        help="heterogeneous datasets: skip the sampled remote-fetch simulation",
+    )
     p.set_defaults(func=run)
 
 
@@ -148,9 +156,14 @@ def warm_up(methods: list[str]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run every row, then write the JSONL, the markdown table and the plots."""
+    from gnnsys.commands import _hetero
+
+    if _hetero.is_hetero(args.dataset):
+        return _hetero.run_bench(args)
     parts = [int(p) for p in args.parts.split(",")]
     fanouts = tuple(int(f) for f in args.fanouts.split(","))
-    methods = available([m.strip() for m in args.methods.split(",") if m.strip()])
+    names = (args.methods or DEFAULT_METHODS).split(",")
+    methods = available([m.strip() for m in names if m.strip()])
     graph = load_graph(args.dataset, args.root, parse_kv(args.dataset_param))
     warm_up(methods)
     out = Path(args.out)

@@ -208,6 +208,10 @@ def run(args: argparse.Namespace) -> int:
     from gnnsys.store import write_partitions
 
     _check_args(args)  # before the (possibly long) load
+    from gnnsys.commands import _hetero
+
+    if _hetero.is_hetero(args.dataset):
+        return _hetero.run_partition(args)
     cfg = partitioner_options(args.method, args.balance, args.option)
     partitioner = make_partitioner(args.method, **cfg)
     with Measured() as load_m:

@@ -11,6 +11,8 @@ from typing import Any
 from gnnsys.partitioners.base import Partitioner
 from gnnsys.partitioners.external import KaHIP, MtKaHyPar
 from gnnsys.partitioners.halo import halo_of_part, khop_reach
+from gnnsys.partitioners.hetero import HETERO_METHODS, partition_graph, partition_hetero
+from gnnsys.partitioners.hetero_metrics import HeteroPartitionMetrics, compute_hetero_metrics
 from gnnsys.partitioners.metis import HAS_METIS, Metis
 from gnnsys.partitioners.metrics import PartitionMetrics, compute_metrics
 from gnnsys.partitioners.simple import Hash, Random, Range
@@ -19,9 +21,11 @@ from gnnsys.types import Assignment, Graph
 
 __all__ = [
     "HAS_METIS",
+    "HETERO_METHODS",
     "PARTITIONERS",
     "Fennel",
     "Hash",
+    "HeteroPartitionMetrics",
     "KaHIP",
     "Ldg",
     "Metis",
@@ -30,11 +34,14 @@ __all__ = [
     "Partitioner",
     "Random",
     "Range",
+    "compute_hetero_metrics",
     "compute_metrics",
     "halo_of_part",
     "khop_reach",
     "make_partitioner",
     "partition",
+    "partition_graph",
+    "partition_hetero",
 ]
 
 PARTITIONERS: dict[str, type] = {

@@ -130,3 +130,18 @@ def csr_positions(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.
     shift_R = start_R - (np.cumsum(count_R) - count_R)
     pos_E = np.arange(int(count_R.sum()), dtype=np.int64) + np.repeat(shift_R, count_R)
     return pos_E, count_R
+
+
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` for a 1-D integer array, by one sort and a neighbour compare.
+
+    Same output (ascending, distinct, same dtype); numpy 2.4's hash-based ``np.unique`` is
+    10-100x slower than a sort on this machine (4.8 s vs 0.1 s on 5 M int64 below 1 M).
+    """
+    out = np.sort(values)
+    if out.shape[0] > 1:
+        keep = np.empty(out.shape[0], dtype=bool)
+        keep[0] = True
+        np.not_equal(out[1:], out[:-1], out=keep[1:])
+        out = out[keep]
+    return out

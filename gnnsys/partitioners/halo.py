@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gnnsys.partitioners.base import csr_positions
+from gnnsys.partitioners.base import csr_positions, sorted_unique
 from gnnsys.types import Graph
 
 _ROWS_PER_STEP = 1 << 18  # frontier rows gathered at once; bounds scratch to ~this many rows' edges
@@ -26,14 +26,14 @@ def khop_reach(graph: Graph, seeds: np.ndarray, num_hops: int) -> np.ndarray:
     if num_hops < 0:
         raise ValueError(f"num_hops={num_hops}; choose num_hops >= 0")
     reached = np.zeros(graph.num_nodes, dtype=bool)
-    frontier = np.unique(np.asarray(seeds, dtype=np.int64))
+    frontier = sorted_unique(np.asarray(seeds, dtype=np.int64))
     reached[frontier] = True
     for _ in range(num_hops):
         found = []
         for lo in range(0, frontier.shape[0], _ROWS_PER_STEP):
             pos_E, _ = csr_positions(graph.indptr, frontier[lo : lo + _ROWS_PER_STEP])
             nbr = np.asarray(graph.indices[pos_E], dtype=np.int64)
-            nbr = np.unique(nbr[~reached[nbr]])
+            nbr = sorted_unique(nbr[~reached[nbr]])
             reached[nbr] = True
             found.append(nbr)
         frontier = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gnnsys.partitioners.base import sorted_unique
 from gnnsys.partitioners.halo import halo_of_part
 from gnnsys.types import Assignment, Graph
 
@@ -73,7 +74,7 @@ def communication_volume(graph: Graph, part_N: np.ndarray, num_parts: int) -> in
     dst_part_E = np.repeat(part_N, graph.in_degree).astype(np.int64)
     src_E = np.asarray(graph.indices, dtype=np.int64)
     cut = part_N[src_E] != dst_part_E
-    return int(np.unique(src_E[cut] * num_parts + dst_part_E[cut]).size)
+    return int(sorted_unique(src_E[cut] * num_parts + dst_part_E[cut]).size)
 
 
 def halo_sizes(graph: Graph, part_N: np.ndarray, num_parts: int, num_hops: int) -> list[int]:

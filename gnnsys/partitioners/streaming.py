@@ -126,30 +126,68 @@ def _tie_break(nodes_pos: np.ndarray, load_P: np.ndarray, capacity: int) -> np.n
 
 
 def run_stream(
-    graph: Graph, num_parts: int, cfg: StreamConfig, seed: int, score: ScoreFn
+    graph: Graph,
+    num_parts: int,
+    cfg: StreamConfig,
+    seed: int,
+    score: ScoreFn,
+    groups_N: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Stream the nodes ``cfg.passes`` times; returns ``[N]`` int32 parts."""
+    """Stream the nodes ``cfg.passes`` times; returns ``[N]`` int32 parts.
+
+    ``groups_N`` (``[N]`` ints in ``[0, G)``, e.g. node types) adds one capacity per group and
+    part, ``ceil((1 + slack) * N_g / P)``, so every group is balanced to the same slack; the
+    score still sees each part's total load.
+    """
     n = graph.num_nodes
     capacity = math.ceil((1.0 + cfg.slack) * n / num_parts)
     chunk = cfg.chunk or int(np.clip(n // (64 * num_parts), 64, 65536))
     order_N = stream_order(graph, cfg.order, seed)
     part_N = np.full(n, -1, dtype=np.int32)
-    load_P = np.zeros(num_parts, dtype=np.int64)
+    if groups_N is None:
+        group_N, cap_G = np.zeros(n, dtype=np.int64), np.array([capacity], dtype=np.int64)
+    else:
+        group_N = np.asarray(groups_N, dtype=np.int64)
+        count_G = np.bincount(group_N, minlength=1)
+        cap_G = np.array([math.ceil((1.0 + cfg.slack) * c / num_parts) for c in count_G])
+    load_GP = np.zeros((cap_G.shape[0], num_parts), dtype=np.int64)
     for _ in range(cfg.passes):
         for start in range(0, n, chunk):
             nodes_K = order_N[start : start + chunk]
-            placed = part_N[nodes_K]
-            load_P -= np.bincount(placed[placed >= 0], minlength=num_parts)
+            placed, group_K = part_N[nodes_K], group_N[nodes_K]
+            _add_loads(load_GP, group_K[placed >= 0], placed[placed >= 0], -1)
+            load_P = load_GP.sum(axis=0)
             count_KP = neighbor_part_counts(graph, part_N, nodes_K, num_parts)
             score_KP = score(count_KP, load_P.astype(np.float64))
             score_KP += _tie_break(np.arange(start, start + nodes_K.shape[0]), load_P, capacity)
             if placed[0] >= 0:  # restreaming: a tie keeps the node where it is (no churn)
                 score_KP[np.arange(nodes_K.shape[0]), placed] += 1e-3
             current_K = placed if placed[0] >= 0 else None
-            choice_K = capacity_argmax(score_KP, capacity - load_P, current_K)
+            choice_K = _grouped_argmax(score_KP, cap_G[:, None] - load_GP, group_K, current_K)
             part_N[nodes_K] = choice_K
-            load_P += np.bincount(choice_K, minlength=num_parts)
+            _add_loads(load_GP, group_K, choice_K, 1)
     return part_N
+
+
+def _add_loads(load_GP: np.ndarray, group_K: np.ndarray, part_K: np.ndarray, sign: int) -> None:
+    """``load_GP[g, p] += sign`` for every ``(group_K[i], part_K[i])`` (one bincount)."""
+    num_groups, num_parts = load_GP.shape
+    flat = np.bincount(group_K * num_parts + part_K, minlength=num_groups * num_parts)
+    load_GP += sign * flat.reshape(num_groups, num_parts)
+
+
+def _grouped_argmax(
+    score_KP: np.ndarray, room_GP: np.ndarray, group_K: np.ndarray, current_K: np.ndarray | None
+) -> np.ndarray:
+    """``capacity_argmax`` per group, each against its own room (one call when ``G == 1``)."""
+    if room_GP.shape[0] == 1:
+        return capacity_argmax(score_KP, room_GP[0], current_K)
+    choice_K = np.empty(score_KP.shape[0], dtype=np.int64)
+    for g in np.flatnonzero(np.bincount(group_K)).tolist():  # at most G small calls per chunk
+        rows = np.flatnonzero(group_K == g)
+        current = None if current_K is None else current_K[rows]
+        choice_K[rows] = capacity_argmax(score_KP[rows], room_GP[g], current)
+    return choice_K
 
 
 class Ldg:
@@ -161,8 +199,10 @@ class Ldg:
     def __init__(self, config: StreamConfig | None = None) -> None:
         self.config = config or StreamConfig()
 
-    def assign(self, graph: Graph, num_parts: int, *, seed: int = 0) -> Assignment:
-        """See ``Partitioner.assign``; memory O(N + P) beyond the CSR."""
+    def assign(
+        self, graph: Graph, num_parts: int, *, seed: int = 0, groups_N: np.ndarray | None = None
+    ) -> Assignment:
+        """See ``Partitioner.assign``; ``groups_N`` balances each group (``run_stream``)."""
         check_num_parts(graph, num_parts)
         capacity = math.ceil((1.0 + self.config.slack) * graph.num_nodes / num_parts)
 
@@ -170,7 +210,7 @@ class Ldg:
             out: np.ndarray = count_KP * (1.0 - load_P / capacity)[None, :]
             return out
 
-        part_N = run_stream(graph, num_parts, self.config, seed, score)
+        part_N = run_stream(graph, num_parts, self.config, seed, score, groups_N)
         return make_assignment(part_N, num_parts, self.name, seed, _params(self.config))
 
 
@@ -198,8 +238,10 @@ class Fennel:
     def __init__(self, config: FennelConfig | None = None) -> None:
         self.config = config or FennelConfig()
 
-    def assign(self, graph: Graph, num_parts: int, *, seed: int = 0) -> Assignment:
-        """See ``Partitioner.assign``; memory O(N + P) beyond the CSR."""
+    def assign(
+        self, graph: Graph, num_parts: int, *, seed: int = 0, groups_N: np.ndarray | None = None
+    ) -> Assignment:
+        """See ``Partitioner.assign``; ``groups_N`` balances each group (``run_stream``)."""
         check_num_parts(graph, num_parts)
         cfg = self.config
         n, gamma = max(graph.num_nodes, 1), cfg.gamma
@@ -212,7 +254,7 @@ class Fennel:
             out: np.ndarray = count_KP - (weight * load_P ** (gamma - 1.0))[None, :]
             return out
 
-        part_N = run_stream(graph, num_parts, cfg, seed, score)
+        part_N = run_stream(graph, num_parts, cfg, seed, score, groups_N)
         params = _params(cfg) | {"gamma": gamma, "alpha": alpha}
         return make_assignment(part_N, num_parts, self.name, seed, params)
 

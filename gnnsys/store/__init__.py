@@ -3,10 +3,22 @@
 ``write_partitions`` writes it atomically; ``load_shard`` / ``load_book`` / ``read_manifest``
 read it (memory-mapped, each array checked before use), ``load_partition`` all of it plus the
 cross-shard edge-id check; ``verify`` recomputes every checksum. Layout: ``gnnsys.store.layout``.
+Heterogeneous graphs: ``write_hetero_partitions`` / ``read_hetero_shard`` / ``verify_hetero`` /
+``assemble_hetero`` (layout: ``gnnsys.store.hetero_layout``).
 """
 
 from __future__ import annotations
 
+from gnnsys.store.hetero_layout import HeteroManifest
+from gnnsys.store.hetero_reader import (
+    assemble_hetero,
+    is_hetero_store,
+    read_hetero_manifest,
+    read_hetero_shard,
+    verify_hetero,
+)
+from gnnsys.store.hetero_shard import HeteroShard
+from gnnsys.store.hetero_writer import write_hetero_partitions
 from gnnsys.store.layout import FORMAT_VERSION, FileEntry, Manifest, PartEntry
 from gnnsys.store.reader import load_book, load_partition, load_shard, read_manifest, verify
 from gnnsys.store.shard import build_shard
@@ -15,14 +27,22 @@ from gnnsys.store.writer import graph_fingerprint, write_partitions
 __all__ = [
     "FORMAT_VERSION",
     "FileEntry",
+    "HeteroManifest",
+    "HeteroShard",
     "Manifest",
     "PartEntry",
+    "assemble_hetero",
     "build_shard",
     "graph_fingerprint",
+    "is_hetero_store",
     "load_book",
     "load_partition",
     "load_shard",
+    "read_hetero_manifest",
+    "read_hetero_shard",
     "read_manifest",
     "verify",
+    "verify_hetero",
+    "write_hetero_partitions",
     "write_partitions",
 ]

@@ -161,6 +161,12 @@ class Manifest:
         """
         if not isinstance(obj, dict):
             raise PartitionStoreError(f"{path}: manifest is not a JSON object; {_FIX}", path)
+        if obj.get("format") == "gnnsys-hetero":
+            raise PartitionStoreError(
+                f"{path}: a heterogeneous partition directory; read it with "
+                "gnnsys.store.read_hetero_shard (or assemble_hetero)",
+                path,
+            )
         version = obj.get("format_version")
         if version not in READABLE_VERSIONS or isinstance(version, bool):
             raise PartitionStoreError(

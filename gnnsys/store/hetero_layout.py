@@ -1,0 +1,309 @@
+"""On-disk layout of a *heterogeneous* partition directory and its manifest (``HETERO_FORMAT``).
+
+::
+
+    DIR/
+    ├── manifest.json                 # HeteroManifest: types, relations, widths, counts, every
+    │                                 #   file's shape/dtype/sha256/xxh3, its own checksum
+    ├── node_to_part.npy              # [G] int32 owner of every global id (offset[t] + lid)
+    └── part-<p>/
+        ├── nodes/<type>/
+        │   ├── owned_lid.npy         # [M_t] int64 owned type-local ids, ascending
+        │   ├── halo_lid.npy          # [H_t] int64 k-hop halo nodes of this type, ascending
+        │   ├── halo_part.npy         # [H_t] int32 their owners
+        │   └── x.npy y.npy train_mask.npy ... attr-<name>.npy   # owned rows, when present
+        └── rels/<src>__<rel>__<dst>/
+            ├── indptr.npy            # [M_dst + 1] int64 CSR over the owned dst nodes
+            ├── indices_lid.npy       # [E_p] int64 type-local src id of each in-edge
+            ├── indices_local.npy     # [E_p] int64 src position in owned_lid[src] (< M_src) or
+            │                         #   M_src + position in halo_lid[src] (a halo source)
+            └── e_id.npy              # [E_p] int64 edge id: position in the relation's CSR
+
+The halo of a part is, per type, every node within ``num_hops`` in-edge hops of its owned nodes
+over all relations that another part owns (``halo_part`` names the owner), so every source of
+every stored edge is owned or in its type's halo. Each array is checked as in the homogeneous
+store (``gnnsys.store.layout``): xxh3_128 on every load, sha256 by ``verify``, the manifest's
+own sha256; nothing is pickled. The manifest's ``"format": "gnnsys-hetero"`` key tells the two
+kinds apart; each reader refuses the other's with a message naming the right one.
+
+Shape legend: ``G`` nodes of all types, ``M_t`` owned nodes of type ``t``, ``H_t`` halo nodes,
+``E_p`` a part's in-edges of one relation.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from gnnsys.datasets.hetero import EdgeType
+from gnnsys.errors import PartitionStoreError
+from gnnsys.store.layout import FileEntry, _check_keys, _strict_int, manifest_checksum, part_dir
+
+HETERO_FORMAT = "gnnsys-hetero"
+HETERO_VERSION = 1
+TYPE_ARRAYS = ("owned_lid", "halo_lid", "halo_part")
+"""Arrays every node-type folder of a shard holds."""
+REL_ARRAYS = ("indptr", "indices_lid", "indices_local", "e_id")
+"""Arrays every relation folder of a shard holds."""
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+_FIX = "re-create the directory with `gnnsys partition`"
+_KEYS = frozenset(
+    {
+        "format",
+        "format_version",
+        "dataset",
+        "fingerprint",
+        "num_parts",
+        "num_hops",
+        "strategy",
+        "params",
+        "seed",
+        "gnnsys_version",
+        "num_classes",
+        "node_types",
+        "relations",
+        "parts",
+        "files",
+        "checksum",
+    }
+)
+
+
+def check_name(name: str, what: str) -> None:
+    """Raise ``ValueError`` unless ``name`` can be a folder name (and part of ``a__b__c``)."""
+    if not _NAME.fullmatch(name) or "__" in name:
+        raise ValueError(
+            f"{what} {name!r} cannot name a store folder; use letters, digits, '_', '.', '-' "
+            "without '__'"
+        )
+
+
+def type_file(part: int, node_type: str, name: str) -> str:
+    """Relative path of a node type's array, e.g. ``part-0/nodes/paper/x.npy``."""
+    return f"{part_dir(part)}/nodes/{node_type}/{name}.npy"
+
+
+def rel_file(part: int, edge_type: EdgeType, name: str) -> str:
+    """Relative path of a relation's array, e.g. ``part-0/rels/paper__cites__paper/e_id.npy``."""
+    return f"{part_dir(part)}/rels/{'__'.join(edge_type)}/{name}.npy"
+
+
+@dataclass(frozen=True, slots=True)
+class TypeEntry:
+    """Manifest entry of one node type: its size, global offset and per-node arrays."""
+
+    name: str
+    num_nodes: int
+    offset: int
+    data: dict[str, tuple[str, tuple[int, ...]]]
+    """Array name (``x``, ``y``, masks, ``attr-<name>``) -> (dtype, per-row shape), e.g.
+    ``("<f4", (128,))`` for 128-wide float32 features; every part stores each listed array."""
+
+
+@dataclass(frozen=True, slots=True)
+class RelationEntry:
+    """Manifest entry of one relation."""
+
+    edge_type: EdgeType
+    num_edges: int
+    indices_dtype: str
+    """dtype of the original ``Relation.indices`` (restored when the graph is assembled)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeteroPartEntry:
+    """Per-part counts: owned and halo nodes per type, in-edges per relation."""
+
+    num_owned: dict[str, int]
+    num_halo: dict[str, int]
+    num_edges: dict[str, int]
+    """Keyed by ``"src__rel__dst"``."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeteroManifest:
+    """Contents of a heterogeneous store's ``manifest.json``."""
+
+    dataset: str
+    fingerprint: str
+    num_parts: int
+    num_hops: int
+    strategy: str
+    params: dict[str, Any]
+    seed: int
+    gnnsys_version: str
+    num_classes: int
+    node_types: tuple[TypeEntry, ...]
+    relations: tuple[RelationEntry, ...]
+    parts: tuple[HeteroPartEntry, ...]
+    files: dict[str, FileEntry] = field(default_factory=dict)
+
+    @property
+    def num_nodes(self) -> int:
+        """``G``, nodes of every type."""
+        return sum(t.num_nodes for t in self.node_types)
+
+    @property
+    def num_edges(self) -> int:
+        """Edges of every relation."""
+        return sum(r.num_edges for r in self.relations)
+
+    def node_type(self, name: str) -> TypeEntry:
+        """The entry of type ``name``; ``KeyError`` if absent."""
+        return next(t for t in self.node_types if t.name == name)
+
+    def to_json(self) -> dict[str, Any]:
+        """The exact ``manifest.json`` content, with its checksum."""
+        out: dict[str, Any] = {
+            "format": HETERO_FORMAT,
+            "format_version": HETERO_VERSION,
+            **{k: getattr(self, k) for k in _SCALARS},
+            "node_types": [
+                {
+                    "name": t.name,
+                    "num_nodes": t.num_nodes,
+                    "offset": t.offset,
+                    "data": {k: {"dtype": d, "row_shape": list(r)} for k, (d, r) in t.data.items()},
+                }
+                for t in self.node_types
+            ],
+            "relations": [
+                {
+                    "edge_type": list(r.edge_type),
+                    "num_edges": r.num_edges,
+                    "indices_dtype": r.indices_dtype,
+                }
+                for r in self.relations
+            ],
+            "parts": [
+                {"num_owned": p.num_owned, "num_halo": p.num_halo, "num_edges": p.num_edges}
+                for p in self.parts
+            ],
+            "files": {path: _file_json(e) for path, e in sorted(self.files.items())},
+        }
+        out["checksum"] = manifest_checksum(out)
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Any, path: str) -> HeteroManifest:
+        """Validate and convert parsed ``manifest.json`` content.
+
+        Raises:
+            PartitionStoreError: Not a heterogeneous manifest, unknown version, missing or
+                unknown keys, a wrong checksum or malformed fields; names ``path`` and the fix.
+        """
+        if not isinstance(obj, dict) or obj.get("format") != HETERO_FORMAT:
+            raise PartitionStoreError(
+                f'{path}: not a heterogeneous partition directory (no "format": '
+                f'"{HETERO_FORMAT}"); read a homogeneous one with gnnsys.store.load_shard',
+                path,
+            )
+        if obj.get("format_version") != HETERO_VERSION:
+            raise PartitionStoreError(
+                f"{path}: unknown heterogeneous format_version {obj.get('format_version')!r} "
+                f"(this gnnsys reads {HETERO_VERSION}); {_FIX} using this gnnsys version",
+                path,
+            )
+        _check_keys(obj, _KEYS, "manifest", path)
+        if obj["checksum"] != manifest_checksum(obj):
+            raise PartitionStoreError(
+                f"{path}: manifest checksum mismatch; the manifest was edited or corrupted "
+                f"after it was written. {_FIX}",
+                path,
+            )
+        try:
+            manifest = _parse(obj)
+        except (TypeError, ValueError, AttributeError, KeyError) as err:
+            raise PartitionStoreError(
+                f"{path}: malformed manifest field ({err!r}); {_FIX}", path
+            ) from err
+        if len(manifest.parts) != manifest.num_parts or manifest.num_parts < 1:
+            raise PartitionStoreError(
+                f"{path}: num_parts={manifest.num_parts} but {len(manifest.parts)} part "
+                f"entries; {_FIX}",
+                path,
+            )
+        return manifest
+
+
+_SCALARS = (
+    "dataset",
+    "fingerprint",
+    "num_parts",
+    "num_hops",
+    "strategy",
+    "params",
+    "seed",
+    "gnnsys_version",
+    "num_classes",
+)
+
+
+def _file_json(e: FileEntry) -> dict[str, Any]:
+    return {"shape": list(e.shape), "dtype": e.dtype, "sha256": e.sha256, "xxh3": e.xxh3}
+
+
+def _file_entry(obj: Any, what: str) -> FileEntry:
+    if not isinstance(obj, dict) or set(obj) != {"shape", "dtype", "sha256", "xxh3"}:
+        raise TypeError(f"{what} must have exactly shape, dtype, sha256, xxh3")
+    if not isinstance(obj["shape"], list) or not all(
+        isinstance(obj[k], str) for k in ("dtype", "sha256", "xxh3")
+    ):
+        raise TypeError(f"{what} has a shape that is not a list or a non-string digest")
+    shape = tuple(_strict_int(d, f"{what}.shape") for d in obj["shape"])
+    return FileEntry(shape, obj["dtype"], obj["sha256"], obj["xxh3"])
+
+
+def _row_spec(obj: Any, what: str) -> tuple[str, tuple[int, ...]]:
+    if not isinstance(obj, dict) or set(obj) != {"dtype", "row_shape"}:
+        raise TypeError(f"{what} must have exactly dtype and row_shape")
+    if not isinstance(obj["dtype"], str) or not isinstance(obj["row_shape"], list):
+        raise TypeError(f"{what} has a non-string dtype or a row_shape that is not a list")
+    return obj["dtype"], tuple(_strict_int(d, f"{what}.row_shape") for d in obj["row_shape"])
+
+
+def _counts(obj: Any, what: str) -> dict[str, int]:
+    if not isinstance(obj, dict):
+        raise TypeError(f"{what} must be an object")
+    return {str(k): _strict_int(v, f"{what}[{k!r}]") for k, v in obj.items()}
+
+
+def _parse(obj: dict[str, Any]) -> HeteroManifest:
+    scalars = {k: obj[k] for k in _SCALARS}
+    for key in ("num_parts", "num_hops", "seed", "num_classes"):
+        scalars[key] = _strict_int(scalars[key], key)
+    for key in ("dataset", "fingerprint", "strategy", "gnnsys_version"):
+        if not isinstance(scalars[key], str):
+            raise TypeError(f"{key} is {scalars[key]!r}, expected a string")
+    if not isinstance(scalars["params"], dict):
+        raise TypeError("params must be an object")
+    types = tuple(
+        TypeEntry(
+            name=str(t["name"]),
+            num_nodes=_strict_int(t["num_nodes"], "num_nodes"),
+            offset=_strict_int(t["offset"], "offset"),
+            data={str(k): _row_spec(e, f"data[{k!r}]") for k, e in t["data"].items()},
+        )
+        for t in obj["node_types"]
+    )
+    relations = tuple(
+        RelationEntry(
+            edge_type=(str(r["edge_type"][0]), str(r["edge_type"][1]), str(r["edge_type"][2])),
+            num_edges=_strict_int(r["num_edges"], "num_edges"),
+            indices_dtype=str(r["indices_dtype"]),
+        )
+        for r in obj["relations"]
+    )
+    parts = tuple(
+        HeteroPartEntry(
+            _counts(p["num_owned"], "num_owned"),
+            _counts(p["num_halo"], "num_halo"),
+            _counts(p["num_edges"], "num_edges"),
+        )
+        for p in obj["parts"]
+    )
+    files = {str(k): _file_entry(e, f"files[{k!r}]") for k, e in obj["files"].items()}
+    return HeteroManifest(
+        **scalars, node_types=types, relations=relations, parts=parts, files=files
+    )
