@@ -8,6 +8,7 @@ cross-shard edge-id check; ``verify`` recomputes every checksum. Layout: ``gnnsy
 from __future__ import annotations
 
 from gnnsys.store.layout import FORMAT_VERSION, FileEntry, Manifest, PartEntry
+from gnnsys.store.links import ShardLinks, has_links, load_links
 from gnnsys.store.reader import load_book, load_partition, load_shard, read_manifest, verify
 from gnnsys.store.shard import build_shard
 from gnnsys.store.writer import graph_fingerprint, write_partitions
@@ -17,9 +18,12 @@ __all__ = [
     "FileEntry",
     "Manifest",
     "PartEntry",
+    "ShardLinks",
     "build_shard",
     "graph_fingerprint",
+    "has_links",
     "load_book",
+    "load_links",
     "load_partition",
     "load_shard",
     "read_manifest",
