@@ -37,7 +37,7 @@ class SAGEEncoder(nn.Module):
         from torch_geometric.nn import SAGEConv
 
         dims = [in_dim] + [hidden] * num_layers
-        self.convs = nn.ModuleList(SAGEConv(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.convs = nn.ModuleList(SAGEConv(a, b) for a, b in zip(dims[:-1], dims[1:], strict=True))
         self.dropout = dropout
 
     def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
