@@ -306,7 +306,7 @@ def run(args: argparse.Namespace) -> int:
     except WorkerFailedError as err:
         print(f"gnnsys train: error: {err}", file=sys.stderr)
         return 1
-    link = result.summary["config"]["link"] is not None
+    link = result.summary["config"].get("link") is not None
     (print_link_table if link else print_table)(result.history)
     best, metric = result.summary["best"], result.summary["metric"]
     topology = result.summary["config"]["cluster"]["topology"]
