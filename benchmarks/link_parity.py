@@ -137,6 +137,7 @@ def main() -> None:
     p.add_argument("--cache-ratio", type=float, default=0.25)
     p.add_argument("--traffic-epochs", type=int, default=2)
     p.add_argument("--skip", default="", help="comma list of: gnnsys, pyg, bytes")
+    p.add_argument("--train-parts", default="", help="part counts to train (default 1 and --parts)")
     args = p.parse_args()
     skip = set(args.skip.split(","))
     for dataset in args.datasets.split(","):
@@ -144,8 +145,9 @@ def main() -> None:
         root = Path(tempfile.mkdtemp(prefix="link-parity-"))
         stores = _stores(split, sorted({1, args.parts}), root)
         for seed in [int(s) for s in args.seeds.split(",")]:
+            wanted = {int(v) for v in args.train_parts.split(",") if v} or set(stores)
             for parts, store in stores.items():
-                if "gnnsys" in skip:
+                if "gnnsys" in skip or parts not in wanted:
                     continue
                 start = time.perf_counter()
                 hist = train_local(_config(args, store, parts, seed), root / f"run-{parts}-{seed}")
