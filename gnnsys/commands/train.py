@@ -184,7 +184,7 @@ def _add_eval_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--metric",
         help="validation metric that picks the best epoch: acc, auc or f1 (default acc; auc for "
-        "binary labels)",
+        "binary labels); with --task link mrr (default), hits@20, hits@50 or hits@100",
     )
 
 

@@ -261,3 +261,29 @@ def test_stores_of_the_other_task_are_refused(split: LinkSplit, tmp_path: Path) 
         _check_task(_config(node_store, 2), node_store)
     with pytest.raises(ValueError, match="written for --task link"):
         _check_task(replace(_config(link_store, 2), link=None), link_store)
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(240)
+def test_ray_group_link_scores_equal_one_process(
+    ray_session: object, split: LinkSplit, tmp_path: Path
+) -> None:
+    """Ray ranks score concurrently while serving each other the last table."""
+    from gnnsys.train.control.ray_group import RayWorkerGroup
+    from gnnsys.train.control.resources import Resources
+
+    store = _store(split, 2, tmp_path)
+    cfg = _config(store, 2)
+    template = worker_template(cfg, store, store_info(store), "partitioned")
+    group = RayWorkerGroup(template, Resources(worker_cpus=0.5, owner_cpus=0.25), 60.0)
+    try:
+        group.run_epoch(0, group.start(), lambda _: None)
+        reports = group.evaluate(("val", "test"))
+        state = group.collect()[0].model
+    finally:
+        group.stop()
+    _, sums = _reference(split, cfg, state)
+    result = combine_evals(reports, cfg.model.hidden)
+    for name in ("val", "test"):
+        for key, value in link_metrics(sums[name]).items():
+            assert result.metrics[f"{name}_{key}"] == pytest.approx(value, abs=1e-5), key
