@@ -22,6 +22,7 @@ from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.failure import FailurePolicy
 from gnnsys.train.evaluate import EvalConfig
 from gnnsys.train.layer0.base import FirstLayerConfig
+from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.trainer import Trainer
 
 __all__ = ["RunConfig"]
@@ -29,7 +30,7 @@ __all__ = ["RunConfig"]
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunConfig:
-    """One run: data, cluster, sampler, model, optimiser, loop, failures, feature path, eval."""
+    """One run: data, cluster, sampler, model, optimiser, loop, failures, features, task."""
 
     data: DataConfig = field(default_factory=DataConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
@@ -45,6 +46,9 @@ class RunConfig:
     layer0: FirstLayerConfig = field(default_factory=FirstLayerConfig)
     """Where layer 0 aggregates (``--aggregate-at``, ``--decode-halo``)."""
     eval: EvalConfig = field(default_factory=EvalConfig)
+    link: LinkConfig | None = None
+    """The link-prediction task (``--task link``; its split is ``data.link_split``); ``None``
+    trains node classification."""
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON-ready dict (for ``summary.json``; enums are ``str`` subclasses)."""

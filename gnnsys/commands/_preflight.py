@@ -125,8 +125,11 @@ def check_out(out: Path) -> None:
         ) from err
 
 
-def check_store(path: Path, parts: int) -> Any:
+def check_store(path: Path, parts: int, *, link: bool = False) -> Any:
     """Load and verify every shard of ``path``; it must have ``parts`` parts, x, y, train_mask.
+
+    A link-prediction run (``link``) needs x and every part's link files instead of y and
+    train_mask.
 
     Returns:
         The store's ``Manifest``.
@@ -144,14 +147,23 @@ def check_store(path: Path, parts: int) -> Any:
             f"store {path} has {manifest.num_parts} parts but --parts={parts}; pass --parts "
             f"{manifest.num_parts} or re-partition"
         )
+    from gnnsys.store.links import LINK_DATA, load_links
+
+    need = ("x", *LINK_DATA) if link else ("x", "y", "train_mask")
     for part in range(manifest.num_parts):
-        missing = [k for k in ("x", "y", "train_mask") if shard_file(part, k) not in manifest.files]
+        missing = [k for k in need if shard_file(part, k) not in manifest.files]
         if missing:
+            what = (
+                "features and a link split (--task link without --store writes one)"
+                if link
+                else "features, labels and a train mask: partition a dataset that has them"
+            )
             raise ValueError(
-                f"store {path}: part {part} has no {', '.join(missing)}; training needs "
-                "features, labels and a train mask: partition a dataset that has them"
+                f"store {path}: part {part} has no {', '.join(missing)}; training needs {what}"
             )
     load_partition(path)  # every checksum, semantic and cross-shard check, before Ray starts
+    for part in range(manifest.num_parts) if link else ():
+        load_links(path, part)
     return manifest
 
 
@@ -260,10 +272,11 @@ def run_preflight(args: argparse.Namespace, config: Any, out: Path) -> Preflight
     check_out(out)
     data, parts = config.data, config.cluster.parts
     manifest = None
+    link = config.link is not None
     if data.store is not None:
-        manifest = check_store(Path(data.store), parts)
+        manifest = check_store(Path(data.store), parts, link=link)
     elif config.loop.resume and (out / "store" / "manifest.json").exists():
-        manifest = _check_reused(out / "store", data.dataset, parts)
+        manifest = _check_reused(out / "store", data.dataset, parts, link)
     if manifest is None:
         probe_dataset(data)
     identity = identity_of(config.to_json(), {} if manifest is None else store_identity(manifest))
@@ -274,7 +287,7 @@ def run_preflight(args: argparse.Namespace, config: Any, out: Path) -> Preflight
     return Preflight(out=out, notices=tuple(notices))
 
 
-def _check_reused(store: Path, dataset: str, parts: int) -> Any:
+def _check_reused(store: Path, dataset: str, parts: int, link: bool = False) -> Any:
     """The run directory's own store, which ``--resume`` reuses when its part count matches."""
     from gnnsys.store import read_manifest
 
@@ -286,4 +299,4 @@ def _check_reused(store: Path, dataset: str, parts: int) -> Any:
             f"--resume: {store} holds {manifest.dataset!r} but this run asks for {dataset!r}; "
             f"resume with dataset {manifest.dataset!r}, or start a new --out directory"
         )
-    return check_store(store, parts)
+    return check_store(store, parts, link=link)

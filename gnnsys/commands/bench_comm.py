@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from gnnsys.commands._link import add_link_args, apply_link_args, link_split_of
 from gnnsys.commands.partition import add_dataset_args, parse_kv
 from gnnsys.commands.train import add_cache_tuning_args, cache_tuning
 
@@ -94,6 +95,7 @@ def add_parser(kinds: Any) -> None:
     p.add_argument("--model", default="sage", choices=("sage", "gcn", "gat"))
     p.add_argument("--lr", type=float, default=0.003)
     add_cache_tuning_args(p)  # --presample-epochs and the adaptive knobs, for every config
+    add_link_args(p)  # --task link: bytes per epoch only (gnnsys.commands._bench_link)
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads")
     p.add_argument("--out", required=True, help="output directory")
     p.set_defaults(func=run)
@@ -128,12 +130,11 @@ def base_config(args: argparse.Namespace, store: Path) -> Any:
     """The ``RunConfig`` every configuration derives from."""
     from gnnsys.config import RunConfig
     from gnnsys.sampler import NeighborSampler
-    from gnnsys.store.source import DataConfig
 
-    cfg = RunConfig()
+    cfg = apply_link_args(args, RunConfig())
     return replace(
         cfg,
-        data=DataConfig(dataset=args.dataset, root=args.root, store=str(store)),
+        data=replace(cfg.data, dataset=args.dataset, root=args.root, store=str(store)),
         cluster=replace(cfg.cluster, parts=args.parts, topology="partitioned"),
         sampler=NeighborSampler.Config(fanouts=tuple(_ints(args.fanouts))),
         model=replace(cfg.model, name=args.model),
@@ -230,6 +231,7 @@ def _store(args: argparse.Namespace, out: Path) -> Path:
     spec = DataConfig(
         dataset=args.dataset, root=args.root, partitioner=args.partitioner, dataset_params=params
     )
+    spec = replace(spec, link_split=link_split_of(args))
     return prepare_store(
         spec,
         num_parts=args.parts,
@@ -286,6 +288,10 @@ def run(args: argparse.Namespace) -> int:
     configs = grid(_names(args.policies), _floats(args.ratios), codecs)
     if CommConfig(*BASELINE) not in configs:
         configs.insert(0, CommConfig(*BASELINE))
+    if args.task == "link":
+        from gnnsys.commands._bench_link import run_link_traffic
+
+        return run_link_traffic(args, runs, configs, out)
     rows = {
         c.key: {**_fields(c), **runs.traffic(c, seeds)}
         for c in tqdm(configs, desc="traffic", unit="config")

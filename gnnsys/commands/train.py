@@ -9,6 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gnnsys.commands._link import add_link_args, apply_link_args, print_link_table
+
 if TYPE_CHECKING:
     from gnnsys.cache import CacheConfig
 
@@ -80,6 +82,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--num-nodes", type=int, help="nodes of a synthetic dataset")
     add_feature_path_args(p)
     _add_eval_flags(p)
+    add_link_args(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--inject-fault", help=argparse.SUPPRESS)  # KIND:RANK:EPOCH:BATCH, tests
     p.set_defaults(func=run)
@@ -196,7 +199,7 @@ def _add_eval_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--metric",
         help="validation metric that picks the best epoch: acc, auc or f1 (default acc; auc for "
-        "binary labels)",
+        "binary labels); with --task link mrr (default), hits@20, hits@50 or hits@100",
     )
 
 
@@ -206,7 +209,7 @@ def build_config(args: argparse.Namespace) -> Any:
 
     if args.preset not in PRESETS:
         raise ValueError(f"unknown preset {args.preset!r}; choose one of {sorted(PRESETS)}")
-    cfg = PRESETS[args.preset]()
+    cfg = apply_link_args(args, PRESETS[args.preset]())
 
     def pick(**kw: Any) -> dict[str, Any]:
         return {k: v for k, v in kw.items() if v is not None}
@@ -320,16 +323,20 @@ def run(args: argparse.Namespace) -> int:
     except WorkerFailedError as err:
         print(f"gnnsys train: error: {err}", file=sys.stderr)
         return 1
-    print_table(result.history)
+    link = result.summary["config"].get("link") is not None
+    (print_link_table if link else print_table)(result.history)
     best, metric = result.summary["best"], result.summary["metric"]
     topology = result.summary["config"]["cluster"]["topology"]
     if best is None:
         print(f"no epoch was evaluated; topology {topology}; run dir {result.run_dir}")
         return 0
     final = result.summary["final"]
-    test = final.get("test_acc") if best.get("test_acc") is None else best["test_acc"]
+    shown = metric if link else "acc"
+    test = (
+        final.get(f"test_{shown}") if best.get(f"test_{shown}") is None else best[f"test_{shown}"]
+    )
     print(
-        f"best val_{metric} {best[f'val_{metric}']:.4f} (epoch {best['epoch']}, test_acc "
+        f"best val_{metric} {best[f'val_{metric}']:.4f} (epoch {best['epoch']}, test_{shown} "
         f"{_cell(test).strip()}); topology {topology}; run dir {result.run_dir}"
     )
     return 0

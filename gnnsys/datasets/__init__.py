@@ -13,16 +13,28 @@ from typing import Any
 from gnnsys.datasets.base import DatasetSource, reading
 from gnnsys.datasets.deezer import load_deezer
 from gnnsys.datasets.hetero import HeteroGraph
+from gnnsys.datasets.link_split import LinkSplit, LinkSplitConfig, edge_split
 from gnnsys.datasets.mag import load_synthetic_hetero
 from gnnsys.datasets.musae import load_musae
 from gnnsys.datasets.npz import load_npz
 from gnnsys.datasets.ogb import load_ogb
 from gnnsys.datasets.ogb_hetero import load_ogb_hetero
+from gnnsys.datasets.ogb_link import load_ogb_link
 from gnnsys.datasets.planetoid import load_planetoid
 from gnnsys.datasets.synthetic import load_synthetic
 from gnnsys.types import Graph
 
-__all__ = ["DATASETS", "HETERO_DATASETS", "HETERO_NAMES", "KNOWN_NAMES", "load", "load_hetero"]
+__all__ = [
+    "DATASETS",
+    "HETERO_DATASETS",
+    "HETERO_NAMES",
+    "KNOWN_NAMES",
+    "LinkSplit",
+    "LinkSplitConfig",
+    "load",
+    "load_hetero",
+    "load_link_split",
+]
 
 DATASETS: dict[str, DatasetSource] = {
     "synthetic": load_synthetic,
@@ -113,3 +125,29 @@ def load_hetero(
 
     with reading(f"dataset {name!r}"):
         return HETERO_DATASETS[family](variant, None if root is None else Path(root), **params)
+
+
+def load_link_split(
+    name: str,
+    root: str | os.PathLike[str] | None = None,
+    *,
+    config: LinkSplitConfig,
+    **params: Any,
+) -> LinkSplit:
+    """A link-prediction split of dataset ``name`` (``gnnsys.datasets.link_split``).
+
+    ``ogb:ogbl-*`` datasets bring their own split (``gnnsys.datasets.ogb_link``); any other
+    dataset is loaded with :func:`load` and split by ``edge_split(graph, config)``.
+
+    Raises:
+        ValueError: Unknown dataset, or a split that leaves no training link.
+        DatasetNotFoundError: Files missing.
+        DatasetFileError: A file is truncated, corrupt or of another format.
+    """
+    family, _, variant = name.partition(":")
+    if family == "ogb" and variant.replace("_", "-").startswith("ogbl-"):
+        from pathlib import Path
+
+        with reading(f"dataset {name!r}"):
+            return load_ogb_link(variant, None if root is None else Path(root), config)
+    return edge_split(load(name, root=root, **params), config)

@@ -13,9 +13,11 @@ from gnnsys.models.config import ModelConfig, build_model
 from gnnsys.models.gat import GAT, GATLayer
 from gnnsys.models.gcn import GCN
 from gnnsys.models.layers import GCNLayer, SAGELayer
+from gnnsys.models.link import DECODERS, LinkModel, build_decoder
 from gnnsys.models.sage import SAGE
 
 __all__ = [
+    "DECODERS",
     "GAT",
     "GCN",
     "MODELS",
@@ -23,8 +25,10 @@ __all__ = [
     "BlockModel",
     "GATLayer",
     "GCNLayer",
+    "LinkModel",
     "ModelConfig",
     "SAGELayer",
+    "build_decoder",
     "build_model",
 ]
 

@@ -20,6 +20,7 @@ from gnnsys.store.hetero_reader import (
 from gnnsys.store.hetero_shard import HeteroShard
 from gnnsys.store.hetero_writer import write_hetero_partitions
 from gnnsys.store.layout import FORMAT_VERSION, FileEntry, Manifest, PartEntry
+from gnnsys.store.links import ShardLinks, has_links, load_links
 from gnnsys.store.reader import load_book, load_partition, load_shard, read_manifest, verify
 from gnnsys.store.shard import build_shard
 from gnnsys.store.writer import graph_fingerprint, write_partitions
@@ -31,11 +32,14 @@ __all__ = [
     "HeteroShard",
     "Manifest",
     "PartEntry",
+    "ShardLinks",
     "assemble_hetero",
     "build_shard",
     "graph_fingerprint",
+    "has_links",
     "is_hetero_store",
     "load_book",
+    "load_links",
     "load_partition",
     "load_shard",
     "read_hetero_manifest",

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gnnsys.datasets.link_split import LinkSplitConfig
+
 __all__ = ["DataConfig"]
 
 
@@ -27,6 +29,9 @@ class DataConfig:
     """Strategy in ``gnnsys.partitioners.PARTITIONERS`` used when partitioning here."""
     dataset_params: tuple[tuple[str, Any], ...] = ()
     """Extra ``load`` options as pairs, e.g. ``(("num_nodes", 1000),)`` for synthetic graphs."""
+    link_split: LinkSplitConfig | None = None
+    """Hold out links for link prediction (``--task link``): the store is written with the
+    training graph and each part's links (``gnnsys.store.links``); ``None`` for node tasks."""
     feature_norm: str = "none"
     """Feature transform in ``gnnsys.datasets.transforms.FEATURE_NORMS`` applied before
     partitioning (``--feature-norm``): ``none``, or ``row`` (each row divided by its sum, Kipf's

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,6 +37,9 @@ from gnnsys.store.layout import (
 )
 from gnnsys.store.shard import build_shard
 from gnnsys.types import Assignment, Graph, PartitionBook
+
+if TYPE_CHECKING:
+    from gnnsys.datasets.link_split import LinkSplit
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +95,12 @@ def _save_rows(root: Path, rel: str, src: np.ndarray, rows: np.ndarray) -> FileE
 
 
 def _write_part(
-    tmp: Path, graph: Graph, book: PartitionBook, part: int, num_hops: int
+    tmp: Path,
+    graph: Graph,
+    book: PartitionBook,
+    part: int,
+    num_hops: int,
+    links: LinkSplit | None = None,
 ) -> tuple[dict[str, FileEntry], PartEntry]:
     shard = build_shard(graph, book, part, num_hops, with_data=False)
     (tmp / shard_file(part, "x")).parent.mkdir()
@@ -104,6 +113,11 @@ def _write_part(
         if value is not None:
             rel = shard_file(part, key)
             files[rel] = _save_rows(tmp, rel, value, shard.owned_gid)
+    if links is not None:
+        from gnnsys.store.links import links_of_part
+
+        for key, arr in links_of_part(links, book.part_N, part).items():
+            files[shard_file(part, key)] = _save(tmp, shard_file(part, key), arr)
     summary = PartEntry(shard.num_owned, int(shard.indptr[-1]), int(shard.halo_gid.shape[0]))
     return files, summary
 
@@ -116,6 +130,7 @@ def write_partitions(
     num_hops: int = 2,
     overwrite: bool = False,
     progress: ProgressFn | None = None,
+    links: LinkSplit | None = None,
 ) -> PartitionBook:
     """Write the partition directory of ``assignment`` at ``root`` (layout in ``layout.py``).
 
@@ -126,6 +141,8 @@ def write_partitions(
         num_hops: ``k`` of each shard's k-hop halo (the number of GNN layers).
         overwrite: Replace an existing directory (still atomically: rename, then delete).
         progress: Called with each part id once that part is written.
+        links: A link-prediction split of ``graph`` (``graph`` is its training graph): each
+            part also stores the links whose source it owns (``gnnsys.store.links``).
 
     Returns:
         The ``PartitionBook`` (gid -> part, lid) of the written directory.
@@ -136,6 +153,7 @@ def write_partitions(
     """
     root = Path(root)
     _check_args(graph, assignment, root, num_hops, overwrite)
+    _check_links(graph, links)
     book = PartitionBook.from_assignment(assignment.part_N, assignment.num_parts)
     tmp = root.parent / f".{root.name}.tmp-{uuid.uuid4().hex[:12]}"
     tmp.mkdir(parents=True)
@@ -143,7 +161,7 @@ def write_partitions(
         files = {NODE_TO_PART: _save(tmp, NODE_TO_PART, assignment.part_N)}
         parts = []
         for part in range(assignment.num_parts):
-            part_files, summary = _write_part(tmp, graph, book, part, num_hops)
+            part_files, summary = _write_part(tmp, graph, book, part, num_hops, links)
             files |= part_files
             parts.append(summary)
             if progress is not None:
@@ -170,6 +188,14 @@ def _check_args(
         raise ValueError(f"num_hops={num_hops}; choose num_hops >= 1 (the number of GNN layers)")
     if root.exists() and not overwrite:
         raise ValueError(f"{root} already exists; choose another directory or overwrite it")
+
+
+def _check_links(graph: Graph, links: LinkSplit | None) -> None:
+    if links is not None and links.graph is not graph:
+        raise ValueError(
+            "links were given but graph is not links.graph; write the split's training graph "
+            "(write_partitions(split.graph, assignment, root, links=split))"
+        )
 
 
 def _replace(tmp: Path, root: Path) -> None:

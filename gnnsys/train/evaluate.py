@@ -54,7 +54,15 @@ from gnnsys.train.eval_blocks import (
     linear_run,
     restricted,
 )
-from gnnsys.train.metrics import METRICS, accuracy, confusion_matrix, macro_f1, roc_auc
+from gnnsys.train.metrics import (
+    LINK_METRICS,
+    METRICS,
+    accuracy,
+    confusion_matrix,
+    link_metrics,
+    macro_f1,
+    roc_auc,
+)
 from gnnsys.train.remote.client import OwnerClient
 from gnnsys.train.remote.ledger import Ledger, LedgerSnapshot
 from gnnsys.train.remote.peers import PeerClient
@@ -89,7 +97,8 @@ class EvalConfig:
     """Per-epoch evaluations report train and val only; test once, after the last epoch."""
     metric: str = "auto"
     """Validation metric that selects the best epoch: ``acc``, ``auc`` (binary labels), ``f1``
-    (macro-F1), or ``auto`` = ``auc`` for binary labels, else ``acc`` (``--metric``)."""
+    (macro-F1), or ``auto`` = ``auc`` for binary labels, else ``acc`` (``--metric``); for
+    ``--task link`` ``mrr``, ``hits@20``, ``hits@50`` or ``hits@100`` (``auto`` = ``mrr``)."""
     chunk_edges: int = 1 << 20
     """In-edges per evaluation chunk of the gathering path (GAT, max): bounds its temporaries
     (one chunk's gathered rows) at the cost of gathering shared sources once per chunk."""
@@ -121,8 +130,9 @@ class EvalConfig:
             raise ValueError(f"chunk_edges={self.chunk_edges}; choose >= 1")
         if not self.message_mb > 0:
             raise ValueError(f"eval message_mb={self.message_mb}; choose > 0")
-        if self.metric not in (*METRICS, "auto"):
-            raise ValueError(f"metric={self.metric!r}; choose one of {(*METRICS, 'auto')}")
+        if self.metric not in (*METRICS, *LINK_METRICS, "auto"):
+            known = (*METRICS, *LINK_METRICS, "auto")
+            raise ValueError(f"--metric {self.metric!r}; choose one of {known}")
 
     def due(self, epoch: int, last_epoch: int) -> bool:
         """Whether ``epoch`` is evaluated."""
@@ -136,18 +146,33 @@ class EvalConfig:
             return ("train", "val")
         return SPLITS
 
-    def selection_metric(self, num_classes: int) -> str:
+    def selection_metric(self, num_classes: int, *, link: bool = False) -> str:
         """``metric`` with ``auto`` resolved; ``auc`` needs two classes.
 
         Raises:
-            ValueError: ``auc`` asked for a task that is not binary.
+            ValueError: ``auc`` asked for a task that is not binary, or a metric of the other
+                task (``mrr`` for nodes, ``acc`` for links).
         """
+        if link or self.metric in LINK_METRICS:
+            return self._link_metric(link)
         if self.metric == "auto":
             return "auc" if num_classes == 2 else "acc"
         if self.metric == "auc" and num_classes != 2:
             raise ValueError(
                 f"--metric auc needs binary labels but the task has {num_classes} classes; "
                 "use --metric acc or f1"
+            )
+        return self.metric
+
+    def _link_metric(self, link: bool) -> str:
+        if not link:
+            raise ValueError(f"--metric {self.metric} is a link metric; pass --task link")
+        if self.metric == "auto":
+            return "mrr"
+        if self.metric not in LINK_METRICS:
+            raise ValueError(
+                f"--metric {self.metric} is a node metric; --task link selects by one of "
+                f"{LINK_METRICS}"
             )
         return self.metric
 
@@ -167,6 +192,7 @@ class RankEval:
         seconds: Wall time of this rank's evaluation steps.
         peak_rss_bytes: Peak RSS of the rank's process so far (evaluation included).
         logits: ``(gid_M, logits_MC)`` of the owned nodes when asked for (tests), else ``None``.
+        link: Split -> ``metrics.link_sums`` of the rank's held-out links (link task only).
     """
 
     rank: int
@@ -179,6 +205,7 @@ class RankEval:
     seconds: float
     peak_rss_bytes: int = 0
     logits: tuple[np.ndarray, np.ndarray] | None = None
+    link: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +213,8 @@ class EvalResult:
     """The ranks' evaluations combined.
 
     Attributes:
-        metrics: ``{split}_acc``, ``{split}_f1`` and, for binary tasks, ``{split}_auc``.
+        metrics: ``{split}_acc``, ``{split}_f1`` and, for binary tasks, ``{split}_auc``; for
+            the link task ``{split}_mrr`` and ``{split}_hits@K``.
         traffic: Evaluation traffic summed over ranks.
         cache_hits: Layer-0 halo rows served by caches, summed.
         halo_rows: Layer-0 halo rows needed, summed.
@@ -215,6 +243,9 @@ def combine_evals(reports: list[RankEval], num_classes: int) -> EvalResult:
             scores = np.concatenate([r.scores[split] for r in reports])
             labels = np.concatenate([r.labels[split] for r in reports])
             metrics[f"{split}_auc"] = roc_auc(scores, labels)
+    for split in reports[0].link:  # exact: the ranks' sums of 1/rank and hits, added
+        sums = np.sum([r.link[split] for r in reports], axis=0)
+        metrics |= {f"{split}_{k}": v for k, v in link_metrics(sums).items()}
     return EvalResult(
         metrics=metrics,
         traffic=sum((r.traffic for r in reports), LedgerSnapshot()),
@@ -251,8 +282,8 @@ class ShardEvaluator:
         feature_codec: Codec,
         cache: HaloCache | None,
     ) -> None:
-        if shard.x is None or shard.y is None:
-            raise ValueError(f"part {shard.part} lacks x or y; rewrite the store with them")
+        if shard.x is None:
+            raise ValueError(f"part {shard.part} lacks x; rewrite the store with features")
         self.config, self.shard, self.book = config, shard, book
         self.model, self.owners, self.peers = model, owners, peers
         self.feature_codec, self.cache = feature_codec, cache
@@ -369,6 +400,8 @@ class ShardEvaluator:
 
     def report(self, splits: tuple[str, ...], *, with_logits: bool = False) -> RankEval:
         """The confusion matrices (and binary scores) of ``splits``; frees the tables."""
+        if self.shard.y is None:
+            raise ValueError(f"part {self.shard.part} lacks y; node metrics need labels")
         logits_MC = self.tables[cast(LayerwiseModel, self.model).num_layers]
         num_classes = int(logits_MC.shape[1])
         pred_M = logits_MC.argmax(-1).numpy()
@@ -382,8 +415,32 @@ class ShardEvaluator:
             if num_classes == 2:
                 diff = (logits_MC[:, 1] - logits_MC[:, 0]).double().numpy()
                 scores[split], labels[split] = diff[keep], y_M[keep]
+        out = self._rank_eval(confusion, scores, labels, with_logits=with_logits)
+        self.tables.clear()
+        release_free_memory()
+        set_mmap_threshold(TRAIN_MMAP_THRESHOLD)
+        return out
+
+    def link_report(self, sums: dict[str, np.ndarray], *, with_logits: bool = False) -> RankEval:
+        """A ``RankEval`` of link sums; keeps the tables.
+
+        Peers may still read the last table while they score; the next layer 0 drops them.
+        """
+        set_mmap_threshold(TRAIN_MMAP_THRESHOLD)
+        return self._rank_eval({}, {}, {}, with_logits=with_logits, link=sums)
+
+    def _rank_eval(
+        self,
+        confusion: dict[str, np.ndarray],
+        scores: dict[str, np.ndarray],
+        labels: dict[str, np.ndarray],
+        *,
+        with_logits: bool,
+        link: dict[str, np.ndarray] | None = None,
+    ) -> RankEval:
+        last = self.tables[cast(LayerwiseModel, self.model).num_layers]
         gid_M = np.asarray(self.shard.owned_gid, dtype=np.int64)
-        out = RankEval(
+        return RankEval(
             rank=self.shard.part,
             confusion=confusion,
             scores=scores,
@@ -393,12 +450,23 @@ class ShardEvaluator:
             halo_rows=int(self.halo_gid.shape[0]),
             seconds=self._seconds,
             peak_rss_bytes=int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024,
-            logits=(gid_M, logits_MC.numpy().copy()) if with_logits else None,
+            logits=(gid_M, last.numpy().copy()) if with_logits else None,
+            link=link or {},
         )
-        self.tables.clear()
-        release_free_memory()
-        set_mmap_threshold(TRAIN_MMAP_THRESHOLD)
-        return out
+
+    def rows_of(self, table: int, gid_K: np.ndarray) -> Tensor:
+        """``[K, H]`` rows of table ``table`` for any ``gid_K``.
+
+        Owned rows come from this rank's table, the rest from their owning peers (one request
+        per peer, counted in the evaluation ledger).
+        """
+        own = self.tables[table]
+        out_KH = torch.empty(gid_K.shape[0], int(own.shape[1]), dtype=own.dtype)
+        mine = np.flatnonzero(self.book.part_N[gid_K] == self.shard.part)
+        lid = self.book.lid_N[gid_K[mine]].astype(np.int64)
+        out_KH[torch.from_numpy(mine)] = own[torch.from_numpy(lid)]
+        self._peer_rows(table, out_KH, gid_K)
+        return out_KH
 
     # ---- fetching -----------------------------------------------------------------------------
     def _requests(self, gid_K: np.ndarray, category: str) -> dict[int, np.ndarray]:

@@ -19,7 +19,18 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["METRICS", "accuracy", "confusion_matrix", "macro_f1", "roc_auc"]
+__all__ = [
+    "HITS_AT",
+    "LINK_METRICS",
+    "METRICS",
+    "accuracy",
+    "confusion_matrix",
+    "link_metrics",
+    "link_ranks",
+    "link_sums",
+    "macro_f1",
+    "roc_auc",
+]
 
 METRICS = ("acc", "auc", "f1")
 """Names ``--metric`` accepts (``auc`` needs binary labels)."""
@@ -87,3 +98,45 @@ def roc_auc(score_K: np.ndarray, label_K: np.ndarray) -> float | None:
     avg_rank = starts + (counts + 1) / 2.0
     rank_sum = float(avg_rank[inverse][label].sum())
     return (rank_sum - num_pos * (num_pos + 1) / 2.0) / (num_pos * num_neg)
+
+
+# ---- link prediction ---------------------------------------------------------------------------
+HITS_AT = (20, 50, 100)
+"""``K`` of the Hits@K a link evaluation reports."""
+LINK_METRICS = ("mrr", *(f"hits@{k}" for k in HITS_AT))
+"""Names ``--metric`` accepts for ``--task link``."""
+
+
+def link_ranks(pos_K: np.ndarray, neg_KQ: np.ndarray) -> np.ndarray:
+    """``[K]`` float64 rank of each positive among its own ``Q`` negatives (1 = best).
+
+    OGB's ``Evaluator._eval_mrr`` definition: ``1 + (optimistic + pessimistic) / 2``, where
+    the optimistic rank counts negatives scoring strictly above the positive and the
+    pessimistic one those scoring at least as high, so a tie counts half.
+    """
+    pos = np.asarray(pos_K, dtype=np.float64).reshape(-1, 1)
+    neg = np.asarray(neg_KQ, dtype=np.float64)
+    optimistic = (neg > pos).sum(axis=1)
+    pessimistic = (neg >= pos).sum(axis=1)
+    out: np.ndarray = 1.0 + 0.5 * (optimistic + pessimistic)
+    return out
+
+
+def link_sums(rank_K: np.ndarray) -> np.ndarray:
+    """``[2 + len(HITS_AT)]`` float64 sums ranks can add: ``sum 1/rank``, hits per K, count."""
+    rank = np.asarray(rank_K, dtype=np.float64)
+    hits = [float((rank <= k).sum()) for k in HITS_AT]
+    return np.array([float((1.0 / rank).sum()), *hits, float(rank.shape[0])], dtype=np.float64)
+
+
+def link_metrics(sums: np.ndarray) -> dict[str, float | None]:
+    """``mrr`` and ``hits@K`` from summed :func:`link_sums` (``None`` for an empty split).
+
+    Equal to OGB's means over the concatenated per-link lists (MRR = mean of ``1/rank``,
+    Hits@K = fraction of links with ``rank <= K``), up to float64 summation order.
+    """
+    count = float(sums[-1])
+    names = LINK_METRICS
+    if count == 0:
+        return dict.fromkeys(names, None)
+    return {name: float(sums[i]) / count for i, name in enumerate(names)}

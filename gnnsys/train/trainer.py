@@ -174,13 +174,17 @@ class Trainer:
         self.rank = rank
         self.sync: GradSync = sync if sync is not None else LocalSync()
         self.first_layer = first_layer  # owner sums or fused dequant of layer 0, or None
-        if first_layer is not None and not isinstance(model, BlockModel):
+        if first_layer is not None and not isinstance(self.encoder(), BlockModel):
             raise TypeError(f"first_layer needs a gnnsys.models.BlockModel, got {type(model)}")
         self._rng_lock = rng_lock  # shared by in-process ranks; None: this process's RNG
         self._rng_state = torch.get_rng_state()
         self.optimizer = torch.optim.Adam(
             model.parameters(), lr=config.lr, weight_decay=config.weight_decay
         )
+
+    def encoder(self) -> nn.Module:
+        """The module that runs over the blocks (the model itself; a link model's encoder)."""
+        return self.model
 
     def num_local_batches(self) -> int:
         """Batches this rank needs for one pass over its seeds (the coordinator takes the max)."""
@@ -227,9 +231,8 @@ class Trainer:
             if not pos_B.numel():
                 continue
             t0 = time.perf_counter()
-            sub = self.sampler.sample(
-                self.train_gid[pos_B], seed=batch_seed_for(self.config.seed, self.rank, epoch, b)
-            )
+            batch_seed = batch_seed_for(self.config.seed, self.rank, epoch, b)
+            sub = self.sampler.sample(self._seed_gid(pos_B, batch_seed), seed=batch_seed)
             t1 = time.perf_counter()
             self._inputs(sub)
             seconds["sample"] += t1 - t0
@@ -237,26 +240,17 @@ class Trainer:
             count += int(pos_B.numel())
         return EpochStats(loss_sum=0.0, num_correct=0, num_seeds=count, seconds=seconds)
 
+    def _seed_gid(self, pos_B: Tensor, batch_seed: int) -> Tensor:
+        """The distinct seed gids of the batch at ``pos_B`` (its train nodes here)."""
+        del batch_seed  # a node batch's seeds are its positions' nodes
+        return self.train_gid[pos_B]
+
     def _step(self, pos_B: Tensor, batch_seed: int, seconds: dict[str, float]) -> tuple[float, int]:
         """One optimisation step; returns (summed loss, correct predictions)."""
         self.optimizer.zero_grad(set_to_none=False)
         loss_sum, correct = 0.0, 0
         if pos_B.numel():
-            t0 = time.perf_counter()
-            sub = self.sampler.sample(self.train_gid[pos_B], seed=batch_seed)
-            t1 = time.perf_counter()
-            forward = self._inputs(sub)
-            t2 = time.perf_counter()
-            y_B = self.train_y[pos_B]
-            with self._own_rng():
-                logits_BC = forward()[: sub.batch_size]
-                loss = functional.cross_entropy(logits_BC, y_B)
-                torch.autograd.backward(loss)
-            loss_sum = float(loss.detach()) * int(y_B.numel())
-            correct = int((logits_BC.argmax(-1) == y_B).sum())
-            seconds["sample"] += t1 - t0
-            seconds["fetch"] += t2 - t1
-            seconds["compute"] += time.perf_counter() - t2
+            loss_sum, correct = self._forward_backward(pos_B, batch_seed, seconds)
         t3 = time.perf_counter()
         self._sync_grads()
         seconds["sync"] += time.perf_counter() - t3
@@ -264,6 +258,25 @@ class Trainer:
         self.optimizer.step()
         seconds["compute"] += time.perf_counter() - t4
         return loss_sum, correct
+
+    def _forward_backward(
+        self, pos_B: Tensor, batch_seed: int, seconds: dict[str, float]
+    ) -> tuple[float, int]:
+        """Sample, fetch, forward and backward one non-empty batch; (summed loss, correct)."""
+        t0 = time.perf_counter()
+        sub = self.sampler.sample(self._seed_gid(pos_B, batch_seed), seed=batch_seed)
+        t1 = time.perf_counter()
+        forward = self._inputs(sub)
+        t2 = time.perf_counter()
+        y_B = self.train_y[pos_B]
+        with self._own_rng():
+            logits_BC = forward()[: sub.batch_size]
+            loss = functional.cross_entropy(logits_BC, y_B)
+            torch.autograd.backward(loss)
+        seconds["sample"] += t1 - t0
+        seconds["fetch"] += t2 - t1
+        seconds["compute"] += time.perf_counter() - t2
+        return float(loss.detach()) * int(y_B.numel()), int((logits_BC.argmax(-1) == y_B).sum())
 
     @contextlib.contextmanager
     def _own_rng(self) -> Iterator[None]:
@@ -287,8 +300,8 @@ class Trainer:
         """Fetch layer 0's inputs (through ``first_layer`` when set); returns the forward pass."""
         if self.first_layer is None:
             x_NF = self.features.fetch(sub.n_id)
-            return lambda: cast(Tensor, self.model(x_NF, sub.blocks))
-        model = cast(BlockModel, self.model)
+            return lambda: cast(Tensor, self.encoder()(x_NF, sub.blocks))
+        model = cast(BlockModel, self.encoder())
         first = self.first_layer.gather(model.layers[0], sub)  # fetches through its source
         return lambda: model.forward_from_first_agg(first.agg_MF, first.x_dst_MF, sub.blocks)
 

@@ -31,10 +31,14 @@ from torch import Tensor
 
 from gnnsys.cache import CacheConfig, CacheCounters, CodecConfig
 from gnnsys.cache.codecs import Codec, EncodedRows
-from gnnsys.models import ModelConfig, build_model
+from gnnsys.models import BlockModel, LinkModel, ModelConfig, build_decoder, build_model
+from gnnsys.store import ShardLinks
 from gnnsys.train.evaluate import EvalConfig, RankEval, ShardEvaluator
 from gnnsys.train.layer0.base import FirstLayerConfig
 from gnnsys.train.layer0.owner_sums import build_first_layer
+from gnnsys.train.link.config import LinkConfig
+from gnnsys.train.link.scoring import score_links
+from gnnsys.train.link.trainer import LinkTrainer
 from gnnsys.train.remote.client import OwnerClient, RayOwnerClient
 from gnnsys.train.remote.degrees import RoutedDegreeSource
 from gnnsys.train.remote.features import RoutedFeatureSource, build_feature_source
@@ -90,6 +94,8 @@ class WorkerSpec:
         cache: Halo cache budget and policy.
         layer0: Placement of layer 0's aggregation, fused dequantization.
         eval: How the ranks evaluate (sharded, exact).
+        link: The link-prediction task (``None``: node classification); ``num_classes`` is
+            then the embedding width.
         attempt: 0 for the first group, incremented on each restart.
         fault: Injected fault, for tests.
     """
@@ -108,6 +114,7 @@ class WorkerSpec:
     cache: CacheConfig = field(default_factory=CacheConfig)
     layer0: FirstLayerConfig = field(default_factory=FirstLayerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    link: LinkConfig | None = None
     attempt: int = 0
     fault: FaultSpec | None = field(default=None)
 
@@ -215,6 +222,22 @@ def _build_sampler(
     return NeighborSampler(spec.sampler, source=source, degrees=degrees)
 
 
+def _node_seeds(shard: PartitionShard) -> tuple[Tensor, Tensor]:
+    """``(train_gid, train_y)`` of the part's labelled train nodes."""
+    if shard.y is None or shard.train_mask is None:
+        raise ValueError(f"part {shard.part} lacks y or train_mask; rewrite the store with them")
+    train_lid = np.flatnonzero(np.asarray(shard.train_mask))
+    train_gid = torch.from_numpy(np.asarray(shard.owned_gid)[train_lid].astype(np.int64))
+    return train_gid, torch.from_numpy(np.asarray(shard.y)[train_lid].astype(np.int64))
+
+
+def _presample_seeds(spec: WorkerSpec, shard: PartitionShard, links: ShardLinks | None) -> Tensor:
+    """Seeds of the cache's dry-run epochs: train nodes, or the endpoints of train links."""
+    if links is None:
+        return _node_seeds(shard)[0]
+    return torch.from_numpy(np.unique(links.train_2E).astype(np.int64))
+
+
 def _build_trainer(
     spec: WorkerSpec,
     shard: PartitionShard,
@@ -223,13 +246,13 @@ def _build_trainer(
     ledger: Ledger,
     sync: GradSync | None,
     rng_lock: threading.Lock | None = None,
+    links: ShardLinks | None = None,
 ) -> _Built:
-    """Wire this rank's sampler, feature source and model into a ``Trainer``."""
-    if shard.x is None or shard.y is None or shard.train_mask is None:
-        raise ValueError(f"part {spec.rank} lacks x, y or train_mask; rewrite the store with them")
+    """Wire this rank's sampler, feature source and model into a ``Trainer`` (or link one)."""
+    if shard.x is None:
+        raise ValueError(f"part {spec.rank} lacks x; rewrite the store with features")
     sampler = _build_sampler(spec, shard, book, client, ledger)
-    train_lid = np.flatnonzero(np.asarray(shard.train_mask))
-    train_gid = torch.from_numpy(np.asarray(shard.owned_gid)[train_lid].astype(np.int64))
+    per_batch = 1 if spec.link is None else 2 + spec.link.neg_per_pos  # seeds per positive
     features = build_feature_source(
         spec.codec,
         spec.cache,
@@ -238,8 +261,8 @@ def _build_trainer(
         client=client,
         ledger=ledger,
         sampler=sampler,
-        train_gid=train_gid,
-        batch_size=spec.trainer.batch_size,
+        train_gid=_presample_seeds(spec, shard, links),
+        batch_size=spec.trainer.batch_size * per_batch,
         seed=spec.trainer.seed * 7919 + spec.rank,
     )
     torch.manual_seed(spec.trainer.seed)  # identical initial weights on every rank
@@ -255,19 +278,56 @@ def _build_trainer(
         client=client,
         ledger=ledger,
     )
+    handles = _Handles(sampler, features, spec.rank, sync, rng_lock, first_layer)
+    if links is not None:
+        return _Built(_link_trainer(spec, model, links, shard.num_nodes, handles), features)
+    train_gid, train_y = _node_seeds(shard)
     trainer = Trainer(
         spec.trainer,
         model=model,
         sampler=sampler,
         features=features,
         train_gid=train_gid,
-        train_y=torch.from_numpy(np.asarray(shard.y)[train_lid].astype(np.int64)),
+        train_y=train_y,
         rank=spec.rank,
         sync=sync,
         rng_lock=rng_lock,
         first_layer=first_layer,
     )
     return _Built(trainer, features)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Handles:
+    """The runtime handles every trainer variant takes."""
+
+    sampler: Any
+    features: RoutedFeatureSource
+    rank: int
+    sync: GradSync | None
+    rng_lock: threading.Lock | None
+    first_layer: Any
+
+
+def _link_trainer(
+    spec: WorkerSpec, encoder: BlockModel, links: ShardLinks, num_nodes: int, handles: _Handles
+) -> LinkTrainer:
+    """A ``LinkTrainer`` over ``encoder`` plus the run's decoder (same weights on every rank)."""
+    assert spec.link is not None  # the caller checked the task
+    model = LinkModel(encoder, build_decoder(spec.link.decoder, spec.num_classes))
+    return LinkTrainer(
+        spec.trainer,
+        spec.link,
+        model=model,
+        train_2E=torch.from_numpy(links.train_2E),
+        num_nodes=num_nodes,
+        sampler=handles.sampler,
+        features=handles.features,
+        rank=handles.rank,
+        sync=handles.sync,
+        rng_lock=handles.rng_lock,
+        first_layer=handles.first_layer,
+    )
 
 
 class TrainWorker:
@@ -283,7 +343,7 @@ class TrainWorker:
         rng_lock: threading.Lock | None = None,
         peers: PeerClient | None = None,
     ) -> None:
-        from gnnsys.store import load_book, load_shard
+        from gnnsys.store import load_book, load_links, load_shard
 
         torch.set_num_threads(1)  # P workers share few cores; >1 thread only oversubscribes
         self.spec = spec
@@ -293,6 +353,7 @@ class TrainWorker:
         self.client = client
         self.peers: PeerClient = peers if peers is not None else LocalPeerClient()
         self.shard, self.book = load_shard(spec.store, spec.rank), load_book(spec.store)
+        self.links = None if spec.link is None else load_links(spec.store, spec.rank)
         self._evaluator: ShardEvaluator | None = None
         grad_sync: GradSync | None = None
         if sync is not None:
@@ -300,7 +361,7 @@ class TrainWorker:
         elif spec.world_size > 1:
             grad_sync = GlooSync(spec.world_size, self.ledger)
         built = _build_trainer(
-            spec, self.shard, self.book, client, self.ledger, grad_sync, rng_lock
+            spec, self.shard, self.book, client, self.ledger, grad_sync, rng_lock, self.links
         )
         self.trainer, self.features = built.trainer, built.features
         self.features.warm_up()  # before the first epoch's snapshot: reported as warm-up traffic
@@ -357,7 +418,7 @@ class TrainWorker:
                 self.spec.eval,
                 shard=self.shard,
                 book=self.book,
-                model=self.trainer.model,
+                model=self.trainer.encoder(),
                 owners=self.client,
                 peers=self.peers,
                 feature_codec=self.features.codec,
@@ -368,7 +429,14 @@ class TrainWorker:
     def eval_report(self, splits: tuple[str, ...], with_logits: bool = False) -> RankEval:
         """This rank's confusion matrices (and binary scores) after the last layer."""
         assert self._evaluator is not None  # the group ran eval_layer for every layer first
-        return self._evaluator.report(splits, with_logits=with_logits)
+        if self.spec.link is None:
+            return self._evaluator.report(splits, with_logits=with_logits)
+        assert self.links is not None  # loaded with the spec's link task
+        model = cast(LinkModel, self.trainer.model)
+        chunk = self.spec.link.score_chunk
+        return score_links(
+            self._evaluator, self.links, model, splits, chunk=chunk, with_logits=with_logits
+        )
 
     def serve_rows(self, table: int, gid: np.ndarray, codec: Codec) -> EncodedRows:
         """Rows of owned ``gid`` in evaluation table ``table``, encoded for the wire."""

@@ -69,3 +69,34 @@ def test_bench_comm_writes_table_jsonl_and_plots(tmp_path: Path) -> None:
     assert cached and all(r["hit_rate"] > 0 for r in cached)
     assert "(baseline)" in (out / "results.md").read_text()
     assert (out / "pareto.png").stat().st_size > 0 and (out / "hit_rate.png").stat().st_size > 0
+
+
+def test_bench_comm_link_task_reports_bytes_with_and_without_cache_and_int8(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "comm-link"
+    argv = [
+        "bench", "comm", "synthetic:sbm", "-D", "num_nodes=600", "-D", "num_features=8",
+        "--task", "link", "--eval-negatives", "10", "--parts", "2", "--policies", "adaptive",
+        "--ratios", "0.25", "--codecs", "fp32,int8", "--epochs", "1", "--fanouts", "4,4",
+        "--batch-size", "32", "--threads", "1", "--out", str(out),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    rows = {
+        (r["policy"], r["codec"]): r
+        for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())
+    }
+    assert set(rows) == {
+        ("none", "fp32"),
+        ("none", "int8"),
+        ("adaptive", "fp32"),
+        ("adaptive", "int8"),
+    }
+    assert all(r["task"] == "link" for r in rows.values())
+    base, best = rows[("none", "fp32")], rows[("adaptive", "int8")]
+    assert base["bytes_reduction"] == 1.0 and best["hit_rate"] > 0
+    assert (
+        best["remote_feature_bytes_per_epoch"]
+        < rows[("none", "int8")]["remote_feature_bytes_per_epoch"]
+    )
+    assert (out / "store" / "part-0" / "link_train.npy").exists()

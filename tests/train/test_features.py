@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import LocalOwnerClient
 
 from gnnsys.cache import AdaptiveAdmission, CacheConfig, CodecConfig, HaloFeatureSource
 from gnnsys.cache.codecs import make_codec
@@ -21,6 +20,7 @@ from gnnsys.train.remote.features import RoutedFeatureSource, build_feature_sour
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.routed import RoutedNeighborSource
 from gnnsys.types import Graph
+from tests.train.conftest import LocalOwnerClient
 
 PART = 1
 

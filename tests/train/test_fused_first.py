@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import LocalOwnerClient
 from torch import Tensor
 
 from gnnsys.cache import SplitRows
@@ -23,6 +22,7 @@ from gnnsys.train.layer0.owner_sums import build_first_layer
 from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.types import SampledSubgraph
+from tests.train.conftest import LocalOwnerClient
 from tests.train.test_halo_runtime import _config
 
 PART = 2

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import LocalOwnerClient
 from torch_geometric.nn import GCNConv
 
 from gnnsys.models import GCN
@@ -25,6 +24,7 @@ from gnnsys.train.remote.degrees import RoutedDegreeSource
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.routed import RoutedNeighborSource
 from gnnsys.types import Graph
+from tests.train.conftest import LocalOwnerClient
 
 
 def _routed(store: Path, part: int, ledger: Ledger) -> tuple[RoutedDegreeSource, Any]:

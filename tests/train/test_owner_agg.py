@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import LocalOwnerClient
 from torch import Tensor
 
 from gnnsys.cache.codecs import Codec, EncodedRows, FP32Codec, make_codec
@@ -37,6 +36,7 @@ from gnnsys.train.remote.routed import RoutedNeighborSource
 from gnnsys.train.remote.server import ShardOwner
 from gnnsys.train.trainer import Trainer
 from gnnsys.types import SampledSubgraph
+from tests.train.conftest import LocalOwnerClient
 
 PART = 1
 FANOUTS = (6, 4)

@@ -3,7 +3,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from conftest import LocalOwnerClient
 
 from gnnsys.sampler import CSRNeighborSource
 from gnnsys.store import load_book, load_shard
@@ -11,6 +10,7 @@ from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.routed import RoutedNeighborSource
 from gnnsys.types import Graph
+from tests.train.conftest import LocalOwnerClient
 
 
 def _routed(

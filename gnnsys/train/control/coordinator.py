@@ -62,6 +62,7 @@ class Coordinator:
         evaluation: When and what the ranks evaluate.
         num_classes: ``C`` (selects the best-epoch metric; AUC needs 2).
         world_size: ``P`` (a checkpoint of another ``P`` is refused).
+        link: The run is link prediction (the best epoch is picked by ``mrr`` or ``hits@K``).
     """
 
     @dataclass(frozen=True, kw_only=True, slots=True)
@@ -95,10 +96,11 @@ class Coordinator:
         evaluation: EvalConfig,
         num_classes: int,
         world_size: int,
+        link: bool = False,
     ) -> None:
         self.config, self.make_group, self.policy = config, make_group, policy
         self.recorder, self.evaluation = recorder, evaluation
-        self.metric = evaluation.selection_metric(num_classes)
+        self.metric = evaluation.selection_metric(num_classes, link=link)
         self.num_classes, self.world_size = num_classes, world_size
         self.state = State.START
         self.epoch = 0

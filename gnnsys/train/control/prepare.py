@@ -144,7 +144,10 @@ def prepare_store(
         return PreparedStore(Path(spec.store))
     target = run_dir / "store"
     if reuse and (target / "manifest.json").exists():
-        if read_manifest(target).num_parts == num_parts:
+        from gnnsys.store import has_links
+
+        same_task = (spec.link_split is not None) == has_links(target)
+        if read_manifest(target).num_parts == num_parts and same_task:
             log.info("reusing the partition store %s", target)
             return PreparedStore(target)
     start = time.perf_counter()
@@ -159,14 +162,18 @@ def prepare_store(
 
 def _write_store(spec: DataConfig, num_parts: int, num_hops: int, seed: int, target: Path) -> int:
     """Load, partition and write (in the child process); returns the child's peak RSS."""
-    from gnnsys.datasets import load
+    from gnnsys.datasets import load, load_link_split
     from gnnsys.datasets.transforms import FEATURE_NORMS
     from gnnsys.partitioners import partition
     from gnnsys.store import write_partitions
 
-    graph = FEATURE_NORMS[spec.feature_norm](
-        load(spec.dataset, root=spec.root, **dict(spec.dataset_params))
-    )
+    params = dict(spec.dataset_params)
+    links = None
+    if spec.link_split is not None:
+        links = load_link_split(spec.dataset, spec.root, config=spec.link_split, **params)
+        graph = FEATURE_NORMS[spec.feature_norm](links.graph)  # held-out links removed first
+    else:
+        graph = FEATURE_NORMS[spec.feature_norm](load(spec.dataset, root=spec.root, **params))
     log.info(
         "partitioning %s (%d nodes, %d edges) into %d parts with %s",
         graph.name,
@@ -176,5 +183,5 @@ def _write_store(spec: DataConfig, num_parts: int, num_hops: int, seed: int, tar
         spec.partitioner,
     )
     assignment = partition(graph, spec.partitioner, num_parts, seed=seed)
-    write_partitions(graph, assignment, target, num_hops=num_hops, overwrite=True)
+    write_partitions(graph, assignment, target, num_hops=num_hops, overwrite=True, links=links)
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux

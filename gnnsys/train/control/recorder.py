@@ -95,7 +95,7 @@ class EpochMetrics:
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> EpochMetrics:
         """Inverse of :meth:`to_json` (lines of a run being resumed)."""
-        evaluation = {k: v for k, v in obj.items() if k.endswith(("_acc", "_f1", "_auc"))}
+        evaluation = {k: v for k, v in obj.items() if _is_metric(k)}
         evaluation.pop("batch_train_acc", None)
         ev = obj.get("eval", {})
         return cls(
@@ -114,6 +114,11 @@ class EpochMetrics:
             num_ray_nodes=int(obj.get("num_ray_nodes", 1)),
             restarts=int(obj.get("restarts", 0)),
         )
+
+
+def _is_metric(key: str) -> bool:
+    """Whether a ``metrics.jsonl`` key is an evaluation metric (``val_acc``, ``test_hits@50``)."""
+    return key.endswith(("_acc", "_f1", "_auc", "_mrr")) or "_hits@" in key
 
 
 def _cache_totals(reports: list[WorkerEpochReport]) -> dict[str, float]:

@@ -127,8 +127,12 @@ def train_local(
 
 
 def _prepare(config: RunConfig, run_path: Path) -> PreparedStore:
-    """The store of the run (partitioned in a child process when none is given)."""
-    return prepare_store(
+    """The store of the run (partitioned in a child process when none is given).
+
+    Raises:
+        ValueError: A link task on a store without link files (or the reverse).
+    """
+    prepared = prepare_store(
         config.data,
         num_parts=config.cluster.parts,
         num_hops=len(config.sampler.fanouts),
@@ -136,6 +140,20 @@ def _prepare(config: RunConfig, run_path: Path) -> PreparedStore:
         run_dir=run_path,
         reuse=config.loop.resume,
     )
+    _check_task(config, prepared.path)
+    return prepared
+
+
+def _check_task(config: RunConfig, store: Path) -> None:
+    """Refuse a store written for the other task (link files present or missing)."""
+    from gnnsys.store import has_links
+
+    if (config.link is not None) != has_links(store):
+        what = "has no link split" if config.link is not None else "was written for --task link"
+        raise ValueError(
+            f"store {store} {what}; partition the dataset for this task (omit --store) or "
+            "pass the matching --task"
+        )
 
 
 def _run(
@@ -176,6 +194,7 @@ def _run(
         evaluation=config.eval,
         num_classes=info.num_classes,
         world_size=config.cluster.parts,
+        link=config.link is not None,
     )
     history = [m.to_json() for m in coordinator.run()]
     best = coordinator.best()
@@ -202,12 +221,14 @@ def worker_template(config: RunConfig, store: Path, info: StoreInfo, topology: s
         sampler=config.sampler,
         model=config.model,
         num_features=info.num_features,
-        num_classes=info.num_classes,
+        # a link encoder's output is the embedding, as wide as its hidden layers
+        num_classes=info.num_classes if config.link is None else config.model.hidden,
         deadline_s=config.loop.deadline_s,
         codec=config.codec,
         cache=config.cache,
         layer0=config.layer0,
         eval=config.eval,
+        link=config.link,
     )
 
 

@@ -1,0 +1,135 @@
+"""The link-prediction files of a partition store: each part's own positive and held-out links.
+
+A store written with a ``LinkSplit`` (``write_partitions(..., links=split)``) holds the training
+graph (held-out links removed) and, per part ``p``, the links whose *source* node ``p`` owns::
+
+    part-<p>/link_train.npy     # [2, E_p] int64 train links (each undirected link once)
+    part-<p>/link_val.npy       # [2, K_p] int64 validation links
+    part-<p>/link_val_neg.npy   # [K_p, Q] int64 fixed negative destinations of each
+    part-<p>/link_test.npy      # [2, K_p] int64 test links
+    part-<p>/link_test_neg.npy  # [K_p, Q] int64
+
+They are plain ``.npy`` files listed in the manifest with their checksums, like every other
+file, so ``verify``, the load-time checksum and the run identity (``store.content``) cover
+them. :func:`load_links` also checks their semantics: ids in ``[0, N)``, sources owned by the
+part, one negative row per held-out link.
+
+Shape legend: ``E_p`` train links of part ``p``, ``K_p`` held-out links, ``Q`` negatives.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gnnsys.datasets.link_split import LinkSplit
+from gnnsys.errors import PartitionStoreError
+from gnnsys.store.layout import NODE_TO_PART, shard_file
+from gnnsys.store.reader import load_array, read_manifest
+
+__all__ = ["LINK_DATA", "ShardLinks", "has_links", "links_of_part", "load_links"]
+
+LINK_DATA = ("link_train", "link_val", "link_val_neg", "link_test", "link_test_neg")
+"""Per-part link arrays of a link-prediction store."""
+
+_FIX = "re-create the store with `gnnsys train --task link` (or write_partitions(links=...))"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ShardLinks:
+    """One part's links (sources owned by the part).
+
+    Attributes:
+        train_2E: ``[2, E_p]`` train links.
+        val_2K: ``[2, K_p]`` validation links.
+        val_neg_KQ: ``[K_p, Q]`` negatives of each validation link.
+        test_2K: ``[2, K_p]`` test links.
+        test_neg_KQ: ``[K_p, Q]`` negatives of each test link.
+    """
+
+    train_2E: np.ndarray
+    val_2K: np.ndarray
+    val_neg_KQ: np.ndarray
+    test_2K: np.ndarray
+    test_neg_KQ: np.ndarray
+
+    def held_out(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(links_2K, neg_KQ)`` of ``split`` (``val`` or ``test``)."""
+        if split not in ("val", "test"):
+            raise ValueError(f"split={split!r}; held-out links exist for 'val' and 'test'")
+        pair: tuple[np.ndarray, np.ndarray] = (
+            getattr(self, f"{split}_2K"),
+            getattr(self, f"{split}_neg_KQ"),
+        )
+        return pair
+
+
+def links_of_part(split: LinkSplit, part_N: np.ndarray, part: int) -> dict[str, np.ndarray]:
+    """The arrays of :data:`LINK_DATA` for ``part``: links whose source ``part`` owns."""
+
+    def own(links_2K: np.ndarray) -> np.ndarray:
+        return np.flatnonzero(part_N[links_2K[0]] == part)
+
+    train, val, test = own(split.train_2E), own(split.val_2K), own(split.test_2K)
+    return {
+        "link_train": split.train_2E[:, train],
+        "link_val": split.val_2K[:, val],
+        "link_val_neg": split.val_neg_KQ[val],
+        "link_test": split.test_2K[:, test],
+        "link_test_neg": split.test_neg_KQ[test],
+    }
+
+
+def has_links(root: str | os.PathLike[str]) -> bool:
+    """Whether the store at ``root`` was written with a link split (part 0 has its files)."""
+    manifest = read_manifest(root)
+    return all(shard_file(0, k) in manifest.files for k in LINK_DATA)
+
+
+def load_links(root: str | os.PathLike[str], part: int, *, verify: bool = True) -> ShardLinks:
+    """Part ``part``'s links, checksummed (as every store file) and checked.
+
+    Raises:
+        PartitionStoreError: The store has no link files, or they are corrupt or inconsistent.
+    """
+    root = Path(root)
+    manifest = read_manifest(root)
+    missing = [k for k in LINK_DATA if shard_file(part, k) not in manifest.files]
+    if missing:
+        raise PartitionStoreError(
+            f"{root}: part {part} has no {', '.join(missing)}; the store was not written for "
+            f"link prediction. {_FIX}",
+            str(root),
+        )
+    arrays = {
+        k: load_array(root, manifest, shard_file(part, k), mmap=False, verify=verify)
+        for k in LINK_DATA
+    }
+    if verify:
+        part_N = load_array(root, manifest, NODE_TO_PART, verify=True)
+        _check(root, part, arrays, part_N, manifest.num_nodes)
+    return ShardLinks(*(np.asarray(arrays[k], dtype=np.int64) for k in LINK_DATA))
+
+
+def _check(
+    root: Path, part: int, arrays: dict[str, np.ndarray], part_N: np.ndarray, num_nodes: int
+) -> None:
+    """Ids in range, sources owned by ``part``, one negative row per held-out link."""
+    for key, arr in arrays.items():
+        path = root / shard_file(part, key)
+        wrong_shape = arr.ndim != 2 or (not key.endswith("_neg") and arr.shape[0] != 2)
+        if arr.dtype != np.int64 or wrong_shape:
+            raise PartitionStoreError(
+                f"{path}: {arr.dtype} {arr.shape} is not a link array; {_FIX}"
+            )
+        if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= num_nodes):
+            raise PartitionStoreError(f"{path}: node ids outside [0, {num_nodes}); {_FIX}")
+        if not key.endswith("_neg") and arr.size and np.any(part_N[arr[0]] != part):
+            raise PartitionStoreError(f"{path}: a link's source is not owned by part {part}")
+    for split in ("val", "test"):
+        if arrays[f"link_{split}_neg"].shape[0] != arrays[f"link_{split}"].shape[1]:
+            path = root / shard_file(part, f"link_{split}_neg")
+            raise PartitionStoreError(f"{path}: not one negative row per {split} link; {_FIX}")

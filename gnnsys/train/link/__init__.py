@@ -1,0 +1,1 @@
+"""Link prediction in the runtime: the link trainer and the sharded link scoring."""

@@ -1,0 +1,289 @@
+"""Link prediction in the runtime: exact metrics, sharded scoring, batches, ledger, flags."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from gnnsys.commands._link import add_link_args, apply_link_args
+from gnnsys.config import RunConfig
+from gnnsys.datasets import LinkSplit, LinkSplitConfig
+from gnnsys.datasets.link_split import edge_split
+from gnnsys.datasets.synthetic import sbm
+from gnnsys.models import LinkModel, ModelConfig, build_decoder, build_model
+from gnnsys.partitioners import partition
+from gnnsys.sampler import CSRNeighborSource, NeighborSampler
+from gnnsys.store import load_links, write_partitions
+from gnnsys.store.source import DataConfig
+from gnnsys.train.control.cluster_config import ClusterConfig
+from gnnsys.train.control.local_group import LocalWorkerGroup
+from gnnsys.train.control.prepare import store_info
+from gnnsys.train.control.run import worker_template
+from gnnsys.train.evaluate import EvalConfig, combine_evals, full_block, full_graph_logits
+from gnnsys.train.link.config import LinkConfig
+from gnnsys.train.link.scoring import split_ranks
+from gnnsys.train.link.trainer import link_batch
+from gnnsys.train.metrics import HITS_AT, link_metrics, link_ranks, link_sums
+from gnnsys.train.trainer import Trainer, batch_seed_for, epoch_batches
+
+
+# ---- metrics ------------------------------------------------------------------------------------
+def test_link_ranks_count_ties_half_as_ogb_does() -> None:
+    pos = np.array([1.0, 0.5, 3.0])
+    neg = np.array([[2.0, 1.0, 0.0], [0.5, 0.5, 0.1], [0.0, 0.0, 0.0]])
+    # 1 above, 1 tie -> 1 + (1 + 2) / 2; 0 above, 2 ties -> 1 + (0 + 2) / 2; none -> 1
+    assert link_ranks(pos, neg).tolist() == [2.5, 2.0, 1.0]
+
+
+def test_link_metrics_equal_a_per_link_reference() -> None:
+    rng = np.random.default_rng(0)
+    pos = rng.integers(0, 40, size=300).astype(np.float64)  # integer scores: many ties
+    neg = rng.integers(0, 40, size=(300, 150)).astype(np.float64)
+    ref = [
+        1 + sum(n > p for n in row) + 0.5 * sum(n == p for n in row)
+        for p, row in zip(pos, neg, strict=True)
+    ]
+    ranks = link_ranks(pos, neg)
+    assert ranks.tolist() == ref
+    # sums of two halves add up to the metrics of the whole (the driver's exact reduction)
+    sums = link_sums(ranks[:100]) + link_sums(ranks[100:])
+    got = link_metrics(sums)
+    assert got["mrr"] == pytest.approx(np.mean(1 / np.array(ref)), abs=1e-12)
+    for k in HITS_AT:
+        assert got[f"hits@{k}"] == pytest.approx(np.mean(np.array(ref) <= k), abs=1e-12)
+    assert link_metrics(link_sums(np.zeros(0)))["mrr"] is None
+
+
+# ---- sharded evaluation vs one process ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def split() -> LinkSplit:
+    graph = sbm(num_nodes=500, num_classes=4, avg_degree=8, num_features=10, seed=2)
+    return edge_split(graph, LinkSplitConfig(val=0.1, test=0.1, num_neg=60, seed=1))
+
+
+def _store(split: LinkSplit, parts: int, root: Path) -> Path:
+    store = root / f"store-{parts}"
+    method = "metis" if parts > 1 else "random"
+    assignment = partition(split.graph, method, parts, seed=0)
+    write_partitions(split.graph, assignment, store, num_hops=2, overwrite=True, links=split)
+    return store
+
+
+def _config(store: Path, parts: int, **link: Any) -> RunConfig:
+    return RunConfig(
+        data=DataConfig(store=str(store)),
+        cluster=ClusterConfig(parts=parts),
+        sampler=NeighborSampler.Config(fanouts=(5, 5)),
+        model=ModelConfig(name=link.pop("model", "sage"), hidden=16, dropout=0.5),
+        trainer=Trainer.Config(batch_size=64 // parts, lr=0.01),
+        eval=EvalConfig(),
+        link=LinkConfig(**link),
+    )
+
+
+def _group(cfg: RunConfig, store: Path, topology: str = "partitioned", **kw: Any) -> Any:
+    return LocalWorkerGroup(worker_template(cfg, store, store_info(store), topology), 60.0, **kw)
+
+
+def _reference(split: LinkSplit, cfg: RunConfig, state: dict[str, Any]) -> tuple[Any, Any]:
+    """Embeddings of every node and each split's link sums, computed in one process."""
+    assert split.graph.x is not None
+    encoder = build_model(cfg.model, split.graph.x.shape[1], cfg.model.hidden, 2)
+    assert cfg.link is not None
+    model = LinkModel(encoder, build_decoder(cfg.link.decoder, cfg.model.hidden))
+    model.load_state_dict(state)
+    g = split.graph
+    h = full_graph_logits(
+        encoder, full_block(g.indptr, g.indices, g.num_nodes), torch.from_numpy(g.x)
+    )
+    sums = {}
+    for name in ("val", "test"):
+        links, neg = getattr(split, f"{name}_2K"), getattr(split, f"{name}_neg_KQ")
+        src, dst = torch.from_numpy(links[0]), torch.from_numpy(links[1])
+        ranks = split_ranks(model, h[src], h[dst], h[torch.from_numpy(neg)], chunk=17)
+        sums[name] = link_sums(ranks)
+    return h, sums
+
+
+@pytest.mark.parametrize(
+    ("parts", "decoder", "model"),
+    [(1, "dot", "sage"), (2, "dot", "sage"), (4, "dot", "sage"), (2, "mlp", "gcn")],
+)
+def test_sharded_link_scores_equal_one_process(
+    split: LinkSplit, parts: int, decoder: str, model: str, tmp_path: Path
+) -> None:
+    store = _store(split, parts, tmp_path)
+    cfg = _config(store, parts, decoder=decoder, model=model)
+    group = _group(cfg, store)
+    try:
+        group.run_epoch(0, group.start(), lambda _: None)  # trained, not initial, weights
+        reports = group.evaluate(("train", "val", "test"), with_logits=True)
+        state = group.collect()[0].model
+    finally:
+        group.stop()
+    h, sums = _reference(split, cfg, state)
+    got = torch.full_like(h, float("nan"))
+    for r in reports:
+        assert r.logits is not None
+        got[torch.from_numpy(r.logits[0])] = torch.from_numpy(r.logits[1])
+    diff = float((got - h).abs().max())
+    assert diff <= 1e-5, f"embeddings differ by {diff:.3g}"
+    result = combine_evals(reports, cfg.model.hidden)
+    assert "train_mrr" not in result.metrics  # train links have no fixed negatives
+    for name in ("val", "test"):
+        for key, value in link_metrics(sums[name]).items():
+            assert result.metrics[f"{name}_{key}"] == pytest.approx(value, abs=1e-5), key
+    peer_rows = sum(r.traffic.bytes["feature_response"] for r in reports)
+    assert (peer_rows > 0) == (parts > 1)  # non-owned endpoints came from their owners
+
+
+# ---- batches, topologies, ledger ---------------------------------------------------------------
+def test_link_batch_is_seeded_and_indexes_its_seeds() -> None:
+    links = torch.tensor([[3, 5, 3], [7, 1, 9]])
+    a = link_batch(links, num_nodes=50, neg_per_pos=4, seed=11)
+    b = link_batch(links, num_nodes=50, neg_per_pos=4, seed=11)
+    for name in ("seed_gid", "src_B", "dst_B", "neg_Bq"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert torch.equal(a.seed_gid, torch.unique(a.seed_gid))
+    assert torch.equal(a.seed_gid[a.src_B], links[0]) and torch.equal(a.seed_gid[a.dst_B], links[1])
+    assert a.neg_Bq.shape == (3, 4) and int(a.seed_gid[a.neg_Bq].max()) < 50
+
+
+def test_partitioned_and_replicated_link_training_are_identical(
+    split: LinkSplit, tmp_path: Path
+) -> None:
+    store = _store(split, 2, tmp_path)
+    cfg = _config(store, 2)
+    runs = {}
+    for topology in ("partitioned", "replicated"):
+        group = _group(cfg, store, topology)
+        try:
+            n = group.start()
+            losses = [
+                [r.stats.loss_sum for r in group.run_epoch(e, n, lambda _: None)] for e in range(2)
+            ]
+            runs[topology] = (losses, group.collect()[0].model)
+        finally:
+            group.stop()
+    (lp, sp), (lr, sr) = runs["partitioned"], runs["replicated"]
+    assert lp == lr
+    assert all(torch.equal(sp[k], sr[k]) for k in sp)
+
+
+def test_link_feature_ledger_equals_an_independent_replay(split: LinkSplit, tmp_path: Path) -> None:
+    parts = 2
+    store = _store(split, parts, tmp_path)
+    cfg = _config(store, parts, neg_per_pos=2)
+    group = _group(cfg, store, replay=True)
+    try:
+        num_batches = group.start()
+        reports = group.run_epoch(0, num_batches, lambda _: None)
+    finally:
+        group.stop()
+    part_N = np.load(store / "node_to_part.npy")
+    sampler = NeighborSampler(cfg.sampler, source=CSRNeighborSource.from_graph(split.graph))
+    num_features = split.graph.num_features
+    for r in reports:
+        train = torch.from_numpy(load_links(store, r.rank).train_2E)
+        rows, messages = 0, 0
+        batches = epoch_batches(int(train.shape[1]), num_batches, seed=0, rank=r.rank, epoch=0)
+        for b, pos in enumerate(batches):
+            if not pos.numel():
+                continue
+            seed = batch_seed_for(0, r.rank, 0, b)
+            batch = link_batch(
+                train[:, pos], num_nodes=split.graph.num_nodes, neg_per_pos=2, seed=seed
+            )
+            n_id = sampler.sample(batch.seed_gid, seed=seed).n_id.numpy()
+            remote = part_N[n_id] != r.rank
+            rows += int(remote.sum())
+            messages += len(set(part_N[n_id[remote]].tolist()))
+        assert r.traffic.bytes["feature_request"] == 8 * rows
+        assert r.traffic.bytes["feature_response"] == 4 * num_features * rows
+        assert r.traffic.messages["feature_response"] == messages
+
+
+# ---- flags and stores ---------------------------------------------------------------------------
+def _args(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_link_args(p)
+    return p.parse_args(list(argv))
+
+
+def test_link_flags_apply_and_validate() -> None:
+    cfg = apply_link_args(
+        _args("--task", "link", "--val-edges", "0.05", "--decoder", "mlp"), RunConfig()
+    )
+    assert cfg.link.decoder == "mlp" and cfg.data.link_split.val == 0.05
+    assert cfg.data.link_split.test == 0.1 and cfg.data.link_split.num_neg == 1000
+    assert apply_link_args(_args(), RunConfig()).link is None
+    with pytest.raises(ValueError, match="add --task link"):
+        apply_link_args(_args("--val-edges", "0.1"), RunConfig())
+    with pytest.raises(ValueError, match="--decoder"):
+        apply_link_args(_args("--task", "link", "--decoder", "cosine"), RunConfig())
+    with pytest.raises(ValueError, match="no training"):
+        apply_link_args(
+            _args("--task", "link", "--val-edges", "0.6", "--test-edges", "0.5"), RunConfig()
+        )
+    with pytest.raises(ValueError, match="--neg-per-pos"):
+        apply_link_args(_args("--task", "link", "--neg-per-pos", "0"), RunConfig())
+
+
+def test_selection_metric_belongs_to_its_task() -> None:
+    assert EvalConfig().selection_metric(7, link=True) == "mrr"
+    assert EvalConfig(metric="hits@50").selection_metric(7, link=True) == "hits@50"
+    with pytest.raises(ValueError, match="pass --task link"):
+        EvalConfig(metric="mrr").selection_metric(7)
+    with pytest.raises(ValueError, match="node metric"):
+        EvalConfig(metric="acc").selection_metric(7, link=True)
+    with pytest.raises(ValueError, match="--metric"):
+        EvalConfig(metric="hits@10")
+
+
+def test_stores_of_the_other_task_are_refused(split: LinkSplit, tmp_path: Path) -> None:
+    from gnnsys.commands._preflight import check_store
+
+    link_store = _store(split, 2, tmp_path)
+    node_store = tmp_path / "node"
+    write_partitions(split.graph, partition(split.graph, "random", 2, seed=0), node_store)
+    check_store(link_store, 2, link=True)
+    with pytest.raises(ValueError, match="link split"):
+        check_store(node_store, 2, link=True)
+    from gnnsys.train.control.run import _check_task
+
+    with pytest.raises(ValueError, match="has no link split"):
+        _check_task(_config(node_store, 2), node_store)
+    with pytest.raises(ValueError, match="written for --task link"):
+        _check_task(replace(_config(link_store, 2), link=None), link_store)
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(240)
+def test_ray_group_link_scores_equal_one_process(
+    ray_session: object, split: LinkSplit, tmp_path: Path
+) -> None:
+    """Ray ranks score concurrently while serving each other the last table."""
+    from gnnsys.train.control.ray_group import RayWorkerGroup
+    from gnnsys.train.control.resources import Resources
+
+    store = _store(split, 2, tmp_path)
+    cfg = _config(store, 2)
+    template = worker_template(cfg, store, store_info(store), "partitioned")
+    group = RayWorkerGroup(template, Resources(worker_cpus=0.5, owner_cpus=0.25), 60.0)
+    try:
+        group.run_epoch(0, group.start(), lambda _: None)
+        reports = group.evaluate(("val", "test"))
+        state = group.collect()[0].model
+    finally:
+        group.stop()
+    _, sums = _reference(split, cfg, state)
+    result = combine_evals(reports, cfg.model.hidden)
+    for name in ("val", "test"):
+        for key, value in link_metrics(sums[name]).items():
+            assert result.metrics[f"{name}_{key}"] == pytest.approx(value, abs=1e-5), key
