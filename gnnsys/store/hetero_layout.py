@@ -48,26 +48,6 @@ REL_ARRAYS = ("indptr", "indices_lid", "indices_local", "e_id")
 """Arrays every relation folder of a shard holds."""
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _FIX = "re-create the directory with `gnnsys partition`"
-_KEYS = frozenset(
-    {
-        "format",
-        "format_version",
-        "dataset",
-        "fingerprint",
-        "num_parts",
-        "num_hops",
-        "strategy",
-        "params",
-        "seed",
-        "gnnsys_version",
-        "num_classes",
-        "node_types",
-        "relations",
-        "parts",
-        "files",
-        "checksum",
-    }
-)
 
 
 def check_name(name: str, what: str) -> None:
@@ -238,6 +218,10 @@ _SCALARS = (
     "gnnsys_version",
     "num_classes",
 )
+_KEYS = frozenset(
+    {"format", "format_version", *_SCALARS, "node_types", "relations", "parts", "files", "checksum"}
+)
+"""Every key of a heterogeneous ``manifest.json``."""
 
 
 def _file_json(e: FileEntry) -> dict[str, Any]:

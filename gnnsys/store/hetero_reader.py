@@ -82,13 +82,6 @@ def read_hetero_manifest(root: str | os.PathLike[str]) -> HeteroManifest:
     return HeteroManifest.from_json(obj, str(path))
 
 
-def _load(
-    root: Path, manifest: HeteroManifest, rel: str, *, mmap: bool, verify: bool
-) -> np.ndarray:
-    # load_array only reads ``manifest.files``, which a HeteroManifest has with the same entries.
-    return load_array(root, manifest, rel, mmap=mmap, verify=verify)  # type: ignore[arg-type]
-
-
 def read_hetero_shard(
     root: str | os.PathLike[str], part: int, *, mmap: bool = True, verify: bool = True
 ) -> HeteroShard:
@@ -117,7 +110,7 @@ def read_hetero_shard(
     nodes = {}
     for entry in manifest.node_types:
         arrays = {
-            k: _load(root, manifest, type_file(part, entry.name, k), mmap=mmap, verify=verify)
+            k: load_array(root, manifest, type_file(part, entry.name, k), mmap=mmap, verify=verify)
             for k in (*TYPE_ARRAYS, *entry.data)
         }
         nodes[entry.name] = TypeShard(
@@ -132,13 +125,15 @@ def read_hetero_shard(
     relations = {}
     for rentry in manifest.relations:
         arrays = {
-            k: _load(root, manifest, rel_file(part, rentry.edge_type, k), mmap=mmap, verify=verify)
+            k: load_array(
+                root, manifest, rel_file(part, rentry.edge_type, k), mmap=mmap, verify=verify
+            )
             for k in REL_ARRAYS
         }
         relations[rentry.edge_type] = RelationShard(edge_type=rentry.edge_type, **arrays)
     shard = HeteroShard(part=part, num_parts=manifest.num_parts, nodes=nodes, relations=relations)
     if verify:
-        part_N = _load(root, manifest, NODE_TO_PART, mmap=True, verify=True)
+        part_N = load_array(root, manifest, NODE_TO_PART, mmap=True, verify=True)
         check_hetero_shard(root, manifest, shard, part_N)
     return shard
 
@@ -327,14 +322,14 @@ def verify_hetero(root: str | os.PathLike[str]) -> HeteroManifest:
     root = Path(root)
     manifest = read_hetero_manifest(root)
     for rel, entry in sorted(manifest.files.items()):
-        _load(root, manifest, rel, mmap=True, verify=False)
+        load_array(root, manifest, rel, mmap=True, verify=False)
         sha, fast = file_digests(root / rel)
         if sha != entry.sha256 or fast != entry.xxh3:
             raise PartitionStoreError(
                 f"{root / rel}: sha256 mismatch; the file changed after it was written. {_FIX}",
                 str(root / rel),
             )
-    part_N = _load(root, manifest, NODE_TO_PART, mmap=True, verify=False)
+    part_N = load_array(root, manifest, NODE_TO_PART, mmap=True, verify=False)
     shards = []
     for part in range(manifest.num_parts):
         shard = read_hetero_shard(root, part, verify=False)

@@ -14,9 +14,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
-import uuid
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +32,7 @@ from gnnsys.store.hetero_layout import (
 )
 from gnnsys.store.hetero_shard import HeteroShard, build_hetero_shard, data_arrays
 from gnnsys.store.layout import MANIFEST, NODE_TO_PART, FileEntry
-from gnnsys.store.writer import ProgressFn, _replace, _save, _save_rows
+from gnnsys.store.writer import ProgressFn, _save, _save_rows, package_version, staged
 from gnnsys.types import Assignment
 
 __all__ = ["hetero_fingerprint", "write_hetero_partitions"]
@@ -113,9 +110,7 @@ def write_hetero_partitions(
     root = Path(root)
     _check_args(graph, assignment, root, num_hops, overwrite)
     directed = graph.to_homogeneous()[0]
-    tmp = root.parent / f".{root.name}.tmp-{uuid.uuid4().hex[:12]}"
-    tmp.mkdir(parents=True)
-    try:
+    with staged(root) as tmp:
         files = {NODE_TO_PART: _save(tmp, NODE_TO_PART, assignment.part_N)}
         parts = []
         for part in range(assignment.num_parts):
@@ -135,10 +130,6 @@ def write_hetero_partitions(
                 progress(part)
         manifest = _manifest(graph, assignment, num_hops, files, tuple(parts))
         (tmp / MANIFEST).write_text(json.dumps(manifest.to_json(), indent=1) + "\n")
-        _replace(tmp, root)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     logger.info("wrote %d parts of %s to %s", assignment.num_parts, graph.name, root)
     return manifest
 
@@ -168,10 +159,6 @@ def _manifest(
     files: dict[str, FileEntry],
     parts: tuple[HeteroPartEntry, ...],
 ) -> HeteroManifest:
-    try:
-        gnnsys_version = version("gnnsys")
-    except PackageNotFoundError:  # a source tree that was never installed
-        gnnsys_version = "0.0.0+unknown"
     offsets = graph.node_offsets()
     types = tuple(
         TypeEntry(
@@ -194,7 +181,7 @@ def _manifest(
         strategy=assignment.method,
         params=dict(assignment.params),
         seed=assignment.seed,
-        gnnsys_version=gnnsys_version,
+        gnnsys_version=package_version(),
         num_classes=graph.num_classes,
         node_types=types,
         relations=relations,

@@ -14,6 +14,7 @@ import json
 import os
 import tokenize
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -38,6 +39,9 @@ from gnnsys.store.layout import (
     shard_file,
 )
 from gnnsys.types import PartitionBook, PartitionShard
+
+if TYPE_CHECKING:
+    from gnnsys.store.hetero_layout import HeteroManifest
 
 _FIX = "re-create the directory with `gnnsys partition`"
 _NPY_ERRORS = (
@@ -88,7 +92,12 @@ def read_manifest(root: str | os.PathLike[str]) -> Manifest:
 
 
 def load_array(
-    root: Path, manifest: Manifest, rel: str, *, mmap: bool = True, verify: bool = True
+    root: Path,
+    manifest: Manifest | HeteroManifest,
+    rel: str,
+    *,
+    mmap: bool = True,
+    verify: bool = True,
 ) -> np.ndarray:
     """Load ``root/rel`` and check it against its manifest entry.
 

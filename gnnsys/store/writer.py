@@ -10,13 +10,14 @@ of features.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -155,9 +156,7 @@ def write_partitions(
     _check_args(graph, assignment, root, num_hops, overwrite)
     _check_links(graph, links)
     book = PartitionBook.from_assignment(assignment.part_N, assignment.num_parts)
-    tmp = root.parent / f".{root.name}.tmp-{uuid.uuid4().hex[:12]}"
-    tmp.mkdir(parents=True)
-    try:
+    with staged(root) as tmp:
         files = {NODE_TO_PART: _save(tmp, NODE_TO_PART, assignment.part_N)}
         parts = []
         for part in range(assignment.num_parts):
@@ -168,10 +167,6 @@ def write_partitions(
                 progress(part)
         manifest = _manifest(graph, assignment, num_hops, files, tuple(parts))
         (tmp / MANIFEST).write_text(json.dumps(manifest.to_json(), indent=1) + "\n")
-        _replace(tmp, root)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     logger.info("wrote %d parts of %s to %s", assignment.num_parts, graph.name, root)
     return book
 
@@ -198,6 +193,31 @@ def _check_links(graph: Graph, links: LinkSplit | None) -> None:
         )
 
 
+@contextlib.contextmanager
+def staged(root: Path) -> Iterator[Path]:
+    """A fresh directory beside ``root`` to write a store into.
+
+    When the block ends it replaces ``root`` (:func:`_replace`); if the block raises, it is
+    removed and ``root`` is left as it was, so a failed write leaves nothing half-written.
+    """
+    tmp = root.parent / f".{root.name}.tmp-{uuid.uuid4().hex[:12]}"
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        _replace(tmp, root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def package_version() -> str:
+    """The installed gnnsys version written into manifests."""
+    try:
+        return version("gnnsys")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "0.0.0+unknown"
+
+
 def _replace(tmp: Path, root: Path) -> None:
     """Rename ``tmp`` to ``root``; an existing ``root`` is renamed aside first, then deleted."""
     if not root.exists():
@@ -216,10 +236,6 @@ def _manifest(
     files: dict[str, FileEntry],
     parts: tuple[PartEntry, ...],
 ) -> Manifest:
-    try:
-        gnnsys_version = version("gnnsys")
-    except PackageNotFoundError:  # a source tree that was never installed
-        gnnsys_version = "0.0.0+unknown"
     return Manifest(
         format_version=FORMAT_VERSION,
         dataset=graph.name,
@@ -231,7 +247,7 @@ def _manifest(
         strategy=assignment.method,
         params=dict(assignment.params),
         seed=assignment.seed,
-        gnnsys_version=gnnsys_version,
+        gnnsys_version=package_version(),
         files=files,
         parts=parts,
         num_classes=graph.num_classes,
