@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from gnnsys.commands.partition import Measured, parse_kv, partitioner_options
+from gnnsys.commands.partition import Measured, parse_kv, partitioner_options, stage_costs
 
 logger = logging.getLogger(__name__)
 
@@ -74,13 +74,7 @@ def run_partition(args: argparse.Namespace) -> int:
         **_type_columns(metrics),
         **_relation_columns(metrics),
         "edge_cut_fraction": round(metrics.edge_cut_fraction, 6),
-        "load_seconds": round(load_m.seconds, 3),
-        "assign_seconds": round(assign_m.seconds, 3),
-        "write_seconds": round(write_m.seconds, 3),
-        "peak_rss_bytes": max(
-            load_m.peak_rss_bytes, assign_m.peak_rss_bytes, write_m.peak_rss_bytes
-        ),
-        "assign_peak_rss_bytes": assign_m.peak_rss_bytes,
+        **stage_costs(load_m, assign_m, write_m),
         "files": len(manifest.files),
         "out": str(args.out),
     }

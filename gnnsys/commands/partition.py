@@ -167,6 +167,19 @@ class Measured:
             self.peak_rss_bytes = max(self.peak_rss_bytes, lifetime)
 
 
+def stage_costs(load_m: Measured, assign_m: Measured, write_m: Measured) -> dict[str, Any]:
+    """Seconds of each stage, the peak RSS over all three and the assignment's own peak."""
+    return {
+        "load_seconds": round(load_m.seconds, 3),
+        "assign_seconds": round(assign_m.seconds, 3),
+        "write_seconds": round(write_m.seconds, 3),
+        "peak_rss_bytes": max(
+            load_m.peak_rss_bytes, assign_m.peak_rss_bytes, write_m.peak_rss_bytes
+        ),
+        "assign_peak_rss_bytes": assign_m.peak_rss_bytes,
+    }
+
+
 def _lifetime_peak_rss() -> int:
     """Peak RSS of this process so far, in bytes (``ru_maxrss`` is KiB on Linux)."""
     import resource
@@ -245,13 +258,7 @@ def run(args: argparse.Namespace) -> int:
         "edge_balance": round(balance(loads["edges"]), 4),
         "train_balance": round(balance(loads["train"]), 4) if "train" in loads else None,
         "halo_factor": round(sum(p.num_halo for p in manifest.parts) / graph.num_nodes, 4),
-        "load_seconds": round(load_m.seconds, 3),
-        "assign_seconds": round(assign_m.seconds, 3),
-        "write_seconds": round(write_m.seconds, 3),
-        "peak_rss_bytes": max(
-            load_m.peak_rss_bytes, assign_m.peak_rss_bytes, write_m.peak_rss_bytes
-        ),
-        "assign_peak_rss_bytes": assign_m.peak_rss_bytes,
+        **stage_costs(load_m, assign_m, write_m),
         "out": str(args.out),
     }
     if args.json:
