@@ -224,11 +224,16 @@ def _idle_worker_mib() -> float:
                 line = next(x for x in f if x.startswith("VmRSS:"))
             return int(line.split()[1]) * 1024
 
+    started = not ray.is_initialized()  # the run's instance is gone: start one, never attach
+    if started:
+        ray.init(num_cpus=1, include_dashboard=False, address="local")
     actor = Idle.remote()  # type: ignore[attr-defined]
     try:
         return round(ray.get(actor.rss.remote(), timeout=120) / 2**20, 1)
     finally:
         ray.kill(actor)
+        if started:
+            ray.shutdown()
 
 
 def store_run(cfg: RunConfig, store: Path, out: Path, check_eval: bool) -> dict[str, Any]:

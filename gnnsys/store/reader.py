@@ -38,6 +38,7 @@ from gnnsys.store.layout import (
     Manifest,
     shard_file,
 )
+from gnnsys.store.pages import release_pages
 from gnnsys.types import PartitionBook, PartitionShard
 
 if TYPE_CHECKING:
@@ -193,6 +194,7 @@ def load_shard(
     _check_sizes(root, manifest, part, arrays)
     if verify:
         _check_semantics(root, manifest, part, arrays, data)
+        release_pages(*arrays.values(), *data.values())  # the checks read every page once
     else:
         _check_part_ids(
             arrays["halo_part"], manifest.num_parts, root / shard_file(part, "halo_part")

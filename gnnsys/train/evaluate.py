@@ -41,6 +41,7 @@ from torch import Tensor, nn
 from gnnsys.cache import HaloCache
 from gnnsys.cache.codecs import CODECS, Codec, make_codec
 from gnnsys.models import BlockModel, GCNLayer
+from gnnsys.store.pages import release_pages
 from gnnsys.train.eval_blocks import (
     HaloIndex,
     LayerwiseModel,
@@ -320,9 +321,11 @@ class ShardEvaluator:
             self._seconds = 0.0
             self.ledger = Ledger()
             own = _as_float_rows(self.shard.x)  # the memory map itself when it is float32
+            release_pages(self.shard.e_id, self.shard.indices_gid)  # training's, unread here
         else:
             self.tables.pop(layer - 1, None)  # every peer finished reading it in the last step
             own = self.tables[layer]  # kept: peers read it during this step
+            release_pages(self.shard.x)  # layer 0 read it; training maps it again
         release_free_memory()  # training's (or the last layer's) freed temporaries
         self.model.eval()
         m, width = int(own.shape[0]), int(own.shape[1])

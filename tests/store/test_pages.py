@@ -1,0 +1,59 @@
+"""``release_pages``: file-mapped shard arrays leave the resident set, data unchanged."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gnnsys.store.pages import release_pages
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
+
+
+def _resident_kib(path: Path) -> int:
+    """This process's resident KiB of mappings of ``path`` (``/proc/self/smaps``)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5 and ":" in head[3]:  # a mapping line
+            inside = len(head) >= 6 and head[5] == str(path)
+        elif inside and line.startswith("Rss:"):
+            total += int(head[1])
+    return total
+
+
+@pytest.fixture
+def mapped(tmp_path: Path) -> tuple[Path, np.ndarray]:
+    path = tmp_path / "a.npy"
+    np.save(path, np.arange(1 << 20, dtype=np.int64))  # 8 MiB
+    return path, np.load(path, mmap_mode="r", allow_pickle=False)
+
+
+@linux
+def test_release_drops_resident_pages_and_keeps_values(mapped: tuple[Path, np.ndarray]) -> None:
+    path, arr = mapped
+    total = int(arr.sum())  # reads every page
+    assert _resident_kib(path) >= 8 * 1024
+    assert release_pages(arr) == path.stat().st_size
+    assert _resident_kib(path) == 0
+    assert int(arr.sum()) == total  # read again from the page cache, same values
+
+
+@linux
+def test_views_and_tensors_release_their_mapping_once(mapped: tuple[Path, np.ndarray]) -> None:
+    path, arr = mapped
+    view = arr[100:]
+    with pytest.warns(UserWarning):  # torch warns about the read-only buffer
+        tensor = torch.from_numpy(view)
+    int(tensor.sum())
+    assert release_pages(view, arr, arr[5:9]) == path.stat().st_size  # one mapping, once
+    assert _resident_kib(path) == 0
+    assert int(tensor[0]) == 100
+
+
+def test_in_memory_arrays_and_others_are_left_alone() -> None:
+    assert release_pages(np.arange(10), torch.arange(3), None, "x") == 0
