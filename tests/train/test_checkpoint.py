@@ -100,6 +100,23 @@ def test_corrupt_newest_falls_back_to_previous(
     assert "previous checkpoint" in caplog.text
 
 
+@pytest.mark.parametrize("damage", ["flip", "truncate", "garbage"])
+def test_a_corrupt_newest_never_replaces_an_intact_previous(tmp_path: Path, damage: str) -> None:
+    save_checkpoint(tmp_path, _ckpt(0))
+    save_checkpoint(tmp_path, _ckpt(1))
+    newest = tmp_path / CHECKPOINT_NAME
+    if damage == "flip":
+        _flip(newest, newest.stat().st_size // 2)
+    elif damage == "truncate":
+        newest.write_bytes(newest.read_bytes()[:100])
+    else:
+        newest.write_bytes(b"PK\x03\x04 not a zip")
+    save_checkpoint(tmp_path, _ckpt(2))  # the damaged epoch-1 file is replaced, not rotated
+    newest.write_bytes(b"")  # and the new one is lost too
+    got = load_checkpoint(tmp_path)
+    assert got is not None and got.epoch == 0 and got.notice is not None
+
+
 def test_every_bit_flip_is_refused(tmp_path: Path) -> None:
     save_checkpoint(tmp_path, _ckpt(0))
     path = tmp_path / CHECKPOINT_NAME

@@ -271,8 +271,30 @@ def save_checkpoint(run_dir: str | os.PathLike[str], ckpt: Checkpoint) -> Path:
     head = _MAGIC + xxhash.xxh3_128(body).hexdigest().encode() + b"\n"
     final = run_dir / CHECKPOINT_NAME
     if final.exists():
-        os.replace(final, run_dir / PREVIOUS_NAME)  # a crash right here leaves only the previous
+        if _digest_ok(final):
+            os.replace(final, run_dir / PREVIOUS_NAME)  # a crash here leaves only the previous
+        else:  # never rotate a damaged file over an intact previous one
+            log.warning("%s is corrupt; replacing it and keeping %s", final, PREVIOUS_NAME)
     return _atomic_write(run_dir, CHECKPOINT_NAME, head + body)
+
+
+def _digest_ok(path: Path) -> bool:
+    """Whether ``path`` passes its checksum (a checksum-less format-1 file: whether it loads)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    if data.startswith(b"PK"):
+        try:
+            _read(path)
+        except CheckpointError:
+            return False
+        return True
+    head, _, body = data.partition(b"\n")
+    return (
+        data.startswith(_MAGIC)
+        and xxhash.xxh3_128(body).hexdigest().encode() == head[len(_MAGIC) :]
+    )
 
 
 def remove_checkpoints(run_dir: str | os.PathLike[str]) -> None:
