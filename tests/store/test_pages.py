@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +48,8 @@ def test_release_drops_resident_pages_and_keeps_values(mapped: tuple[Path, np.nd
 def test_views_and_tensors_release_their_mapping_once(mapped: tuple[Path, np.ndarray]) -> None:
     path, arr = mapped
     view = arr[100:]
-    with pytest.warns(UserWarning):  # torch warns about the read-only buffer
+    with warnings.catch_warnings():  # torch warns (once a process) about the read-only buffer
+        warnings.simplefilter("ignore", UserWarning)
         tensor = torch.from_numpy(view)
     int(tensor.sum())
     assert release_pages(view, arr, arr[5:9]) == path.stat().st_size  # one mapping, once
