@@ -25,6 +25,7 @@ Shape legend: ``M_t`` owned rows of type ``t``, ``K`` requested or updated rows,
 
 from __future__ import annotations
 
+import copy
 import threading
 import zlib
 from collections.abc import Callable
@@ -133,7 +134,8 @@ class OwnedEmbeddings:
         """Restore what :meth:`state` returned."""
         for t, table in state["tables"].items():
             self.tables[t].data.copy_(table)  # in place: local_rows views stay valid
-            self.optimizers[t].load_state_dict(state["optimizers"][t])
+            # a copy: torch would keep the checkpoint's tensors as this optimizer's own
+            self.optimizers[t].load_state_dict(copy.deepcopy(state["optimizers"][t]))
         with self._cond:
             self.steps = int(state["steps"])
             self._cond.notify_all()
