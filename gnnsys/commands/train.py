@@ -72,6 +72,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", help="run directory (default runs/train-TIMESTAMP)")
     p.add_argument("--address", help="join this Ray cluster instead of starting one")
     p.add_argument(
+        "--executor",
+        choices=("ray", "local"),
+        default="ray",
+        help="ray (default): one actor per owner and trainer; local: the ranks as threads of "
+        "this process (same code and files, no Ray; for small runs and debugging)",
+    )
+    p.add_argument(
         "--resume",
         action="store_true",
         help="continue from RUN_DIR/checkpoint.pt (refused if the data, store, model shape, "
@@ -326,7 +333,7 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``gnnsys train``; returns the exit code (1 when workers failed)."""
     from gnnsys.commands._preflight import check_numbers, run_preflight
     from gnnsys.errors import WorkerFailedError
-    from gnnsys.train.control.run import train
+    from gnnsys.train.control.run import train, train_local
 
     check_numbers(args)  # before anything: Ray, the store and the run directory
     config = build_config(args)
@@ -341,7 +348,10 @@ def run(args: argparse.Namespace) -> int:
     for line in notices:
         print(f"gnnsys train: {line}", file=sys.stderr)
     try:
-        result = train(config, out, fault=fault)
+        if args.executor == "local":
+            result = train_local(config, out, fault=fault)
+        else:
+            result = train(config, out, fault=fault)
     except WorkerFailedError as err:
         print(f"gnnsys train: error: {err}", file=sys.stderr)
         return 1

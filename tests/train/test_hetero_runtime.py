@@ -414,3 +414,50 @@ def test_cli_on_ray_restarts_a_rank_that_exits(stores: dict[int, Path], tmp_path
     assert lines[-1]["restarts"] == 1
     assert set(lines[-1]["bytes_by_type"]) == {"paper", *FEATURELESS}
     assert "author MiB" in proc.stdout
+
+
+def test_cli_trains_synthetic_mag_in_process(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gnnsys.cli import main
+
+    out = tmp_path / "run"
+    code = main(
+        [
+            "train",
+            "synthetic:mag",
+            "-D",
+            "scale=0.002",
+            "-D",
+            "reverse=true",
+            "--parts",
+            "2",
+            "--partitioner",
+            "random",
+            "--fanouts",
+            "4,3",
+            "--hidden",
+            "8",
+            "--epochs",
+            "2",
+            "--batch-size",
+            "512",
+            "--executor",
+            "local",
+            "--no-progress",
+            "--out",
+            str(out),
+        ]  # fmt: skip
+    )
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "best val_acc" in printed and "author MiB" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["executor"] == "local" and summary["partition"]["num_parts"] == 2
+    assert (out / "run.json").exists() and (out / "store" / "manifest.json").exists()
+    assert main(["train", "synthetic:mag", "-D", "scale=0.002", "-D", "reverse=true", "--parts",
+                 "2", "--partitioner", "random", "--fanouts", "4,3", "--hidden", "8", "--epochs",
+                 "3", "--batch-size", "512", "--executor", "local", "--no-progress", "--resume",
+                 "--out", str(out)]) == 0  # fmt: skip
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["epoch"] for x in lines] == [0, 1, 2]

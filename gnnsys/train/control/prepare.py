@@ -156,8 +156,9 @@ def prepare_store(
     if reuse and (target / "manifest.json").exists():
         from gnnsys.store import has_links, is_hetero_store
 
-        same_task = (spec.link_split is not None) == has_links(target)
-        same_task &= hetero == is_hetero_store(target)
+        same_task = hetero == is_hetero_store(target)
+        if same_task and not hetero:
+            same_task = (spec.link_split is not None) == has_links(target)
         if reader(target).num_parts == num_parts and same_task:
             log.info("reusing the partition store %s", target)
             return PreparedStore(target)

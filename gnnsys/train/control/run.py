@@ -115,6 +115,7 @@ def train_local(
     *,
     traffic_only: bool = False,
     threads: int | None = None,
+    fault: FaultSpec | None = None,
 ) -> TrainResult:
     """Train ``config`` in this process (ranks as threads); same files as :func:`train`.
 
@@ -128,13 +129,22 @@ def train_local(
             (``Trainer.replay_epoch``): the same traffic and cache counters, no evaluation.
         threads: torch intra-op threads for the ranks' forward/backward; ``None`` keeps 1, as
             a Ray worker has (bit-equal results).
+        fault: Test-only fault injection (``raise`` only: an ``exit`` would end this process).
     """
     run_path = Path(run_dir)
     run_path.mkdir(parents=True, exist_ok=True)
     if traffic_only:
         config = replace(config, eval=replace(config.eval, every=0))
     prepared = _prepare(config, run_path)
-    return _run(config, run_path, prepared, executor="local", replay=traffic_only, threads=threads)
+    return _run(
+        config,
+        run_path,
+        prepared,
+        executor="local",
+        fault=fault,
+        replay=traffic_only,
+        threads=threads,
+    )
 
 
 def _prepare(config: RunConfig, run_path: Path) -> PreparedStore:
@@ -182,7 +192,9 @@ def _run(
     """Prepare, resolve, coordinate and summarise one run on either executor."""
     wall = time.perf_counter() - prepared.seconds
     if config.hetero is not None:
-        return _run_hetero(config, run_path, prepared, executor=executor, fault=fault, wall=wall)
+        return _run_hetero(
+            config, run_path, prepared, executor=executor, fault=fault, wall=wall, replay=replay
+        )
     info = read_store_info(prepared.path)
     topology = "partitioned"
     if executor == "ray":
@@ -241,6 +253,7 @@ def _run_hetero(
     executor: str,
     fault: FaultSpec | None,
     wall: float,
+    replay: bool = False,
 ) -> TrainResult:
     """``_run`` of a heterogeneous run: typed owners and trainers, the same coordinator."""
     assert config.hetero is not None  # the caller checked
@@ -251,7 +264,7 @@ def _run_hetero(
         spec = replace(template, attempt=attempt)
         if executor == "ray":
             return RayWorkerGroup(spec, config.loop.resources, config.loop.deadline_s, HETERO)
-        return LocalWorkerGroup(spec, config.loop.deadline_s, roles=HETERO)
+        return LocalWorkerGroup(spec, config.loop.deadline_s, replay=replay, roles=HETERO)
 
     coordinator = Coordinator(
         config.loop,
