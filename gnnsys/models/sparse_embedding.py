@@ -46,6 +46,12 @@ Semantics, which the tests pin down:
   owner's global SparseAdam step equals the trainer's (torch's rule; see ``sparse_optim``).
 * ``divide_by``: the trainers' world size, so the step uses the rank-mean gradient, as the
   dense allreduce (sum, then ``/ world_size``) does for the model's weights.
+* **Synchronous steps.** Bit-identity also needs every owner's ``apply`` of step ``t`` to
+  return before any rank fetches rows for step ``t + 1`` (DistDGL lets a trainer read rows one
+  update stale; we do not). ``EmbeddingShard`` is not thread-safe: the runtime serialises
+  ``rows`` and ``apply`` on one shard (a lock, or the owner's one thread).
+* **Checkpoints**: ``state_dict()`` is tensors only (``torch.save``/``torch.load(...,
+  weights_only=True)``); ``load_state_dict`` refuses another part's ids or another width.
 
 Index spaces: ``lid`` is a *type-local* node id (``0 .. N_t - 1``, as in the heterogeneous
 store's ``owned_lid``); ``row`` is a position in one owner's table (``owned_lid[row] == lid``).
@@ -384,7 +390,7 @@ class EmbeddingShard:
 
     def rows(self, lid_B: Tensor) -> Tensor:
         """Copies of the rows of owned type-local ids ``lid_B``: ``[B, D]``, request order."""
-        return self.weight_ND[self.to_row(lid_B)]
+        return self.weight_ND.index_select(0, self.to_row(lid_B))
 
     def apply(
         self,
@@ -424,8 +430,13 @@ class EmbeddingShard:
         device, dim = self.weight_ND.device, self.config.dim
         parts: list[SparseGrad] = []
         for grad in grads:
-            _check_rows(grad.lid_U, grad.grad_UD, dim)
-            parts.append(coalesce(grad.lid_U.to(device), grad.grad_UD.to(device)))
+            lid_U = _as_lid(grad.lid_U, "lid_U").to(device)
+            _check_rows(lid_U, grad.grad_UD, dim)
+            grad_UD = grad.grad_UD.to(device)
+            if lid_U.numel() > 1 and not bool((lid_U[1:] > lid_U[:-1]).all()):
+                parts.append(coalesce(lid_U, grad_UD))  # split_grad's output skips this sort
+            else:
+                parts.append(SparseGrad(lid_U, grad_UD))
         if not parts:
             empty = torch.empty(0, dtype=torch.int64, device=device)
             return empty, torch.empty(0, dim, dtype=torch.float32, device=device)
@@ -435,7 +446,7 @@ class EmbeddingShard:
         offset = 0
         for part in parts:  # ids are distinct within a part: a plain indexed add, no races
             target = inverse[offset : offset + part.lid_U.numel()]
-            sum_UD[target] = sum_UD[target] + part.grad_UD
+            sum_UD.index_copy_(0, target, sum_UD.index_select(0, target).add_(part.grad_UD))
             offset += part.lid_U.numel()
         return row_U, sum_UD
 

@@ -106,17 +106,19 @@ class SparseAdam:
         self.step += 1
         if row_R.numel() == 0:  # torch counts the step and skips an empty gradient
             return
-        m_RD = self.exp_avg_ND[row_R]
-        v_RD = self.exp_avg_sq_ND[row_R]
-        m_RD = m_RD + (grad_RD - m_RD) * (1 - self.beta1)  # torch: old += (1 - b) * (new - old)
-        v_RD = v_RD + (grad_RD * grad_RD - v_RD) * (1 - self.beta2)
-        self.exp_avg_ND[row_R] = m_RD
-        self.exp_avg_sq_ND[row_R] = v_RD
+        # index_select/index_copy_ rather than ``t[row]``: 2-4x faster gathers and scatters on
+        # CPU; rows are distinct, so the scatter has no write conflicts on any device.
+        m_RD = self.exp_avg_ND.index_select(0, row_R)
+        v_RD = self.exp_avg_sq_ND.index_select(0, row_R)
+        m_RD.add_((grad_RD - m_RD).mul_(1 - self.beta1))  # torch: old += (1 - b) * (new - old)
+        v_RD.add_((grad_RD * grad_RD).sub_(v_RD).mul_(1 - self.beta2))
+        self.exp_avg_ND.index_copy_(0, row_R, m_RD)
+        self.exp_avg_sq_ND.index_copy_(0, row_R, v_RD)
         bias1 = 1 - self.beta1**self.step
         bias2 = 1 - self.beta2**self.step
         step_size = self.lr * math.sqrt(bias2) / bias1
-        delta_RD = (m_RD / (torch.sqrt(v_RD) + self.eps)) * (-step_size)
-        weight_ND[row_R] = weight_ND[row_R] + delta_RD
+        delta_RD = m_RD.div_(v_RD.sqrt_().add_(self.eps)).mul_(-step_size)
+        weight_ND.index_copy_(0, row_R, weight_ND.index_select(0, row_R).add_(delta_RD))
 
     def state_dict(self) -> dict[str, Tensor]:
         """``exp_avg``, ``exp_avg_sq`` and the global ``step`` (a 0-d int64 tensor)."""
@@ -169,10 +171,10 @@ class SparseAdagrad:
         """One DGL ``SparseAdagrad`` step on the distinct rows ``row_R``."""
         if row_R.numel() == 0:
             return
-        sum_RD = self.state_sum_ND[row_R] + grad_RD * grad_RD
-        self.state_sum_ND[row_R] = sum_RD
-        delta_RD = (grad_RD * self.lr) / torch.sqrt(sum_RD + self.eps)  # DGL: clr * g / std
-        weight_ND[row_R] = weight_ND[row_R] - delta_RD
+        sum_RD = self.state_sum_ND.index_select(0, row_R).add_(grad_RD * grad_RD)
+        self.state_sum_ND.index_copy_(0, row_R, sum_RD)
+        delta_RD = (grad_RD * self.lr).div_(sum_RD.add_(self.eps).sqrt_())  # DGL: clr * g / std
+        weight_ND.index_copy_(0, row_R, weight_ND.index_select(0, row_R).sub_(delta_RD))
 
     def state_dict(self) -> dict[str, Tensor]:
         """``state_sum``."""

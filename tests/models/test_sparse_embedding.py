@@ -90,6 +90,28 @@ def test_one_table_equals_split_tables_bitwise(optimizer: str) -> None:
         assert shard.step == 6
 
 
+def test_an_owner_without_rows_still_steps() -> None:
+    config = EmbeddingConfig(dim=D, lr=0.05)
+    one = LocalEmbeddingGroup(config, node_type="author", owner_of=owners(1))
+    five = LocalEmbeddingGroup(config, node_type="author", owner_of=owners(4), num_owners=5)
+    assert five.shards[4].num_rows == 0
+    for step in range(3):
+        one.step(rank_grads(step))
+        five.step(rank_grads(step))
+    assert torch.equal(one.table(), five.table())
+    assert five.shards[4].step == 3 and five.shards[4].optimizer.state_dict()["step"] == 3
+
+
+def test_divide_by_is_the_rank_mean() -> None:
+    config = EmbeddingConfig(dim=D)
+    grads = rank_grads(0, ranks=2)
+    mean = EmbeddingShard(config, node_type="a", owned_lid=torch.arange(N))
+    halved = EmbeddingShard(config, node_type="a", owned_lid=torch.arange(N))
+    mean.apply([coalesce(lid, g) for lid, g in grads], divide_by=2)
+    halved.apply([coalesce(lid, g / 2) for lid, g in grads])  # / 2 is exact
+    assert torch.equal(mean.weight_ND, halved.weight_ND)
+
+
 def test_apply_ignores_arrival_order() -> None:
     config = EmbeddingConfig(dim=D)
     grads = rank_grads(0)
