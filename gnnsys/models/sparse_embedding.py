@@ -18,7 +18,10 @@ API (the runtime wires these)::
     shard.rows(lid_B) -> Tensor [B, D]                        # copies, request order
     shard.apply(contributions: Mapping[int, SparseGrad] | Sequence[SparseGrad],
                 *, divide_by: int = 1) -> int                 # rows touched; ONE step
-    shard.step -> int   shard.nbytes -> int   shard.state_dict() / load_state_dict(state)
+    shard.to_row(lid_B) -> Tensor [B]                         # positions; raises if not owned
+    shard.step -> int   shard.nbytes -> int   shard.num_rows -> int
+    shard.weight_ND, shard.owned_lid, shard.optimizer        # tensors / SparseAdam | SparseAdagrad
+    shard.state_dict() -> dict[str, Tensor];  shard.load_state_dict(state)
 
     # requester side (pure; no transport)
     leaf = embedding_leaf(rows_BD)                            # detached, requires_grad
@@ -28,8 +31,10 @@ API (the runtime wires these)::
     coalesce(lid_B, grad_BD) -> SparseGrad                    # duplicates summed, ids ascending
 
     # in-process reference of P owners (tests; single-process runs)
-    group = LocalEmbeddingGroup(config, node_type=t, owner_of=owner_N)
-    group.rows(lid_B) -> Tensor;  group.step(grads_by_rank, divide_by=1);  group.table()
+    group = LocalEmbeddingGroup(config, node_type=t, owner_of=owner_N, num_owners=None)
+    group.rows(lid_B) -> Tensor [B, D]
+    group.step(grads_by_rank: Sequence[tuple[lid_B, grad_BD]], *, divide_by=1)  # rank order
+    group.table() -> Tensor [N_t, D];  group.shards: list[EmbeddingShard];  group.nbytes
 
 Semantics, which the tests pin down:
 
@@ -224,7 +229,7 @@ def _as_lid(lid: Tensor, name: str) -> Tensor:
     if lid.dtype.is_floating_point or lid.dtype == torch.bool:
         raise ValueError(f"{name} has dtype {lid.dtype}; pass integer ids (int64)")
     lid = lid.to(torch.int64)
-    if lid.numel() and int(lid.min()) < 0:
+    if lid.numel() and int(lid.min()) < 0:  # int() syncs a GPU tensor to the host
         raise ValueError(f"{name} holds a negative id ({int(lid.min())}); pass type-local ids")
     return lid
 
@@ -276,7 +281,7 @@ def coalesce(lid_B: Tensor, grad_BD: Tensor) -> SparseGrad:
     out_UD = torch.zeros(
         lid_U.numel(), grad_BD.shape[1], dtype=grad_BD.dtype, device=grad_BD.device
     )
-    for level in range(int(count_U.max())):  # targets within one level are distinct
+    for level in range(int(count_U.max())):  # distinct targets per level; int() syncs a GPU
         pos = order_B[level_B == level]
         target = inverse_B[pos]
         out_UD[target] = out_UD[target] + grad_BD[pos]
@@ -380,7 +385,7 @@ class EmbeddingShard:
         bad = row_B >= self.num_rows
         if self.num_rows:
             bad |= self.owned_lid[clipped] != lid_B
-        if bool(bad.any()):
+        if bool(bad.any()):  # a host sync per call on a GPU table; the price of the check
             first = int(lid_B[bad][0])
             raise ValueError(
                 f"{self.node_type!r} id {first} is not owned here ({self.num_rows} rows); send "
