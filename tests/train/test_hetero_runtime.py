@@ -33,6 +33,7 @@ from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.datasets.mag import synthetic_mag
 from gnnsys.errors import WorkerFailedError
 from gnnsys.models import ModelConfig
+from gnnsys.models.sparse_embedding import EmbeddingConfig, LocalEmbeddingGroup, init_rows
 from gnnsys.partitioners import partition_hetero
 from gnnsys.sampler import NeighborSampler
 from gnnsys.sampler.hetero import HeteroNeighborSampler, csr_sources
@@ -43,7 +44,6 @@ from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.run import HETERO, hetero_worker_template, train_local
 from gnnsys.train.hetero.config import HeteroConfig
-from gnnsys.train.hetero.embedding import init_rows
 from gnnsys.train.hetero.owner import HeteroStoreInfo
 from gnnsys.train.hetero.worker import build_hetero_model
 from gnnsys.train.trainer import Trainer, batch_seed_for, epoch_batches
@@ -52,6 +52,7 @@ from gnnsys.train.worker import FaultSpec
 SCALE = 0.002
 PARAMS = (("reverse", True), ("scale", SCALE))
 FEATURELESS = ("author", "field_of_study", "institution")
+EMB = EmbeddingConfig(dim=128, lr=0.01, seed=3)
 
 
 @pytest.fixture(scope="module")
@@ -127,17 +128,9 @@ def test_typed_batch_and_rows_equal_the_whole_graph(
             assert torch.equal(x_dict["paper"], x[got.n_id["paper"]])
             assert sorted(leaves) == list(FEATURELESS)
             for t in FEATURELESS:  # embeddings start from rows that depend only on the id
-                ids = got.n_id[t].numpy()
-                assert torch.equal(x_dict[t], init_rows(3, t, ids, 128))
+                assert torch.equal(x_dict[t], init_rows(EMB, t, got.n_id[t]))
     finally:
         group.stop()
-
-
-def test_init_rows_depend_only_on_the_id() -> None:
-    lid = np.array([0, 5, 70_000, 131_072, 131_073])
-    full = init_rows(0, "author", np.arange(131_074), 8)
-    assert torch.equal(init_rows(0, "author", lid, 8), full[lid])
-    assert not torch.equal(init_rows(1, "author", lid, 8), full[lid])
 
 
 # ---- one step equals a single-process simulation of the ranks ------------------------------------
@@ -148,7 +141,7 @@ def _reference_step(mag: HeteroGraph, store: Path, parts: int) -> tuple[dict[str
     spec = hetero_worker_template(cfg, store, HeteroStoreInfo.read(str(store)))
     model = build_hetero_model(spec)
     tables = {
-        t: torch.nn.Parameter(init_rows(3, t, np.arange(mag.num_nodes(t)), 128))
+        t: LocalEmbeddingGroup(EMB, node_type=t, owner_of=torch.zeros(mag.num_nodes(t)).long())
         for t in FEATURELESS
     }
     x = torch.from_numpy(mag.nodes["paper"].x)
@@ -162,7 +155,7 @@ def _reference_step(mag: HeteroGraph, store: Path, parts: int) -> tuple[dict[str
     for r, (lid, y) in enumerate(seeds):
         pos = epoch_batches(len(lid), num_batches, seed=3, rank=r, epoch=0)[0]
         sub = whole.sample(lid[pos], input_type="paper", seed=batch_seed_for(3, r, 0, 0))
-        leaves = {t: tables[t].detach()[sub.n_id[t]].clone().requires_grad_() for t in FEATURELESS}
+        leaves = {t: tables[t].rows(sub.n_id[t]).requires_grad_() for t in FEATURELESS}
         logits = model({"paper": x[sub.n_id["paper"]], **leaves}, sub.blocks)["paper"]
         loss = functional.cross_entropy(logits[: sub.batch_size], y[pos])
         grads = torch.autograd.grad(
@@ -183,17 +176,8 @@ def _reference_step(mag: HeteroGraph, store: Path, parts: int) -> tuple[dict[str
         offset += p.numel()
     torch.optim.Adam(params, lr=0.01).step()
     for t, contributions in sparse.items():
-        rows, inverse = torch.unique(torch.cat([i for i, _ in contributions]), return_inverse=True)
-        acc = torch.zeros(len(rows), 128)
-        start = 0
-        for ids, g in contributions:
-            acc.index_add_(0, inverse[start : start + len(ids)], g)
-            start += len(ids)
-        tables[t].grad = torch.sparse_coo_tensor(
-            rows[None], acc / parts, tables[t].shape, check_invariants=False
-        )
-        torch.optim.SparseAdam([tables[t]], lr=0.01).step()
-    return model.state_dict(), {t: tables[t].detach() for t in FEATURELESS}
+        tables[t].step(contributions, divide_by=parts)
+    return model.state_dict(), {t: tables[t].table() for t in FEATURELESS}
 
 
 @pytest.mark.parametrize("parts", [1, 2, 4])
@@ -208,11 +192,11 @@ def test_one_step_is_bit_identical_to_a_single_process_simulation(
     for k, v in want_model.items():
         assert torch.equal(ckpt.model_state[k], v), k
     for r in range(parts):
-        owned = ckpt.rng_by_rank[r]["owned"]["tables"]
+        owned = ckpt.rng_by_rank[r]["owned"]["shards"]
         nodes = read_hetero_shard(stores[parts], r).nodes
         for t in FEATURELESS:
             lid = torch.from_numpy(np.asarray(nodes[t].owned_lid, dtype=np.int64))
-            assert torch.equal(owned[t], want_tables[t][lid]), (r, t)
+            assert torch.equal(owned[t]["weight"], want_tables[t][lid]), (r, t)
 
 
 # ---- ledger, determinism, resume, faults ---------------------------------------------------------
@@ -290,7 +274,7 @@ def test_same_seed_same_run_and_resume_equals_uninterrupted(
     for r in range(2):
         for t in FEATURELESS:
             ta, tc = a.rng_by_rank[r]["owned"], c.rng_by_rank[r]["owned"]
-            assert torch.equal(ta["tables"][t], tc["tables"][t]), (r, t)
+            assert torch.equal(ta["shards"][t]["weight"], tc["shards"][t]["weight"]), (r, t)
             assert ta["steps"] == tc["steps"] == 2 * full[0]["num_batches"]
 
 

@@ -31,6 +31,11 @@ class HeteroConfig:
     """``(node type, codec)`` pairs overriding ``codec.name`` for that type's remote rows."""
     embedding_dim: int = 0
     """Width of the learnable embeddings of featureless types; 0: the featured type's width."""
+    embedding_optimizer: str = "sparse_adam"
+    """Sparse optimizer of the embeddings: ``sparse_adam`` (torch's SparseAdam rule) or
+    ``sparse_adagrad`` (DGL's); see ``gnnsys.models.sparse_embedding``."""
+    embedding_lr: float = 0.0
+    """Learning rate of the embeddings; 0: the trainer's ``lr``."""
     eval_train_seeds: int = 4096
     """Train nodes per rank that evaluation scores (a seeded subset; 0: all of them). Val and
     test are always scored in full."""
@@ -40,6 +45,13 @@ class HeteroConfig:
             raise ValueError(
                 f"heterogeneous model {self.model!r}; choose one of {list(HETERO_MODELS)}"
             )
+        if self.embedding_optimizer not in ("sparse_adam", "sparse_adagrad"):
+            raise ValueError(
+                f"embedding_optimizer={self.embedding_optimizer!r}; choose sparse_adam or "
+                "sparse_adagrad"
+            )
+        if not self.embedding_lr >= 0:
+            raise ValueError(f"embedding_lr={self.embedding_lr}; choose >= 0 (0: the run's lr)")
         if self.embedding_dim < 0 or self.eval_train_seeds < 0:
             raise ValueError(
                 f"embedding_dim={self.embedding_dim}, eval_train_seeds={self.eval_train_seeds}; "

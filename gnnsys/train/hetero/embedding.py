@@ -1,88 +1,74 @@
 """Learnable embeddings of featureless node types, held by the rank that owns the rows.
 
-Rank ``p`` keeps the rows of the featureless nodes part ``p`` owns (``OwnedEmbeddings``), each
-type a ``[M_t, D]`` table updated by ``torch.optim.SparseAdam`` (only rows with a gradient
-change; Adam moments kept per row). A batch reads its own rows from the table and the others
-from their owners (``TrainWorker.serve_embedding`` through a peer client, like any remote row,
-in the type's codec), as a leaf tensor; after backward every rank sends the gradient rows of
-the embeddings it does not own to every rank (one variable-length ``all_gather`` of ids and one
-of rows over the gloo group), and each owner adds the contributions to its rows **in rank
-order** (rank 0's first, its own at its rank), divides by ``P`` like the dense allreduce does,
-and takes one sparse step. Every owner therefore applies the same sums in the same order on any
-executor: the update is deterministic.
+Rank ``p`` keeps, per featureless type, the rows of the nodes part ``p`` owns: one
+``gnnsys.models.sparse_embedding.EmbeddingShard`` (initial rows a function of ``(seed, type, id)``
+only, so any part count starts alike; SparseAdam or SparseAdagrad on the touched rows). A batch
+reads its own rows from the table and the others from their owners (``serve_embedding`` through
+a peer client, like any remote row, in the type's codec), as a leaf tensor; after backward every
+rank sends the gradient rows of the embeddings it does not own to every rank (one
+variable-length ``all_gather`` of ids and one of rows over the gloo group), and each owner calls
+``EmbeddingShard.apply`` once with every rank's contribution **in rank order** (its own at its
+rank), divided by ``P`` as the dense allreduce does. Every owner therefore applies the same sums
+in the same order on any executor: the update is deterministic.
 
 **Consistency.** A row request carries the requester's step count ``s``; the owner answers only
-once it has applied ``s`` steps (``rows``). It cannot have applied more: applying step ``s``
-needs every rank's ``all_gather`` of step ``s``, which the requester joins after this fetch. So
-every rank reads the rows as they are after exactly ``s`` updates.
-
-**Initialisation** depends only on ``(seed, node type, type-local id)``: rows are drawn in
-chunks of 65,536 ids, each from its own generator, so a table is the same rows whichever part
-owns them (1 part and ``P`` parts start alike).
+once it has applied ``s`` steps (:meth:`OwnedEmbeddings.rows`). It cannot have applied more:
+applying step ``s`` needs every rank's ``all_gather`` of step ``s``, which the requester joins
+after this fetch. So every rank reads the rows as they are after exactly ``s`` updates (the
+synchronous rule ``EmbeddingShard`` asks for). ``rows`` and ``apply`` hold one lock, since a
+shard is not thread-safe and peers call ``rows`` from other threads.
 
 Shape legend: ``M_t`` owned rows of type ``t``, ``K`` requested or updated rows, ``D`` width.
 """
 
 from __future__ import annotations
 
-import copy
 import threading
-import zlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from gnnsys.cache.codecs import Codec, EncodedRows
+from gnnsys.models.sparse_embedding import EmbeddingConfig, EmbeddingShard, SparseGrad
 from gnnsys.train.remote.client import get_within
 
 __all__ = ["EmbeddingPeers", "LocalEmbeddingPeers", "OwnedEmbeddings", "RayEmbeddingPeers"]
 
-_CHUNK = 1 << 16
-
-
-def init_rows(seed: int, node_type: str, lid: np.ndarray, dim: int) -> Tensor:
-    """``[K, D]`` initial rows of type-local ``lid`` (ascending): N(0, 1), per-id deterministic."""
-    out = torch.empty(int(lid.shape[0]), dim)
-    chunk_K = lid // _CHUNK
-    type_key = zlib.crc32(node_type.encode())
-    for chunk in np.unique(chunk_K):
-        gen = torch.Generator().manual_seed(seed * 1_000_003 + type_key * 65_537 + int(chunk))
-        block = torch.randn(_CHUNK, dim, generator=gen)
-        at = np.flatnonzero(chunk_K == chunk)
-        out[torch.from_numpy(at)] = block[torch.from_numpy(lid[at] - int(chunk) * _CHUNK)]
-    return out
-
 
 class OwnedEmbeddings:
-    """This rank's rows of every featureless type, their sparse optimizer and a step count.
+    """This rank's ``EmbeddingShard`` of every featureless type, and the step count.
 
     Args:
         owned_lid: Featureless type -> ``[M_t]`` owned type-local ids (ascending).
-        dim: ``D``.
-        seed: Run seed (fixes the initial rows).
-        lr: SparseAdam learning rate.
+        config: Width, initial rows and sparse optimizer.
     """
 
-    def __init__(self, owned_lid: dict[str, np.ndarray], dim: int, *, seed: int, lr: float):
-        self.dim = dim
-        self.tables = {
-            t: nn.Parameter(init_rows(seed, t, np.asarray(lid), dim))
+    def __init__(self, owned_lid: dict[str, np.ndarray], config: EmbeddingConfig) -> None:
+        self.dim = config.dim
+        self.shards = {
+            t: EmbeddingShard(
+                config, node_type=t, owned_lid=torch.from_numpy(np.asarray(lid, dtype=np.int64))
+            )
             for t, lid in owned_lid.items()
         }
-        self.optimizers = {t: torch.optim.SparseAdam([p], lr=lr) for t, p in self.tables.items()}
         self.steps = 0
         self._cond = threading.Condition()
 
+    @property
+    def types(self) -> list[str]:
+        """The featureless types, in a fixed order (the gradient exchange's)."""
+        return list(self.shards)
+
     def local_rows(self, node_type: str) -> np.ndarray:
-        """``[M_t, D]`` float32 numpy view of the live table (read by the rank's own thread)."""
-        view: np.ndarray = self.tables[node_type].detach().numpy()
+        """``[M_t, D]`` float32 numpy view of the live table (``apply``/``load`` are in place)."""
+        view: np.ndarray = self.shards[node_type].weight_ND.numpy()
         return view
 
-    def rows(self, node_type: str, pos_K: np.ndarray, step: int, timeout_s: float) -> Tensor:
-        """Rows at owned positions ``pos_K`` once ``step`` updates are applied (module doc).
+    def rows(self, node_type: str, lid_K: np.ndarray, step: int, timeout_s: float) -> Tensor:
+        """Rows of owned type-local ``lid_K`` once ``step`` updates are applied (module doc).
 
         Raises:
             TimeoutError: The owner did not reach ``step`` within ``timeout_s``.
@@ -93,50 +79,32 @@ class OwnedEmbeddings:
                     f"embedding rows of step {step} asked, owner at step {self.steps} after "
                     f"{timeout_s}s; a peer rank is stuck (raise --deadline or check its log)"
                 )
-            return self.tables[node_type].detach()[torch.from_numpy(pos_K)].clone()
+            return self.shards[node_type].rows(torch.from_numpy(np.asarray(lid_K, np.int64)))
 
-    def apply(self, contributions: dict[str, list[tuple[Tensor, Tensor]]], world: int) -> None:
-        """Add each type's contributions in list (= rank) order, ``/ world``, one sparse step.
-
-        Args:
-            contributions: Type -> per rank ``(pos_K, grad_KD)`` of owned rows.
-            world: ``P`` (the dense gradients are averaged over ranks; so are these).
-        """
-        for node_type, parts in contributions.items():
-            pos = torch.cat([p for p, _ in parts]) if parts else torch.zeros(0, dtype=torch.long)
-            if not pos.numel():
-                continue
-            rows, inverse = torch.unique(pos, return_inverse=True)
-            acc_KD = torch.zeros(int(rows.numel()), self.dim)
-            start = 0
-            for p, grad in parts:  # rank order: the same float sums on every executor
-                acc_KD.index_add_(0, inverse[start : start + p.numel()], grad)
-                start += p.numel()
-            table = self.tables[node_type]
-            table.grad = torch.sparse_coo_tensor(
-                rows[None], acc_KD / world, tuple(table.shape), check_invariants=False
-            )
-            self.optimizers[node_type].step()  # type: ignore[no-untyped-call]
-            table.grad = None
+    def apply(self, contributions: dict[str, list[SparseGrad]], world: int) -> None:
+        """One step of every type's shard from the ranks' contributions (rank order), ``/ P``."""
         with self._cond:
+            for node_type, shard in self.shards.items():
+                shard.apply(contributions.get(node_type, []), divide_by=world)
             self.steps += 1
             self._cond.notify_all()
 
     def state(self) -> dict[str, Any]:
-        """Tables, optimizer states and the step count (a checkpoint's per-rank part)."""
-        return {
-            "tables": {t: p.detach().clone() for t, p in self.tables.items()},
-            "optimizers": {t: o.state_dict() for t, o in self.optimizers.items()},
-            "steps": self.steps,
-        }
+        """Every shard's tensors (copies) and the step count (a checkpoint's per-rank part)."""
+        with self._cond:
+            return {
+                "shards": {
+                    t: {k: v.clone() for k, v in s.state_dict().items()}
+                    for t, s in self.shards.items()
+                },
+                "steps": self.steps,
+            }
 
     def load(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state` returned."""
-        for t, table in state["tables"].items():
-            self.tables[t].data.copy_(table)  # in place: local_rows views stay valid
-            # a copy: torch would keep the checkpoint's tensors as this optimizer's own
-            self.optimizers[t].load_state_dict(copy.deepcopy(state["optimizers"][t]))
+        """Restore what :meth:`state` returned (copied into the live tables)."""
         with self._cond:
+            for t, shard_state in state["shards"].items():
+                self.shards[t].load_state_dict(shard_state)
             self.steps = int(state["steps"])
             self._cond.notify_all()
 

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from gnnsys.cache import CacheCounters
+from gnnsys.models.sparse_embedding import SparseGrad, coalesce
 from gnnsys.sampler.hetero import HeteroNeighborSampler, HeteroSampledSubgraph
 from gnnsys.train.hetero.embedding import OwnedEmbeddings
 from gnnsys.train.hetero.owner import TypeBook
@@ -168,39 +169,38 @@ class HeteroTrainer(Trainer):
         """Steps applied so far (the step count embedding requests carry)."""
         return 0 if self.embeddings is None else self.embeddings.steps
 
-    def _split_grads(self) -> tuple[dict[str, tuple[Tensor, Tensor]], list[Tensor], list[Tensor]]:
-        """Own rows' ``(pos, grad)`` per type, and the remote rows' ids and grads to send."""
+    def _split_grads(self) -> tuple[dict[str, SparseGrad], list[Tensor], list[Tensor]]:
+        """Own rows' gradients per type, and the other rows' ids and gradients to send."""
         assert self.embeddings is not None  # only called with embeddings
         dim = self.embeddings.dim
-        own: dict[str, tuple[Tensor, Tensor]] = {}
+        own: dict[str, SparseGrad] = {}
         ids_out: list[Tensor] = []
         vals_out: list[Tensor] = []
-        for node_type in self.embeddings.tables:
+        for node_type in self.embeddings.types:
             leaf = self._leaves.get(node_type)
             ids = self._n_id.get(node_type, torch.zeros(0, dtype=torch.long))
             grad = None if leaf is None else leaf.grad
             if grad is None:  # type not sampled, or not reached by the seeds' outputs
                 ids, grad = torch.zeros(0, dtype=torch.long), torch.zeros(0, dim)
-            book = self.books[node_type]
-            mine = torch.from_numpy(book.part_N[ids.numpy()] == self.rank)
-            own[node_type] = (torch.from_numpy(book.lid_N[ids[mine].numpy()]), grad[mine])
+            mine = torch.from_numpy(self.books[node_type].part_N[ids.numpy()] == self.rank)
+            own[node_type] = coalesce(ids[mine], grad[mine])
             ids_out.append(ids[~mine])
             vals_out.append(grad[~mine])
             if self.world_size > 1:
                 self.typed_ledger.of(node_type).record("embedding_grad", ids[~mine], grad[~mine])
         return own, ids_out, vals_out
 
-    def _exchange(self) -> dict[str, list[tuple[Tensor, Tensor]]]:
+    def _exchange(self) -> dict[str, list[SparseGrad]]:
         """Every rank's contributions to this rank's rows, per type, in rank order."""
         assert self.embeddings is not None
         own, ids_out, vals_out = self._split_grads()
-        types = list(self.embeddings.tables)
+        types = self.embeddings.types
         if self.world_size == 1 or self.gather is None:
             return {t: [own[t]] for t in types}
         header = torch.tensor([int(i.numel()) for i in ids_out], dtype=torch.long)
         all_ids = self.gather.all_gather(torch.cat([header, *ids_out]))
         all_vals = self.gather.all_gather(torch.cat([v.reshape(-1) for v in vals_out]))
-        out: dict[str, list[tuple[Tensor, Tensor]]] = {t: [] for t in types}
+        out: dict[str, list[SparseGrad]] = {t: [] for t in types}
         for r in range(self.world_size):
             if r == self.rank:
                 for t in types:
@@ -210,16 +210,15 @@ class HeteroTrainer(Trainer):
             ids_r = torch.split(all_ids[r][len(types) :], counts)
             vals_r = torch.split(all_vals[r].view(-1, self.embeddings.dim), counts)
             for t, ids, vals in zip(types, ids_r, vals_r, strict=True):
-                book = self.books[t]
-                mine = torch.from_numpy(book.part_N[ids.numpy()] == self.rank)
-                out[t].append((torch.from_numpy(book.lid_N[ids[mine].numpy()]), vals[mine]))
+                mine = torch.from_numpy(self.books[t].part_N[ids.numpy()] == self.rank)
+                out[t].append(coalesce(ids[mine], vals[mine]))
         return out
 
     def state(self) -> dict[str, Any]:
         """``Trainer.state`` plus this rank's embedding rows under ``rng["owned"]``.
 
         The checkpoint keeps one per-rank dict (``Checkpoint.rng_by_rank``); a rank's owned
-        embedding tables and their SparseAdam states are per-rank state like its RNG.
+        embedding tables and their sparse optimizer states are per-rank state like its RNG.
         """
         out = super().state()
         if self.embeddings is not None:

@@ -34,6 +34,7 @@ from gnnsys.cache import CacheConfig, CodecConfig, HaloCache
 from gnnsys.cache.admission import make_policy
 from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.datasets.hetero import EdgeType
+from gnnsys.models.sparse_embedding import EmbeddingConfig
 from gnnsys.sampler import CSRNeighborSource
 from gnnsys.sampler.hetero import HeteroNeighborSampler
 from gnnsys.store.hetero_shard import HeteroShard
@@ -66,6 +67,7 @@ __all__ = [
     "HeteroTrainWorker",
     "HeteroWorkerSpec",
     "build_hetero_model",
+    "embedding_config",
     "hetero_template",
 ]
 
@@ -118,6 +120,18 @@ class HeteroWorkerSpec:
     def eval_steps(self) -> int:
         """Layer steps of the group's evaluation: none (``eval_report`` does it all, sampled)."""
         return 0
+
+
+def embedding_config(spec: HeteroWorkerSpec) -> EmbeddingConfig:
+    """The embeddings of the spec's featureless types (width, seed, sparse optimizer, lr)."""
+    featureless = [t for t in spec.in_dims if t not in spec.featured]
+    dim = spec.in_dims[featureless[0]] if featureless else 1
+    return EmbeddingConfig(
+        dim=dim,
+        optimizer=spec.hetero.embedding_optimizer,
+        lr=spec.hetero.embedding_lr or spec.trainer.lr,
+        seed=spec.trainer.seed,
+    )
 
 
 def build_hetero_model(spec: HeteroWorkerSpec) -> nn.Module:
@@ -267,9 +281,7 @@ class HeteroTrainWorker(TrainWorker):
         }
         if not featureless:
             return None
-        dim = self.hspec.in_dims[next(iter(featureless))]
-        seed, lr = self.hspec.trainer.seed, self.hspec.trainer.lr
-        return OwnedEmbeddings(featureless, dim, seed=seed, lr=lr)
+        return OwnedEmbeddings(featureless, embedding_config(self.hspec))
 
     def _sources(self, ledger: TypedLedger, *, cached: bool) -> _Sources:
         return build_sources(
@@ -317,8 +329,7 @@ class HeteroTrainWorker(TrainWorker):
         """Rows of owned type-local ``lid`` after ``step`` updates, encoded for the wire."""
         if self.embeddings is None:
             raise ValueError(f"rank {self.hspec.rank} holds no embeddings")
-        pos = self.books[node_type].lid_N[np.asarray(lid, dtype=np.int64)]
-        rows = self.embeddings.rows(node_type, pos, step, self.hspec.deadline_s)
+        rows = self.embeddings.rows(node_type, lid, step, self.hspec.deadline_s)
         return codec.encode(rows)
 
     def eval_layer(self, layer: int) -> None:
