@@ -90,13 +90,15 @@ class OwnedEmbeddings:
             self._cond.notify_all()
 
     def state(self) -> dict[str, Any]:
-        """Every shard's tensors (copies) and the step count (a checkpoint's per-rank part)."""
+        """Every shard's tensors and the step count (a checkpoint's per-rank part).
+
+        The live tensors, not copies: the coordinator writes the checkpoint before the next
+        step, and reloads checkpoints from disk; copying the tables and moments (3 x 302 MB for
+        590 k authors at width 128) each epoch grew the peak RSS by as much.
+        """
         with self._cond:
             return {
-                "shards": {
-                    t: {k: v.clone() for k, v in s.state_dict().items()}
-                    for t, s in self.shards.items()
-                },
+                "shards": {t: s.state_dict() for t, s in self.shards.items()},
                 "steps": self.steps,
             }
 
