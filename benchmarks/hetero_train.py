@@ -38,13 +38,12 @@ from gnnsys.sampler import NeighborSampler
 from gnnsys.store import read_hetero_manifest
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.coordinator import Coordinator
-from gnnsys.train.hetero.config import HeteroConfig, parse_type_codecs
+from gnnsys.train.hetero.config import HeteroConfig
 from gnnsys.train.trainer import Trainer
 
 
 def _config(args: argparse.Namespace) -> RunConfig:
     base = RunConfig()
-    name, pairs = parse_type_codecs(args.codec)
     cache = CacheConfig()
     if args.cache_ratio:
         cache = CacheConfig(policy="degree", ratio=args.cache_ratio)
@@ -56,9 +55,9 @@ def _config(args: argparse.Namespace) -> RunConfig:
         model=ModelConfig(hidden=args.hidden, dropout=args.dropout),
         trainer=Trainer.Config(lr=args.lr, batch_size=args.batch_size, seed=args.seed),
         loop=Coordinator.Config(epochs=args.epochs, progress=False, deadline_s=args.deadline),
-        codec=replace(base.codec, name=name or "fp32"),
+        codec=replace(base.codec, name=args.codec),
         cache=cache,
-        hetero=HeteroConfig(model=args.model, codecs=pairs, eval_train_seeds=args.eval_train),
+        hetero=HeteroConfig(model=args.model, eval_train_seeds=args.eval_train),
         eval=replace(base.eval, test_at_end=False),
     )
 

@@ -92,6 +92,8 @@ def _refuse_flags(args: argparse.Namespace) -> None:
         given.append("--task link (heterogeneous link prediction is not built)")
     if args.model in ("gcn", "gat"):
         given.append(f"--model {args.model} (heterogeneous models: sage, rgcn)")
+    if args.codec is not None and "auto" in args.codec:
+        given.append(f"--codec {args.codec} (auto is not resolved per type; name the codecs)")
     if args.cache_policy not in (None, "none", "degree"):
         given.append(f"--cache-policy {args.cache_policy} (use degree)")
     if given:
@@ -112,11 +114,7 @@ def build_hetero_config(args: argparse.Namespace, cfg: Any) -> Any:
     Raises:
         ValueError: A flag that does not apply (named), or a malformed value.
     """
-    from gnnsys.train.hetero.config import (
-        HeteroConfig,
-        parse_relation_fanouts,
-        parse_type_codecs,
-    )
+    from gnnsys.train.hetero.config import HeteroConfig, parse_relation_fanouts
 
     _refuse_flags(args)
     hetero = HeteroConfig(model=args.model if args.model == "rgcn" else "sage")
@@ -127,12 +125,8 @@ def build_hetero_config(args: argparse.Namespace, cfg: Any) -> Any:
         if default:
             sampler = replace(sampler, fanouts=default)
     codec = cfg.codec
-    if args.codec is not None:
-        name, pairs = parse_type_codecs(args.codec)
-        hetero = replace(hetero, codecs=pairs)
-        codec = replace(codec, name=name or "fp32")
-        for _, value in pairs:  # each validated by CodecConfig, as --codec is
-            replace(codec, name=value)
+    if args.codec is not None:  # one name or a per-type spec, checked by CodecConfig
+        codec = replace(codec, name=args.codec)
     if getattr(args, "embedding_dim", None) is not None:
         hetero = replace(hetero, embedding_dim=args.embedding_dim)
     return replace(cfg, sampler=sampler, codec=codec, hetero=hetero)

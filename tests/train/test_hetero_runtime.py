@@ -297,7 +297,7 @@ def test_per_type_codecs_and_cache_cut_the_typed_bytes(
     plain = train_local(base, tmp_path / "plain").history[0]["bytes_by_type"]
     cfg = replace(
         base,
-        hetero=replace(base.hetero, codecs=(("paper", "int8"), ("author", "fp16"))),
+        codec=replace(base.codec, name="paper=int8,author=fp16"),
         cache=replace(base.cache, policy="degree", ratio=0.5),
     )
     line = train_local(cfg, tmp_path / "coded").history[0]
@@ -329,6 +329,7 @@ def test_rank_that_raises_aborts_naming_it(stores: dict[int, Path], tmp_path: Pa
         (["--model", "gcn"], "--model gcn"),
         (["--cache-policy", "adaptive", "--cache-ratio", "0.1"], "--cache-policy adaptive"),
         (["--num-nodes", "100"], "-D scale"),
+        (["--codec", "paper=auto"], "--codec paper=auto"),
     ],
 )
 def test_cli_names_options_that_do_not_apply(
@@ -376,8 +377,7 @@ def test_cli_config_of_per_relation_fanouts_and_type_codecs() -> None:
     assert cfg.hetero.model == "rgcn"
     assert cfg.sampler.fanouts == (8, 4)
     assert cfg.hetero.fanouts == (("paper__cites__paper", (3, 2)),)
-    assert cfg.hetero.codecs == (("paper", "int8"), ("author", "fp16"))
-    assert cfg.codec.name == "fp32"
+    assert cfg.codec.name == "paper=int8,author=fp16"
     assert dict(cfg.data.dataset_params)["scale"] == 0.01
 
 

@@ -2,7 +2,8 @@
 
 The run's other stage configs keep their meaning: ``sampler.fanouts`` is the fanout list of
 every relation unless ``fanouts`` names one per relation, ``model.hidden`` / ``model.dropout``
-size the model, ``codec.name`` is the codec of every node type that ``codecs`` does not name,
+size the model, ``codec.name`` is one codec or a per-type spec (``paper=int8,*=fp16``,
+``gnnsys.cache.codecs.TypedCodecConfig``),
 ``cache.policy`` / ``cache.ratio`` / ``cache.mb`` budget the halo feature caches, and
 ``trainer``, ``loop``, ``failure`` and ``eval`` drive the loop as for homogeneous runs.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["HETERO_MODELS", "HeteroConfig", "parse_relation_fanouts", "parse_type_codecs"]
+__all__ = ["HETERO_MODELS", "HeteroConfig", "parse_relation_fanouts"]
 
 HETERO_MODELS = ("sage", "rgcn")
 """Heterogeneous models: ``HeteroSAGE`` (default) and ``RGCN`` (``gnnsys.models.hetero``)."""
@@ -19,7 +20,7 @@ HETERO_MODELS = ("sage", "rgcn")
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class HeteroConfig:
-    """Model, per-relation fanouts, per-type codecs, embeddings and evaluation of a hetero run."""
+    """Model, per-relation fanouts, embeddings and evaluation of a heterogeneous run."""
 
     model: str = "sage"
     """``sage`` (``HeteroSAGE``) or ``rgcn`` (``RGCN``; every type then has one width)."""
@@ -27,8 +28,6 @@ class HeteroConfig:
     """The labelled node type whose train nodes are the seeds."""
     fanouts: tuple[tuple[str, tuple[int, ...]], ...] = ()
     """``("src__rel__dst", fanouts)`` pairs overriding ``sampler.fanouts`` for a relation."""
-    codecs: tuple[tuple[str, str], ...] = ()
-    """``(node type, codec)`` pairs overriding ``codec.name`` for that type's remote rows."""
     embedding_dim: int = 0
     """Width of the learnable embeddings of featureless types; 0: the featured type's width."""
     embedding_optimizer: str = "sparse_adam"
@@ -79,10 +78,6 @@ class HeteroConfig:
             raise ValueError(f"--fanouts names relations {unknown} the store lacks; have {have}")
         return {et: tuple(named.get("__".join(et), default)) for et in edge_types}
 
-    def codec_of(self, node_type: str, default: str) -> str:
-        """The codec name of ``node_type``'s remote rows."""
-        return dict(self.codecs).get(node_type, default)
-
 
 def parse_relation_fanouts(
     text: str,
@@ -113,20 +108,3 @@ def parse_relation_fanouts(
         else:
             default = fanouts
     return default, tuple(named)
-
-
-def parse_type_codecs(text: str) -> tuple[str | None, tuple[tuple[str, str], ...]]:
-    """``--codec`` of a heterogeneous run: ``int8`` (every type) or ``paper=int8,author=fp16``.
-
-    Returns:
-        ``(codec of every unnamed type or None, per-type pairs)``.
-    """
-    default: str | None = None
-    pairs: list[tuple[str, str]] = []
-    for entry in (e.strip() for e in text.split(",") if e.strip()):
-        node_type, sep, name = entry.partition("=")
-        if sep:
-            pairs.append((node_type, name))
-        else:
-            default = entry
-    return default, tuple(pairs)

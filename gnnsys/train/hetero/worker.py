@@ -30,9 +30,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from gnnsys.cache import CacheConfig, CodecConfig, HaloCache
+from gnnsys.cache import CacheConfig, CodecConfig
 from gnnsys.cache.admission import make_policy
-from gnnsys.cache.codecs import Codec, EncodedRows
+from gnnsys.cache.codecs import Codec, EncodedRows, TypedCodecConfig
+from gnnsys.cache.typed import TypeDemand, TypedHaloCache, split_budget
 from gnnsys.datasets.hetero import EdgeType
 from gnnsys.models.sparse_embedding import EmbeddingConfig
 from gnnsys.sampler import CSRNeighborSource
@@ -83,7 +84,7 @@ class HeteroWorkerSpec:
         world_size: ``P``.
         store: Heterogeneous partition store directory.
         trainer: Optimisation settings.
-        hetero: Model, fanout overrides, codecs per type, embeddings, evaluation subset.
+        hetero: Model, fanout overrides, embeddings, evaluation subset.
         fanouts: Relation -> fanouts per hop (resolved for the store's relations).
         hidden: ``H``.
         dropout: Dropout after each hidden layer.
@@ -91,7 +92,7 @@ class HeteroWorkerSpec:
         featured: Node types with stored features.
         num_classes: ``C``.
         deadline_s: Deadline of every remote call and of the gloo collectives.
-        codec: Codec of every type ``hetero.codecs`` does not name.
+        codec: One codec, or a per-type spec (``TypedCodecConfig``: ``paper=int8,*=fp16``).
         cache: Halo cache budget and policy of the featured types.
         eval: Evaluation schedule (``every``, ``test_at_end``, ``metric``).
         attempt: 0 for the first group, incremented on each restart.
@@ -157,17 +158,8 @@ class _Sources:
     inputs: TypedInputs
 
 
-def _degree_cache(
-    spec: HeteroWorkerSpec, shard: HeteroShard, node_type: str, codec: Codec
-) -> HaloCache | None:
-    """``node_type``'s halo cache (policy ``degree``), or ``None`` without a cache."""
-    if not spec.cache.enabled:
-        return None
-    if spec.cache.policy != "degree":
-        raise ValueError(
-            f"cache policy {spec.cache.policy!r} is not built for heterogeneous runs; "
-            "use --cache-policy degree"
-        )
+def _degree_score(shard: HeteroShard, node_type: str) -> torch.Tensor:
+    """``[N_t]`` in-edges into the part's owned nodes from each halo node of ``node_type``."""
     nodes = shard.nodes[node_type]
     score_N = torch.zeros(nodes.num_nodes, dtype=torch.float64)
     for (src, _, _), rel in shard.relations.items():
@@ -175,10 +167,36 @@ def _degree_cache(
             src_E = torch.from_numpy(np.asarray(rel.indices_lid, dtype=np.int64))
             score_N += torch.bincount(src_E, minlength=nodes.num_nodes).double()
     score_N[torch.from_numpy(np.asarray(nodes.owned_lid, dtype=np.int64))] = 0.0
-    width = spec.in_dims[node_type]
-    config = spec.cache.halo_config(owned_feature_bytes=nodes.num_owned * width * 4)
-    policy = make_policy("degree", score_N=score_N)
-    return HaloCache(config, feature_dim=width, codec=codec, policy=policy)
+    return score_N
+
+
+def typed_cache(
+    spec: HeteroWorkerSpec, shard: HeteroShard, codecs: dict[str, Codec]
+) -> TypedHaloCache:
+    """The featured types' halo caches under one byte budget (``gnnsys.cache.typed``).
+
+    The budget is ``cache.budget_bytes`` of the part's own feature rows over every featured
+    type; ``split_budget`` shares it by bytes saved per budget byte, with each type's degree
+    scores as its expected fetches (policy ``degree``). Capacity 0 without a cache.
+
+    Raises:
+        ValueError: A cache policy other than ``degree``.
+    """
+    dims = {t: spec.in_dims[t] for t in spec.featured}
+    featured = {t: codecs[t] for t in spec.featured}
+    if not spec.cache.enabled:
+        return TypedHaloCache.disabled(feature_dims=dims, codecs=featured)
+    if spec.cache.policy != "degree":
+        raise ValueError(
+            f"cache policy {spec.cache.policy!r} is not built for heterogeneous runs; "
+            "use --cache-policy degree"
+        )
+    owned = sum(shard.nodes[t].num_owned * dims[t] * 4 for t in dims)
+    scores = {t: _degree_score(shard, t) for t in dims}
+    demand = {t: TypeDemand.of(scores[t], featured[t], dims[t]) for t in dims}
+    split = split_budget(spec.cache.budget_bytes(owned_feature_bytes=owned), demand)
+    policies = {t: make_policy("degree", score_N=scores[t]) for t in dims}
+    return TypedHaloCache.build(split, feature_dims=dims, codecs=featured, policies=policies)
 
 
 def build_sources(
@@ -210,20 +228,20 @@ def build_sources(
         sources=relation_sources,
         node_types=list(shard.nodes),
     )
+    codecs = TypedCodecConfig.from_config(spec.codec, list(shard.nodes)).codecs()
+    caches = typed_cache(spec, shard, codecs) if cached else None
     features, rows = {}, {}
     for t, nodes in shard.nodes.items():
-        codec = CodecConfig(name=spec.hetero.codec_of(t, spec.codec.name)).make()
         book = books[t]
         if t in spec.featured:
-            cache = _degree_cache(spec, shard, t, codec) if cached else None
             features[t] = RoutedFeatureSource(
                 rank, book.part_N, book.lid_N, nodes.data["x"], type_client(client, t),
-                ledger.of(t), codec=codec, cache=cache,
+                ledger.of(t), codec=codecs[t], cache=None if caches is None else caches.of(t),
             )  # fmt: skip
         elif embeddings is not None:
             rows[t] = RoutedFeatureSource(
                 rank, book.part_N, book.lid_N, embeddings.local_rows(t),
-                embedding_client(peers, t, step), ledger.of(t), codec=codec,
+                embedding_client(peers, t, step), ledger.of(t), codec=codecs[t],
             )  # fmt: skip
     return _Sources(BoundSampler(sampler, spec.hetero.input_type), TypedInputs(features, rows))
 
@@ -382,6 +400,7 @@ def hetero_template(
             f"seed type; featured types: {sorted(info.feature_dims)}"
         )
     dim = hetero.embedding_dim or info.feature_dims[hetero.input_type]
+    TypedCodecConfig.from_config(codec, list(info.node_types)).codecs()  # refuses unknown types
     return HeteroWorkerSpec(
         rank=0,
         world_size=world_size,
