@@ -21,6 +21,7 @@ from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.failure import FailurePolicy
 from gnnsys.train.evaluate import EvalConfig
+from gnnsys.train.hetero.config import HeteroConfig
 from gnnsys.train.layer0.base import FirstLayerConfig
 from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.trainer import Trainer
@@ -49,6 +50,10 @@ class RunConfig:
     link: LinkConfig | None = None
     """The link-prediction task (``--task link``; its split is ``data.link_split``); ``None``
     trains node classification."""
+    hetero: HeteroConfig | None = None
+    """A heterogeneous dataset or store (``gnnsys train synthetic:mag``): typed owners and
+    trainers, per-relation fanouts, per-type codecs, learnable embeddings; ``None`` for
+    homogeneous graphs."""
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON-ready dict (for ``summary.json``; enums are ``str`` subclasses)."""

@@ -122,6 +122,7 @@ TRAIN_ROOMS: dict[str, set[str]] = {
     "link": {"evaluate", "link", "metrics", "trainer"},
     "models": set(),
     "topology": set(),
+    "hetero": {"evaluate", "hetero", "metrics", "remote", "trainer", "worker"},
     "worker": {
         "eval_blocks",
         "evaluate",
@@ -136,6 +137,7 @@ TRAIN_ROOMS: dict[str, set[str]] = {
     "control": {
         "control",
         "evaluate",
+        "hetero",
         "layer0",
         "link",
         "metrics",

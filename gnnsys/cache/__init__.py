@@ -4,7 +4,8 @@
 ``admission`` (pure decisions: ``none``, ``degree``, ``presample``, ``adaptive``), codecs in
 ``codecs`` (``CODECS``), and ``HaloFetcher`` that fills misses from a ``FeatureSource``.
 The run settings of this stage are ``CacheConfig`` (budget, policy, adaptive knobs) and
-``CodecConfig`` (codec, ``auto`` fallback, wire stage).
+``CodecConfig`` (codec, ``auto`` fallback, wire stage). Heterogeneous graphs: per-type codecs
+(``TypedCodecConfig``) and per-type caches under one budget (``TypedHaloCache``, ``typed``).
 """
 
 from __future__ import annotations
@@ -29,10 +30,27 @@ from gnnsys.cache.base import (
     HaloFeatureSource,
     SplitRows,
 )
-from gnnsys.cache.codecs import CODECS, AutoCodec, Codec, CodecConfig, EncodedRows, make_codec
+from gnnsys.cache.codecs import (
+    CODECS,
+    AutoCodec,
+    Codec,
+    CodecConfig,
+    EncodedRows,
+    TypedCodecConfig,
+    make_codec,
+)
 from gnnsys.cache.config import CacheConfig
 from gnnsys.cache.fetcher import FetchStats, HaloFetcher, LocalFeatureSource
 from gnnsys.cache.halo_cache import INDEX_BYTES_PER_ROW, CacheStats, EncodedLookup, HaloCache
+from gnnsys.cache.typed import (
+    BudgetSplit,
+    TypedCacheCounters,
+    TypedCacheStats,
+    TypeDemand,
+    TypedHaloCache,
+    TypedHaloFetcher,
+    split_budget,
+)
 
 __all__ = [
     "ADMISSION_POLICIES",
@@ -42,6 +60,7 @@ __all__ = [
     "AdmissionPlan",
     "AdmissionPolicy",
     "AutoCodec",
+    "BudgetSplit",
     "CacheConfig",
     "CacheCounters",
     "CacheStats",
@@ -59,10 +78,17 @@ __all__ = [
     "NoAdmission",
     "SplitRows",
     "StaticAdmission",
+    "TypeDemand",
+    "TypedCacheCounters",
+    "TypedCacheStats",
+    "TypedCodecConfig",
+    "TypedHaloCache",
+    "TypedHaloFetcher",
     "degree_scores",
     "inclusion_scores",
     "make_codec",
     "make_policy",
     "presample_scores",
+    "split_budget",
     "tie_break",
 ]

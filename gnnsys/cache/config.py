@@ -2,8 +2,10 @@
 
 The run names a budget relative to what each worker owns (``--cache-ratio``) or in MiB
 (``--cache-mb``); :meth:`CacheConfig.halo_config` turns it into the byte budget of one worker's
-``HaloCache.Config``. Without a policy or a budget the cache has capacity 0: every halo row is
-fetched from its owner, and no scores are computed (no presample dry run).
+``HaloCache.Config``; :meth:`CacheConfig.budget_bytes` is the bare byte budget, which a
+heterogeneous worker splits over its node types (``gnnsys.cache.typed``). Without a policy or a
+budget the cache has capacity 0: every halo row is fetched from its owner, and no scores are
+computed (no presample dry run).
 """
 
 from __future__ import annotations
@@ -62,8 +64,22 @@ class CacheConfig:
         """
         if not self.enabled:
             return HaloCache.Config()
+        budget = self.budget_bytes(owned_feature_bytes=owned_feature_bytes)
+        return HaloCache.Config(capacity_bytes=budget, policy=self.policy)
+
+    def budget_bytes(self, *, owned_feature_bytes: int) -> int:
+        """One worker's cache byte budget: ``mb`` MiB, else ``ratio`` x its own feature bytes.
+
+        0 when disabled. A heterogeneous worker splits this one budget over its node types
+        (``gnnsys.cache.typed.split_budget``), with ``owned_feature_bytes`` summed over them.
+
+        Args:
+            owned_feature_bytes: The worker's own feature rows as float32 (``M_own * F * 4``,
+                summed over node types with features), the base of ``ratio``.
+        """
+        if not self.enabled:
+            return 0
         if self.mb is not None:
-            return HaloCache.Config(capacity_bytes=int(self.mb * MIB), policy=self.policy)
+            return int(self.mb * MIB)
         # As HaloCache.Config.from_ratio, whose own check of the ratio this path does not need.
-        capacity_bytes = int(self.ratio * owned_feature_bytes)
-        return HaloCache.Config(capacity_bytes=capacity_bytes, policy=self.policy)
+        return int(self.ratio * owned_feature_bytes)

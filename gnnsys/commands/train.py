@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gnnsys.commands._hetero_train import add_hetero_args
 from gnnsys.commands._link import add_link_args, apply_link_args, print_link_table
 
 if TYPE_CHECKING:
@@ -20,6 +21,7 @@ _EXAMPLES = """examples:
   gnnsys train --store runs/cora/store --parts 4 --resume --out runs/cora
   gnnsys train synthetic:sbm --address 127.0.0.1:6379 --parts 2   # join a running cluster
   gnnsys train synthetic:sbm --parts 4 --cache-policy presample --cache-ratio 0.1 --codec int8
+  gnnsys train synthetic:mag -D scale=0.01 -D reverse=true --parts 4 --codec paper=int8,author=fp16
 """
 
 
@@ -45,7 +47,12 @@ def add_parser(sub: Any) -> None:
         help="feature transform before partitioning: none (default) or row (divide each row "
         "by its sum: Kipf's Planetoid preprocessing, PyG NormalizeFeatures)",
     )
-    p.add_argument("--model", choices=("sage", "gcn", "gat"))
+    p.add_argument(
+        "--model",
+        choices=("sage", "gcn", "gat", "rgcn"),
+        help="sage (default), gcn, gat; heterogeneous datasets: sage (HeteroSAGE) or rgcn",
+    )
+    add_hetero_args(p)
     p.add_argument("--hidden", type=int, help="hidden width")
     p.add_argument("--fanouts", help="neighbors per hop, seed hop first, e.g. 15,10")
     p.add_argument("--batch-size", type=int, help="seeds per batch per worker")
@@ -64,6 +71,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int)
     p.add_argument("--out", help="run directory (default runs/train-TIMESTAMP)")
     p.add_argument("--address", help="join this Ray cluster instead of starting one")
+    p.add_argument(
+        "--executor",
+        choices=("ray", "local"),
+        default="ray",
+        help="ray (default): one actor per owner and trainer; local: the ranks as threads of "
+        "this process (same code and files, no Ray; for small runs and debugging)",
+    )
     p.add_argument(
         "--resume",
         action="store_true",
@@ -214,22 +228,30 @@ def build_config(args: argparse.Namespace) -> Any:
     def pick(**kw: Any) -> dict[str, Any]:
         return {k: v for k, v in kw.items() if v is not None}
 
+    from gnnsys.commands.partition import parse_kv
+
     params = dict(cfg.data.dataset_params) | pick(num_nodes=args.num_nodes)
+    params |= parse_kv(getattr(args, "dataset_param", []) or [])
     data = replace(
         cfg.data,
         **pick(dataset=args.dataset, root=args.root, store=args.store),
         **pick(partitioner=args.partitioner, feature_norm=args.feature_norm),
         dataset_params=tuple(sorted(params.items())),
     )
-    fanouts = None if args.fanouts is None else _parse_fanouts(args.fanouts)
-    return replace(
+    from gnnsys.commands import _hetero_train
+
+    hetero = _hetero_train.check_kind(args, data.dataset)
+    fanouts = None if args.fanouts is None or hetero else _parse_fanouts(args.fanouts)
+    model_name = None if hetero else args.model
+    codec_name = None if hetero else args.codec
+    cfg = replace(
         cfg,
         data=data,
         cluster=replace(
             cfg.cluster, **pick(parts=args.parts, topology=args.topology, address=args.address)
         ),
         sampler=replace(cfg.sampler, **pick(fanouts=fanouts)),
-        model=replace(cfg.model, **pick(name=args.model, hidden=args.hidden, dropout=args.dropout)),
+        model=replace(cfg.model, **pick(name=model_name, hidden=args.hidden, dropout=args.dropout)),
         trainer=replace(
             cfg.trainer,
             **pick(batch_size=args.batch_size, lr=args.lr, seed=args.seed),
@@ -248,7 +270,7 @@ def build_config(args: argparse.Namespace) -> Any:
             **pick(halo_mb=args.eval_halo_mb),
             test_at_end=cfg.eval.test_at_end or args.test_at_end,
         ),
-        codec=replace(cfg.codec, **pick(name=args.codec, lossy=args.lossy_codec, wire=args.wire)),
+        codec=replace(cfg.codec, **pick(name=codec_name, lossy=args.lossy_codec, wire=args.wire)),
         cache=replace(
             cache_tuning(args, cfg.cache),
             **pick(policy=args.cache_policy, ratio=args.cache_ratio, mb=args.cache_mb),
@@ -259,6 +281,7 @@ def build_config(args: argparse.Namespace) -> Any:
             fused_dequant=cfg.layer0.fused_dequant and not args.decode_halo,
         ),
     )
+    return _hetero_train.build_hetero_config(args, cfg) if hetero else cfg
 
 
 def _parse_fanouts(text: str) -> tuple[int, ...]:
@@ -310,21 +333,34 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``gnnsys train``; returns the exit code (1 when workers failed)."""
     from gnnsys.commands._preflight import check_numbers, run_preflight
     from gnnsys.errors import WorkerFailedError
-    from gnnsys.train.control.run import train
+    from gnnsys.train.control.run import train, train_local
 
     check_numbers(args)  # before anything: Ray, the store and the run directory
     config = build_config(args)
     fault = _parse_fault(args.inject_fault)
     out = Path(args.out or f"runs/train-{time.strftime('%Y%m%d-%H%M%S')}")
-    for line in run_preflight(args, config, out).notices:
+    if config.hetero is not None:
+        from gnnsys.commands._hetero_train import hetero_preflight
+
+        notices = hetero_preflight(args, config, out)
+    else:
+        notices = list(run_preflight(args, config, out).notices)
+    for line in notices:
         print(f"gnnsys train: {line}", file=sys.stderr)
     try:
-        result = train(config, out, fault=fault)
+        if args.executor == "local":
+            result = train_local(config, out, fault=fault)
+        else:
+            result = train(config, out, fault=fault)
     except WorkerFailedError as err:
         print(f"gnnsys train: error: {err}", file=sys.stderr)
         return 1
     link = result.summary["config"].get("link") is not None
     (print_link_table if link else print_table)(result.history)
+    if config.hetero is not None:
+        from gnnsys.commands._hetero_train import print_type_bytes
+
+        print_type_bytes(result.history)
     best, metric = result.summary["best"], result.summary["metric"]
     topology = result.summary["config"]["cluster"]["topology"]
     if best is None:

@@ -3,7 +3,8 @@
 ``MODELS`` maps a name to a class constructed as ``cls(in_dim, hidden_dim, out_dim, num_layers,
 dropout)``; every model has ``forward(x_NF, blocks)``, ``forward_layer(i, x_src, block)`` and
 ``num_layers``. ``ModelConfig`` is the run setting (name, width, dropout) and ``build_model``
-the one place that turns it into a model.
+the one place that turns it into a model. ``sparse_embedding`` holds the owner-side tables of
+learnable embeddings for featureless node types and their sparse optimizers (``sparse_optim``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,18 @@ from gnnsys.models.gcn import GCN
 from gnnsys.models.layers import GCNLayer, SAGELayer
 from gnnsys.models.link import DECODERS, LinkModel, build_decoder
 from gnnsys.models.sage import SAGE
+from gnnsys.models.sparse_embedding import (
+    EmbeddingConfig,
+    EmbeddingShard,
+    LocalEmbeddingGroup,
+    SparseGrad,
+    coalesce,
+    embedding_leaf,
+    init_rows,
+    leaf_grads,
+    split_grad,
+)
+from gnnsys.models.sparse_optim import SPARSE_OPTIMIZERS, SparseAdagrad, SparseAdam
 
 __all__ = [
     "DECODERS",
@@ -22,14 +35,26 @@ __all__ = [
     "GCN",
     "MODELS",
     "SAGE",
+    "SPARSE_OPTIMIZERS",
     "BlockModel",
+    "EmbeddingConfig",
+    "EmbeddingShard",
     "GATLayer",
     "GCNLayer",
     "LinkModel",
+    "LocalEmbeddingGroup",
     "ModelConfig",
     "SAGELayer",
+    "SparseAdagrad",
+    "SparseAdam",
+    "SparseGrad",
     "build_decoder",
     "build_model",
+    "coalesce",
+    "embedding_leaf",
+    "init_rows",
+    "leaf_grads",
+    "split_grad",
 ]
 
 MODELS: dict[str, type[BlockModel]] = {"sage": SAGE, "gcn": GCN, "gat": GAT}

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from gnnsys.kernels import aggregate
 from gnnsys.types import Block
 
-__all__ = ["EdgeType", "HeteroSAGE", "HeteroSAGELayer", "RGCNLayer", "TypedBlocks"]
+__all__ = ["RGCN", "EdgeType", "HeteroSAGE", "HeteroSAGELayer", "RGCNLayer", "TypedBlocks"]
 
 EdgeType = tuple[str, str, str]
 TypedBlocks = dict[EdgeType, Block]
@@ -183,6 +183,60 @@ class HeteroSAGE(nn.Module):
         self, x_dict: dict[str, Tensor], blocks: tuple[TypedBlocks, ...]
     ) -> dict[str, Tensor]:
         """``{t: [N_t, F_t]}`` and one typed block layer per layer -> the seeds' types' outputs."""
+        if len(blocks) != len(self.layers):
+            raise ValueError(f"got {len(blocks)} block layers for {len(self.layers)} layers")
+        for i, (layer, layer_blocks) in enumerate(zip(self.layers, blocks, strict=True)):
+            x_dict = layer(x_dict, layer_blocks)
+            if i < len(self.layers) - 1:
+                x_dict = {
+                    t: nn.functional.dropout(h.relu(), self.dropout, self.training)
+                    for t, h in x_dict.items()
+                }
+        return x_dict
+
+
+class RGCN(nn.Module):
+    """``RGCNLayer`` stack with ReLU and dropout between layers (input layer first).
+
+    Every node type enters with width ``in_dim`` (features, or embeddings as wide).
+
+    Args:
+        in_dim: ``F`` of every node type.
+        hidden_dim: ``H``.
+        out_dim: Output width (classes) of the last layer.
+        edge_types: The relations.
+        num_layers: Layers (= typed block layers per batch).
+        dropout: Dropout after each hidden layer.
+
+    Raises:
+        ValueError: ``num_layers < 1`` or dropout outside ``[0, 1)``.
+    """
+
+    def __init__(
+        self,
+        in_dim: int,
+        hidden_dim: int,
+        out_dim: int,
+        edge_types: list[EdgeType],
+        num_layers: int = 2,
+        dropout: float = 0.5,
+    ) -> None:
+        super().__init__()
+        if num_layers < 1 or not 0.0 <= dropout < 1.0:
+            raise ValueError(
+                f"need num_layers >= 1 and dropout in [0, 1); got {num_layers}, {dropout}"
+            )
+        self.dropout = dropout
+        dims = [in_dim] + [hidden_dim] * (num_layers - 1)
+        widths = [hidden_dim] * (num_layers - 1) + [out_dim]
+        self.layers = nn.ModuleList(
+            RGCNLayer(d_in, width, edge_types) for d_in, width in zip(dims, widths, strict=True)
+        )
+
+    def forward(
+        self, x_dict: dict[str, Tensor], blocks: tuple[TypedBlocks, ...]
+    ) -> dict[str, Tensor]:
+        """``{t: [N_t, F]}`` and one typed block layer per layer -> every reached type's output."""
         if len(blocks) != len(self.layers):
             raise ValueError(f"got {len(blocks)} block layers for {len(self.layers)} layers")
         for i, (layer, layer_blocks) in enumerate(zip(self.layers, blocks, strict=True)):

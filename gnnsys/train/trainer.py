@@ -334,7 +334,9 @@ class Trainer:
     ) -> None:
         """Restore what :meth:`state` returned (RNG included, so dropout masks repeat)."""
         self.model.load_state_dict(model_state)
-        self.optimizer.load_state_dict(optimizer_state)
+        # A copy: torch keeps the given state tensors as its own, and the in-process executor
+        # hands every rank the same checkpoint dict, so the ranks' Adam moments were shared.
+        self.optimizer.load_state_dict(copy.deepcopy(optimizer_state))
         self._rng_state = rng["torch"]
         if self._rng_lock is None:
             torch.set_rng_state(rng["torch"])

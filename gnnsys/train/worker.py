@@ -52,7 +52,14 @@ from gnnsys.types import PartitionBook, PartitionShard
 if TYPE_CHECKING:
     from gnnsys.sampler import DegreeSource, NeighborSampler
 
-__all__ = ["FaultSpec", "RankState", "TrainWorker", "WorkerEpochReport", "WorkerSpec"]
+__all__ = [
+    "FaultSpec",
+    "RankState",
+    "TrainWorker",
+    "WorkerEpochReport",
+    "WorkerSpec",
+    "peak_rss",
+]
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +125,11 @@ class WorkerSpec:
     attempt: int = 0
     fault: FaultSpec | None = field(default=None)
 
+    @property
+    def eval_steps(self) -> int:
+        """Layer steps of the group's sharded evaluation (one per model layer)."""
+        return len(self.sampler.fanouts)
+
 
 @dataclass(frozen=True, slots=True)
 class WorkerEpochReport:
@@ -177,8 +189,24 @@ class GlooSync:
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
         flat.div_(self.world_size)
 
+    def all_gather(self, flat: Tensor) -> list[Tensor]:
+        """Every rank's 1-D ``flat`` in rank order; lengths may differ (two collectives).
 
-def _peak_rss() -> int:
+        Gloo's ``all_gather`` needs equal shapes: the lengths go first, then every rank's
+        tensor padded to the longest. The caller counts its payload in its own ledger.
+        """
+        size = torch.tensor([flat.numel()], dtype=torch.long)
+        sizes = [torch.zeros_like(size) for _ in range(self.world_size)]
+        dist.all_gather(sizes, size)
+        longest = max(int(s) for s in sizes)
+        padded = torch.zeros(longest, dtype=flat.dtype)
+        padded[: flat.numel()] = flat
+        out = [torch.empty_like(padded) for _ in range(self.world_size)]
+        dist.all_gather(out, padded)
+        return [t[: int(s)] for t, s in zip(out, sizes, strict=True)]
+
+
+def peak_rss() -> int:
     """Peak RSS in bytes (``ru_maxrss`` is KiB on Linux)."""
     import resource
 
@@ -505,7 +533,7 @@ class TrainWorker:
             rank=self.spec.rank,
             stats=stats,
             traffic=self.ledger.snapshot() - before,
-            peak_rss_bytes=_peak_rss(),
+            peak_rss_bytes=peak_rss(),
             node_id=_node_id(),
             warmup=self.warmup,
             cache=None

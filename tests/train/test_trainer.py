@@ -82,3 +82,22 @@ def test_state_roundtrip_restores_rng(tiny_graph: Graph) -> None:
     b.train_epoch(1, b.num_local_batches())
     for key, value in a.model.state_dict().items():
         assert torch.equal(value, b.model.state_dict()[key]), key
+
+
+def test_ranks_loading_one_state_do_not_share_optimizer_moments(tiny_graph: Graph) -> None:
+    # Regression: the in-process executor hands every rank the same checkpoint dict; torch keeps
+    # loaded state tensors as its own, so two ranks' Adam moments were one tensor.
+    a = _trainer(tiny_graph, 2)
+    a.train_epoch(0, 1)
+    state = a.state()
+    b, c = _trainer(tiny_graph, 2), _trainer(tiny_graph, 2)
+    for t in (b, c):
+        t.load_state(state["model"], state["optimizer"], state["rng"])
+    moments = [
+        {id(v) for s in t.optimizer.state.values() for v in s.values() if torch.is_tensor(v)}
+        for t in (b, c)
+    ]
+    assert moments[0].isdisjoint(moments[1])
+    assert moments[0].isdisjoint(
+        {id(v) for s in state["optimizer"]["state"].values() for v in s.values()}
+    )

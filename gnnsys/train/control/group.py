@@ -13,14 +13,15 @@ decision (``FailurePolicy.worst``), not the executor's.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from gnnsys.train.control.checkpoint import Checkpoint
 from gnnsys.train.control.failure import FailureKind
 from gnnsys.train.evaluate import RankEval
 from gnnsys.train.worker import RankState, WorkerEpochReport
 
-__all__ = ["GroupFactory", "GroupFailure", "WorkerGroup"]
+__all__ = ["GroupFactory", "GroupFailure", "Roles", "WorkerGroup"]
 
 
 class GroupFailure(Exception):  # noqa: N818 (a control-flow signal carrying a record)
@@ -41,6 +42,27 @@ class GroupFailure(Exception):  # noqa: N818 (a control-flow signal carrying a r
     def of(cls, kind: FailureKind, errors_by_rank: dict[int, str]) -> GroupFailure:
         """A failure where every listed rank failed the same way."""
         return cls(dict.fromkeys(errors_by_rank, kind), errors_by_rank)
+
+
+@dataclass(frozen=True, slots=True)
+class Roles:
+    """Which classes a run's actors are, and the in-process clients between them.
+
+    Homogeneous runs use ``ShardOwner`` / ``TrainWorker`` (``local_group.HOMOGENEOUS``);
+    heterogeneous ones ``HeteroShardOwner`` / ``HeteroTrainWorker``. Both executors build the
+    ranks from these, so they and the coordinator exist once for every kind of run.
+
+    Attributes:
+        owner: Owner class, ``owner(store, part)``.
+        worker: Trainer class, ``worker(spec, owners, *, client=, sync=, rng_lock=, peers=)``.
+        local_client: In-process owner client over a list of owners.
+        local_peers: In-process peer client (its ``peers`` list is filled with the ranks).
+    """
+
+    owner: Callable[[str, int], Any]
+    worker: Callable[..., Any]
+    local_client: Callable[[list[Any]], Any]
+    local_peers: Callable[[], Any]
 
 
 class WorkerGroup(Protocol):

@@ -21,6 +21,7 @@ import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,15 +30,15 @@ from torch import Tensor
 from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.train.control.checkpoint import Checkpoint
 from gnnsys.train.control.failure import FailureKind
-from gnnsys.train.control.group import GroupFailure
+from gnnsys.train.control.group import GroupFailure, Roles
 from gnnsys.train.evaluate import RankEval
 from gnnsys.train.remote.client import SampleArrays
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.peers import LocalPeerClient
 from gnnsys.train.remote.server import ShardOwner
-from gnnsys.train.worker import RankState, TrainWorker, WorkerEpochReport, WorkerSpec
+from gnnsys.train.worker import RankState, TrainWorker, WorkerEpochReport
 
-__all__ = ["LocalOwnerClient", "LocalWorkerGroup", "ThreadSync"]
+__all__ = ["HOMOGENEOUS", "LocalOwnerClient", "LocalWorkerGroup", "ThreadSync"]
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,15 @@ class LocalOwnerClient:
         }
 
 
+HOMOGENEOUS = Roles(
+    owner=ShardOwner,
+    worker=TrainWorker,
+    local_client=LocalOwnerClient,
+    local_peers=LocalPeerClient,
+)
+"""The actors of a homogeneous run (``control.run`` picks ``HETERO`` for heterogeneous ones)."""
+
+
 class _Room:
     """Where the ranks of one process meet for each gradient average."""
 
@@ -111,6 +121,14 @@ class ThreadSync:
         self.room.barrier.wait()
         flat.copy_(total / len(self.room.slots))
 
+    def all_gather(self, flat: Tensor) -> list[Tensor]:
+        """Every rank's ``flat`` in rank order (the threads' ``GlooSync.all_gather``)."""
+        self.room.slots[self.rank] = flat.clone()
+        self.room.barrier.wait()
+        out = [s.clone() for s in self.room.slots if s is not None]
+        self.room.barrier.wait()
+        return out
+
 
 def _thread_sync(room: _Room, rank: int) -> Callable[[Ledger], ThreadSync]:
     return lambda ledger: ThreadSync(room, rank, ledger)
@@ -130,31 +148,33 @@ class LocalWorkerGroup:
         replay: Epochs replay sampling and fetching without the model (``Trainer.replay_epoch``).
         threads: torch intra-op threads for the ranks' forward/backward (which run one at a
             time); ``None`` keeps 1, as a Ray worker has (bit-equal results).
+        roles: The owner and trainer classes (``HOMOGENEOUS`` by default).
     """
 
     def __init__(
         self,
-        template: WorkerSpec,
+        template: Any,
         deadline_s: float,
         *,
         replay: bool = False,
         threads: int | None = None,
+        roles: Roles = HOMOGENEOUS,
     ) -> None:
         self.template, self.deadline_s = template, deadline_s
-        self.replay, self.threads = replay, threads
-        self.workers: list[TrainWorker] = []
+        self.replay, self.threads, self.roles = replay, threads, roles
+        self.workers: list[Any] = []
         self._room = _Room(template.world_size, deadline_s)
         self._threads_before = torch.get_num_threads()
 
     def start(self) -> int:
         """Build the owners and ranks; returns the batches per epoch (max over ranks)."""
-        world = self.template.world_size
-        owners = [ShardOwner(self.template.store, p) for p in range(world)]
-        client, peers = LocalOwnerClient(owners), LocalPeerClient()
+        world, roles = self.template.world_size, self.roles
+        owners = [roles.owner(self.template.store, p) for p in range(world)]
+        client, peers = roles.local_client(owners), roles.local_peers()
         rng_lock = threading.Lock()
         for r in range(world):
             try:
-                worker = TrainWorker(
+                worker = roles.worker(
                     replace(self.template, rank=r),
                     [],
                     client=client,
@@ -168,7 +188,7 @@ class LocalWorkerGroup:
         peers.peers = list(self.workers)
         if self.threads is not None:
             torch.set_num_threads(self.threads)  # after TrainWorker pinned 1
-        return max(w.num_local_batches() for w in self.workers)
+        return int(max(w.num_local_batches() for w in self.workers))
 
     def load(self, ckpt: Checkpoint) -> None:
         """Restore a checkpoint on every rank."""
@@ -210,7 +230,7 @@ class LocalWorkerGroup:
     def evaluate(self, splits: tuple[str, ...], *, with_logits: bool = False) -> list[RankEval]:
         """One layer on every rank at a time, the ranks in turn (peers read finished tables)."""
         try:
-            for layer in range(len(self.template.sampler.fanouts)):
+            for layer in range(self.template.eval_steps):
                 for w in self.workers:
                     w.eval_layer(layer)
             return [w.eval_report(splits, with_logits) for w in self.workers]

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -117,7 +118,14 @@ def feature_chunks(store: str | Path, rows: int = 1 << 16) -> Iterator[Tensor]:
 
 
 def prepare_store(
-    spec: DataConfig, *, num_parts: int, num_hops: int, seed: int, run_dir: Path, reuse: bool
+    spec: DataConfig,
+    *,
+    num_parts: int,
+    num_hops: int,
+    seed: int,
+    run_dir: Path,
+    reuse: bool,
+    hetero: bool = False,
 ) -> PreparedStore:
     """Return a store with ``num_parts`` parts, writing ``run_dir/store`` if none is given.
 
@@ -128,14 +136,16 @@ def prepare_store(
         seed: Partitioner seed.
         run_dir: Run directory (the new store goes to ``run_dir/store``).
         reuse: Keep an existing ``run_dir/store`` with ``num_parts`` parts (used by ``--resume``).
+        hetero: The dataset and store are heterogeneous (``gnnsys.store.hetero_layout``).
 
     Raises:
         ValueError: The given store has a different number of parts.
     """
-    from gnnsys.store import read_manifest
+    from gnnsys.store import read_hetero_manifest, read_manifest
 
+    reader: Any = read_hetero_manifest if hetero else read_manifest
     if spec.store is not None:
-        manifest = read_manifest(spec.store)
+        manifest = reader(spec.store)
         if manifest.num_parts != num_parts:
             raise ValueError(
                 f"store {spec.store} has {manifest.num_parts} parts but --parts={num_parts}; "
@@ -144,17 +154,20 @@ def prepare_store(
         return PreparedStore(Path(spec.store))
     target = run_dir / "store"
     if reuse and (target / "manifest.json").exists():
-        from gnnsys.store import has_links
+        from gnnsys.store import has_links, is_hetero_store
 
-        same_task = (spec.link_split is not None) == has_links(target)
-        if read_manifest(target).num_parts == num_parts and same_task:
+        same_task = hetero == is_hetero_store(target)
+        if same_task and not hetero:
+            same_task = (spec.link_split is not None) == has_links(target)
+        if reader(target).num_parts == num_parts and same_task:
             log.info("reusing the partition store %s", target)
             return PreparedStore(target)
     start = time.perf_counter()
     # A child process holds the whole graph while it partitions, so the driver never does.
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-        peak = pool.submit(_write_store, spec, num_parts, num_hops, seed, target).result()
+        write = _write_hetero_store if hetero else _write_store
+        peak = pool.submit(write, spec, num_parts, num_hops, seed, target).result()
     seconds = time.perf_counter() - start
     log.info("partitioned in %.1f s in a child process (peak RSS %.2f GiB)", seconds, peak / 2**30)
     return PreparedStore(target, written=True, seconds=seconds, peak_rss_bytes=peak)
@@ -184,4 +197,26 @@ def _write_store(spec: DataConfig, num_parts: int, num_hops: int, seed: int, tar
     )
     assignment = partition(graph, spec.partitioner, num_parts, seed=seed)
     write_partitions(graph, assignment, target, num_hops=num_hops, overwrite=True, links=links)
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
+
+
+def _write_hetero_store(
+    spec: DataConfig, num_parts: int, num_hops: int, seed: int, target: Path
+) -> int:
+    """``_write_store`` for a heterogeneous dataset (every node type in one assignment)."""
+    from gnnsys.datasets import load_hetero
+    from gnnsys.partitioners import partition_hetero
+    from gnnsys.store import write_hetero_partitions
+
+    graph = load_hetero(spec.dataset, root=spec.root, **dict(spec.dataset_params))
+    log.info(
+        "partitioning %s (%d nodes, %d edges) into %d parts with %s",
+        graph.name,
+        graph.num_nodes(),
+        graph.num_edges,
+        num_parts,
+        spec.partitioner,
+    )
+    assignment = partition_hetero(graph, spec.partitioner, num_parts, seed)
+    write_hetero_partitions(graph, assignment, target, num_hops=num_hops, overwrite=True)
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux

@@ -21,11 +21,11 @@ from typing import Any
 
 from gnnsys.train.control.checkpoint import Checkpoint
 from gnnsys.train.control.failure import FailureKind
-from gnnsys.train.control.group import GroupFailure
+from gnnsys.train.control.group import GroupFailure, Roles
+from gnnsys.train.control.local_group import HOMOGENEOUS
 from gnnsys.train.control.resources import Resources
 from gnnsys.train.evaluate import RankEval
-from gnnsys.train.remote.server import ShardOwner
-from gnnsys.train.worker import RankState, TrainWorker, WorkerEpochReport, WorkerSpec
+from gnnsys.train.worker import RankState, WorkerEpochReport
 
 __all__ = ["RayWorkerGroup", "Resources", "actor_name"]
 
@@ -35,7 +35,7 @@ _POLL_S = 0.5  # how often the driver polls progress while an epoch runs
 _GRACE_S = 3.0  # after a first failure, how long to wait for the other ranks' outcome
 
 
-def actor_name(kind: str, rank: int, template: WorkerSpec) -> str:
+def actor_name(kind: str, rank: int, template: Any) -> str:
     """Ray name of an actor: ``gnnsys-{kind}-{rank}-a{attempt}-{driver pid}-{store hash}``.
 
     Deterministic, so tests and operators can find (and kill) a given rank; unique per driver
@@ -71,10 +71,14 @@ class RayWorkerGroup:
         template: Spec of rank 0; rank ``r`` gets ``replace(template, rank=r)``.
         resources: CPUs per actor.
         deadline_s: Deadline of every driver-side wait (spawn, state, progress without change).
+        roles: The owner and trainer classes (``HOMOGENEOUS`` by default).
     """
 
-    def __init__(self, template: WorkerSpec, resources: Resources, deadline_s: float) -> None:
+    def __init__(
+        self, template: Any, resources: Resources, deadline_s: float, roles: Roles = HOMOGENEOUS
+    ) -> None:
         self.template, self.resources, self.deadline_s = template, resources, deadline_s
+        self.roles = roles
         self.owners: list[Any] = []
         self.workers: list[Any] = []
 
@@ -87,7 +91,7 @@ class RayWorkerGroup:
         import ray
 
         template, resources = self.template, self.resources
-        owner_cls, worker_cls = ray.remote(ShardOwner), ray.remote(TrainWorker)
+        owner_cls, worker_cls = ray.remote(self.roles.owner), ray.remote(self.roles.worker)
         owner_opts: dict[str, Any] = {"num_cpus": resources.owner_cpus}
         world = template.world_size
         # One thread for the step, one for progress polls, one per peer asking for eval rows.
@@ -152,7 +156,7 @@ class RayWorkerGroup:
 
     def evaluate(self, splits: tuple[str, ...], *, with_logits: bool = False) -> list[RankEval]:
         """One layer on every rank at a time (peers serve the rows they just computed)."""
-        for layer in range(len(self.template.sampler.fanouts)):
+        for layer in range(self.template.eval_steps):
             self._call_all(_eval_layer(layer))
         return self._call_all(lambda _, w: w.eval_report.remote(splits, with_logits))
 

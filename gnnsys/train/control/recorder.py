@@ -21,7 +21,7 @@ from gnnsys.train.control.checkpoint import (
     save_checkpoint,
 )
 from gnnsys.train.evaluate import EvalResult
-from gnnsys.train.remote.ledger import LedgerSnapshot
+from gnnsys.train.remote.ledger import CATEGORIES, LedgerSnapshot
 from gnnsys.train.worker import WorkerEpochReport
 
 __all__ = ["METRICS_NAME", "EpochMetrics", "Recorder", "epoch_metrics"]
@@ -90,6 +90,8 @@ class EpochMetrics:
         }
         if self.cache:
             out["cache"] = self.cache
+        if self.traffic.by_type:  # heterogeneous runs: bytes per node type and category
+            out["bytes_by_type"] = self.traffic.by_type
         return out
 
     @classmethod
@@ -104,7 +106,12 @@ class EpochMetrics:
             batch_train_acc=float(obj["batch_train_acc"]),
             evaluation=evaluation,
             seconds=dict(obj["seconds"]),
-            traffic=LedgerSnapshot(obj["bytes"], obj["messages"], obj.get("counts", {})),
+            traffic=LedgerSnapshot(
+                _every_category(obj["bytes"]),
+                _every_category(obj["messages"]),
+                obj.get("counts", {}),
+                obj.get("bytes_by_type", {}),
+            ),
             eval_traffic=LedgerSnapshot(ev.get("bytes", {}), ev.get("messages", {}), {}),
             eval_cache={k: int(v) for k, v in ev.items() if k not in ("bytes", "messages")},
             warmup_bytes=dict(obj.get("warmup_bytes", {})),
@@ -114,6 +121,11 @@ class EpochMetrics:
             num_ray_nodes=int(obj.get("num_ray_nodes", 1)),
             restarts=int(obj.get("restarts", 0)),
         )
+
+
+def _every_category(values: dict[str, int]) -> dict[str, int]:
+    """``values`` with every ledger category (a line written before a category existed has 0)."""
+    return dict.fromkeys(CATEGORIES, 0) | values
 
 
 def _is_metric(key: str) -> bool:

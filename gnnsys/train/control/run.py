@@ -26,12 +26,15 @@ from gnnsys.train.control.cluster import connect
 from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.failure import FailurePolicy
-from gnnsys.train.control.group import WorkerGroup
+from gnnsys.train.control.group import Roles, WorkerGroup
 from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.prepare import PreparedStore, StoreInfo, feature_chunks, prepare_store
 from gnnsys.train.control.prepare import store_info as read_store_info
 from gnnsys.train.control.ray_group import RayWorkerGroup
 from gnnsys.train.control.recorder import Recorder
+from gnnsys.train.hetero.embedding import LocalEmbeddingPeers
+from gnnsys.train.hetero.owner import HeteroShardOwner, HeteroStoreInfo, LocalHeteroOwnerClient
+from gnnsys.train.hetero.worker import HeteroTrainWorker, HeteroWorkerSpec, hetero_template
 from gnnsys.train.topology import choose_topology
 from gnnsys.train.worker import FaultSpec, WorkerSpec
 
@@ -49,6 +52,14 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+HETERO = Roles(
+    owner=HeteroShardOwner,
+    worker=HeteroTrainWorker,
+    local_client=LocalHeteroOwnerClient,
+    local_peers=LocalEmbeddingPeers,
+)
+"""The actors of a heterogeneous run (``RunConfig.hetero`` set): typed owners and trainers."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +115,7 @@ def train_local(
     *,
     traffic_only: bool = False,
     threads: int | None = None,
+    fault: FaultSpec | None = None,
 ) -> TrainResult:
     """Train ``config`` in this process (ranks as threads); same files as :func:`train`.
 
@@ -117,13 +129,22 @@ def train_local(
             (``Trainer.replay_epoch``): the same traffic and cache counters, no evaluation.
         threads: torch intra-op threads for the ranks' forward/backward; ``None`` keeps 1, as
             a Ray worker has (bit-equal results).
+        fault: Test-only fault injection (``raise`` only: an ``exit`` would end this process).
     """
     run_path = Path(run_dir)
     run_path.mkdir(parents=True, exist_ok=True)
     if traffic_only:
         config = replace(config, eval=replace(config.eval, every=0))
     prepared = _prepare(config, run_path)
-    return _run(config, run_path, prepared, executor="local", replay=traffic_only, threads=threads)
+    return _run(
+        config,
+        run_path,
+        prepared,
+        executor="local",
+        fault=fault,
+        replay=traffic_only,
+        threads=threads,
+    )
 
 
 def _prepare(config: RunConfig, run_path: Path) -> PreparedStore:
@@ -139,8 +160,10 @@ def _prepare(config: RunConfig, run_path: Path) -> PreparedStore:
         seed=config.trainer.seed,
         run_dir=run_path,
         reuse=config.loop.resume,
+        hetero=config.hetero is not None,
     )
-    _check_task(config, prepared.path)
+    if config.hetero is None:
+        _check_task(config, prepared.path)
     return prepared
 
 
@@ -168,6 +191,10 @@ def _run(
 ) -> TrainResult:
     """Prepare, resolve, coordinate and summarise one run on either executor."""
     wall = time.perf_counter() - prepared.seconds
+    if config.hetero is not None:
+        return _run_hetero(
+            config, run_path, prepared, executor=executor, fault=fault, wall=wall, replay=replay
+        )
     info = read_store_info(prepared.path)
     topology = "partitioned"
     if executor == "ray":
@@ -196,6 +223,19 @@ def _run(
         world_size=config.cluster.parts,
         link=config.link is not None,
     )
+    return _finish(config, run_path, prepared, coordinator, topology, executor, wall)
+
+
+def _finish(
+    config: RunConfig,
+    run_path: Path,
+    prepared: PreparedStore,
+    coordinator: Coordinator,
+    topology: str,
+    executor: str,
+    wall: float,
+) -> TrainResult:
+    """Run the coordinator to the end and write ``summary.json``."""
     history = [m.to_json() for m in coordinator.run()]
     best = coordinator.best()
     summary = summary_of(config, history, prepared, topology, coordinator.restarts)
@@ -203,6 +243,60 @@ def _run(
     summary |= {"executor": executor, "wall_seconds": time.perf_counter() - wall}
     (run_path / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return TrainResult(history=history, summary=summary, run_dir=run_path)
+
+
+def _run_hetero(
+    config: RunConfig,
+    run_path: Path,
+    prepared: PreparedStore,
+    *,
+    executor: str,
+    fault: FaultSpec | None,
+    wall: float,
+    replay: bool = False,
+) -> TrainResult:
+    """``_run`` of a heterogeneous run: typed owners and trainers, the same coordinator."""
+    assert config.hetero is not None  # the caller checked
+    info = HeteroStoreInfo.read(str(prepared.path))
+    template = replace(hetero_worker_template(config, prepared.path, info), fault=fault)
+
+    def make_group(attempt: int) -> WorkerGroup:
+        spec = replace(template, attempt=attempt)
+        if executor == "ray":
+            return RayWorkerGroup(spec, config.loop.resources, config.loop.deadline_s, HETERO)
+        return LocalWorkerGroup(spec, config.loop.deadline_s, replay=replay, roles=HETERO)
+
+    coordinator = Coordinator(
+        config.loop,
+        make_group=make_group,
+        policy=FailurePolicy(config.failure),
+        recorder=Recorder(run_path),
+        evaluation=config.eval,
+        num_classes=info.num_classes,
+        world_size=config.cluster.parts,
+    )
+    return _finish(config, run_path, prepared, coordinator, "partitioned", executor, wall)
+
+
+def hetero_worker_template(
+    config: RunConfig, store: Path, info: HeteroStoreInfo
+) -> HeteroWorkerSpec:
+    """Rank 0's ``HeteroWorkerSpec`` of a heterogeneous run."""
+    assert config.hetero is not None  # the caller checked
+    return hetero_template(
+        str(store),
+        info,
+        world_size=config.cluster.parts,
+        trainer=config.trainer,
+        hetero=config.hetero,
+        default_fanouts=config.sampler.fanouts,
+        hidden=config.model.hidden,
+        dropout=config.model.dropout,
+        deadline_s=config.loop.deadline_s,
+        codec=config.codec,
+        cache=config.cache,
+        evaluation=config.eval,
+    )
 
 
 def resolved_codec(config: RunConfig, store: Path) -> CodecConfig:
@@ -241,9 +335,10 @@ def summary_of(
 ) -> dict[str, Any]:
     """The ``summary.json`` object: final epoch, config, versions, partition (``best`` added)."""
     from gnnsys import __version__
-    from gnnsys.store import read_manifest
+    from gnnsys.store import is_hetero_store, read_hetero_manifest, read_manifest
 
-    manifest = read_manifest(prepared.path)
+    reader: Any = read_hetero_manifest if is_hetero_store(prepared.path) else read_manifest
+    manifest = reader(prepared.path)
     resolved = replace(config, cluster=replace(config.cluster, topology=topology))
     return {
         "final": history[-1] if history else None,

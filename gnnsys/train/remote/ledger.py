@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from torch import Tensor
 
-__all__ = ["CATEGORIES", "COUNTERS", "Ledger", "LedgerSnapshot"]
+__all__ = ["CATEGORIES", "COUNTERS", "Ledger", "LedgerSnapshot", "TypedLedger"]
 
 CATEGORIES: tuple[str, ...] = (
     "structure_request",
@@ -27,12 +27,14 @@ CATEGORIES: tuple[str, ...] = (
     "allreduce",
     "partial_request",
     "partial_response",
+    "embedding_grad",
 )
 """Traffic categories; every snapshot lists all of them (zeros included).
 
 ``partial_request``: what a requester sends an owner for owner-side aggregation (group row
 pointer, source gids, GCN weights); ``partial_response``: the partial sums it gets back (float32,
-or the run codec's encoded bytes).
+or the run codec's encoded bytes); ``embedding_grad``: the sparse gradient rows of learnable
+embeddings a heterogeneous run sends to the rows' owners (int64 ids plus float32 rows).
 """
 
 COUNTERS: tuple[str, ...] = ("partial_pairs", "partial_sums", "rows_avoided")
@@ -57,17 +59,21 @@ class LedgerSnapshot:
         bytes: Category -> payload bytes.
         messages: Category -> number of messages (one per remote call or collective).
         counts: Counter in :data:`COUNTERS` -> value (not bytes; see there).
+        by_type: Node type -> category -> bytes, the part of ``bytes`` a heterogeneous run
+            attributes to one node type (empty for homogeneous runs; see ``TypedLedger``).
     """
 
     bytes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
     messages: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
+    by_type: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def __add__(self, other: LedgerSnapshot) -> LedgerSnapshot:
         return LedgerSnapshot(
             bytes={c: self.bytes[c] + other.bytes[c] for c in CATEGORIES},
             messages={c: self.messages[c] + other.messages[c] for c in CATEGORIES},
             counts={c: self.counts[c] + other.counts[c] for c in COUNTERS},
+            by_type=_combine(self.by_type, other.by_type, 1),
         )
 
     def __sub__(self, other: LedgerSnapshot) -> LedgerSnapshot:
@@ -75,12 +81,24 @@ class LedgerSnapshot:
             bytes={c: self.bytes[c] - other.bytes[c] for c in CATEGORIES},
             messages={c: self.messages[c] - other.messages[c] for c in CATEGORIES},
             counts={c: self.counts[c] - other.counts[c] for c in COUNTERS},
+            by_type=_combine(self.by_type, other.by_type, -1),
         )
 
     @property
     def total_bytes(self) -> int:
         """Bytes over every category."""
         return sum(self.bytes.values())
+
+
+def _combine(
+    a: dict[str, dict[str, int]], b: dict[str, dict[str, int]], sign: int
+) -> dict[str, dict[str, int]]:
+    """``a + sign * b`` per node type and category (missing entries count as 0)."""
+    out: dict[str, dict[str, int]] = {}
+    for node_type in sorted(a.keys() | b.keys()):
+        x, y = a.get(node_type, {}), b.get(node_type, {})
+        out[node_type] = {c: x.get(c, 0) + sign * y.get(c, 0) for c in sorted(x.keys() | y.keys())}
+    return out
 
 
 class Ledger:
@@ -124,3 +142,31 @@ class Ledger:
         return LedgerSnapshot(
             bytes=dict(self._bytes), messages=dict(self._messages), counts=dict(self._counts)
         )
+
+
+class TypedLedger:
+    """One :class:`Ledger` per node type plus one for untyped traffic (the allreduce).
+
+    A heterogeneous worker hands ``of(t)`` to the routed sources of node type ``t`` (feature
+    or embedding rows of ``t``, the neighbor lists of relations into ``t``), so every byte is
+    counted once; :meth:`snapshot` adds them up and keeps each type's bytes in ``by_type``.
+    """
+
+    def __init__(self, node_types: list[str]) -> None:
+        self.untyped = Ledger()
+        self.typed = {t: Ledger() for t in node_types}
+
+    def of(self, node_type: str) -> Ledger:
+        """The ledger of ``node_type``."""
+        return self.typed[node_type]
+
+    def record(self, category: str, *payload: np.ndarray | Tensor) -> None:
+        """Count an untyped message (``Ledger.record``)."""
+        self.untyped.record(category, *payload)
+
+    def snapshot(self) -> LedgerSnapshot:
+        """The sum of every ledger, with each type's non-zero bytes under ``by_type``."""
+        snaps = {t: led.snapshot() for t, led in self.typed.items()}
+        total = sum(snaps.values(), self.untyped.snapshot())
+        by_type = {t: {c: v for c, v in s.bytes.items() if v} for t, s in snaps.items()}
+        return LedgerSnapshot(total.bytes, total.messages, total.counts, by_type)

@@ -1,0 +1,188 @@
+"""``gnnsys train`` on a heterogeneous dataset or store (``synthetic:mag``, ``ogb:ogbn-mag``).
+
+``train.run`` hands a run here when the dataset is in ``gnnsys.datasets.HETERO_NAMES`` or
+``--store`` is a heterogeneous store. The run goes through the same coordinator, executors,
+failure policy, checkpoints, metrics lines and ledger as a homogeneous one
+(``gnnsys.train.control.run``, with ``RunConfig.hetero`` set). Options that have no meaning
+here are refused by name, before anything starts (:data:`NOT_FOR_HETERO`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "NOT_FOR_HETERO",
+    "add_hetero_args",
+    "build_hetero_config",
+    "check_kind",
+    "is_hetero_run",
+    "print_type_bytes",
+]
+
+NOT_FOR_HETERO: dict[str, str] = {
+    "topology": "--topology (heterogeneous runs are always partitioned: remote sampling)",
+    "aggregate_at": "--aggregate-at (owner-side layer-0 sums are homogeneous only)",
+    "decode_halo": "--decode-halo (fused int8 layer 0 is homogeneous only)",
+    "feature_norm": "--feature-norm",
+    "eval_codec": "--eval-codec (heterogeneous evaluation is sampled; rows use --codec)",
+    "eval_halo_mb": "--eval-halo-mb",
+    "wire": "--wire",
+    "lossy_codec": "--lossy-codec",
+    "num_nodes": "--num-nodes (size synthetic:mag with -D scale=...)",
+    "presample_epochs": "--presample-epochs (only --cache-policy degree is built here)",
+    "cache_decay": "--cache-decay",
+    "cache_warm_weight": "--cache-warm-weight",
+    "cache_margin": "--cache-margin",
+}
+"""Flags (argparse dest -> how to name it) refused for heterogeneous runs."""
+
+
+def add_hetero_args(p: argparse.ArgumentParser) -> None:
+    """``-D KEY=VALUE`` (dataset options) and ``--embedding-dim``."""
+    p.add_argument(
+        "-D",
+        "--dataset-param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="dataset option, repeatable (e.g. -D scale=0.01 -D reverse=true for synthetic:mag)",
+    )
+    p.add_argument(
+        "--embedding-dim",
+        type=int,
+        help="heterogeneous: width of the learnable embeddings of featureless node types "
+        "(default: the featured type's width)",
+    )
+
+
+def is_hetero_run(args: argparse.Namespace, dataset: str) -> bool:
+    """Whether ``gnnsys train`` got a heterogeneous dataset or store."""
+    from gnnsys.datasets import HETERO_NAMES
+    from gnnsys.store import is_hetero_store
+
+    if args.store is not None:
+        return is_hetero_store(args.store)
+    return dataset in HETERO_NAMES
+
+
+def check_kind(args: argparse.Namespace, dataset: str) -> bool:
+    """Whether the run is heterogeneous; refuses the heterogeneous-only flags otherwise.
+
+    Raises:
+        ValueError: ``--model rgcn`` or ``--embedding-dim`` on a homogeneous dataset.
+    """
+    hetero = is_hetero_run(args, dataset)
+    if args.model == "rgcn" and not hetero:
+        raise ValueError(
+            "--model rgcn takes a heterogeneous dataset (e.g. synthetic:mag); choose sage, gcn "
+            "or gat for this one"
+        )
+    if getattr(args, "embedding_dim", None) is not None and not hetero:
+        raise ValueError("--embedding-dim applies to heterogeneous datasets only; drop it")
+    return hetero
+
+
+def _refuse_flags(args: argparse.Namespace) -> None:
+    given = [name for dest, name in NOT_FOR_HETERO.items() if _given(args, dest)]
+    if args.task != "node":
+        given.append("--task link (heterogeneous link prediction is not built)")
+    if args.model in ("gcn", "gat"):
+        given.append(f"--model {args.model} (heterogeneous models: sage, rgcn)")
+    if args.codec is not None and "auto" in args.codec:
+        given.append(f"--codec {args.codec} (auto is not resolved per type; name the codecs)")
+    if args.cache_policy not in (None, "none", "degree"):
+        given.append(f"--cache-policy {args.cache_policy} (use degree)")
+    if given:
+        raise ValueError("options that do not apply to heterogeneous training: " + "; ".join(given))
+
+
+def _given(args: argparse.Namespace, dest: str) -> bool:
+    value = getattr(args, dest, None)
+    return value not in (None, False)
+
+
+def build_hetero_config(args: argparse.Namespace, cfg: Any) -> Any:
+    """``cfg`` (the homogeneous ``build_config`` result) turned into a heterogeneous run.
+
+    ``--fanouts`` may be one list or ``src__rel__dst=...`` entries; ``--codec`` one name or
+    ``type=name`` pairs; ``--model sage|rgcn``; ``-D key=value`` go to the dataset.
+
+    Raises:
+        ValueError: A flag that does not apply (named), or a malformed value.
+    """
+    from gnnsys.train.hetero.config import HeteroConfig, parse_relation_fanouts
+
+    _refuse_flags(args)
+    hetero = HeteroConfig(model=args.model if args.model == "rgcn" else "sage")
+    sampler = cfg.sampler
+    if args.fanouts is not None:
+        default, named = parse_relation_fanouts(args.fanouts)
+        hetero = replace(hetero, fanouts=named)
+        if default:
+            sampler = replace(sampler, fanouts=default)
+    codec = cfg.codec
+    if args.codec is not None:  # one name or a per-type spec, checked by CodecConfig
+        codec = replace(codec, name=args.codec)
+    if getattr(args, "embedding_dim", None) is not None:
+        hetero = replace(hetero, embedding_dim=args.embedding_dim)
+    return replace(cfg, sampler=sampler, codec=codec, hetero=hetero)
+
+
+def hetero_store_manifest(path: Path, parts: int) -> Any:
+    """Verify a heterogeneous store in full; it must have ``parts`` parts.
+
+    Raises:
+        PartitionStoreError: Missing or corrupt (the file is named).
+        ValueError: Another part count.
+    """
+    from gnnsys.store import verify_hetero
+
+    manifest = verify_hetero(path)
+    if manifest.num_parts != parts:
+        raise ValueError(
+            f"store {path} has {manifest.num_parts} parts but --parts={parts}; pass --parts "
+            f"{manifest.num_parts} or re-partition"
+        )
+    return manifest
+
+
+def hetero_preflight(args: argparse.Namespace, config: Any, out: Path) -> list[str]:
+    """The pre-flight of a heterogeneous run: out dir, store, dataset, identity, resume."""
+    from gnnsys.commands._preflight import check_cache, check_out, check_resume, parse_allowed
+    from gnnsys.datasets import HETERO_NAMES
+    from gnnsys.train.control.checkpoint import identity_of, store_identity, write_identity
+
+    notices = check_cache(args, config)
+    check_out(out)
+    data, parts = config.data, config.cluster.parts
+    manifest = None
+    if data.store is not None:
+        manifest = hetero_store_manifest(Path(data.store), parts)
+    elif data.dataset not in HETERO_NAMES:
+        raise ValueError(f"unknown heterogeneous dataset {data.dataset!r}")
+    elif config.loop.resume and (out / "store" / "manifest.json").exists():
+        manifest = hetero_store_manifest(out / "store", parts)
+    identity = identity_of(config.to_json(), {} if manifest is None else store_identity(manifest))
+    allowed = parse_allowed(getattr(args, "allow_change", None), set(identity.as_dict()))
+    if config.loop.resume:
+        notices += check_resume(out, identity, allowed)
+    write_identity(out, identity)
+    return notices
+
+
+def print_type_bytes(history: list[dict[str, Any]]) -> None:
+    """Training MiB per epoch by node type (all categories of that type added)."""
+    types = sorted({t for m in history for t in m.get("bytes_by_type", {})})
+    if not types:
+        return
+    head = f"{'epoch':>5} " + " ".join(f"{t[:14] + ' MiB':>18}" for t in types)
+    print(head)
+    print("-" * len(head))
+    for m in history:
+        by_type = m.get("bytes_by_type", {})
+        cells = " ".join(f"{sum(by_type.get(t, {}).values()) / 2**20:>18.2f}" for t in types)
+        print(f"{m['epoch']:>5} {cells}")

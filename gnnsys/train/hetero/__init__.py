@@ -1,0 +1,1 @@
+"""Heterogeneous training (``gnnsys train synthetic:mag``); see docs/heterogeneous.md."""

@@ -1,0 +1,238 @@
+"""The heterogeneous trainer of one rank: ``Trainer``'s loop over typed batches.
+
+``HeteroTrainer`` is a ``gnnsys.train.trainer.Trainer`` (same batch schedule, seeds, dropout
+RNG handling, flat-gradient allreduce of the dense weights, replay) whose batches are
+``HeteroSampledSubgraph`` of the input type's train nodes and whose inputs are one row table per
+node type: feature rows (own rows from the shard, halo rows through that type's cache and codec)
+or learnable embedding rows (``embedding.py``). After the dense allreduce each step exchanges
+the embedding gradients (:meth:`HeteroTrainer._exchange`) and every owner takes its sparse step.
+
+No Ray here: the sampler's per-relation sources, the per-type row sources and the
+:class:`GatherSync` are injected.
+
+Shape legend: ``B`` seeds, ``N_t`` sampled nodes of type ``t``, ``D`` embedding width.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Protocol, cast
+
+import torch
+from torch import Tensor, nn
+
+from gnnsys.cache import CacheCounters
+from gnnsys.models.sparse_embedding import SparseGrad, coalesce
+from gnnsys.sampler.hetero import HeteroNeighborSampler, HeteroSampledSubgraph
+from gnnsys.train.hetero.embedding import OwnedEmbeddings
+from gnnsys.train.hetero.owner import TypeBook
+from gnnsys.train.remote.features import RoutedFeatureSource
+from gnnsys.train.remote.ledger import TypedLedger
+from gnnsys.train.trainer import Trainer
+
+__all__ = ["BoundSampler", "GatherSync", "HeteroTrainer", "TypedInputs"]
+
+
+class GatherSync(Protocol):
+    """The dense allreduce plus a variable-length ``all_gather`` (gloo, or threads)."""
+
+    def allreduce_mean_(self, flat: Tensor) -> None:
+        """Average ``flat`` over ranks, in place (a collective)."""
+        ...
+
+    def all_gather(self, flat: Tensor) -> list[Tensor]:
+        """Every rank's 1-D ``flat`` (lengths may differ), in rank order (a collective)."""
+        ...
+
+
+class BoundSampler:
+    """A ``HeteroNeighborSampler`` with the seed type bound: ``sample(seed_lid, seed=)``."""
+
+    def __init__(self, sampler: HeteroNeighborSampler, input_type: str) -> None:
+        self.sampler, self.input_type = sampler, input_type
+
+    def sample(self, seed_lid: Tensor, *, seed: int) -> HeteroSampledSubgraph:
+        """``HeteroNeighborSampler.sample`` of ``seed_lid`` of the bound type."""
+        return self.sampler.sample(seed_lid, input_type=self.input_type, seed=seed)
+
+
+class TypedInputs:
+    """Row tables of a typed batch: features of featured types, embeddings of the others.
+
+    Args:
+        features: Featured type -> its routed feature source (own rows, cache, codec).
+        embeddings: Featureless type -> routed source of its embedding rows (never cached:
+            the rows change every step).
+    """
+
+    def __init__(
+        self, features: dict[str, RoutedFeatureSource], embeddings: dict[str, RoutedFeatureSource]
+    ) -> None:
+        self.features, self.embeddings = features, embeddings
+
+    def fetch(self, sub: HeteroSampledSubgraph) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        """``(x_dict, leaves)``: every type's rows in ``n_id`` order; embedding rows as leaves."""
+        x_dict: dict[str, Tensor] = {}
+        leaves: dict[str, Tensor] = {}
+        for node_type, n_id in sub.n_id.items():
+            if node_type in self.features:
+                x_dict[node_type] = self.features[node_type].fetch(n_id)
+            elif node_type in self.embeddings:
+                leaf = self.embeddings[node_type].fetch(n_id).requires_grad_()
+                x_dict[node_type] = leaves[node_type] = leaf
+        return x_dict, leaves
+
+    def counters(self) -> CacheCounters | None:
+        """The feature caches' counters summed (``None`` when no type keeps a cache)."""
+        found = [c for c in (s.counters() for s in self.features.values()) if c is not None]
+        return sum(found[1:], found[0]) if found else None
+
+    def warm_up(self) -> None:
+        """Prefetch every cache's warm-start rows (before epoch 0)."""
+        for source in self.features.values():
+            source.warm_up()
+
+
+class HeteroTrainer(Trainer):
+    """``Trainer`` over typed batches with owner-held embeddings; see the module docstring.
+
+    Args:
+        config: Optimisation settings (``lr`` also drives the embeddings' SparseAdam).
+        model: ``HeteroSAGE`` or ``RGCN``.
+        sampler: The typed sampler with the seed type bound.
+        inputs: Per-type row sources.
+        train_lid: ``[S]`` type-local ids of this rank's train nodes of the seed type.
+        train_y: ``[S]`` their labels.
+        books: Per-type owners (to route embedding gradients).
+        embeddings: This rank's embedding rows (``None``: every type has features).
+        ledger: Counts each type's ``embedding_grad`` bytes.
+        rank: This rank.
+        world_size: ``P``.
+        sync: Allreduce and all_gather (``None`` only when ``world_size == 1``).
+        rng_lock: As for ``Trainer``.
+    """
+
+    def __init__(
+        self,
+        config: Trainer.Config,
+        *,
+        model: nn.Module,
+        sampler: BoundSampler,
+        inputs: TypedInputs,
+        train_lid: Tensor,
+        train_y: Tensor,
+        books: dict[str, TypeBook],
+        embeddings: OwnedEmbeddings | None,
+        ledger: TypedLedger,
+        rank: int,
+        world_size: int,
+        sync: GatherSync | None,
+        rng_lock: Any = None,
+    ) -> None:
+        super().__init__(
+            config,
+            model=model,
+            sampler=cast(Any, sampler),
+            features=cast(Any, inputs),
+            train_gid=train_lid,
+            train_y=train_y,
+            rank=rank,
+            sync=sync,
+            rng_lock=rng_lock,
+        )
+        self.inputs, self.books, self.embeddings = inputs, books, embeddings
+        self.typed_ledger, self.world_size, self.gather = ledger, world_size, sync
+        self.input_type = sampler.input_type
+        self._leaves: dict[str, Tensor] = {}
+        self._n_id: dict[str, Tensor] = {}
+
+    def _inputs(self, sub: Any) -> Callable[[], Tensor]:
+        """Fetch every type's rows; returns the forward pass (the seed type's logits)."""
+        x_dict, self._leaves = self.inputs.fetch(sub)
+        self._n_id = sub.n_id
+        blocks, model = sub.blocks, self.model
+        return lambda: cast(Tensor, model(x_dict, blocks)[self.input_type])
+
+    def _step(self, pos_B: Tensor, batch_seed: int, seconds: dict[str, float]) -> tuple[float, int]:
+        """``Trainer._step``, then the embedding exchange and sparse step (timed as sync)."""
+        self._leaves, self._n_id = {}, {}
+        out = super()._step(pos_B, batch_seed, seconds)
+        start = time.perf_counter()
+        if self.embeddings is not None:
+            self.embeddings.apply(self._exchange(), self.world_size)
+        seconds["sync"] += time.perf_counter() - start
+        self._leaves, self._n_id = {}, {}
+        return out
+
+    def steps_done(self) -> int:
+        """Steps applied so far (the step count embedding requests carry)."""
+        return 0 if self.embeddings is None else self.embeddings.steps
+
+    def _split_grads(self) -> tuple[dict[str, SparseGrad], list[Tensor], list[Tensor]]:
+        """Own rows' gradients per type, and the other rows' ids and gradients to send."""
+        assert self.embeddings is not None  # only called with embeddings
+        dim = self.embeddings.dim
+        own: dict[str, SparseGrad] = {}
+        ids_out: list[Tensor] = []
+        vals_out: list[Tensor] = []
+        for node_type in self.embeddings.types:
+            leaf = self._leaves.get(node_type)
+            ids = self._n_id.get(node_type, torch.zeros(0, dtype=torch.long))
+            grad = None if leaf is None else leaf.grad
+            if grad is None:  # type not sampled, or not reached by the seeds' outputs
+                ids, grad = torch.zeros(0, dtype=torch.long), torch.zeros(0, dim)
+            mine = torch.from_numpy(self.books[node_type].part_N[ids.numpy()] == self.rank)
+            own[node_type] = coalesce(ids[mine], grad[mine])
+            ids_out.append(ids[~mine])
+            vals_out.append(grad[~mine])
+            if self.world_size > 1:
+                self.typed_ledger.of(node_type).record("embedding_grad", ids[~mine], grad[~mine])
+        return own, ids_out, vals_out
+
+    def _exchange(self) -> dict[str, list[SparseGrad]]:
+        """Every rank's contributions to this rank's rows, per type, in rank order."""
+        assert self.embeddings is not None
+        own, ids_out, vals_out = self._split_grads()
+        types = self.embeddings.types
+        if self.world_size == 1 or self.gather is None:
+            return {t: [own[t]] for t in types}
+        header = torch.tensor([int(i.numel()) for i in ids_out], dtype=torch.long)
+        all_ids = self.gather.all_gather(torch.cat([header, *ids_out]))
+        all_vals = self.gather.all_gather(torch.cat([v.reshape(-1) for v in vals_out]))
+        out: dict[str, list[SparseGrad]] = {t: [] for t in types}
+        for r in range(self.world_size):
+            if r == self.rank:
+                for t in types:
+                    out[t].append(own[t])
+                continue
+            counts = all_ids[r][: len(types)].tolist()
+            ids_r = torch.split(all_ids[r][len(types) :], counts)
+            vals_r = torch.split(all_vals[r].view(-1, self.embeddings.dim), counts)
+            for t, ids, vals in zip(types, ids_r, vals_r, strict=True):
+                mine = torch.from_numpy(self.books[t].part_N[ids.numpy()] == self.rank)
+                out[t].append(coalesce(ids[mine], vals[mine]))
+        return out
+
+    def state(self) -> dict[str, Any]:
+        """``Trainer.state`` plus this rank's embedding rows under ``rng["owned"]``.
+
+        The checkpoint keeps one per-rank dict (``Checkpoint.rng_by_rank``); a rank's owned
+        embedding tables and their sparse optimizer states are per-rank state like its RNG.
+        """
+        out = super().state()
+        if self.embeddings is not None:
+            out["rng"] = {**out["rng"], "owned": self.embeddings.state()}
+        return out
+
+    def load_state(
+        self, model_state: dict[str, Any], optimizer_state: dict[str, Any], rng: dict[str, Any]
+    ) -> None:
+        """Restore :meth:`state` (embeddings included)."""
+        rng = dict(rng)
+        owned = rng.pop("owned", None)
+        if self.embeddings is not None:
+            if owned is None:
+                raise ValueError("checkpoint has no embedding rows; resume a heterogeneous run")
+            self.embeddings.load(owned)
+        super().load_state(model_state, optimizer_state, rng)
