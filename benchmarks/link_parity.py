@@ -4,10 +4,17 @@ Per dataset, one seeded split (``edge_split``: 10 % val / 10 % test links, 1000 
 per held-out link) shared by every run:
 
 - **gnnsys** at 1 part and at ``--parts`` METIS parts (in-process executor, the Ray workers'
-  code; per-rank batch ``B / P``, so the global batch is the same): test MRR and Hits@20/50/100
-  at the best validation MRR, exact sharded evaluation;
+  code; per-rank batch ``B / P``, so the global batch is the same; the gradient average weighs
+  ranks by their positives): test MRR and Hits@20/50/100 at the best validation MRR, exact
+  sharded evaluation;
 - **PyG** (``benchmarks/pyg_link_baseline.py``): full-batch ``SAGEConv`` + dot product +
   ``negative_sampling``, scored on the same negatives with the same ranks;
+
+The defaults are PyG ``examples/link_pred.py``'s settings (lr 0.01, no dropout, one negative per
+positive, ``NormalizeFeatures``, full batch) for both sides; gnnsys runs them as a batch of every
+train link with fanouts ``-1,-1`` (one step per epoch, the whole neighbourhood), so the two
+differ only in code, the RNG streams and PyG's filtering of negatives that are true edges.
+``val_mrr_curve`` in each line shows whether the run had converged.
 - **bytes per epoch** at ``--parts`` parts: traffic replays (the training epochs' sampling and
   fetching; equal to training's) without a cache in fp32 and with the adaptive cache (ratio
   ``--cache-ratio``) and int8 rows.
@@ -36,6 +43,7 @@ from gnnsys.cache import CacheConfig  # noqa: E402
 from gnnsys.cache.codecs import CodecConfig  # noqa: E402
 from gnnsys.config import RunConfig  # noqa: E402
 from gnnsys.datasets import LinkSplitConfig, load_link_split  # noqa: E402
+from gnnsys.datasets.transforms import FEATURE_NORMS  # noqa: E402
 from gnnsys.models import ModelConfig  # noqa: E402
 from gnnsys.partitioners import partition  # noqa: E402
 from gnnsys.sampler import NeighborSampler  # noqa: E402
@@ -60,15 +68,21 @@ def _config(args: argparse.Namespace, store: Path, parts: int, seed: int) -> Run
         trainer=Trainer.Config(batch_size=args.batch_size // parts, lr=args.lr, seed=seed),
         loop=Coordinator.Config(epochs=args.epochs, progress=False),
         eval=EvalConfig(every=args.eval_every),
-        link=LinkConfig(),
+        link=LinkConfig(neg_per_pos=args.neg_per_pos),
     )
 
 
 def _best(history: list[dict[str, Any]]) -> dict[str, Any]:
     scored = [m for m in history if m.get("val_mrr") is not None]
     best = max(scored, key=lambda m: m["val_mrr"])
-    out = {"epoch": best["epoch"], "loss": best["loss"]}
-    return out | {f"{s}_{k}": best[f"{s}_{k}"] for s in ("val", "test") for k in KEYS}
+    out = {"epoch": best["epoch"], "loss": best["loss"], "epochs": len(history)}
+    out |= {f"{s}_{k}": best[f"{s}_{k}"] for s in ("val", "test") for k in KEYS}
+    return out | {"val_mrr_curve": [round(m["val_mrr"], 5) for m in scored]}
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    keys = ("batch_size", "fanouts", "hidden", "lr", "dropout", "neg_per_pos", "feature_norm")
+    return {k: getattr(args, k) for k in keys}
 
 
 def _emit(line: dict[str, Any]) -> None:
@@ -116,6 +130,7 @@ def _bytes(args: argparse.Namespace, store: Path, root: Path, dataset: str) -> N
                 "total_bytes_per_epoch": total,
                 "bytes_by_category": hist[-1]["bytes"],
                 "hit_rate": hist[-1].get("cache", {}).get("hit_rate", 0.0),
+                "settings": _settings(args),
             }
         )
 
@@ -125,14 +140,26 @@ def main() -> None:
     p.add_argument("--datasets", default="planetoid:cora,musae:facebook")
     p.add_argument("--root")
     p.add_argument("--parts", type=int, default=4)
-    p.add_argument("--epochs", type=int, default=20)
+    p.add_argument("--epochs", type=int, default=100)
     p.add_argument("--eval-every", type=int, default=1)
     p.add_argument("--pyg-epochs", type=int, default=100)
-    p.add_argument("--batch-size", type=int, default=512, help="global positive links per step")
-    p.add_argument("--fanouts", default="15,10")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=1 << 30,
+        help="global positive links per step (default: all of them, one step per epoch)",
+    )
+    p.add_argument("--fanouts", default="-1,-1", help="-1,-1 with the whole batch = full batch")
     p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--lr", type=float, default=0.005)
-    p.add_argument("--dropout", type=float, default=0.5)
+    p.add_argument("--lr", type=float, default=0.01, help="PyG link_pred.py's")
+    p.add_argument("--dropout", type=float, default=0.0, help="PyG link_pred.py has none")
+    p.add_argument("--neg-per-pos", type=int, default=1, help="as PyG's example draws")
+    p.add_argument(
+        "--feature-norm",
+        default="row",
+        choices=sorted(FEATURE_NORMS),
+        help="row = PyG's NormalizeFeatures, which link_pred.py applies; both sides get it",
+    )
     p.add_argument("--seeds", default="0")
     p.add_argument("--cache-ratio", type=float, default=0.25)
     p.add_argument("--traffic-epochs", type=int, default=2)
@@ -142,10 +169,15 @@ def main() -> None:
     skip = set(args.skip.split(","))
     for dataset in args.datasets.split(","):
         split = load_link_split(dataset, args.root, config=LinkSplitConfig())
+        split = replace(split, graph=FEATURE_NORMS[args.feature_norm](split.graph))
         root = Path(tempfile.mkdtemp(prefix="link-parity-"))
-        stores = _stores(split, sorted({1, args.parts}), root)
+        print(f"# {dataset}: work dir {root} (metrics.jsonl per run)", file=sys.stderr, flush=True)
+        wanted = {int(v) for v in args.train_parts.split(",") if v} or {1, args.parts}
+        needed = (set() if "gnnsys" in skip else wanted) | (
+            set() if "bytes" in skip else {args.parts}
+        )
+        stores = _stores(split, sorted(needed), root)
         for seed in [int(s) for s in args.seeds.split(",")]:
-            wanted = {int(v) for v in args.train_parts.split(",") if v} or set(stores)
             for parts, store in stores.items():
                 if "gnnsys" in skip or parts not in wanted:
                     continue
@@ -154,7 +186,7 @@ def main() -> None:
                 _emit(
                     {"bench": "link_gnnsys", "dataset": dataset, "parts": parts, "seed": seed}
                     | _best(hist.history)
-                    | {"seconds": time.perf_counter() - start}
+                    | {"seconds": time.perf_counter() - start, "settings": _settings(args)}
                 )
             if "pyg" not in skip:
                 best = run_pyg(
@@ -165,8 +197,10 @@ def main() -> None:
                     lr=args.lr,
                     dropout=args.dropout,
                     seed=seed,
+                    eval_every=args.eval_every,
                 )
-                _emit({"bench": "link_pyg", "dataset": dataset, "seed": seed} | best)
+                line = {"bench": "link_pyg", "dataset": dataset, "seed": seed} | best
+                _emit(line | {"settings": _settings(args) | {"epochs": args.pyg_epochs}})
         if "bytes" not in skip:
             _bytes(args, stores[args.parts], root, dataset)
 

@@ -252,7 +252,7 @@ class Trainer:
         if pos_B.numel():
             loss_sum, correct = self._forward_backward(pos_B, batch_seed, seconds)
         t3 = time.perf_counter()
-        self._sync_grads()
+        self._sync_grads(self._grad_weight(pos_B))
         seconds["sync"] += time.perf_counter() - t3
         t4 = time.perf_counter()
         self.optimizer.step()
@@ -305,15 +305,34 @@ class Trainer:
         first = self.first_layer.gather(model.layers[0], sub)  # fetches through its source
         return lambda: model.forward_from_first_agg(first.agg_MF, first.x_dst_MF, sub.blocks)
 
-    def _sync_grads(self) -> None:
-        """Average gradients over ranks in one flat buffer (one collective per step)."""
+    def _grad_weight(self, pos_B: Tensor) -> float | None:
+        """This rank's weight in the step's gradient average; ``None``: every rank weighs 1/P.
+
+        The node loss is a per-rank mean, averaged over ranks like DDP. A subclass that returns
+        a weight must backpropagate its loss *summed* over the weighted items (see
+        :meth:`_sync_grads`).
+        """
+        del pos_B
+        return None
+
+    def _sync_grads(self, weight: float | None = None) -> None:
+        """Average gradients over ranks in one flat buffer (one collective per step).
+
+        With ``weight``, the buffer carries it as one more element and each rank's gradient
+        (of a summed loss) is divided by the weights' sum: ``g = sum_r g_r / sum_r w_r``, the
+        gradient of the mean over every rank's items, however unequal the ranks' batches.
+        """
         params = [p for p in self.model.parameters() if p.requires_grad]
         for p in params:
             if p.grad is None:  # a parameter unused in this batch still joins the collective
                 p.grad = torch.zeros_like(p)
         grads = [p.grad for p in params if p.grad is not None]
         flat = torch.cat([g.reshape(-1) for g in grads])
+        if weight is not None:
+            flat = torch.cat([flat, flat.new_tensor([weight])])
         self.sync.allreduce_mean_(flat)
+        if weight is not None:  # mean of sums / mean of weights = sum of sums / sum of weights
+            flat = flat[:-1] / flat[-1] if float(flat[-1]) > 0 else flat[:-1]
         offset = 0
         for g in grads:
             g.copy_(flat[offset : offset + g.numel()].view_as(g))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from torch.nn import functional
 
 from gnnsys.commands._link import add_link_args, apply_link_args
 from gnnsys.config import RunConfig
@@ -28,7 +30,7 @@ from gnnsys.train.control.run import worker_template
 from gnnsys.train.evaluate import EvalConfig, combine_evals, full_block, full_graph_logits
 from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.link.scoring import split_ranks
-from gnnsys.train.link.trainer import link_batch
+from gnnsys.train.link.trainer import LinkTrainer, link_batch
 from gnnsys.train.metrics import HITS_AT, link_metrics, link_ranks, link_sums
 from gnnsys.train.trainer import Trainer, batch_seed_for, epoch_batches
 
@@ -207,6 +209,80 @@ def test_link_feature_ledger_equals_an_independent_replay(split: LinkSplit, tmp_
         assert r.traffic.bytes["feature_request"] == 8 * rows
         assert r.traffic.bytes["feature_response"] == 4 * num_features * rows
         assert r.traffic.messages["feature_response"] == messages
+
+
+class _Rows:
+    """A ``FeatureSource`` over the whole feature matrix."""
+
+    def __init__(self, x: torch.Tensor) -> None:
+        self.x = x
+
+    def fetch(self, gid: torch.Tensor) -> torch.Tensor:
+        return self.x[gid]
+
+
+class _PeerSync:
+    """Two-rank ``allreduce_mean_`` without threads: rank 1 records, rank 0 averages with it."""
+
+    def __init__(self) -> None:
+        self.peer: torch.Tensor | None = None
+
+    def allreduce_mean_(self, flat: torch.Tensor) -> None:
+        if self.peer is None:
+            self.peer = flat.clone()  # rank 1's buffer; its own step is not checked
+        else:
+            flat.copy_((flat + self.peer) / 2)
+
+
+def test_ranks_with_unequal_batches_weigh_by_positives(split: LinkSplit) -> None:
+    # rank 0 holds 7 positives, rank 1 holds 29: the synced gradient must be the gradient of the
+    # mean BCE over all 36 positives' pairs, not the mean of the two ranks' means (DDP's 1/P)
+    g = split.graph
+    assert g.x is not None
+    x = torch.from_numpy(np.asarray(g.x, dtype=np.float32))
+    torch.manual_seed(3)
+    encoder = build_model(ModelConfig(name="sage", hidden=8, dropout=0.0), x.shape[1], 8, 2)
+    initial = LinkModel(encoder, build_decoder("dot", 8))
+    train = torch.from_numpy(split.train_2E)
+    owned = {0: train[:, :7], 1: train[:, 7:36]}
+    sampler = NeighborSampler(
+        NeighborSampler.Config(fanouts=(-1, -1)), source=CSRNeighborSource.from_graph(g)
+    )
+    sync, cfg, q = _PeerSync(), Trainer.Config(batch_size=64, lr=0.01), 2
+    trainers = {}
+    for rank in (1, 0):
+        trainers[rank] = LinkTrainer(
+            cfg,
+            LinkConfig(neg_per_pos=q),
+            model=copy.deepcopy(initial),
+            train_2E=owned[rank],
+            num_nodes=g.num_nodes,
+            sampler=sampler,
+            features=_Rows(x),
+            rank=rank,
+            sync=sync,
+        )
+        trainers[rank].train_epoch(0, 1)  # one batch each; p.grad keeps the synced gradient
+    # reference: one process, the same pairs, exact full-graph embeddings, one mean
+    block = full_block(g.indptr, g.indices, g.num_nodes)
+    h = initial.encoder(x, [block, block])  # the whole graph, with grad
+    logits, labels = [], []
+    for rank, owned_2E in owned.items():
+        pos = epoch_batches(int(owned_2E.shape[1]), 1, seed=0, rank=rank, epoch=0)[0]
+        links = owned_2E[:, pos]  # the trainer's batch order (negatives pair up by position)
+        batch = link_batch(
+            links, num_nodes=g.num_nodes, neg_per_pos=q, seed=batch_seed_for(0, rank, 0, 0)
+        )
+        hb = h[batch.seed_gid]
+        logits += [initial.score(hb[batch.src_B], hb[batch.dst_B])]
+        logits += [initial.score(hb[batch.src_B].unsqueeze(1), hb[batch.neg_Bq]).reshape(-1)]
+        labels += [torch.ones(links.shape[1]), torch.zeros(links.shape[1] * q)]
+    loss = functional.binary_cross_entropy_with_logits(torch.cat(logits), torch.cat(labels))
+    ref = torch.autograd.grad(loss, list(initial.parameters()))
+    got = [p.grad for p in trainers[0].model.parameters()]
+    for r, p in zip(ref, got, strict=True):
+        assert p is not None
+        torch.testing.assert_close(p, r, rtol=1e-4, atol=1e-6)
 
 
 # ---- flags and stores ---------------------------------------------------------------------------

@@ -7,7 +7,9 @@ state); what differs is one batch::
     negatives  <- (source, v) with v uniform over all N nodes, q per positive, from the batch seed
     seeds      <- distinct endpoints of both (most negatives' v are owned by other ranks)
     embeddings <- sampler over the routed neighbor source, routed features (cache + codec), encoder
-    loss       <- BCE-with-logits over [positive scores; negative scores] (labels 1 / 0), mean
+    loss       <- BCE-with-logits over [positive scores; negative scores] (labels 1 / 0), summed
+                  and divided by 1 + q; the gradient allreduce divides by the step's positives
+                  over all ranks (weights by positives: a mean over every rank's pairs)
 
 The negatives depend only on ``(batch seed, positives)``, so partitioned and replicated runs draw
 identical batches, as for nodes. ``batch_size`` counts positive links per rank per step.
@@ -149,11 +151,23 @@ class LinkTrainer(Trainer):
             neg_Bq = model.score(h_src.unsqueeze(1), h_UH[batch.neg_Bq])
             logits = torch.cat([score_B, neg_Bq.reshape(-1)])
             labels = torch.cat([torch.ones_like(score_B), torch.zeros_like(neg_Bq.reshape(-1))])
-            loss = functional.binary_cross_entropy_with_logits(logits, labels)
+            # summed over pairs and divided by 1 + q: the sum over positives of each positive's
+            # mean pair loss; _sync_grads divides by the step's positives over all ranks
+            loss = functional.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
+            loss = loss / (1 + neg_Bq.shape[1])
             torch.autograd.backward(loss)
         seconds["sample"] += t1 - t0
         seconds["fetch"] += t2 - t1
         seconds["compute"] += time.perf_counter() - t2
-        b = int(score_B.shape[0])
         above = int((score_B.detach().unsqueeze(1) > neg_Bq.detach()).all(dim=1).sum())
-        return float(loss.detach()) * b, above
+        return float(loss.detach()), above
+
+    def _grad_weight(self, pos_B: Tensor) -> float:
+        """The batch's positive links: ranks weigh by positives, not 1/P each.
+
+        Links are owned by their source, so ranks own unequal numbers and every rank runs the
+        largest rank's batch count: smaller ranks take smaller batches. Weighting each rank by
+        its positives makes the step's gradient the mean over all the step's positives (at P = 1
+        it is the plain mean), so P parts equal one part in expectation.
+        """
+        return float(pos_B.numel())
