@@ -183,16 +183,26 @@ class HeteroSAGE(nn.Module):
         self, x_dict: dict[str, Tensor], blocks: tuple[TypedBlocks, ...]
     ) -> dict[str, Tensor]:
         """``{t: [N_t, F_t]}`` and one typed block layer per layer -> the seeds' types' outputs."""
-        if len(blocks) != len(self.layers):
-            raise ValueError(f"got {len(blocks)} block layers for {len(self.layers)} layers")
-        for i, (layer, layer_blocks) in enumerate(zip(self.layers, blocks, strict=True)):
-            x_dict = layer(x_dict, layer_blocks)
-            if i < len(self.layers) - 1:
-                x_dict = {
-                    t: nn.functional.dropout(h.relu(), self.dropout, self.training)
-                    for t, h in x_dict.items()
-                }
-        return x_dict
+        return _stack_forward(self.layers, x_dict, blocks, self.dropout, self.training)
+
+
+def _stack_forward(
+    layers: nn.ModuleList,
+    x_dict: dict[str, Tensor],
+    blocks: tuple[TypedBlocks, ...],
+    dropout: float,
+    training: bool,
+) -> dict[str, Tensor]:
+    """Run typed layers in order, ReLU and dropout between them (HeteroSAGE's and RGCN's)."""
+    if len(blocks) != len(layers):
+        raise ValueError(f"got {len(blocks)} block layers for {len(layers)} layers")
+    for i, (layer, layer_blocks) in enumerate(zip(layers, blocks, strict=True)):
+        x_dict = layer(x_dict, layer_blocks)
+        if i < len(layers) - 1:
+            x_dict = {
+                t: nn.functional.dropout(h.relu(), dropout, training) for t, h in x_dict.items()
+            }
+    return x_dict
 
 
 class RGCN(nn.Module):
@@ -237,13 +247,4 @@ class RGCN(nn.Module):
         self, x_dict: dict[str, Tensor], blocks: tuple[TypedBlocks, ...]
     ) -> dict[str, Tensor]:
         """``{t: [N_t, F]}`` and one typed block layer per layer -> every reached type's output."""
-        if len(blocks) != len(self.layers):
-            raise ValueError(f"got {len(blocks)} block layers for {len(self.layers)} layers")
-        for i, (layer, layer_blocks) in enumerate(zip(self.layers, blocks, strict=True)):
-            x_dict = layer(x_dict, layer_blocks)
-            if i < len(self.layers) - 1:
-                x_dict = {
-                    t: nn.functional.dropout(h.relu(), self.dropout, self.training)
-                    for t, h in x_dict.items()
-                }
-        return x_dict
+        return _stack_forward(self.layers, x_dict, blocks, self.dropout, self.training)
