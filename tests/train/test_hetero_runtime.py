@@ -4,8 +4,8 @@ Claims tested on a small ``synthetic:mag`` (scale 0.002 with reverse relations, 
 
 * a rank's typed batch (every ``n_id``, every block) and its rows (features, embeddings) equal
   what one process computes on the whole graph, at 1, 2 and 4 parts;
-* one training step of a ``P``-part run is **bit-identical** to one process that simulates the
-  ``P`` ranks on the whole graph (their batches, mean dense gradient, rank-ordered sparse
+* an epoch (one or several steps) of a ``P``-part run is **bit-identical** to one process that
+  simulates the ``P`` ranks on the whole graph (their batches, mean dense gradient, rank-ordered sparse
   embedding gradient, Adam and SparseAdam), at ``P`` = 1, 2, 4: distribution changes nothing;
 * the ledger's bytes per node type equal an independent replay on the whole graph;
 * two runs with one seed are identical; a stopped run resumed from its checkpoint equals an
