@@ -70,9 +70,17 @@ def run(
     dropout: float,
     seed: int,
     eval_every: int = 1,
+    negatives: str = "pairs",
 ) -> dict[str, Any]:
     """Train full-batch; the test metrics at the best validation MRR (checked every
-    ``eval_every`` epochs and at the last, as gnnsys's ``EvalConfig.every``)."""
+    ``eval_every`` epochs and at the last, as gnnsys's ``EvalConfig.every``).
+
+    ``negatives``: ``pairs`` (PyG's ``negative_sampling``: random pairs, true edges dropped; the
+    example's) or ``source`` (gnnsys's: each train link's source with a uniform destination,
+    unfiltered; a diagnostic).
+    """
+    if negatives not in ("pairs", "source"):
+        raise ValueError(f"negatives={negatives!r}; choose 'pairs' or 'source'")
     from torch_geometric.utils import negative_sampling
 
     torch.manual_seed(seed)
@@ -91,7 +99,12 @@ def run(
         model.train()
         opt.zero_grad()
         h = model(x, edge_index)
-        neg = negative_sampling(edge_index, num_nodes=g.num_nodes, num_neg_samples=train.shape[1])
+        if negatives == "pairs":
+            neg = negative_sampling(
+                edge_index, num_nodes=g.num_nodes, num_neg_samples=train.shape[1]
+            )
+        else:
+            neg = torch.stack([train[0], torch.randint(0, g.num_nodes, (train.shape[1],))])
         pairs = torch.cat([train, neg], dim=1)
         logits = (h[pairs[0]] * h[pairs[1]]).sum(-1)
         labels = torch.cat([torch.ones(train.shape[1]), torch.zeros(neg.shape[1])])
@@ -131,6 +144,8 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--seeds", default="0")
+    p.add_argument("--eval-every", type=int, default=1)
+    p.add_argument("--negatives", default="pairs", choices=("pairs", "source"))
     args = p.parse_args()
     split = load_link_split(args.dataset, args.root, config=LinkSplitConfig())
     for seed in [int(s) for s in args.seeds.split(",")]:
@@ -142,8 +157,11 @@ def main() -> None:
             lr=args.lr,
             dropout=args.dropout,
             seed=seed,
+            eval_every=args.eval_every,
+            negatives=args.negatives,
         )
-        print(json.dumps({"bench": "pyg_link", "dataset": args.dataset, "seed": seed} | best))
+        line = {"bench": "pyg_link", "dataset": args.dataset, "seed": seed} | best
+        print(json.dumps(line | {"settings": vars(args)}))
 
 
 if __name__ == "__main__":
