@@ -49,8 +49,8 @@ Semantics, which the tests pin down:
 * **One call of** ``apply`` **is one optimizer step**, touched rows or not: call it on every
   owner once per training step (with an empty mapping if no rank touched its rows), so every
   owner's global SparseAdam step equals the trainer's (torch's rule; see ``sparse_optim``).
-* ``divide_by``: the trainers' world size, so the step uses the rank-mean gradient, as the
-  dense allreduce (sum, then ``/ world_size``) does for the model's weights.
+* ``divide_by``: what the trainers divide the dense gradient by (the runtime: the step's seeds
+  over all ranks, its losses being summed over seeds; a rank-mean trainer: the world size).
 * **Synchronous steps.** Bit-identity also needs every owner's ``apply`` of step ``t`` to
   return before any rank fetches rows for step ``t + 1`` (DistDGL lets a trainer read rows one
   update stale; we do not). ``EmbeddingShard`` is not thread-safe: the runtime serialises
@@ -413,7 +413,8 @@ class EmbeddingShard:
         Args:
             contributions: ``rank -> SparseGrad`` (or a rank-ordered sequence); empty is a
                 step that touches nothing (SparseAdam still counts it).
-            divide_by: Divide the summed rows by this (the world size, for the rank mean).
+            divide_by: Divide the summed rows by this (the step's seeds over all ranks for
+                summed losses, or the world size for per-rank mean losses).
 
         Returns:
             The number of distinct rows touched.
@@ -422,7 +423,9 @@ class EmbeddingShard:
             ValueError: an id not owned here, a wrong width or dtype, or ``divide_by < 1``.
         """
         if isinstance(divide_by, bool) or not isinstance(divide_by, int) or divide_by < 1:
-            raise ValueError(f"divide_by={divide_by!r}; pass the world size (an int >= 1)")
+            raise ValueError(
+                f"divide_by={divide_by!r}; pass the step's item count or world size (an int >= 1)"
+            )
         row_U, grad_UD = self._sum_by_rank(_by_rank(contributions))
         if divide_by != 1:
             grad_UD = grad_UD / divide_by

@@ -10,6 +10,13 @@ step has a partner on every rank and never hangs); rank ``r`` splits a seeded pe
 own train seeds into that many near-equal batches (``torch.tensor_split``), so every seed is seen
 exactly once per epoch without padding or truncation.
 
+Gradient weighting: ranks own unequal numbers of seeds (METIS balances nodes, not train nodes),
+so a small rank's batches are smaller. Each rank backpropagates its loss *summed* over its
+batch and the allreduce carries the batch size beside the gradient; the step's gradient is the
+sum over ranks divided by the step's seeds over all ranks, the mean over every seed of the step.
+P parts therefore equal one part in expectation, whatever the split (DDP's ``1/P`` per rank
+would weigh a seed of a rank with a third of the seeds three times as much).
+
 Shape legend: ``B`` seeds in a batch, ``N`` sampled nodes, ``F`` features, ``C`` classes.
 """
 
@@ -178,6 +185,7 @@ class Trainer:
             raise TypeError(f"first_layer needs a gnnsys.models.BlockModel, got {type(model)}")
         self._rng_lock = rng_lock  # shared by in-process ranks; None: this process's RNG
         self._rng_state = torch.get_rng_state()
+        self.step_weight = 0.0  # the last step's mean weight over ranks (see _sync_grads)
         self.optimizer = torch.optim.Adam(
             model.parameters(), lr=config.lr, weight_decay=config.weight_decay
         )
@@ -271,12 +279,13 @@ class Trainer:
         y_B = self.train_y[pos_B]
         with self._own_rng():
             logits_BC = forward()[: sub.batch_size]
-            loss = functional.cross_entropy(logits_BC, y_B)
+            # summed over seeds: _sync_grads divides by the step's seeds over all ranks
+            loss = functional.cross_entropy(logits_BC, y_B, reduction="sum")
             torch.autograd.backward(loss)
         seconds["sample"] += t1 - t0
         seconds["fetch"] += t2 - t1
         seconds["compute"] += time.perf_counter() - t2
-        return float(loss.detach()) * int(y_B.numel()), int((logits_BC.argmax(-1) == y_B).sum())
+        return float(loss.detach()), int((logits_BC.argmax(-1) == y_B).sum())
 
     @contextlib.contextmanager
     def _own_rng(self) -> Iterator[None]:
@@ -305,34 +314,32 @@ class Trainer:
         first = self.first_layer.gather(model.layers[0], sub)  # fetches through its source
         return lambda: model.forward_from_first_agg(first.agg_MF, first.x_dst_MF, sub.blocks)
 
-    def _grad_weight(self, pos_B: Tensor) -> float | None:
-        """This rank's weight in the step's gradient average; ``None``: every rank weighs 1/P.
+    def _grad_weight(self, pos_B: Tensor) -> float:
+        """This rank's weight in the step's gradient average: its batch's seeds.
 
-        The node loss is a per-rank mean, averaged over ranks like DDP. A subclass that returns
-        a weight must backpropagate its loss *summed* over the weighted items (see
-        :meth:`_sync_grads`).
+        A subclass that overrides it must backpropagate its loss *summed* over the weighted
+        items (see :meth:`_sync_grads`); the link trainer weighs by positive links.
         """
-        del pos_B
-        return None
+        return float(pos_B.numel())
 
-    def _sync_grads(self, weight: float | None = None) -> None:
+    def _sync_grads(self, weight: float) -> None:
         """Average gradients over ranks in one flat buffer (one collective per step).
 
-        With ``weight``, the buffer carries it as one more element and each rank's gradient
-        (of a summed loss) is divided by the weights' sum: ``g = sum_r g_r / sum_r w_r``, the
-        gradient of the mean over every rank's items, however unequal the ranks' batches.
+        The buffer carries ``weight`` as one more element and each rank's gradient (of a
+        summed loss) is divided by the weights' sum: ``g = sum_r g_r / sum_r w_r``, the gradient
+        of the mean over every rank's items, however unequal the ranks' batches. The ranks'
+        mean weight is kept in ``step_weight`` (the hetero trainer scales its sparse step by it).
         """
         params = [p for p in self.model.parameters() if p.requires_grad]
         for p in params:
             if p.grad is None:  # a parameter unused in this batch still joins the collective
                 p.grad = torch.zeros_like(p)
         grads = [p.grad for p in params if p.grad is not None]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        if weight is not None:
-            flat = torch.cat([flat, flat.new_tensor([weight])])
+        flat = torch.cat([*(g.reshape(-1) for g in grads), grads[0].new_tensor([weight])])
         self.sync.allreduce_mean_(flat)
-        if weight is not None:  # mean of sums / mean of weights = sum of sums / sum of weights
-            flat = flat[:-1] / flat[-1] if float(flat[-1]) > 0 else flat[:-1]
+        self.step_weight = float(flat[-1])  # mean of weights over ranks
+        # mean of sums / mean of weights = sum of sums / sum of weights (no items: zeros stay)
+        flat = flat[:-1] / flat[-1] if self.step_weight > 0 else flat[:-1]
         offset = 0
         for g in grads:
             g.copy_(flat[offset : offset + g.numel()].view_as(g))

@@ -157,33 +157,38 @@ def _reference_steps(
         epoch_batches(len(s[0]), num_batches, seed=3, rank=r, epoch=0) for r, s in enumerate(seeds)
     ]
     for b in range(num_batches):
-        dense = torch.zeros(sum(p.numel() for p in params))
+        total = torch.zeros(sum(p.numel() for p in params) + 1)  # ThreadSync: rank-order sum
         sparse: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {t: [] for t in FEATURELESS}
         for r, (lid, y) in enumerate(seeds):
             pos = schedule[r][b]
             sub = whole.sample(lid[pos], input_type="paper", seed=batch_seed_for(3, r, 0, b))
             leaves = {t: tables[t].rows(sub.n_id[t]).requires_grad_() for t in FEATURELESS}
             logits = model({"paper": x[sub.n_id["paper"]], **leaves}, sub.blocks)["paper"]
-            loss = functional.cross_entropy(logits[: sub.batch_size], y[pos])
+            # summed over seeds; the step divides by the seeds of every rank
+            loss = functional.cross_entropy(logits[: sub.batch_size], y[pos], reduction="sum")
             grads = torch.autograd.grad(
                 loss, params + [leaves[t] for t in FEATURELESS], allow_unused=True
             )
-            dense += torch.cat(
+            total += torch.cat(
                 [
-                    (torch.zeros_like(p) if g is None else g).reshape(-1)
-                    for p, g in zip(params, grads, strict=False)
+                    *(
+                        (torch.zeros_like(p) if g is None else g).reshape(-1)
+                        for p, g in zip(params, grads, strict=False)
+                    ),
+                    torch.tensor([float(pos.numel())]),
                 ]
             )
             for t, g in zip(FEATURELESS, grads[len(params) :], strict=True):
                 sparse[t].append((sub.n_id[t], g))
-        dense /= parts
+        mean = total / parts
+        dense = mean[:-1] / mean[-1]
         offset = 0
         for p in params:
             p.grad = dense[offset : offset + p.numel()].view_as(p).clone()
             offset += p.numel()
         adam.step()
         for t, contributions in sparse.items():
-            tables[t].step(contributions, divide_by=parts)
+            tables[t].step(contributions, divide_by=round(float(mean[-1]) * parts))
     return model.state_dict(), {t: tables[t].table() for t in FEATURELESS}
 
 

@@ -8,8 +8,9 @@ a peer client, like any remote row, in the type's codec), as a leaf tensor; afte
 rank sends the gradient rows of the embeddings it does not own to every rank (one
 variable-length ``all_gather`` of ids and one of rows over the gloo group), and each owner calls
 ``EmbeddingShard.apply`` once with every rank's contribution **in rank order** (its own at its
-rank), divided by ``P`` as the dense allreduce does. Every owner therefore applies the same sums
-in the same order on any executor: the update is deterministic.
+rank), divided by the step's seeds over all ranks as the dense allreduce does (the losses are
+summed over seeds). Every owner therefore applies the same sums in the same order on any
+executor: the update is deterministic.
 
 **Consistency.** A row request carries the requester's step count ``s``; the owner answers only
 once it has applied ``s`` steps (:meth:`OwnedEmbeddings.rows`). It cannot have applied more:
@@ -81,11 +82,15 @@ class OwnedEmbeddings:
                 )
             return self.shards[node_type].rows(torch.from_numpy(np.asarray(lid_K, np.int64)))
 
-    def apply(self, contributions: dict[str, list[SparseGrad]], world: int) -> None:
-        """One step of every type's shard from the ranks' contributions (rank order), ``/ P``."""
+    def apply(self, contributions: dict[str, list[SparseGrad]], divide_by: int) -> None:
+        """One step of every type's shard from the ranks' contributions (rank order).
+
+        ``divide_by``: the step's seeds over all ranks (the contributions are gradients of
+        summed losses), so the rows take the same mean as the dense allreduce.
+        """
         with self._cond:
             for node_type, shard in self.shards.items():
-                shard.apply(contributions.get(node_type, []), divide_by=world)
+                shard.apply(contributions.get(node_type, []), divide_by=divide_by)
             self.steps += 1
             self._cond.notify_all()
 

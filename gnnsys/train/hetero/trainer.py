@@ -159,8 +159,9 @@ class HeteroTrainer(Trainer):
         self._leaves, self._n_id = {}, {}
         out = super()._step(pos_B, batch_seed, seconds)
         start = time.perf_counter()
-        if self.embeddings is not None:
-            self.embeddings.apply(self._exchange(), self.world_size)
+        if self.embeddings is not None:  # the dense step's divisor: the step's seeds, all ranks
+            seeds = max(1, round(self.step_weight * self.world_size))
+            self.embeddings.apply(self._exchange(), seeds)
         seconds["sync"] += time.perf_counter() - start
         self._leaves, self._n_id = {}, {}
         return out
