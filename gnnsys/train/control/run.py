@@ -27,7 +27,7 @@ from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.failure import FailurePolicy
 from gnnsys.train.control.group import Roles, WorkerGroup
-from gnnsys.train.control.local_group import LocalWorkerGroup
+from gnnsys.train.control.local_group import HOMOGENEOUS, LocalWorkerGroup
 from gnnsys.train.control.prepare import PreparedStore, StoreInfo, feature_chunks, prepare_store
 from gnnsys.train.control.prepare import store_info as read_store_info
 from gnnsys.train.control.ray_group import RayWorkerGroup
@@ -193,7 +193,14 @@ def _run(
     wall = time.perf_counter() - prepared.seconds
     if config.hetero is not None:
         return _run_hetero(
-            config, run_path, prepared, executor=executor, fault=fault, wall=wall, replay=replay
+            config,
+            run_path,
+            prepared,
+            executor=executor,
+            fault=fault,
+            wall=wall,
+            replay=replay,
+            threads=threads,
         )
     info = read_store_info(prepared.path)
     topology = "partitioned"
@@ -206,24 +213,46 @@ def _run(
         )
     config = replace(config, codec=resolved_codec(config, prepared.path))
     template = replace(worker_template(config, prepared.path, info, topology), fault=fault)
+    group = _GroupPlan(executor, template, HOMOGENEOUS, replay=replay, threads=threads)
+    coordinator = _coordinator(config, run_path, group, info.num_classes)
+    return _finish(config, run_path, prepared, coordinator, topology, executor, wall)
 
-    def make_group(attempt: int) -> WorkerGroup:
-        spec = replace(template, attempt=attempt)
-        if executor == "ray":
-            return RayWorkerGroup(spec, config.loop.resources, config.loop.deadline_s)
-        return LocalWorkerGroup(spec, config.loop.deadline_s, replay=replay, threads=threads)
 
-    coordinator = Coordinator(
+@dataclass(frozen=True, slots=True)
+class _GroupPlan:
+    """How each attempt's worker group is made: executor, rank-0 spec, actor roles."""
+
+    executor: str
+    template: Any
+    roles: Roles
+    replay: bool = False
+    threads: int | None = None
+
+    def make(self, config: RunConfig, attempt: int) -> WorkerGroup:
+        """The group of ``attempt`` (a restart after a failure is attempt 1, 2, ...)."""
+        spec = replace(self.template, attempt=attempt)
+        loop = config.loop
+        if self.executor == "ray":
+            return RayWorkerGroup(spec, loop.resources, loop.deadline_s, self.roles)
+        return LocalWorkerGroup(
+            spec, loop.deadline_s, replay=self.replay, threads=self.threads, roles=self.roles
+        )
+
+
+def _coordinator(
+    config: RunConfig, run_path: Path, group: _GroupPlan, num_classes: int
+) -> Coordinator:
+    """The run's coordinator over ``group``'s workers (homogeneous or heterogeneous)."""
+    return Coordinator(
         config.loop,
-        make_group=make_group,
+        make_group=lambda attempt: group.make(config, attempt),
         policy=FailurePolicy(config.failure),
         recorder=Recorder(run_path),
         evaluation=config.eval,
-        num_classes=info.num_classes,
+        num_classes=num_classes,
         world_size=config.cluster.parts,
         link=config.link is not None,
     )
-    return _finish(config, run_path, prepared, coordinator, topology, executor, wall)
 
 
 def _finish(
@@ -254,27 +283,14 @@ def _run_hetero(
     fault: FaultSpec | None,
     wall: float,
     replay: bool = False,
+    threads: int | None = None,
 ) -> TrainResult:
     """``_run`` of a heterogeneous run: typed owners and trainers, the same coordinator."""
     assert config.hetero is not None  # the caller checked
     info = HeteroStoreInfo.read(str(prepared.path))
     template = replace(hetero_worker_template(config, prepared.path, info), fault=fault)
-
-    def make_group(attempt: int) -> WorkerGroup:
-        spec = replace(template, attempt=attempt)
-        if executor == "ray":
-            return RayWorkerGroup(spec, config.loop.resources, config.loop.deadline_s, HETERO)
-        return LocalWorkerGroup(spec, config.loop.deadline_s, replay=replay, roles=HETERO)
-
-    coordinator = Coordinator(
-        config.loop,
-        make_group=make_group,
-        policy=FailurePolicy(config.failure),
-        recorder=Recorder(run_path),
-        evaluation=config.eval,
-        num_classes=info.num_classes,
-        world_size=config.cluster.parts,
-    )
+    group = _GroupPlan(executor, template, HETERO, replay=replay, threads=threads)
+    coordinator = _coordinator(config, run_path, group, info.num_classes)
     return _finish(config, run_path, prepared, coordinator, "partitioned", executor, wall)
 
 
