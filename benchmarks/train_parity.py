@@ -39,7 +39,7 @@ from gnnsys.store import write_partitions
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.run import train
 from gnnsys.train.evaluate import full_block, full_graph_logits
-from gnnsys.train.trainer import Trainer
+from gnnsys.train.trainer import Trainer, steps_per_epoch
 from gnnsys.types import Graph
 
 SETTINGS: dict[str, dict[str, Any]] = {
@@ -102,7 +102,7 @@ def single(graph: Graph, s: dict[str, Any], seed: int) -> dict[str, Any]:
     x = torch.from_numpy(np.asarray(graph.x, dtype=np.float32))
     best = {"val": -1.0, "test": 0.0}
     for epoch in range(s["epochs"]):
-        trainer.train_epoch(epoch, trainer.num_local_batches())
+        trainer.train_epoch(epoch, steps_per_epoch([trainer.batch_plan()]))
         accs = _accs(model, graph, block, x)
         if accs["val"] > best["val"]:
             best = accs

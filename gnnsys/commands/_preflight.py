@@ -37,6 +37,7 @@ _ALIASES = {
     "dropout": "model.dropout",
     "weight-decay": "trainer.weight_decay",
     "weight_decay": "trainer.weight_decay",
+    "batch-schedule": "trainer.schedule",
 }
 """Short names ``--allow-change`` accepts for common fields."""
 

@@ -56,6 +56,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--hidden", type=int, help="hidden width")
     p.add_argument("--fanouts", help="neighbors per hop, seed hop first, e.g. 15,10")
     p.add_argument("--batch-size", type=int, help="seeds per batch per worker")
+    p.add_argument(
+        "--batch-schedule",
+        choices=("global", "max"),
+        help="global (default): each epoch has one part's steps for the global batch "
+        "(batch-size x parts), ranks with more seeds take bigger batches; max: the largest "
+        "rank's steps, no batch above --batch-size (less memory, more steps on unbalanced parts)",
+    )
     p.add_argument("--epochs", type=int)
     p.add_argument("--lr", type=float)
     p.add_argument(
@@ -255,7 +262,7 @@ def build_config(args: argparse.Namespace) -> Any:
         trainer=replace(
             cfg.trainer,
             **pick(batch_size=args.batch_size, lr=args.lr, seed=args.seed),
-            **pick(weight_decay=args.weight_decay),
+            **pick(weight_decay=args.weight_decay, schedule=args.batch_schedule),
         ),
         loop=replace(
             cfg.loop,

@@ -8,7 +8,12 @@ single-process in tests and inside each Ray worker.
 Batch schedule: the coordinator fixes ``num_batches`` for every rank (so the allreduce in each
 step has a partner on every rank and never hangs); rank ``r`` splits a seeded permutation of its
 own train seeds into that many near-equal batches (``torch.tensor_split``), so every seed is seen
-exactly once per epoch without padding or truncation.
+exactly once per epoch without padding or truncation. ``num_batches`` comes from every rank's
+:class:`BatchPlan` (:func:`steps_per_epoch`): with the ``global`` schedule (default) it is the
+1-part run's count for the global batch ``batch_size * P``, so a rank with more seeds takes
+bigger batches and P parts take the same steps as one part however unequal the parts' seeds;
+with ``max`` it is the largest rank's count, so no rank's batch exceeds ``batch_size`` (less
+memory on an unbalanced partition, but more, smaller steps than one part).
 
 Gradient weighting: ranks own unequal numbers of seeds (METIS balances nodes, not train nodes),
 so a small rank's batches are smaller. Each rank backpropagates its loss *summed* over its
@@ -46,12 +51,15 @@ if TYPE_CHECKING:
     from gnnsys.train.layer0.base import FirstLayer
 
 __all__ = [
+    "SCHEDULES",
+    "BatchPlan",
     "EpochStats",
     "GradSync",
     "LocalSync",
     "Trainer",
     "batch_seed_for",
     "epoch_batches",
+    "steps_per_epoch",
 ]
 
 log = logging.getLogger(__name__)
@@ -92,6 +100,43 @@ def epoch_batches(
     gen = torch.Generator().manual_seed(_mix(seed, 0xBA7C, rank, epoch))
     perm = torch.randperm(num_seeds, generator=gen)
     return list(torch.tensor_split(perm, num_batches))
+
+
+SCHEDULES = ("global", "max")
+"""Batch schedules (``Trainer.Config.schedule``, ``--batch-schedule``); see the module docstring."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPlan:
+    """What one rank brings to the epoch's batch count.
+
+    Attributes:
+        items: Train items the rank owns (seed nodes, or positive links).
+        batch_size: Its ``Trainer.Config.batch_size``.
+        schedule: Its ``Trainer.Config.schedule`` (one of :data:`SCHEDULES`).
+    """
+
+    items: int
+    batch_size: int
+    schedule: str
+
+
+def steps_per_epoch(plans: list[BatchPlan]) -> int:
+    """Batches every rank runs per epoch (at least 1).
+
+    ``global``: ``ceil(sum items / sum batch_size)``, the 1-part count for the global batch;
+    ``max``: the largest ``ceil(items / batch_size)`` (no rank's batch exceeds its size).
+
+    Raises:
+        ValueError: No plans, or ranks that disagree on the schedule.
+    """
+    schedules = {p.schedule for p in plans}
+    if len(schedules) != 1:
+        raise ValueError(f"ranks disagree on the batch schedule ({sorted(schedules)}); one run")
+    if schedules == {"max"}:
+        return max(1, *(-(-p.items // p.batch_size) for p in plans))
+    items, size = sum(p.items for p in plans), sum(p.batch_size for p in plans)
+    return max(1, -(-items // size))
 
 
 class GradSync(Protocol):
@@ -141,6 +186,10 @@ class Trainer:
         Planetoid (Kipf & Welling)."""
         batch_size: int = 1024
         """Seeds per batch per worker (the global batch is ``batch_size * P``)."""
+        schedule: str = "global"
+        """``global``: every epoch has the 1-part run's steps for the global batch (ranks with
+        more seeds take bigger batches); ``max``: the largest rank's steps at ``batch_size``
+        (no batch above ``batch_size``; more, smaller steps on unbalanced parts)."""
         seed: int = 0
         """Run seed: fixes the seed order, every sampled batch and the model's initial weights."""
 
@@ -153,6 +202,11 @@ class Trainer:
                 )
             if self.batch_size < 1:
                 raise ValueError(f"batch_size={self.batch_size}; choose batch_size >= 1")
+            if self.schedule not in SCHEDULES:
+                raise ValueError(
+                    f"schedule={self.schedule!r}; choose one of {', '.join(SCHEDULES)} "
+                    "(--batch-schedule)"
+                )
 
     def __init__(
         self,
@@ -194,9 +248,13 @@ class Trainer:
         """The module that runs over the blocks (the model itself; a link model's encoder)."""
         return self.model
 
-    def num_local_batches(self) -> int:
-        """Batches this rank needs for one pass over its seeds (the coordinator takes the max)."""
-        return max(1, -(-int(self.train_gid.numel()) // self.config.batch_size))
+    def batch_plan(self) -> BatchPlan:
+        """This rank's items and batch settings (the group's :func:`steps_per_epoch` input)."""
+        return BatchPlan(self._num_items(), self.config.batch_size, self.config.schedule)
+
+    def _num_items(self) -> int:
+        """Train items of this rank: its seed nodes."""
+        return int(self.train_gid.numel())
 
     def train_epoch(
         self, epoch: int, num_batches: int, hook: Callable[[int], None] | None = None
@@ -218,7 +276,7 @@ class Trainer:
     def _batches(self, epoch: int, num_batches: int) -> list[Tensor]:
         """This rank's seed positions per batch of ``epoch`` (see ``epoch_batches``)."""
         return epoch_batches(
-            int(self.train_gid.numel()),
+            self._num_items(),
             num_batches,
             seed=self.config.seed,
             rank=self.rank,

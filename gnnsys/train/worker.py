@@ -46,7 +46,7 @@ from gnnsys.train.remote.ledger import Ledger, LedgerSnapshot
 from gnnsys.train.remote.peers import LocalPeerClient, PeerClient, RayPeerClient
 from gnnsys.train.remote.routed import RoutedNeighborSource
 from gnnsys.train.topology import assemble_graph
-from gnnsys.train.trainer import EpochStats, GradSync, Trainer
+from gnnsys.train.trainer import BatchPlan, EpochStats, GradSync, Trainer
 from gnnsys.types import PartitionBook, PartitionShard
 
 if TYPE_CHECKING:
@@ -418,9 +418,9 @@ class TrainWorker:
                 timeout=timedelta(seconds=self.spec.deadline_s),
             )
 
-    def num_local_batches(self) -> int:
-        """Batches this rank needs per epoch."""
-        return self.trainer.num_local_batches()
+    def batch_plan(self) -> BatchPlan:
+        """This rank's items and batch settings (the group computes the epoch's batches)."""
+        return self.trainer.batch_plan()
 
     def load_state(
         self, model: dict[str, Any], optimizer: dict[str, Any], rng: dict[str, Any]

@@ -46,7 +46,7 @@ def _config(
         sampler=NeighborSampler.Config(fanouts=(5, 5)),
         model=replace(cfg.model, hidden=32),
         trainer=replace(cfg.trainer, batch_size=16, lr=0.01, **trainer),
-        loop=replace(cfg.loop, epochs=epochs, progress=False, deadline_s=60.0),
+        loop=replace(cfg.loop, epochs=epochs, progress=False, deadline_s=120.0),  # loaded CI
     )
 
 

@@ -150,7 +150,7 @@ def _reference_steps(
     x = torch.from_numpy(mag.nodes["paper"].x)
     whole = _whole_sampler(mag)
     seeds = [_rank_seeds(store, r) for r in range(parts)]
-    num_batches = max(-(-len(s[0]) // batch) for s in seeds)
+    num_batches = max(1, -(-sum(len(s[0]) for s in seeds) // (batch * parts)))  # global
     params = list(model.parameters())
     adam = torch.optim.Adam(params, lr=0.01)
     schedule = [

@@ -7,7 +7,7 @@ import torch
 from gnnsys.models import ModelConfig, build_model
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.train.evaluate import full_block, full_graph_logits
-from gnnsys.train.trainer import Trainer, epoch_batches
+from gnnsys.train.trainer import BatchPlan, Trainer, epoch_batches, steps_per_epoch
 from gnnsys.types import Graph
 
 
@@ -58,13 +58,13 @@ def test_single_process_loop_learns_and_is_deterministic(tiny_graph: Graph) -> N
     a = _trainer(tiny_graph, 0)
     losses = []
     for epoch in range(4):
-        stats = a.train_epoch(epoch, a.num_local_batches())
+        stats = a.train_epoch(epoch, steps_per_epoch([a.batch_plan()]))
         assert stats.num_seeds == int(tiny_graph.train_mask.sum())  # type: ignore[union-attr]
         losses.append(stats.loss_sum / stats.num_seeds)
     assert losses[-1] < losses[0]
     b = _trainer(tiny_graph, 0)
     for epoch in range(4):
-        b.train_epoch(epoch, b.num_local_batches())
+        b.train_epoch(epoch, steps_per_epoch([b.batch_plan()]))
     for key, value in a.model.state_dict().items():
         assert torch.equal(value, b.model.state_dict()[key]), key
     block = full_block(tiny_graph.indptr, tiny_graph.indices, tiny_graph.num_nodes)
@@ -74,12 +74,12 @@ def test_single_process_loop_learns_and_is_deterministic(tiny_graph: Graph) -> N
 
 def test_state_roundtrip_restores_rng(tiny_graph: Graph) -> None:
     a = _trainer(tiny_graph, 1)
-    a.train_epoch(0, a.num_local_batches())
+    a.train_epoch(0, steps_per_epoch([a.batch_plan()]))
     state = a.state()
-    a.train_epoch(1, a.num_local_batches())
+    a.train_epoch(1, steps_per_epoch([a.batch_plan()]))
     b = _trainer(tiny_graph, 1)  # same run seed (batch order); weights come from the state
     b.load_state(state["model"], state["optimizer"], state["rng"])
-    b.train_epoch(1, b.num_local_batches())
+    b.train_epoch(1, steps_per_epoch([b.batch_plan()]))
     for key, value in a.model.state_dict().items():
         assert torch.equal(value, b.model.state_dict()[key]), key
 
@@ -101,3 +101,19 @@ def test_ranks_loading_one_state_do_not_share_optimizer_moments(tiny_graph: Grap
     assert moments[0].isdisjoint(
         {id(v) for s in state["optimizer"]["state"].values() for v in s.values()}
     )
+
+
+def test_steps_per_epoch_global_is_one_parts_count_and_max_caps_batches() -> None:
+    # ranks of 470, 180, 190, 160 seeds at 256 each: the global batch 1024 over 1000 seeds
+    plans = [BatchPlan(n, 256, "global") for n in (470, 180, 190, 160)]
+    assert steps_per_epoch(plans) == 1 == steps_per_epoch([BatchPlan(1000, 1024, "global")])
+    capped = [BatchPlan(n, 256, "max") for n in (470, 180, 190, 160)]
+    assert steps_per_epoch(capped) == 2  # ceil(470 / 256)
+    assert steps_per_epoch([BatchPlan(0, 8, "global"), BatchPlan(0, 8, "global")]) == 1
+    with pytest.raises(ValueError, match="disagree"):
+        steps_per_epoch([BatchPlan(1, 1, "global"), BatchPlan(1, 1, "max")])
+
+
+def test_unknown_schedule_names_the_choices() -> None:
+    with pytest.raises(ValueError, match="schedule='even'.*global, max"):
+        Trainer.Config(schedule="even")

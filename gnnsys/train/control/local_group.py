@@ -36,6 +36,7 @@ from gnnsys.train.remote.client import SampleArrays
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.peers import LocalPeerClient
 from gnnsys.train.remote.server import ShardOwner
+from gnnsys.train.trainer import steps_per_epoch
 from gnnsys.train.worker import RankState, TrainWorker, WorkerEpochReport
 
 __all__ = ["HOMOGENEOUS", "LocalOwnerClient", "LocalWorkerGroup", "ThreadSync"]
@@ -167,7 +168,7 @@ class LocalWorkerGroup:
         self._threads_before = torch.get_num_threads()
 
     def start(self) -> int:
-        """Build the owners and ranks; returns the batches per epoch (max over ranks)."""
+        """Build the owners and ranks; returns the batches per epoch (``steps_per_epoch``)."""
         world, roles = self.template.world_size, self.roles
         owners = [roles.owner(self.template.store, p) for p in range(world)]
         client, peers = roles.local_client(owners), roles.local_peers()
@@ -188,7 +189,7 @@ class LocalWorkerGroup:
         peers.peers = list(self.workers)
         if self.threads is not None:
             torch.set_num_threads(self.threads)  # after TrainWorker pinned 1
-        return int(max(w.num_local_batches() for w in self.workers))
+        return steps_per_epoch([w.batch_plan() for w in self.workers])
 
     def load(self, ckpt: Checkpoint) -> None:
         """Restore a checkpoint on every rank."""

@@ -25,6 +25,7 @@ from gnnsys.train.control.group import GroupFailure, Roles
 from gnnsys.train.control.local_group import HOMOGENEOUS
 from gnnsys.train.control.resources import Resources
 from gnnsys.train.evaluate import RankEval
+from gnnsys.train.trainer import steps_per_epoch
 from gnnsys.train.worker import RankState, WorkerEpochReport
 
 __all__ = ["RayWorkerGroup", "Resources", "actor_name"]
@@ -83,7 +84,7 @@ class RayWorkerGroup:
         self.workers: list[Any] = []
 
     def start(self) -> int:
-        """Create the actors, join the gloo group; returns the batches per epoch (max of ranks).
+        """Create the actors and the gloo group; returns batches per epoch (``steps_per_epoch``).
 
         Raises:
             GroupFailure: An actor failed to start or to answer within the deadline.
@@ -117,7 +118,7 @@ class RayWorkerGroup:
         host, port = self._call_all(lambda _, w: w.address.remote(), self.workers[:1])[0]
         self._call_all(lambda _, w: w.init_group.remote(host, port))
         self._call_all(lambda _, w: w.set_peers.remote(self.workers))
-        return int(max(self._call_all(lambda _, w: w.num_local_batches.remote())))
+        return steps_per_epoch(self._call_all(lambda _, w: w.batch_plan.remote()))
 
     def _call_all(
         self, make: Callable[[int, Any], Any], actors: list[Any] | None = None

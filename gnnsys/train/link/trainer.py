@@ -30,7 +30,7 @@ from torch.nn import functional
 
 from gnnsys.models import LinkModel
 from gnnsys.train.link.config import LinkConfig
-from gnnsys.train.trainer import Trainer, _mix, epoch_batches
+from gnnsys.train.trainer import Trainer, _mix
 
 __all__ = ["LinkBatch", "LinkTrainer", "link_batch"]
 
@@ -107,19 +107,9 @@ class LinkTrainer(Trainer):
         """The link model's encoder (runs over the blocks)."""
         return cast(LinkModel, self.model).encoder
 
-    def num_local_batches(self) -> int:
-        """Batches for one pass over this rank's train links."""
-        return max(1, -(-int(self.train_2E.shape[1]) // self.config.batch_size))
-
-    def _batches(self, epoch: int, num_batches: int) -> list[Tensor]:
-        """Positions into this rank's train links per batch (``epoch_batches``)."""
-        return epoch_batches(
-            int(self.train_2E.shape[1]),
-            num_batches,
-            seed=self.config.seed,
-            rank=self.rank,
-            epoch=epoch,
-        )
+    def _num_items(self) -> int:
+        """Train items of this rank: its positive links."""
+        return int(self.train_2E.shape[1])
 
     def batch(self, pos_B: Tensor, batch_seed: int) -> LinkBatch:
         """The :class:`LinkBatch` of the links at ``pos_B``."""
@@ -166,7 +156,7 @@ class LinkTrainer(Trainer):
         """The batch's positive links: ranks weigh by positives, not 1/P each.
 
         Links are owned by their source, so ranks own unequal numbers and every rank runs the
-        largest rank's batch count: smaller ranks take smaller batches. Weighting each rank by
+        same batch count: smaller ranks take smaller batches. Weighting each rank by
         its positives makes the step's gradient the mean over all the step's positives (at P = 1
         it is the plain mean), so P parts equal one part in expectation.
         """
