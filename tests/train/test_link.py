@@ -363,3 +363,62 @@ def test_ray_group_link_scores_equal_one_process(
     for name in ("val", "test"):
         for key, value in link_metrics(sums[name]).items():
             assert result.metrics[f"{name}_{key}"] == pytest.approx(value, abs=1e-5), key
+
+
+# ---- a gnnsys step is PyG's full-batch step ------------------------------------------------------
+def test_full_batch_steps_equal_pyg_sageconv_on_the_same_pairs(split: LinkSplit) -> None:
+    # gnnsys's LinkTrainer at full batch (fanouts -1,-1, every train link in one step) against
+    # PyG's link_pred loop (SAGEConv stack, dot product, BCE, Adam) fed the same initial weights
+    # and the same negative pairs: the losses and weights must follow each other step by step
+    from torch_geometric.nn import SAGEConv
+
+    from gnnsys.datasets.link_split import undirected_pairs
+
+    g = split.graph
+    assert g.x is not None
+    x = torch.from_numpy(np.asarray(g.x, dtype=np.float32))
+    torch.manual_seed(0)
+    encoder = build_model(ModelConfig(name="sage", hidden=16, dropout=0.0), x.shape[1], 16, 2)
+    convs = torch.nn.ModuleList([SAGEConv(x.shape[1], 16), SAGEConv(16, 16)])
+    with torch.no_grad():
+        for conv, layer in zip(convs, encoder.layers, strict=True):
+            conv.lin_l.weight.copy_(layer.lin_l.weight)
+            conv.lin_l.bias.copy_(layer.lin_l.bias)
+            conv.lin_r.weight.copy_(layer.lin_r.weight)
+    train = torch.from_numpy(split.train_2E)
+    sampler = NeighborSampler(
+        NeighborSampler.Config(fanouts=(-1, -1)), source=CSRNeighborSource.from_graph(g)
+    )
+    trainer = LinkTrainer(
+        Trainer.Config(batch_size=1 << 30, lr=0.01, seed=0),
+        LinkConfig(neg_per_pos=1),
+        model=LinkModel(encoder, build_decoder("dot", 16)),
+        train_2E=train,
+        num_nodes=g.num_nodes,
+        sampler=sampler,
+        features=_Rows(x),
+    )
+    edge_index = torch.from_numpy(undirected_pairs(g))
+    edge_index = torch.cat([edge_index, edge_index.flip(0)], dim=1)
+    opt = torch.optim.Adam(convs.parameters(), lr=0.01)
+    for epoch in range(4):
+        stats = trainer.train_epoch(epoch, 1)
+        batch = link_batch(
+            train[:, trainer._batches(epoch, 1)[0]],
+            num_nodes=g.num_nodes,
+            neg_per_pos=1,
+            seed=batch_seed_for(0, 0, epoch, 0),
+        )
+        src, dst = batch.seed_gid[batch.src_B], batch.seed_gid[batch.dst_B]
+        neg = batch.seed_gid[batch.neg_Bq[:, 0]]
+        opt.zero_grad()
+        h = convs[1](convs[0](x, edge_index).relu(), edge_index)
+        logits = torch.cat([(h[src] * h[dst]).sum(-1), (h[src] * h[neg]).sum(-1)])
+        labels = torch.cat([torch.ones(len(src)), torch.zeros(len(src))])
+        loss = functional.binary_cross_entropy_with_logits(logits, labels)
+        loss.backward()
+        opt.step()
+        assert stats.loss_sum / stats.num_seeds == pytest.approx(float(loss), rel=1e-5)
+        for conv, layer in zip(convs, trainer.encoder().layers, strict=True):
+            torch.testing.assert_close(conv.lin_l.weight, layer.lin_l.weight, atol=1e-5, rtol=0)
+            torch.testing.assert_close(conv.lin_r.weight, layer.lin_r.weight, atol=1e-5, rtol=0)
