@@ -234,20 +234,30 @@ class _PeerSync:
             flat.copy_((flat + self.peer) / 2)
 
 
+def _whole_graph_sage(
+    split: LinkSplit, *, hidden: int, seed: int
+) -> tuple[torch.Tensor, Any, torch.Tensor, NeighborSampler]:
+    """Features, a seeded 2-layer SAGE encoder, the train links, a full-neighbourhood sampler."""
+    g = split.graph
+    assert g.x is not None
+    x = torch.from_numpy(np.asarray(g.x, dtype=np.float32))
+    torch.manual_seed(seed)
+    encoder = build_model(
+        ModelConfig(name="sage", hidden=hidden, dropout=0.0), x.shape[1], hidden, 2
+    )
+    sampler = NeighborSampler(
+        NeighborSampler.Config(fanouts=(-1, -1)), source=CSRNeighborSource.from_graph(g)
+    )
+    return x, encoder, torch.from_numpy(split.train_2E), sampler
+
+
 def test_ranks_with_unequal_batches_weigh_by_positives(split: LinkSplit) -> None:
     # rank 0 holds 7 positives, rank 1 holds 29: the synced gradient must be the gradient of the
     # mean BCE over all 36 positives' pairs, not the mean of the two ranks' means (DDP's 1/P)
     g = split.graph
-    assert g.x is not None
-    x = torch.from_numpy(np.asarray(g.x, dtype=np.float32))
-    torch.manual_seed(3)
-    encoder = build_model(ModelConfig(name="sage", hidden=8, dropout=0.0), x.shape[1], 8, 2)
+    x, encoder, train, sampler = _whole_graph_sage(split, hidden=8, seed=3)
     initial = LinkModel(encoder, build_decoder("dot", 8))
-    train = torch.from_numpy(split.train_2E)
     owned = {0: train[:, :7], 1: train[:, 7:36]}
-    sampler = NeighborSampler(
-        NeighborSampler.Config(fanouts=(-1, -1)), source=CSRNeighborSource.from_graph(g)
-    )
     sync, cfg, q = _PeerSync(), Trainer.Config(batch_size=64, lr=0.01), 2
     trainers = {}
     for rank in (1, 0):
@@ -375,20 +385,13 @@ def test_full_batch_steps_equal_pyg_sageconv_on_the_same_pairs(split: LinkSplit)
     from gnnsys.datasets.link_split import undirected_pairs
 
     g = split.graph
-    assert g.x is not None
-    x = torch.from_numpy(np.asarray(g.x, dtype=np.float32))
-    torch.manual_seed(0)
-    encoder = build_model(ModelConfig(name="sage", hidden=16, dropout=0.0), x.shape[1], 16, 2)
+    x, encoder, train, sampler = _whole_graph_sage(split, hidden=16, seed=0)
     convs = torch.nn.ModuleList([SAGEConv(x.shape[1], 16), SAGEConv(16, 16)])
     with torch.no_grad():
         for conv, layer in zip(convs, encoder.layers, strict=True):
             conv.lin_l.weight.copy_(layer.lin_l.weight)
             conv.lin_l.bias.copy_(layer.lin_l.bias)
             conv.lin_r.weight.copy_(layer.lin_r.weight)
-    train = torch.from_numpy(split.train_2E)
-    sampler = NeighborSampler(
-        NeighborSampler.Config(fanouts=(-1, -1)), source=CSRNeighborSource.from_graph(g)
-    )
     trainer = LinkTrainer(
         Trainer.Config(batch_size=1 << 30, lr=0.01, seed=0),
         LinkConfig(neg_per_pos=1),
