@@ -55,26 +55,7 @@ def add_parser(sub: Any) -> None:
     add_hetero_args(p)
     p.add_argument("--hidden", type=int, help="hidden width")
     p.add_argument("--fanouts", help="neighbors per hop, seed hop first, e.g. 15,10")
-    p.add_argument("--batch-size", type=int, help="seeds per batch per worker")
-    p.add_argument(
-        "--batch-schedule",
-        choices=("global", "max"),
-        help="global (default): each epoch has one part's steps for the global batch "
-        "(batch-size x parts), ranks with more seeds take bigger batches; max: the largest "
-        "rank's steps, no batch above --batch-size (less memory, more steps on unbalanced parts)",
-    )
-    p.add_argument("--epochs", type=int)
-    p.add_argument("--lr", type=float)
-    p.add_argument(
-        "--weight-decay",
-        type=float,
-        help="Adam weight decay (L2), e.g. 5e-4 for GCN on Planetoid (default 0)",
-    )
-    p.add_argument(
-        "--dropout",
-        type=float,
-        help="dropout probability after each hidden layer while training, in [0, 1) (default 0.5)",
-    )
+    _add_optim_flags(p)
     p.add_argument("--seed", type=int)
     p.add_argument("--out", help="run directory (default runs/train-TIMESTAMP)")
     p.add_argument("--address", help="join this Ray cluster instead of starting one")
@@ -107,6 +88,30 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--inject-fault", help=argparse.SUPPRESS)  # KIND:RANK:EPOCH:BATCH, tests
     p.set_defaults(func=run)
+
+
+def _add_optim_flags(p: argparse.ArgumentParser) -> None:
+    """Batch size and schedule, epochs and the optimiser's settings."""
+    p.add_argument("--batch-size", type=int, help="seeds per batch per worker")
+    p.add_argument(
+        "--batch-schedule",
+        choices=("global", "max"),
+        help="global (default): each epoch has one part's steps for the global batch "
+        "(batch-size x parts), ranks with more seeds take bigger batches; max: the largest "
+        "rank's steps, no batch above --batch-size (less memory, more steps on unbalanced parts)",
+    )
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--lr", type=float)
+    p.add_argument(
+        "--weight-decay",
+        type=float,
+        help="Adam weight decay (L2), e.g. 5e-4 for GCN on Planetoid (default 0)",
+    )
+    p.add_argument(
+        "--dropout",
+        type=float,
+        help="dropout probability after each hidden layer while training, in [0, 1) (default 0.5)",
+    )
 
 
 def add_feature_path_args(p: argparse.ArgumentParser) -> None:

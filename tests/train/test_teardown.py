@@ -31,15 +31,15 @@ def test_ctrl_c_kills_every_actor_and_ray(tmp_path: Path) -> None:
     cmd = [
         sys.executable, "-m", "gnnsys", "train", "synthetic:sbm", "--num-nodes", "1000",
         "--parts", "2", "--partitioner", "random", "--fanouts", "5,5", "--hidden", "16",
-        "--batch-size", "8", "--epochs", "500", "--out", str(tmp_path), "--no-progress",
+        "--batch-size", "8", "--epochs", "500", "--out", str(tmp_path / "run"), "--no-progress",
     ]  # fmt: skip
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
-    )
-    metrics = tmp_path / "metrics.jsonl"
+    log = tmp_path / "stderr.log"  # a file, not a pipe: an unread pipe blocks a chatty child
+    with log.open("w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    metrics = tmp_path / "run" / "metrics.jsonl"
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and not (metrics.exists() and metrics.read_text()):
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert proc.poll() is None, log.read_text()
         time.sleep(0.2)
     assert len(_session_members(proc.pid)) > 2  # driver, Ray daemons and actors are running
     proc.send_signal(signal.SIGINT)
