@@ -35,7 +35,14 @@ def test_ctrl_c_kills_every_actor_and_ray(tmp_path: Path) -> None:
     ]  # fmt: skip
     log = tmp_path / "stderr.log"  # a file, not a pipe: an unread pipe blocks a chatty child
     with log.open("w") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+            # a suite started as a background job ignores SIGINT, and children inherit that
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
     metrics = tmp_path / "run" / "metrics.jsonl"
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and not (metrics.exists() and metrics.read_text()):
