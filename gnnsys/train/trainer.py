@@ -130,6 +130,8 @@ def steps_per_epoch(plans: list[BatchPlan]) -> int:
     Raises:
         ValueError: No plans, or ranks that disagree on the schedule.
     """
+    if not plans:
+        raise ValueError("no batch plans: a run has at least one rank")
     schedules = {p.schedule for p in plans}
     if len(schedules) != 1:
         raise ValueError(f"ranks disagree on the batch schedule ({sorted(schedules)}); one run")

@@ -110,6 +110,8 @@ def test_steps_per_epoch_global_is_one_parts_count_and_max_caps_batches() -> Non
     capped = [BatchPlan(n, 256, "max") for n in (470, 180, 190, 160)]
     assert steps_per_epoch(capped) == 2  # ceil(470 / 256)
     assert steps_per_epoch([BatchPlan(0, 8, "global"), BatchPlan(0, 8, "global")]) == 1
+    with pytest.raises(ValueError, match="no batch plans"):
+        steps_per_epoch([])
     with pytest.raises(ValueError, match="disagree"):
         steps_per_epoch([BatchPlan(1, 1, "global"), BatchPlan(1, 1, "max")])
 
