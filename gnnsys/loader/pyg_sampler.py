@@ -2,7 +2,8 @@
 
 It picks ``NeighborSampler`` (the fast path, the one the distributed runtime uses) for plain
 fanout sampling and ``ExtendedSampler`` when a batch needs disjoint trees, edge weights or
-timestamps; ``subgraph_type`` is applied to the sampled nodes afterwards:
+timestamps (with every node's in-edges in time order first, as PyG's ``sort_csc``, so a batch's
+node order is PyG's); ``subgraph_type`` is applied to the sampled nodes afterwards:
 
 * ``'directional'``: the sampled edges (messages toward the seeds), with ``e_id``.
 * ``'bidirectional'``: the sampled edges plus their reverses, coalesced (PyG's
@@ -30,6 +31,7 @@ from torch import Tensor
 
 from gnnsys.loader.graph_view import GraphView
 from gnnsys.sampler import NeighborSampler
+from gnnsys.sampler.candidates import time_sorted
 from gnnsys.sampler.draw import ragged_range
 from gnnsys.sampler.extended import ExtendedSampler
 from gnnsys.types import SampledSubgraph
@@ -100,10 +102,10 @@ class PyGSampler:
                 disjoint=config.disjoint,
                 temporal_strategy=config.temporal_strategy,
             )
+            source = time_sorted(view.source, src_time=node_time, edge_time=edge_time)
             self.sampler = ExtendedSampler(
-                ext, source=view.source, edge_weight=weight, node_time=node_time,
-                edge_time=edge_time,
-            )  # fmt: skip
+                ext, source=source, edge_weight=weight, node_time=node_time, edge_time=edge_time
+            )
         else:
             fast = NeighborSampler.Config(
                 fanouts=config.fanouts, replace=config.replace, num_threads=num_threads

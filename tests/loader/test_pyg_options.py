@@ -82,6 +82,26 @@ def test_node_level_temporal_sampling_is_disjoint(data: Data) -> None:
         NeighborLoader(graph, [2], input_time=torch.zeros(graph.num_nodes))
 
 
+def test_temporal_neighbors_come_in_time_order_as_in_pyg() -> None:
+    """PyG sorts each node's in-edges by time before temporal sampling (``sort_csc``), so with
+    ``-1`` fanouts a seed's neighbors are numbered oldest first, whatever the edge order."""
+    edge_index = torch.tensor([[5, 3, 4, 1], [0, 0, 0, 0]])
+    time = torch.tensor([9, 3, 0, 3, 2, 1])
+    edge_time = torch.tensor([7, 5, 6, 8])
+    by_node = Data(edge_index=edge_index, time=time, num_nodes=6)
+    batch = next(
+        iter(NeighborLoader(by_node, [-1], input_nodes=torch.tensor([0]), time_attr="time"))
+    )
+    assert batch.n_id.tolist() == [0, 5, 4, 3, 1]  # times 1, 2, 3, 3 (the tie keeps edge order)
+    by_edge = Data(edge_index=edge_index, edge_time=edge_time, num_nodes=6)
+    loader = NeighborLoader(
+        by_edge, [-1], input_nodes=torch.tensor([0]), input_time=torch.tensor([7]),
+        time_attr="edge_time",
+    )  # fmt: skip
+    batch = next(iter(loader))
+    assert batch.n_id.tolist() == [0, 3, 4, 5] and batch.edge_time.tolist() == [5, 6, 7]
+
+
 def test_disjoint_batch_vector(data: Data) -> None:
     batch = next(iter(NeighborLoader(data, [3, 2], batch_size=8, disjoint=True, seed=1)))
     assert batch.batch.shape == (batch.num_nodes,)

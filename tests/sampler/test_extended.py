@@ -5,9 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from torch import Tensor
 
 from gnnsys.sampler import CSRNeighborSource
+from gnnsys.sampler.candidates import time_sorted
 from gnnsys.sampler.extended import ExtendedSampler
+from gnnsys.types import SampledSubgraph
 
 
 def _source(src: list[int], dst: list[int], num_nodes: int) -> CSRNeighborSource:
@@ -131,3 +134,51 @@ def test_zero_hops_and_bad_inputs() -> None:
             node_time=torch.zeros(3),
             edge_time=torch.zeros(2),
         )
+
+
+def _random_timed(num_nodes: int = 200, num_edges: int = 3000) -> tuple[CSRNeighborSource, Tensor]:
+    rng = np.random.default_rng(3)
+    src, dst = rng.integers(0, num_nodes, num_edges), rng.integers(0, num_nodes, num_edges)
+    time = torch.from_numpy(rng.integers(0, 40, num_nodes))
+    return _source(src.tolist(), dst.tolist(), num_nodes), time
+
+
+def _tree_edges(sub: SampledSubgraph) -> set[tuple[int, int]]:
+    """``(tree, edge id)`` of every sampled edge."""
+    block = sub.blocks[0]
+    assert sub.batch is not None
+    dst = torch.repeat_interleave(torch.arange(block.num_dst), block.rowptr[1:] - block.rowptr[:-1])
+    return set(zip(sub.batch[dst].tolist(), block.e_id.tolist(), strict=True))
+
+
+@pytest.mark.parametrize("fanouts", [(-1, -1), (3, 2)])
+def test_time_sorted_rows_take_the_same_last_neighbors_in_o_k(fanouts: tuple[int, ...]) -> None:
+    """In time-sorted rows a tree's candidates are a prefix (found by bisection, no scoring);
+    ``'last'`` then takes the same edges as the scored path on the unsorted rows."""
+    source, time = _random_timed()
+    ordered = time_sorted(source, src_time=time)
+    config = ExtendedSampler.Config(fanouts=fanouts, temporal_strategy="last")
+    fast = ExtendedSampler(config, source=ordered, node_time=time)
+    scored = ExtendedSampler(config, source=source, node_time=time)
+    assert fast._candidates.prefix and not scored._candidates.prefix
+    seeds = torch.arange(0, 200, 5)
+    seed_time = torch.from_numpy(np.random.default_rng(4).integers(0, 40, seeds.numel()))
+    got = fast.sample(seeds, seed=0, seed_time=seed_time)
+    want = scored.sample(seeds, seed=0, seed_time=seed_time)
+    assert _tree_edges(got) == _tree_edges(want) and len(_tree_edges(got)) > 100
+    size = got.batch_size  # the seeds themselves may be later than the seed_time given
+    assert bool((time[got.n_id[size:]] <= seed_time[got.batch[size:]]).all())
+
+
+def test_time_sorted_uniform_draws_are_uniform_among_the_candidates() -> None:
+    time = torch.tensor([9, 1, 2, 3, 4, 5, 6])  # node 0 at t=9 has in-neighbors 1..6
+    config = ExtendedSampler.Config(fanouts=(2,))
+    sampler = ExtendedSampler(config, source=time_sorted(_star(6), src_time=time), node_time=time)
+    assert sampler._candidates.prefix
+    picks = np.zeros(7)
+    for seed in range(2000):
+        sub = sampler.sample(torch.tensor([0]), seed=seed, seed_time=torch.tensor([4]))
+        assert sub.num_sampled_edges == (2,)
+        picks[sub.n_id[1:].numpy()] += 1
+    assert picks[5:].sum() == 0  # times 5 and 6 are later than the seed's 4
+    assert np.allclose(picks[1:5] / 2000, 0.5, atol=0.04), picks
