@@ -5,9 +5,14 @@ One subprocess per scale, so each peak RSS is its own. Prints one JSON line per 
      "peak_rss_gib": ..., "import_rss_gib": ..., "graph_gib": ..., "load_avg_1m": ...,
      "sample_seeds_per_s": ..., "sample_edges_per_s": ...}
 Sampling: 20 batches of 1024 paper seeds, fanouts [15, 10] on every relation (reverse
-relations added, as PyG's ToUndirected), one thread.
+relations added, as PyG's ToUndirected), one thread. ``--modes`` adds one line per extended
+mode on the same graph (``HeteroExtendedSampler``; ``temporal``: papers' ``year`` as node time,
+which makes trees disjoint too, with rows in time order as the loader sorts them):
+    {"bench": "hetero_mag_sampler", "scale": ..., "mode": "disjoint" | "temporal",
+     "sample_seeds_per_s": ..., "sample_edges_per_s": ..., "plain_seeds_per_s": ...,
+     "load_avg_1m": ...}
 
-Usage: python benchmarks/hetero_mag.py [--scales 0.1 0.52 1.0]
+Usage: python benchmarks/hetero_mag.py [--scales 0.1 0.52 1.0] [--modes disjoint temporal]
 """
 
 from __future__ import annotations
@@ -19,11 +24,56 @@ import resource
 import subprocess
 import sys
 import time
+from typing import Any
 
 GIB = 2**30
 
 
-def run_one(scale: float) -> dict[str, float]:
+def _rate(sample: Any, order: Any) -> tuple[int, int]:
+    """``(seeds/s, edges/s)`` of 20 batches of 1024 seeds."""
+    edges, start = 0, time.perf_counter()
+    for i in range(20):
+        sub = sample(order[i * 1024 : (i + 1) * 1024], input_type="paper", seed=i)
+        edges += sum(sum(n) for n in sub.num_sampled_edges.values())
+    sample_s = time.perf_counter() - start
+    return round(20 * 1024 / sample_s), round(edges / sample_s)
+
+
+def run_extended(graph: Any, scale: float, mode: str, order: Any, plain: int) -> dict[str, Any]:
+    import torch
+
+    from gnnsys.sampler.candidates import time_sorted
+    from gnnsys.sampler.hetero import csr_sources
+    from gnnsys.sampler.hetero_extended import HeteroExtendedSampler
+
+    fanouts = {et: (15, 10) for et in graph.edge_types}
+    config = HeteroExtendedSampler.Config(fanouts=fanouts, disjoint=mode == "disjoint")
+    year = torch.from_numpy(graph.nodes["paper"].attrs["year"])
+    sources = csr_sources(graph)
+    if mode == "temporal":  # as the loader does: rows from papers in time order (sort_csc)
+        sources = {
+            et: time_sorted(s, src_time=year) if et[0] == "paper" else s
+            for et, s in sources.items()
+        }
+    sampler = HeteroExtendedSampler(
+        config,
+        sources=sources,
+        num_nodes={t: s.num_nodes for t, s in graph.nodes.items()},
+        node_time={"paper": year} if mode == "temporal" else None,
+    )
+    seeds_per_s, edges_per_s = _rate(sampler.sample, order)
+    return {
+        "bench": "hetero_mag_sampler",
+        "scale": scale,
+        "mode": mode,
+        "sample_seeds_per_s": seeds_per_s,
+        "sample_edges_per_s": edges_per_s,
+        "plain_seeds_per_s": plain,
+        "load_avg_1m": os.getloadavg()[0],
+    }
+
+
+def run_one(scale: float, modes: list[str]) -> dict[str, float]:
     import torch
 
     from gnnsys.datasets.mag import synthetic_mag
@@ -37,11 +87,9 @@ def run_one(scale: float) -> dict[str, float]:
     config = HeteroNeighborSampler.Config(fanouts={et: (15, 10) for et in graph.edge_types})
     sampler = HeteroNeighborSampler(config, sources=csr_sources(graph), node_types=graph.node_types)
     order = torch.randperm(graph.num_nodes("paper"), generator=torch.Generator().manual_seed(0))
-    edges, start = 0, time.perf_counter()
-    for i in range(20):
-        sub = sampler.sample(order[i * 1024 : (i + 1) * 1024], input_type="paper", seed=i)
-        edges += sum(sum(n) for n in sub.num_sampled_edges.values())
-    sample_s = time.perf_counter() - start
+    seeds_per_s, edges_per_s = _rate(sampler.sample, order)
+    for mode in modes:
+        print(json.dumps(run_extended(graph, scale, mode, order, seeds_per_s)), flush=True)
     return {
         "bench": "hetero_mag",
         "scale": scale,
@@ -52,21 +100,26 @@ def run_one(scale: float) -> dict[str, float]:
         "import_rss_gib": round(import_rss, 3),
         "graph_gib": round(graph.nbytes / GIB, 3),
         "load_avg_1m": os.getloadavg()[0],
-        "sample_seeds_per_s": round(20 * 1024 / sample_s),
-        "sample_edges_per_s": round(edges / sample_s),
+        "sample_seeds_per_s": seeds_per_s,
+        "sample_edges_per_s": edges_per_s,
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scales", type=float, nargs="+", default=[0.1, 0.52])
+    parser.add_argument(
+        "--modes", nargs="*", default=[], choices=["disjoint", "temporal"],
+        help="also time HeteroExtendedSampler in these modes on each graph",
+    )  # fmt: skip
     parser.add_argument("--one", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one is not None:
-        print(json.dumps(run_one(args.one)), flush=True)
+        print(json.dumps(run_one(args.one, args.modes)), flush=True)
         return
     for scale in args.scales:
-        subprocess.run([sys.executable, __file__, "--one", str(scale)], check=True)
+        command = [sys.executable, __file__, "--one", str(scale), "--modes", *args.modes]
+        subprocess.run(command, check=True)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,15 @@ destination), ``e_id`` and ``num_sampled_edges``; on the input type ``input_id``
 ``filter_custom_hetero_store`` (stores), so every node- and edge-level attribute is sliced as
 PyG slices it and ``to_hetero`` models run unchanged.
 
-Not supported yet on heterogeneous graphs (a ``ValueError`` naming the option): ``disjoint``,
-``time_attr``/``input_time`` (temporal), ``weight_attr`` and ``subgraph_type='induced'``.
+Plain fanouts run on ``HeteroNeighborSampler`` (the distributed runtime's sampler, identical
+batches); ``disjoint``, ``weight_attr`` and ``time_attr``/``input_time`` run on
+``HeteroExtendedSampler``, with PyG's rules: ``time_attr`` names a node-level attribute (on some
+node types) or an edge-level one (on some relations), never both; types or relations without it
+are not filtered; temporal sampling is disjoint, and ``batch[t].batch`` names each node's seed.
+As PyG's ``sort_csc`` does, a temporal loader orders every destination's in-edges by time
+(stable), so a ``HeteroData`` and a store holding the same graph give the same batches.
+
+Not supported yet on heterogeneous graphs (a ``ValueError`` naming it): ``subgraph_type='induced'``.
 
 Shape legend: ``N_t`` nodes of type ``t``, ``E`` edges of one relation, ``B`` seeds.
 """
@@ -37,8 +44,10 @@ from torch import Tensor
 from gnnsys.datasets.hetero import EdgeType, HeteroGraph
 from gnnsys.loader.base_loader import BatchLoader, LoaderOptions
 from gnnsys.loader.node_loader import _input_gid, _per_input, subgraph_type_of
+from gnnsys.sampler.candidates import time_sorted
 from gnnsys.sampler.csr_source import CSRNeighborSource
 from gnnsys.sampler.hetero import HeteroNeighborSampler, csr_sources
+from gnnsys.sampler.hetero_extended import HeteroExtendedSampler
 
 __all__ = ["HeteroGraphView", "HeteroNeighborLoader", "is_hetero_input"]
 
@@ -134,6 +143,33 @@ class HeteroGraphView:
         edge_types = [attr.edge_type for attr in attrs]
         return cls(sources, num_nodes, (feature_store, graph_store), edge_types)
 
+    def node_attrs(self, name: str) -> dict[str, Tensor]:
+        """Node type -> its ``[N_t]`` attribute ``name``, for the types that have it."""
+        from torch_geometric.data import HeteroData
+
+        if isinstance(self.data, HeteroData):
+            return {t: self.data[t][name] for t in self.num_nodes if name in self.data[t]}
+        feature_store = self.data[0]
+        found = {}
+        for attr in feature_store.get_all_tensor_attrs():
+            if attr.attr_name == name and isinstance(attr.group_name, str):
+                found[attr.group_name] = feature_store.get_tensor(attr.group_name, name, None)
+        return found
+
+    def edge_attrs(self, name: str) -> dict[EdgeType, Tensor]:
+        """Relation -> its ``[E]`` attribute ``name`` by edge id, for the relations with it."""
+        from torch_geometric.data import HeteroData
+
+        if isinstance(self.data, HeteroData):
+            stores = {et: self.data[et] for et in self.edge_types if et in self.data.edge_types}
+            return {et: store[name] for et, store in stores.items() if name in store}
+        feature_store = self.data[0]
+        found = {}
+        for attr in feature_store.get_all_tensor_attrs():
+            if attr.attr_name == name and isinstance(attr.group_name, tuple):
+                found[attr.group_name] = feature_store.get_tensor(attr.group_name, name, None)
+        return found
+
 
 def _bipartite_source(edge_index: Tensor, num_src: int, num_dst: int) -> CSRNeighborSource:
     """In-edge CSR of one relation's ``[2, E]`` COO, without dedup; ``e_id`` = COO column."""
@@ -202,18 +238,24 @@ class HeteroNeighborLoader(BatchLoader):
     ) -> None:
         options = LoaderOptions("NeighborLoader", kwargs, neighbor_sampler)
         self.subgraph_type = subgraph_type_of(subgraph_type, directed, "NeighborLoader")
-        _refuse(disjoint=disjoint, time_attr=time_attr, input_time=input_time,
-                weight_attr=weight_attr, subgraph_type=self.subgraph_type)
+        if self.subgraph_type == "induced":
+            raise ValueError(
+                "subgraph_type='induced' is not supported on heterogeneous graphs yet; use "
+                "'directional' or 'bidirectional', or HeteroData.to_homogeneous()"
+            )
+        if input_time is not None and time_attr is None:
+            raise ValueError("input_time needs time_attr (the timestamps it is compared with)")
         self.transform_sampler_output = transform_sampler_output
         self.hetero_view = HeteroGraphView.of(data)
         self.data = data
-        fanouts = _fanouts(num_neighbors, self.hetero_view.edge_types)
-        self.node_sampler = HeteroNeighborSampler(
-            HeteroNeighborSampler.Config(fanouts=fanouts, replace=replace),
-            sources=self.hetero_view.sources, node_types=list(self.hetero_view.num_nodes),
+        self.node_sampler = _sampler(
+            self.hetero_view, _fanouts(num_neighbors, self.hetero_view.edge_types),
+            replace=replace, disjoint=disjoint, temporal_strategy=temporal_strategy,
+            time_attr=time_attr, weight_attr=weight_attr,
         )
         self.input_type, self.input_gid = _input(input_nodes, self.hetero_view.num_nodes)
         self.input_id = _per_input("input_id", input_id, self.input_gid)
+        self.input_time = _per_input("input_time", input_time, self.input_gid)
         self._init_batches(
             int(self.input_gid.shape[0]), batch_size=batch_size, shuffle=shuffle,
             drop_last=drop_last, seed=seed, num_workers=num_workers, prefetch=prefetch,
@@ -232,15 +274,22 @@ class HeteroNeighborLoader(BatchLoader):
 
         seed_lid = self.input_gid.index_select(0, index)
         input_id = index if self.input_id is None else self.input_id.index_select(0, index)
-        sub = self.node_sampler.sample(seed_lid, input_type=self.input_type, seed=seed)
+        seed_time = None if self.input_time is None else self.input_time.index_select(0, index)
+        if isinstance(self.node_sampler, HeteroExtendedSampler):
+            sub = self.node_sampler.sample(
+                seed_lid, input_type=self.input_type, seed=seed, seed_time=seed_time
+            )
+        else:
+            sub = self.node_sampler.sample(seed_lid, input_type=self.input_type, seed=seed)
         out = HeteroSamplerOutput(
             node=dict(sub.n_id),
             row={et: ei[0] for et, ei in sub.edge_index.items()},
             col={et: ei[1] for et, ei in sub.edge_index.items()},
             edge=dict(sub.e_id),
             num_sampled_nodes={t: list(n) for t, n in sub.num_sampled_nodes.items()},
+            batch=sub.batch,
             num_sampled_edges={et: list(n) for et, n in sub.num_sampled_edges.items()},
-            metadata=(input_id, None),
+            metadata=(input_id, seed_time),
         )
         if self.subgraph_type != "bidirectional":
             return out
@@ -295,18 +344,71 @@ def _bidirectional(out: Any) -> Any:
     return both
 
 
-def _refuse(**options: Any) -> None:
-    """``ValueError`` for the options the typed sampler does not have yet."""
-    unsupported = {
-        "disjoint": options["disjoint"],
-        "time_attr": options["time_attr"] is not None,
-        "input_time": options["input_time"] is not None,
-        "weight_attr": options["weight_attr"] is not None,
-        "subgraph_type='induced'": options["subgraph_type"] == "induced",
-    }
-    named = [key for key, used in unsupported.items() if used]
-    if named:
-        raise ValueError(
-            f"{named} not supported on heterogeneous graphs yet (gnnsys's typed sampler draws "
-            "plain per-relation fanouts); convert with HeteroData.to_homogeneous() for them"
-        )
+def _sampler(
+    view: HeteroGraphView,
+    fanouts: dict[EdgeType, tuple[int, ...]],
+    *,
+    replace: bool,
+    disjoint: bool,
+    temporal_strategy: str,
+    time_attr: str | None,
+    weight_attr: str | None,
+) -> HeteroNeighborSampler | HeteroExtendedSampler:
+    """The fast typed sampler for plain fanouts, else the extended one (PyG's attribute rules).
+
+    Raises:
+        ValueError: ``time_attr`` on both nodes and edges or on neither, ``weight_attr`` on no
+            relation, or an unknown ``temporal_strategy``.
+    """
+    node_types = list(view.num_nodes)
+    if not (disjoint or time_attr or weight_attr):
+        HeteroExtendedSampler.Config(fanouts=fanouts, temporal_strategy=temporal_strategy)
+        return HeteroNeighborSampler(
+            HeteroNeighborSampler.Config(fanouts=fanouts, replace=replace),
+            sources=view.sources, node_types=node_types,
+        )  # fmt: skip
+    node_time = edge_time = weight = None
+    if time_attr is not None:
+        node_time, edge_time = view.node_attrs(time_attr), view.edge_attrs(time_attr)
+        if node_time and edge_time:
+            raise ValueError(
+                f"The attribute {time_attr!r} appears both as node-level and edge-level time "
+                "attribute; rename one of them"
+            )
+        if not node_time and not edge_time:
+            raise ValueError(
+                f"The time attribute {time_attr!r} is neither a node-level or edge-level "
+                "attribute of any type"
+            )
+    if weight_attr is not None:
+        weight = view.edge_attrs(weight_attr)
+        if not weight:
+            raise ValueError(f"weight_attr={weight_attr!r} is not an edge attribute of any type")
+    sources = view.sources
+    if node_time or edge_time:
+        sources = {et: _time_sorted(view, et, node_time, edge_time) for et in view.sources}
+    config = HeteroExtendedSampler.Config(
+        fanouts=fanouts, replace=replace, disjoint=disjoint, temporal_strategy=temporal_strategy
+    )
+    return HeteroExtendedSampler(
+        config, sources=sources, num_nodes=view.num_nodes, edge_weight=weight,
+        node_time=node_time or None, edge_time=edge_time or None,
+    )  # fmt: skip
+
+
+def _time_sorted(
+    view: HeteroGraphView,
+    edge_type: EdgeType,
+    node_time: dict[str, Tensor] | None,
+    edge_time: dict[EdgeType, Tensor] | None,
+) -> CSRNeighborSource:
+    """``edge_type``'s source with each destination's in-edges in time order (``time_sorted``).
+
+    A relation without times (its source type has no node time, or it has no edge time) is
+    returned as is, as PyG's ``sort_csc`` leaves it.
+    """
+    return time_sorted(
+        view.sources[edge_type],
+        src_time=(node_time or {}).get(edge_type[0]),
+        edge_time=(edge_time or {}).get(edge_type),
+    )

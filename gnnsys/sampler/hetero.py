@@ -46,7 +46,13 @@ from gnnsys.sampler.draw import batch_seed
 from gnnsys.sampler.relabel import ChunkPool, LocalIds, Piece
 from gnnsys.types import Block
 
-__all__ = ["HeteroNeighborSampler", "HeteroSampledSubgraph", "csr_sources", "relation_seed"]
+__all__ = [
+    "HeteroNeighborSampler",
+    "HeteroSampledSubgraph",
+    "assemble",
+    "csr_sources",
+    "relation_seed",
+]
 
 _INLINE = ChunkPool(1)  # runs LocalIds' steps on the calling thread; holds no threads
 
@@ -91,6 +97,9 @@ class HeteroSampledSubgraph:
     edge_index: dict[EdgeType, Tensor] = field(default_factory=dict)
     """Relation -> ``[2, E]`` int64 local ``(src, dst)`` of every hop's edges, hop by hop."""
     e_id: dict[EdgeType, Tensor] = field(default_factory=dict)
+    batch: dict[str, Tensor] | None = None
+    """Disjoint sampling (``HeteroExtendedSampler``): node type -> ``[N_t]`` seed position of
+    every node's tree; ``None`` otherwise."""
 
 
 class HeteroNeighborSampler:
@@ -215,7 +224,7 @@ class HeteroNeighborSampler:
                         ids[node_type].fill(piece)
                 new = np.concatenate([p.new_U for p in pieces]) if pieces else empty
                 parts[node_type].append(new)
-        return self._assemble(parts, hops, input_type)
+        return assemble(parts, hops, input_type, self.config.num_hops)
 
     def _draw(
         self, edge_type: EdgeType, dst_lid: np.ndarray, hop: int, seed: int, src_ids: LocalIds
@@ -238,54 +247,66 @@ class HeteroNeighborSampler:
             src_ids.lookup(piece)
         return piece
 
-    def _assemble(
-        self,
-        parts: dict[str, list[np.ndarray]],
-        hops: dict[EdgeType, list[Piece]],
-        input_type: str,
-    ) -> HeteroSampledSubgraph:
-        num_nodes = {t: tuple(int(p.shape[0]) for p in ps) for t, ps in parts.items()}
-        num_edges = {et: tuple(int(p.src_E.shape[0]) for p in ps) for et, ps in hops.items()}
-        rowptr, col, e_id, edge_index = {}, {}, {}, {}
-        for et, pieces in hops.items():
-            count_M = np.concatenate([np.zeros(0, np.int64)] + [p.count_M for p in pieces])
-            ptr = np.zeros(count_M.shape[0] + 1, dtype=np.int64)
-            np.cumsum(count_M, out=ptr[1:])
-            rowptr[et] = torch.from_numpy(ptr)
-            col[et] = torch.from_numpy(
-                np.concatenate([np.zeros(0, np.int64)] + [p.col_E.astype(np.int64) for p in pieces])
-            )
-            e_id[et] = torch.from_numpy(
-                np.concatenate([np.zeros(0, np.int64)] + [p.e_id_E for p in pieces])
-            )
-            dst_E = np.repeat(np.arange(count_M.shape[0], dtype=np.int64), count_M)
-            edge_index[et] = torch.stack([col[et], torch.from_numpy(dst_E)])
-        num_hops = self.config.num_hops
-        blocks = []
-        for layer in range(num_hops):
-            seen = num_hops - layer  # this layer sees the edges of hops 0 .. seen-1
-            blocks.append(
-                {
-                    (src, rel, dst): Block(
-                        num_src=sum(num_nodes[src][: seen + 1]),
-                        num_dst=sum(num_nodes[dst][:seen]),
-                        rowptr=rowptr[(src, rel, dst)][: sum(num_nodes[dst][:seen]) + 1],
-                        col=col[(src, rel, dst)][: sum(num_edges[(src, rel, dst)][:seen])],
-                        e_id=e_id[(src, rel, dst)][: sum(num_edges[(src, rel, dst)][:seen])],
-                    )
-                    for (src, rel, dst) in self.edge_types
-                }
-            )
-        return HeteroSampledSubgraph(
-            n_id={t: torch.from_numpy(np.concatenate(ps)) for t, ps in parts.items()},
-            blocks=tuple(blocks),
-            input_type=input_type,
-            batch_size=num_nodes[input_type][0],
-            num_sampled_nodes=num_nodes,
-            num_sampled_edges=num_edges,
-            edge_index=edge_index,
-            e_id=e_id,
+
+def assemble(
+    parts: dict[str, list[np.ndarray]],
+    hops: dict[EdgeType, list[Piece]],
+    input_type: str,
+    num_hops: int,
+    batch: dict[str, Tensor] | None = None,
+) -> HeteroSampledSubgraph:
+    """The typed output of per-hop pieces (the layout of the module docstring).
+
+    Args:
+        parts: Node type -> ids added per hop, seeds first (``L + 1`` arrays).
+        hops: Relation -> one ``Piece`` per hop (``count_M``, ``col_E``, ``e_id_E`` set),
+            in the sampler's relation order.
+        input_type: The seeds' type.
+        num_hops: ``L``.
+        batch: Disjoint sampling's tree of every node, or ``None``.
+    """
+    num_nodes = {t: tuple(int(p.shape[0]) for p in ps) for t, ps in parts.items()}
+    num_edges = {et: tuple(int(p.src_E.shape[0]) for p in ps) for et, ps in hops.items()}
+    rowptr, col, e_id, edge_index = {}, {}, {}, {}
+    for et, pieces in hops.items():
+        count_M = np.concatenate([np.zeros(0, np.int64)] + [p.count_M for p in pieces])
+        ptr = np.zeros(count_M.shape[0] + 1, dtype=np.int64)
+        np.cumsum(count_M, out=ptr[1:])
+        rowptr[et] = torch.from_numpy(ptr)
+        col[et] = torch.from_numpy(
+            np.concatenate([np.zeros(0, np.int64)] + [p.col_E.astype(np.int64) for p in pieces])
         )
+        e_id[et] = torch.from_numpy(
+            np.concatenate([np.zeros(0, np.int64)] + [p.e_id_E for p in pieces])
+        )
+        dst_E = np.repeat(np.arange(count_M.shape[0], dtype=np.int64), count_M)
+        edge_index[et] = torch.stack([col[et], torch.from_numpy(dst_E)])
+    blocks = []
+    for layer in range(num_hops):
+        seen = num_hops - layer  # this layer sees the edges of hops 0 .. seen-1
+        blocks.append(
+            {
+                (src, rel, dst): Block(
+                    num_src=sum(num_nodes[src][: seen + 1]),
+                    num_dst=sum(num_nodes[dst][:seen]),
+                    rowptr=rowptr[(src, rel, dst)][: sum(num_nodes[dst][:seen]) + 1],
+                    col=col[(src, rel, dst)][: sum(num_edges[(src, rel, dst)][:seen])],
+                    e_id=e_id[(src, rel, dst)][: sum(num_edges[(src, rel, dst)][:seen])],
+                )
+                for (src, rel, dst) in hops
+            }
+        )
+    return HeteroSampledSubgraph(
+        n_id={t: torch.from_numpy(np.concatenate(ps)) for t, ps in parts.items()},
+        blocks=tuple(blocks),
+        input_type=input_type,
+        batch_size=num_nodes[input_type][0],
+        num_sampled_nodes=num_nodes,
+        num_sampled_edges=num_edges,
+        edge_index=edge_index,
+        e_id=e_id,
+        batch=batch,
+    )
 
 
 def _np64(values: Tensor) -> np.ndarray:

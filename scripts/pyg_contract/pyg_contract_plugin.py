@@ -16,7 +16,7 @@ PyG's test modules are imported it:
    with its full sampler (e.g. int32 ``edge_index``) run against gnnsys;
 4. skips, with a reason, tests that are out of scope (heterogeneous *link* loading, the
    tests that inspect torch ``DataLoader`` worker processes: ``OUT_OF_SCOPE``) and the
-   heterogeneous node-loader tests of features not built yet (temporal: ``NOT_YET``); the
+   heterogeneous node-loader tests of features not built yet (``NOT_YET``, now empty); the
    other heterogeneous ``NeighborLoader`` tests run (``HETERO_NODE_TESTS``);
 5. provides PyG's ``get_dataset`` fixture offline: Planetoid datasets are read from
    ``$GNNSYS_DATASETS/planetoid`` (default ``/work/shared/datasets``), copied into a
@@ -44,10 +44,7 @@ OUT_OF_SCOPE: dict[str, str] = {
 }
 """Test name -> why it is not run against gnnsys (besides the ``*hetero*`` link tests)."""
 
-NOT_YET: dict[str, str] = {
-    "test_temporal_hetero_neighbor_loader_on_cora": "temporal sampling on HeteroData",
-    "test_temporal_custom_neighbor_loader_on_cora": "temporal sampling on hetero stores",
-}
+NOT_YET: dict[str, str] = {}
 """Heterogeneous node-loader tests of features gnnsys does not have yet (skipped, named)."""
 
 HETERO_NODE_TESTS = frozenset(
@@ -56,6 +53,8 @@ HETERO_NODE_TESTS = frozenset(
         "test_hetero_neighbor_loader_on_cora",
         "test_custom_neighbor_loader",
         "test_hetero_neighbor_loader_sampled_info",
+        "test_temporal_hetero_neighbor_loader_on_cora",
+        "test_temporal_custom_neighbor_loader_on_cora",
         "test_pyg_lib_and_torch_sparse_hetero_equality",  # still skips: needs torch_sparse
     }
 )

@@ -113,8 +113,6 @@ def test_mask_input_shuffle_and_workers_are_reproducible(graph: HeteroGraph) -> 
 
 
 def test_unsupported_options_are_named(graph: HeteroGraph) -> None:
-    with pytest.raises(ValueError, match="disjoint"):
-        NeighborLoader(graph, [2], input_nodes="paper", disjoint=True)
     with pytest.raises(ValueError, match="induced"):
         NeighborLoader(graph, [2], input_nodes="paper", subgraph_type="induced")
     with pytest.raises(TypeError, match="needs a node type"):

@@ -1,0 +1,283 @@
+"""``HeteroExtendedSampler``: disjoint, weighted and temporal sampling over typed nodes.
+
+``HeteroNeighborSampler`` is the fast path for plain per-relation fanouts (the distributed
+runtime's); this sampler adds PyG's other modes on heterogeneous graphs, with the same output
+layout (``gnnsys.sampler.hetero``: per type, seeds first and one segment per hop; per relation,
+edges grouped by destination; typed blocks as prefixes):
+
+* **disjoint**: every seed grows its own tree over all node types; a node reached from two
+  seeds appears twice, and ``HeteroSampledSubgraph.batch[t]`` names each node's seed position.
+* **weighted** (``edge_weight``, per relation): PyG's weighted draws; relations without weights
+  draw uniformly.
+* **temporal** (``node_time`` per node type, or ``edge_time`` per relation): a neighbor of a
+  tree whose seed has time ``t`` is a candidate only if its node time (or the edge's time) is
+  ``<= t``. As in pyg-lib, a node type (relation) without times is never filtered; temporal
+  sampling is always disjoint.
+
+Each relation draws through ``gnnsys.sampler.candidates.CandidateDraw`` with the key
+``draw_key(relation_seed(seed, edge_type), hop, fanout, replace)``, so relations sharing a
+destination draw independently and a batch depends only on its seed. Within a hop, a type's new
+nodes are numbered by first appearance over the relations in ``edge_types`` order, as in
+``HeteroNeighborSampler``. Cost per hop and relation: ``CandidateDraw``'s (``O(k)`` per
+frontier node on its prefix path, which needs time-sorted rows when temporal).
+
+Shape legend: ``B`` seeds, ``F`` frontier nodes of one type, ``E`` drawn edges of one relation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from gnnsys.datasets.hetero import EdgeType
+from gnnsys.sampler.candidates import STRATEGIES, CandidateDraw, KeyIds, by_position
+from gnnsys.sampler.csr_source import CSRNeighborSource
+from gnnsys.sampler.draw import draw_key
+from gnnsys.sampler.hetero import HeteroNeighborSampler, HeteroSampledSubgraph, relation_seed
+from gnnsys.sampler.hetero import assemble as assemble_hetero
+from gnnsys.sampler.relabel import Piece
+
+__all__ = ["HeteroExtendedSampler"]
+
+
+class HeteroExtendedSampler:
+    """Disjoint, weighted and temporal fanout sampling over typed nodes (module docstring).
+
+    Args:
+        config: Fanouts per relation, replacement, disjointness, temporal strategy.
+        sources: Relation -> whole-graph ``CSRNeighborSource`` (rows = type-local dst ids).
+        num_nodes: Node type -> ``N_t``, in output order (every type, even unreached ones).
+        edge_weight: Relation -> ``[E]`` weights by edge id (missing relations: uniform).
+        node_time: Node type -> ``[N_t]`` timestamps (node-level temporal sampling).
+        edge_time: Relation -> ``[E]`` timestamps by edge id (edge-level temporal sampling).
+
+    Raises:
+        ValueError: Unknown relations or types, per-shard sources, both kinds of time, wrong
+            lengths, negative weights.
+
+    Thread-safe: ``sample`` keeps its state on the stack.
+    """
+
+    @dataclass(frozen=True, kw_only=True, slots=True)
+    class Config:
+        """Sampling settings."""
+
+        fanouts: dict[EdgeType, tuple[int, ...]]
+        """Relation -> neighbors drawn per hop, seed hop first; -1 takes all, 0 none."""
+        replace: bool = False
+        """Draw with replacement."""
+        disjoint: bool = False
+        """Every seed grows its own tree (forced on by temporal sampling, as in PyG)."""
+        temporal_strategy: str = "uniform"
+        """``'uniform'`` among the temporal candidates, or ``'last'``: the most recent."""
+
+        def __post_init__(self) -> None:
+            """Check fanouts as ``HeteroNeighborSampler.Config`` does; reject unknown strategies."""
+            plain = HeteroNeighborSampler.Config(fanouts=self.fanouts, replace=self.replace)
+            object.__setattr__(self, "fanouts", plain.fanouts)
+            if self.temporal_strategy not in STRATEGIES:
+                raise ValueError(
+                    f"temporal_strategy={self.temporal_strategy!r}; use one of {STRATEGIES}"
+                )
+
+        @property
+        def num_hops(self) -> int:
+            """``L``."""
+            return len(next(iter(self.fanouts.values()), ()))
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        sources: Mapping[EdgeType, CSRNeighborSource],
+        num_nodes: Mapping[str, int],
+        edge_weight: Mapping[EdgeType, Tensor] | None = None,
+        node_time: Mapping[str, Tensor] | None = None,
+        edge_time: Mapping[EdgeType, Tensor] | None = None,
+    ) -> None:
+        if node_time and edge_time:
+            raise ValueError("pass node_time or edge_time, not both (PyG's time_attr is one)")
+        self.config = config
+        self.num_nodes = {t: int(n) for t, n in num_nodes.items()}
+        self.edge_types = list(config.fanouts)
+        missing = [et for et in self.edge_types if et not in sources]
+        unknown = [et for et in self.edge_types if not {et[0], et[2]} <= set(self.num_nodes)]
+        if missing or unknown:
+            raise ValueError(f"relations without a source {missing} or unknown types {unknown}")
+        extra = [et for et in [*(edge_weight or {}), *(edge_time or {})] if et not in sources]
+        if extra:
+            raise ValueError(f"edge_weight/edge_time name relations the graph lacks: {extra}")
+        self.node_time = {t: self._node_time(t, v) for t, v in (node_time or {}).items()}
+        self.temporal = bool(node_time) or bool(edge_time)
+        self.disjoint = config.disjoint or self.temporal
+        self._indptr = {et: sources[et].indptr.numpy() for et in self.edge_types}
+        self._indices = {et: sources[et].indices.numpy() for et in self.edge_types}
+        self._e_id = {et: _e_id(et, sources[et]) for et in self.edge_types}
+        self._draws = {
+            et: self._relation_draw(et, _get(edge_weight, et), _get(edge_time, et))
+            for et in self.edge_types
+        }
+
+    def _relation_draw(
+        self, edge_type: EdgeType, weight: Tensor | None, edge_time: Tensor | None
+    ) -> CandidateDraw:
+        e_id, num_edges = self._e_id[edge_type], int(self._indices[edge_type].shape[0])
+        return CandidateDraw(
+            indptr=self._indptr[edge_type],
+            indices=self._indices[edge_type],
+            weight_C=by_position(f"edge_weight[{edge_type}]", weight, e_id, num_edges),
+            edge_time_C=by_position(f"edge_time[{edge_type}]", edge_time, e_id, num_edges),
+            src_time_N=self.node_time.get(edge_type[0]),
+            strategy=self.config.temporal_strategy,
+            replace=self.config.replace,
+        )
+
+    def _node_time(self, node_type: str, values: Tensor) -> np.ndarray:
+        if node_type not in self.num_nodes:
+            raise ValueError(f"node_time names type {node_type!r}, not in {list(self.num_nodes)}")
+        if values.dim() != 1 or int(values.shape[0]) != self.num_nodes[node_type]:
+            raise ValueError(
+                f"node_time[{node_type!r}] has shape {tuple(values.shape)}; the type has "
+                f"{self.num_nodes[node_type]} nodes"
+            )
+        out: np.ndarray = values.detach().cpu().numpy()
+        return out
+
+    def sample(
+        self,
+        seed_lid: Tensor,
+        *,
+        input_type: str,
+        seed: int,
+        seed_time: Tensor | None = None,
+    ) -> HeteroSampledSubgraph:
+        """Sample the ``L``-hop typed in-neighborhood of ``seed_lid`` (of ``input_type``).
+
+        Args:
+            seed_lid: ``[B]`` type-local ids of ``input_type`` (distinct unless disjoint).
+            input_type: The seeds' node type.
+            seed: Batch seed; it fixes every draw.
+            seed_time: ``[B]`` time of each seed (temporal); ``None`` takes the seeds' node
+                time.
+
+        Raises:
+            ValueError: Unknown type; empty, repeated (not disjoint) or out-of-range seeds;
+                temporal sampling without a time for the seeds.
+        """
+        if input_type not in self.num_nodes:
+            raise ValueError(f"input_type={input_type!r}; choose one of {list(self.num_nodes)}")
+        seeds = seed_lid.long().contiguous().numpy()
+        if seeds.ndim != 1 or seeds.size == 0:
+            raise ValueError(f"seed_lid must be a non-empty 1-D tensor, got {tuple(seeds.shape)}")
+        if int(seeds.min()) < 0 or int(seeds.max()) >= self.num_nodes[input_type]:
+            raise ValueError(f"seed_lid has ids outside [0, {self.num_nodes[input_type]})")
+        if not self.disjoint and np.unique(seeds).size != seeds.size:
+            raise ValueError("seed_lid has repeated ids; pass each seed once or use disjoint")
+        time_B = self._seed_times(seeds, input_type, seed_time)
+        return self._sample_hops(seeds, input_type, time_B, seed)
+
+    def _seed_times(
+        self, seeds: np.ndarray, input_type: str, seed_time: Tensor | None
+    ) -> np.ndarray | None:
+        if not self.temporal:
+            return None
+        if seed_time is not None:
+            if int(seed_time.numel()) != seeds.size:
+                raise ValueError(
+                    f"seed_time has {seed_time.numel()} entries for {seeds.size} seeds"
+                )
+            out: np.ndarray = seed_time.detach().cpu().numpy().reshape(-1)
+            return out
+        if input_type not in self.node_time:
+            raise ValueError(
+                f"temporal sampling needs a time per seed: node type {input_type!r} has no "
+                "time attribute; pass input_time (NeighborLoader)"
+            )
+        out = self.node_time[input_type][seeds]
+        return out
+
+    def _sample_hops(
+        self, seeds: np.ndarray, input_type: str, time_B: np.ndarray | None, seed: int
+    ) -> HeteroSampledSubgraph:
+        empty = np.zeros(0, dtype=np.int64)
+        tree_B = np.arange(seeds.shape[0], dtype=np.int64)  # hop 0 hashes it, as ExtendedSampler
+        frontier = {t: (empty, empty) for t in self.num_nodes} | {input_type: (seeds, tree_B)}
+        ids = {t: KeyIds(self._keys(t, frontier[t][0], frontier[t][1])) for t in self.num_nodes}
+        parts = {t: [frontier[t][0]] for t in self.num_nodes}
+        trees = {t: [frontier[t][1]] for t in self.num_nodes}
+        hops: dict[EdgeType, list[Piece]] = {et: [] for et in self.edge_types}
+        for hop in range(self.config.num_hops):
+            drawn = {et: self._draw(et, hop, seed, frontier[et[2]], time_B) for et in hops}
+            for node_type in self.num_nodes:
+                rels = [drawn[et] for et in self.edge_types if et[0] == node_type]
+                frontier[node_type] = self._number(ids[node_type], node_type, rels)
+                parts[node_type].append(frontier[node_type][0])
+                trees[node_type].append(frontier[node_type][1])
+            for et in self.edge_types:
+                hops[et].append(drawn[et][0])
+        batch = None
+        if self.disjoint:
+            batch = {t: torch.from_numpy(np.concatenate(ts)) for t, ts in trees.items()}
+        return assemble_hetero(parts, hops, input_type, self.config.num_hops, batch)
+
+    def _draw(
+        self,
+        edge_type: EdgeType,
+        hop: int,
+        seed: int,
+        frontier: tuple[np.ndarray, np.ndarray],
+        time_B: np.ndarray | None,
+    ) -> tuple[Piece, np.ndarray]:
+        """``(piece without col_E, [E] tree of each edge)`` of one relation and hop.
+
+        ``frontier`` is the ``(ids, trees)`` of the destination type's nodes new at ``hop - 1``.
+        """
+        gid_F, tree_F = frontier
+        fanout = self.config.fanouts[edge_type][hop]
+        if fanout == 0 or gid_F.size == 0:
+            none = np.zeros(0, dtype=np.int64)
+            return Piece(np.zeros(gid_F.shape[0], dtype=np.int64), none, none), none
+        key = draw_key(relation_seed(seed, edge_type), hop, fanout, self.config.replace)
+        count_F, pos_E = self._draws[edge_type].draw(gid_F, tree_F, time_B, fanout, key)
+        src_E = self._indices[edge_type].take(pos_E).astype(np.int64, copy=False)
+        e_id = self._e_id[edge_type]
+        e_id_E = pos_E if e_id is None else e_id.take(pos_E)
+        return Piece(count_F, src_E, e_id_E.astype(np.int64, copy=False)), np.repeat(
+            tree_F, count_F
+        )
+
+    def _number(
+        self, ids: KeyIds, node_type: str, drawn: list[tuple[Piece, np.ndarray]]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Number one type's drawn sources (each piece's ``col_E``); its new ``(ids, trees)``."""
+        keys = [self._keys(node_type, piece.src_E, tree_E) for piece, tree_E in drawn]
+        col_E, new_keys = ids.number(np.concatenate([np.zeros(0, np.int64), *keys]))
+        offset = 0
+        for piece, _ in drawn:
+            piece.col_E = col_E[offset : offset + piece.src_E.shape[0]]
+            offset += piece.src_E.shape[0]
+        return self._split_keys(node_type, new_keys)
+
+    def _keys(self, node_type: str, gid: np.ndarray, tree: np.ndarray) -> np.ndarray:
+        """One int64 key per (tree, id) when disjoint, else the id."""
+        return tree * self.num_nodes[node_type] + gid if self.disjoint else gid
+
+    def _split_keys(self, node_type: str, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.disjoint:
+            num = self.num_nodes[node_type]
+            return keys % num, keys // num
+        return keys, np.zeros_like(keys)
+
+
+def _e_id(edge_type: EdgeType, source: CSRNeighborSource) -> np.ndarray | None:
+    if source.row_of_gid is not None:
+        raise ValueError(f"{edge_type}: needs a whole-graph CSRNeighborSource (rows = ids)")
+    return None if source.e_id is None else source.e_id.numpy()
+
+
+def _get(values: Mapping[EdgeType, Tensor] | None, edge_type: EdgeType) -> Tensor | None:
+    return None if values is None else values.get(edge_type)
