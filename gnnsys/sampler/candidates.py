@@ -39,7 +39,7 @@ from torch import Tensor
 from gnnsys.sampler.csr_source import CSRNeighborSource
 from gnnsys.sampler.draw import draw_positions, ragged_range, splitmix64
 
-__all__ = ["STRATEGIES", "CandidateDraw", "KeyIds", "by_position", "time_sorted"]
+__all__ = ["STRATEGIES", "CandidateDraw", "KeyIds", "by_position", "seed_times", "time_sorted"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 STRATEGIES = ("uniform", "last")
@@ -63,6 +63,18 @@ def by_position(
         )
     out: np.ndarray = values.detach().cpu().numpy()
     return out if e_id is None else out[e_id]
+
+
+def seed_times(seed_time: Tensor, num_seeds: int) -> np.ndarray:
+    """The caller's ``[B]`` seed times as numpy.
+
+    Raises:
+        ValueError: Not one entry per seed.
+    """
+    if int(seed_time.numel()) != num_seeds:
+        raise ValueError(f"seed_time has {seed_time.numel()} entries for {num_seeds} seeds")
+    out: np.ndarray = seed_time.detach().cpu().numpy().reshape(-1)
+    return out
 
 
 def time_sorted(

@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 
 from gnnsys.sampler.base import prefix_blocks
-from gnnsys.sampler.candidates import STRATEGIES, CandidateDraw, KeyIds, by_position
+from gnnsys.sampler.candidates import STRATEGIES, CandidateDraw, KeyIds, by_position, seed_times
 from gnnsys.sampler.csr_source import CSRNeighborSource
 from gnnsys.sampler.draw import draw_key
 from gnnsys.types import SampledSubgraph
@@ -156,18 +156,13 @@ class ExtendedSampler:
         if not self.temporal:
             return None
         if seed_time is not None:
-            if int(seed_time.numel()) != seeds.size:
-                raise ValueError(
-                    f"seed_time has {seed_time.numel()} entries for {seeds.size} seeds"
-                )
-            out: np.ndarray = seed_time.detach().cpu().numpy().reshape(-1)
-            return out
+            return seed_times(seed_time, seeds.size)
         if self._node_time_N is None:
             raise ValueError(
                 "edge-level temporal sampling needs a time per seed; pass input_time "
                 "(NeighborLoader) or edge_label_time (LinkNeighborLoader)"
             )
-        out = self._node_time_N[seeds]
+        out: np.ndarray = self._node_time_N[seeds]
         return out
 
     def _sample_hops(

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from gnnsys.datasets.hetero import EdgeType
-from gnnsys.sampler.candidates import STRATEGIES, CandidateDraw, KeyIds, by_position
+from gnnsys.sampler.candidates import STRATEGIES, CandidateDraw, KeyIds, by_position, seed_times
 from gnnsys.sampler.csr_source import CSRNeighborSource
 from gnnsys.sampler.draw import draw_key
 from gnnsys.sampler.hetero import HeteroNeighborSampler, HeteroSampledSubgraph, relation_seed
@@ -63,31 +63,21 @@ class HeteroExtendedSampler:
     """
 
     @dataclass(frozen=True, kw_only=True, slots=True)
-    class Config:
-        """Sampling settings."""
+    class Config(HeteroNeighborSampler.Config):
+        """``HeteroNeighborSampler``'s settings (fanouts, replacement) and the extended ones."""
 
-        fanouts: dict[EdgeType, tuple[int, ...]]
-        """Relation -> neighbors drawn per hop, seed hop first; -1 takes all, 0 none."""
-        replace: bool = False
-        """Draw with replacement."""
         disjoint: bool = False
         """Every seed grows its own tree (forced on by temporal sampling, as in PyG)."""
         temporal_strategy: str = "uniform"
         """``'uniform'`` among the temporal candidates, or ``'last'``: the most recent."""
 
         def __post_init__(self) -> None:
-            """Check fanouts as ``HeteroNeighborSampler.Config`` does; reject unknown strategies."""
-            plain = HeteroNeighborSampler.Config(fanouts=self.fanouts, replace=self.replace)
-            object.__setattr__(self, "fanouts", plain.fanouts)
+            """Check fanouts as the plain config does; reject unknown strategies."""
+            HeteroNeighborSampler.Config.__post_init__(self)
             if self.temporal_strategy not in STRATEGIES:
                 raise ValueError(
                     f"temporal_strategy={self.temporal_strategy!r}; use one of {STRATEGIES}"
                 )
-
-        @property
-        def num_hops(self) -> int:
-            """``L``."""
-            return len(next(iter(self.fanouts.values()), ()))
 
     def __init__(
         self,
@@ -186,18 +176,13 @@ class HeteroExtendedSampler:
         if not self.temporal:
             return None
         if seed_time is not None:
-            if int(seed_time.numel()) != seeds.size:
-                raise ValueError(
-                    f"seed_time has {seed_time.numel()} entries for {seeds.size} seeds"
-                )
-            out: np.ndarray = seed_time.detach().cpu().numpy().reshape(-1)
-            return out
+            return seed_times(seed_time, seeds.size)
         if input_type not in self.node_time:
             raise ValueError(
                 f"temporal sampling needs a time per seed: node type {input_type!r} has no "
                 "time attribute; pass input_time (NeighborLoader)"
             )
-        out = self.node_time[input_type][seeds]
+        out: np.ndarray = self.node_time[input_type][seeds]
         return out
 
     def _sample_hops(
