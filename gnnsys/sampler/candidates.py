@@ -39,7 +39,15 @@ from torch import Tensor
 from gnnsys.sampler.csr_source import CSRNeighborSource
 from gnnsys.sampler.draw import draw_positions, ragged_range, splitmix64
 
-__all__ = ["STRATEGIES", "CandidateDraw", "KeyIds", "by_position", "seed_times", "time_sorted"]
+__all__ = [
+    "STRATEGIES",
+    "CandidateDraw",
+    "KeyIds",
+    "by_position",
+    "check_strategy",
+    "seed_times",
+    "time_sorted",
+]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 STRATEGIES = ("uniform", "last")
@@ -63,6 +71,12 @@ def by_position(
         )
     out: np.ndarray = values.detach().cpu().numpy()
     return out if e_id is None else out[e_id]
+
+
+def check_strategy(strategy: str) -> None:
+    """Raises ``ValueError`` unless ``strategy`` is one of ``STRATEGIES``."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"temporal_strategy={strategy!r}; use one of {STRATEGIES}")
 
 
 def seed_times(seed_time: Tensor, num_seeds: int) -> np.ndarray:
@@ -151,8 +165,7 @@ class CandidateDraw:
             raise ValueError("edge_weight has negative entries; weights must be >= 0")
         if edge_time_C is not None and src_time_N is not None:
             raise ValueError("pass node_time or edge_time, not both (PyG's time_attr is one)")
-        if strategy not in STRATEGIES:
-            raise ValueError(f"temporal_strategy={strategy!r}; use one of {STRATEGIES}")
+        check_strategy(strategy)
         self.indptr, self.indices = indptr, indices
         self.weight_C, self.edge_time_C, self.src_time_N = weight_C, edge_time_C, src_time_N
         self.temporal = edge_time_C is not None or src_time_N is not None

@@ -39,7 +39,13 @@ import torch
 from torch import Tensor
 
 from gnnsys.sampler.base import prefix_blocks
-from gnnsys.sampler.candidates import STRATEGIES, CandidateDraw, KeyIds, by_position, seed_times
+from gnnsys.sampler.candidates import (
+    CandidateDraw,
+    KeyIds,
+    by_position,
+    check_strategy,
+    seed_times,
+)
 from gnnsys.sampler.csr_source import CSRNeighborSource
 from gnnsys.sampler.draw import draw_key
 from gnnsys.types import SampledSubgraph
@@ -82,10 +88,7 @@ class ExtendedSampler:
             if any(not isinstance(f, int) or f == 0 or f < -1 for f in fanouts):
                 raise ValueError(f"fanouts must be a tuple of ints > 0 or -1, got {self.fanouts!r}")
             object.__setattr__(self, "fanouts", fanouts)
-            if self.temporal_strategy not in STRATEGIES:
-                raise ValueError(
-                    f"temporal_strategy={self.temporal_strategy!r}; use one of {STRATEGIES}"
-                )
+            check_strategy(self.temporal_strategy)
 
     def __init__(
         self,

@@ -34,7 +34,13 @@ import torch
 from torch import Tensor
 
 from gnnsys.datasets.hetero import EdgeType
-from gnnsys.sampler.candidates import STRATEGIES, CandidateDraw, KeyIds, by_position, seed_times
+from gnnsys.sampler.candidates import (
+    CandidateDraw,
+    KeyIds,
+    by_position,
+    check_strategy,
+    seed_times,
+)
 from gnnsys.sampler.csr_source import CSRNeighborSource
 from gnnsys.sampler.draw import draw_key
 from gnnsys.sampler.hetero import HeteroNeighborSampler, HeteroSampledSubgraph, relation_seed
@@ -74,10 +80,7 @@ class HeteroExtendedSampler:
         def __post_init__(self) -> None:
             """Check fanouts as the plain config does; reject unknown strategies."""
             HeteroNeighborSampler.Config.__post_init__(self)
-            if self.temporal_strategy not in STRATEGIES:
-                raise ValueError(
-                    f"temporal_strategy={self.temporal_strategy!r}; use one of {STRATEGIES}"
-                )
+            check_strategy(self.temporal_strategy)
 
     def __init__(
         self,
