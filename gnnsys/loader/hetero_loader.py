@@ -256,6 +256,8 @@ class HeteroNeighborLoader(BatchLoader):
         self.input_type, self.input_gid = _input(input_nodes, self.hetero_view.num_nodes)
         self.input_id = _per_input("input_id", input_id, self.input_gid)
         self.input_time = _per_input("input_time", input_time, self.input_gid)
+        if self.input_time is None:
+            _check_seeds_have_time(self.node_sampler, self.input_type, time_attr)
         self._init_batches(
             int(self.input_gid.shape[0]), batch_size=batch_size, shuffle=shuffle,
             drop_last=drop_last, seed=seed, num_workers=num_workers, prefetch=prefetch,
@@ -394,6 +396,21 @@ def _sampler(
         config, sources=sources, num_nodes=view.num_nodes, edge_weight=weight,
         node_time=node_time or None, edge_time=edge_time or None,
     )  # fmt: skip
+
+
+def _check_seeds_have_time(
+    sampler: HeteroNeighborSampler | HeteroExtendedSampler, input_type: str, time_attr: Any
+) -> None:
+    """Fail now, not at the first batch, when temporal seeds have no time.
+
+    Without ``input_time``, a seed's time is its node time, so the input type must have one.
+    """
+    if isinstance(sampler, HeteroExtendedSampler) and sampler.temporal:
+        if input_type not in sampler.node_time:
+            raise ValueError(
+                f"time_attr={time_attr!r}: the input type {input_type!r} has no such node "
+                "attribute, so its seeds have no time; pass input_time"
+            )
 
 
 def _time_sorted(
