@@ -12,7 +12,10 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gnnsys.commands._preflight import Preflight
 
 __all__ = [
     "NOT_FOR_HETERO",
@@ -150,11 +153,16 @@ def hetero_store_manifest(path: Path, parts: int) -> Any:
     return manifest
 
 
-def hetero_preflight(args: argparse.Namespace, config: Any, out: Path) -> list[str]:
+def hetero_preflight(args: argparse.Namespace, config: Any, out: Path) -> Preflight:
     """The pre-flight of a heterogeneous run: out dir, store, dataset, identity, resume."""
-    from gnnsys.commands._preflight import check_cache, check_out, check_resume, parse_allowed
+    from gnnsys.commands._preflight import Preflight, check_cache, check_out, parse_allowed
     from gnnsys.datasets import HETERO_NAMES
-    from gnnsys.train.control.checkpoint import identity_of, store_identity, write_identity
+    from gnnsys.train.control.checkpoint import (
+        check_resume,
+        identity_of,
+        store_identity,
+        write_identity,
+    )
 
     notices = check_cache(args, config)
     check_out(out)
@@ -171,7 +179,7 @@ def hetero_preflight(args: argparse.Namespace, config: Any, out: Path) -> list[s
     if config.loop.resume:
         notices += check_resume(out, identity, allowed)
     write_identity(out, identity)
-    return notices
+    return Preflight(out=out, notices=tuple(notices), allowed=allowed)
 
 
 def print_type_bytes(history: list[dict[str, Any]]) -> None:

@@ -44,10 +44,15 @@ _ALIASES = {
 
 @dataclass(frozen=True, slots=True)
 class Preflight:
-    """What the pre-flight found: the run directory and lines to show the user."""
+    """What the pre-flight found.
+
+    The run directory, lines to show the user, and the fields ``--allow-change`` lets differ
+    on resume (passed on to ``train(allow_change=)``, which checks them again).
+    """
 
     out: Path
     notices: tuple[str, ...] = ()
+    allowed: frozenset[str] = frozenset()
 
 
 def _flag(name: str) -> str:
@@ -221,45 +226,6 @@ def parse_allowed(text: str | None, fields: set[str]) -> frozenset[str]:
     return frozenset(out)
 
 
-def check_resume(out: Path, identity: Any, allowed: frozenset[str]) -> list[str]:
-    """Compare the run to the checkpoint it would resume.
-
-    Returns:
-        Notices: a fallback to the previous checkpoint, the allowed changes, a missing identity.
-
-    Raises:
-        CheckpointError: Every checkpoint is corrupt, or a field differs that is not allowed
-            (the message names each field with both values).
-    """
-    from gnnsys.errors import CheckpointError
-    from gnnsys.train.control.checkpoint import load_checkpoint, resume_differences
-
-    ckpt = load_checkpoint(out)
-    if ckpt is None:
-        return [f"--resume: {out} has no checkpoint yet; starting at epoch 0"]
-    notices = [ckpt.notice] if ckpt.notice else []
-    if ckpt.identity is None:
-        return [*notices, f"{out}: the checkpoint predates run identities; not compared"]
-    diffs = resume_differences(ckpt.identity, identity, allowed)
-    refused = [d for d in diffs if not d.allowed]
-    if refused:
-        from gnnsys.train.control.checkpoint import NEVER_ALLOWED_PREFIXES
-
-        safe = [d.field for d in refused if not d.field.startswith(NEVER_ALLOWED_PREFIXES)]
-        fix = "start a new --out directory"
-        if safe:
-            fix += f", or if the change is safe pass --allow-change {','.join(safe)}"
-        raise CheckpointError(
-            f"cannot resume {out}: this run differs from the checkpoint's in "
-            + "; ".join(map(str, refused))
-            + f"; {fix} (data, store, model width and depth and --parts never change on resume)",
-            str(out),
-        )
-    if diffs:
-        notices.append("resuming with changes: " + "; ".join(map(str, diffs)))
-    return notices
-
-
 def run_preflight(args: argparse.Namespace, config: Any, out: Path) -> Preflight:
     """Every check of ``gnnsys train`` in order, then ``RUN_DIR/run.json``.
 
@@ -267,7 +233,12 @@ def run_preflight(args: argparse.Namespace, config: Any, out: Path) -> Preflight
         ValueError: The first problem found (see the module docstring).
         PartitionStoreError: A corrupt store.
     """
-    from gnnsys.train.control.checkpoint import identity_of, store_identity, write_identity
+    from gnnsys.train.control.checkpoint import (
+        check_resume,
+        identity_of,
+        store_identity,
+        write_identity,
+    )
 
     notices = check_cache(args, config)
     check_out(out)
@@ -285,7 +256,7 @@ def run_preflight(args: argparse.Namespace, config: Any, out: Path) -> Preflight
     if config.loop.resume:
         notices += check_resume(out, identity, allowed)
     write_identity(out, identity)
-    return Preflight(out=out, notices=tuple(notices))
+    return Preflight(out=out, notices=tuple(notices), allowed=allowed)
 
 
 def _check_reused(store: Path, dataset: str, parts: int, link: bool = False) -> Any:

@@ -354,16 +354,16 @@ def run(args: argparse.Namespace) -> int:
     if config.hetero is not None:
         from gnnsys.commands._hetero_train import hetero_preflight
 
-        notices = hetero_preflight(args, config, out)
+        pre = hetero_preflight(args, config, out)
     else:
-        notices = list(run_preflight(args, config, out).notices)
-    for line in notices:
+        pre = run_preflight(args, config, out)
+    for line in pre.notices:
         print(f"gnnsys train: {line}", file=sys.stderr)
     try:
         if args.executor == "local":
-            result = train_local(config, out, fault=fault)
+            result = train_local(config, out, allow_change=pre.allowed, fault=fault)
         else:
-            result = train(config, out, fault=fault)
+            result = train(config, out, allow_change=pre.allowed, fault=fault)
     except WorkerFailedError as err:
         print(f"gnnsys train: error: {err}", file=sys.stderr)
         return 1

@@ -38,6 +38,7 @@ from gnnsys.errors import CheckpointError
 
 __all__ = [
     "ALWAYS_ALLOWED",
+    "check_resume",
     "NEVER_ALLOWED_PREFIXES",
     "CHECKPOINT_NAME",
     "PREVIOUS_NAME",
@@ -215,6 +216,47 @@ def resume_differences(
             )
             out.append(Difference(key, a[key], b[key], ok))
     return out
+
+
+def check_resume(
+    run_dir: str | os.PathLike[str], identity: RunIdentity, allowed: frozenset[str]
+) -> list[str]:
+    """Compare a run to the checkpoint in ``run_dir`` it would resume.
+
+    Returns:
+        Notices: a fallback to the previous checkpoint, the allowed changes, a missing
+        checkpoint or identity.
+
+    Raises:
+        CheckpointError: Every checkpoint is corrupt, or a field differs that is not allowed
+            (the message names each field with both values, and the fix).
+    """
+    out = Path(run_dir)
+    ckpt = load_checkpoint(out)
+    if ckpt is None:
+        return [f"--resume: {out} has no checkpoint yet; starting at epoch 0"]
+    notices = [ckpt.notice] if ckpt.notice else []
+    if ckpt.identity is None:
+        return [*notices, f"{out}: the checkpoint predates run identities; not compared"]
+    diffs = resume_differences(ckpt.identity, identity, allowed)
+    refused = [d for d in diffs if not d.allowed]
+    if refused:
+        safe = [d.field for d in refused if not d.field.startswith(NEVER_ALLOWED_PREFIXES)]
+        fix = "start a new --out directory"
+        if safe:
+            fix += (
+                f", or if the change is safe pass --allow-change {','.join(safe)} "
+                f"(Python: allow_change={safe})"
+            )
+        raise CheckpointError(
+            f"cannot resume {out}: this run differs from the checkpoint's in "
+            + "; ".join(map(str, refused))
+            + f"; {fix} (data, store, model width and depth and --parts never change on resume)",
+            str(out),
+        )
+    if diffs:
+        notices.append("resuming with changes: " + "; ".join(map(str, diffs)))
+    return notices
 
 
 def write_identity(run_dir: str | os.PathLike[str], identity: RunIdentity) -> Path:

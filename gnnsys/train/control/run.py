@@ -16,12 +16,19 @@ import logging
 import os
 import platform
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from gnnsys.train.control.checkpoint import (
+    check_resume,
+    identity_of,
+    store_identity,
+    write_identity,
+)
 from gnnsys.train.control.cluster import connect
 from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.coordinator import Coordinator
@@ -83,24 +90,34 @@ def _connect(cluster: ClusterConfig) -> bool:
 
 
 def train(
-    config: RunConfig, run_dir: str | os.PathLike[str], *, fault: FaultSpec | None = None
+    config: RunConfig,
+    run_dir: str | os.PathLike[str],
+    *,
+    allow_change: Iterable[str] = (),
+    fault: FaultSpec | None = None,
 ) -> TrainResult:
     """Train ``config`` on Ray; writes ``metrics.jsonl``, checkpoints and ``summary.json``.
 
     Args:
         config: The run.
         run_dir: Output directory (created).
+        allow_change: With ``config.loop.resume``: dotted identity fields (``trainer.lr``,
+            ``sampler.fanouts``, ...) that may differ from the checkpoint's run; every other
+            difference is refused, as by ``gnnsys train --resume --allow-change``.
         fault: Test-only fault injection.
 
     Raises:
         WorkerFailedError: Workers failed and the policy aborted (message: rank + traceback).
-        ValueError: Bad configuration (e.g. a store with another number of parts).
+        ValueError: Bad configuration (e.g. a store with another number of parts, or an
+            ``allow_change`` name that is not a field).
+        CheckpointError: A resume of another run (``allow_change`` does not cover it) or of
+            corrupt checkpoints only.
     """
     import ray
 
     run_path = Path(run_dir)
     run_path.mkdir(parents=True, exist_ok=True)
-    prepared = _prepare(config, run_path)  # before Ray: a bad dataset fails without starting it
+    prepared = _prepare(config, run_path, allow_change)  # before Ray: bad data fails first
     started = _connect(config.cluster)
     try:
         return _run(config, run_path, prepared, executor="ray", fault=fault)
@@ -115,6 +132,7 @@ def train_local(
     *,
     traffic_only: bool = False,
     threads: int | None = None,
+    allow_change: Iterable[str] = (),
     fault: FaultSpec | None = None,
 ) -> TrainResult:
     """Train ``config`` in this process (ranks as threads); same files as :func:`train`.
@@ -129,13 +147,14 @@ def train_local(
             (``Trainer.replay_epoch``): the same traffic and cache counters, no evaluation.
         threads: torch intra-op threads for the ranks' forward/backward; ``None`` keeps 1, as
             a Ray worker has (bit-equal results).
+        allow_change: As for :func:`train`.
         fault: Test-only fault injection (``raise`` only: an ``exit`` would end this process).
     """
     run_path = Path(run_dir)
     run_path.mkdir(parents=True, exist_ok=True)
     if traffic_only:
         config = replace(config, eval=replace(config.eval, every=0))
-    prepared = _prepare(config, run_path)
+    prepared = _prepare(config, run_path, allow_change)
     return _run(
         config,
         run_path,
@@ -147,11 +166,15 @@ def train_local(
     )
 
 
-def _prepare(config: RunConfig, run_path: Path) -> PreparedStore:
-    """The store of the run (partitioned in a child process when none is given).
+def _prepare(config: RunConfig, run_path: Path, allow_change: Iterable[str] = ()) -> PreparedStore:
+    """The store of the run (partitioned in a child process when none is given), checked.
+
+    The run's identity is checked against the checkpoint it resumes, then written to
+    ``run.json``.
 
     Raises:
         ValueError: A link task on a store without link files (or the reverse).
+        CheckpointError: See :func:`train`.
     """
     prepared = prepare_store(
         config.data,
@@ -164,7 +187,32 @@ def _prepare(config: RunConfig, run_path: Path) -> PreparedStore:
     )
     if config.hetero is None:
         _check_task(config, prepared.path)
+    _check_identity(config, run_path, prepared.path, frozenset(allow_change))
     return prepared
+
+
+def _check_identity(
+    config: RunConfig, run_path: Path, store: Path, allowed: frozenset[str]
+) -> None:
+    """The pre-flight's identity and resume check, for Python callers too.
+
+    The CLI ran it already, before partitioning; repeating it costs a manifest read and adds
+    the store's fields when the pre-flight had no store yet.
+    """
+    from gnnsys.store import is_hetero_store, read_hetero_manifest, read_manifest
+
+    manifest = read_hetero_manifest(store) if is_hetero_store(store) else read_manifest(store)
+    identity = identity_of(config.to_json(), store_identity(manifest))
+    unknown = sorted(allowed - set(identity.as_dict()))
+    if unknown:
+        raise ValueError(
+            f"allow_change names {unknown}, not fields of this run; use dotted names such as "
+            "trainer.lr, loop.epochs, sampler.fanouts"
+        )
+    if config.loop.resume:
+        for notice in check_resume(run_path, identity, allowed):
+            log.info("%s", notice)
+    write_identity(run_path, identity)
 
 
 def _check_task(config: RunConfig, store: Path) -> None:
