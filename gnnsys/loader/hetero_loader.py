@@ -49,7 +49,16 @@ from gnnsys.sampler.csr_source import CSRNeighborSource
 from gnnsys.sampler.hetero import HeteroNeighborSampler, csr_sources
 from gnnsys.sampler.hetero_extended import HeteroExtendedSampler
 
-__all__ = ["HeteroGraphView", "HeteroNeighborLoader", "is_hetero_input"]
+__all__ = [
+    "HeteroGraphView",
+    "HeteroNeighborLoader",
+    "bidirectional",
+    "hetero_output",
+    "hetero_subgraph_type",
+    "is_hetero_input",
+    "join_hetero",
+    "typed_sampler",
+]
 
 
 def is_hetero_input(data: Any, input_nodes: Any) -> bool:
@@ -237,18 +246,13 @@ class HeteroNeighborLoader(BatchLoader):
         prefetch: int | None = None, **kwargs: Any,
     ) -> None:
         options = LoaderOptions("NeighborLoader", kwargs, neighbor_sampler)
-        self.subgraph_type = subgraph_type_of(subgraph_type, directed, "NeighborLoader")
-        if self.subgraph_type == "induced":
-            raise ValueError(
-                "subgraph_type='induced' is not supported on heterogeneous graphs yet; use "
-                "'directional' or 'bidirectional', or HeteroData.to_homogeneous()"
-            )
+        self.subgraph_type = hetero_subgraph_type(subgraph_type, directed, "NeighborLoader")
         if input_time is not None and time_attr is None:
             raise ValueError("input_time needs time_attr (the timestamps it is compared with)")
         self.transform_sampler_output = transform_sampler_output
         self.hetero_view = HeteroGraphView.of(data)
         self.data = data
-        self.node_sampler = _sampler(
+        self.node_sampler = typed_sampler(
             self.hetero_view, _fanouts(num_neighbors, self.hetero_view.edge_types),
             replace=replace, disjoint=disjoint, temporal_strategy=temporal_strategy,
             time_attr=time_attr, weight_attr=weight_attr,
@@ -272,8 +276,6 @@ class HeteroNeighborLoader(BatchLoader):
 
     def collate(self, index: Tensor, seed: int) -> Any:
         """PyG ``HeteroSamplerOutput`` for the seeds at positions ``index`` of ``input_nodes``."""
-        from torch_geometric.sampler import HeteroSamplerOutput
-
         seed_lid = self.input_gid.index_select(0, index)
         input_id = index if self.input_id is None else self.input_id.index_select(0, index)
         seed_time = None if self.input_time is None else self.input_time.index_select(0, index)
@@ -283,50 +285,67 @@ class HeteroNeighborLoader(BatchLoader):
             )
         else:
             sub = self.node_sampler.sample(seed_lid, input_type=self.input_type, seed=seed)
-        out = HeteroSamplerOutput(
-            node=dict(sub.n_id),
-            row={et: ei[0] for et, ei in sub.edge_index.items()},
-            col={et: ei[1] for et, ei in sub.edge_index.items()},
-            edge=dict(sub.e_id),
-            num_sampled_nodes={t: list(n) for t, n in sub.num_sampled_nodes.items()},
-            batch=sub.batch,
-            num_sampled_edges={et: list(n) for et, n in sub.num_sampled_edges.items()},
-            metadata=(input_id, seed_time),
-        )
+        out = hetero_output(sub, (input_id, seed_time))
         if self.subgraph_type != "bidirectional":
             return out
-        return _bidirectional(out)
+        return bidirectional(out)
 
     def filter(self, out: Any) -> Any:
         """PyG's hetero ``filter_fn``: features joined, PyG's per-type fields set."""
-        from torch_geometric.data import HeteroData
-        from torch_geometric.loader.utils import filter_custom_hetero_store, filter_hetero_data
-
         if self.transform_sampler_output is not None:
             out = self.transform_sampler_output(out)
-        data = self.hetero_view.data
-        if isinstance(data, HeteroData):
-            batch = filter_hetero_data(data, out.node, out.row, out.col, out.edge, None)
-        else:
-            batch = filter_custom_hetero_store(
-                data[0], data[1], out.node, out.row, out.col, out.edge, self.custom_cls
-            )
-        for key, node in out.node.items():
-            if "n_id" not in batch[key]:
-                batch[key].n_id = node
-        for key, edge in (out.edge or {}).items():
-            if edge is not None and "e_id" not in batch[key]:
-                batch[key].e_id = edge.to(torch.long)
-        batch.set_value_dict("batch", out.batch)
-        batch.set_value_dict("num_sampled_nodes", out.num_sampled_nodes)
-        batch.set_value_dict("num_sampled_edges", out.num_sampled_edges)
+        batch = join_hetero(self.hetero_view, out, self.custom_cls)
         batch[self.input_type].input_id = out.metadata[0]
         batch[self.input_type].seed_time = out.metadata[1]
         batch[self.input_type].batch_size = int(out.metadata[0].shape[0])
         return batch
 
 
-def _bidirectional(out: Any) -> Any:
+def join_hetero(view: HeteroGraphView, out: Any, custom_cls: Any = None) -> Any:
+    """A ``HeteroSamplerOutput`` as a ``HeteroData`` batch, as PyG's node and link loaders do.
+
+    PyG's ``filter_hetero_data`` (or ``filter_custom_hetero_store``), then ``n_id``, ``e_id``,
+    ``batch`` and the per-hop counts.
+    """
+    from torch_geometric.data import HeteroData
+    from torch_geometric.loader.utils import filter_custom_hetero_store, filter_hetero_data
+
+    data = view.data
+    if isinstance(data, HeteroData):
+        batch = filter_hetero_data(data, out.node, out.row, out.col, out.edge, None)
+    else:
+        batch = filter_custom_hetero_store(
+            data[0], data[1], out.node, out.row, out.col, out.edge, custom_cls
+        )
+    for key, node in out.node.items():
+        if "n_id" not in batch[key]:
+            batch[key].n_id = node
+    for key, edge in (out.edge or {}).items():
+        if edge is not None and "e_id" not in batch[key]:
+            batch[key].e_id = edge.to(torch.long)
+    batch.set_value_dict("batch", out.batch)
+    batch.set_value_dict("num_sampled_nodes", out.num_sampled_nodes)
+    batch.set_value_dict("num_sampled_edges", out.num_sampled_edges)
+    return batch
+
+
+def hetero_output(sub: Any, metadata: Any = None) -> Any:
+    """PyG's ``HeteroSamplerOutput`` of a ``HeteroSampledSubgraph``."""
+    from torch_geometric.sampler import HeteroSamplerOutput
+
+    return HeteroSamplerOutput(
+        node=dict(sub.n_id),
+        row={et: ei[0] for et, ei in sub.edge_index.items()},
+        col={et: ei[1] for et, ei in sub.edge_index.items()},
+        edge=dict(sub.e_id),
+        num_sampled_nodes={t: list(n) for t, n in sub.num_sampled_nodes.items()},
+        batch=sub.batch,
+        num_sampled_edges={et: list(n) for et, n in sub.num_sampled_edges.items()},
+        metadata=metadata,
+    )
+
+
+def bidirectional(out: Any) -> Any:
     """PyG's ``to_bidirectional`` (which relations pair up, coalescing), edges row-major.
 
     Adding reverse edges leaves the nodes as they are, so ``num_sampled_nodes`` stays true and
@@ -346,7 +365,18 @@ def _bidirectional(out: Any) -> Any:
     return both
 
 
-def _sampler(
+def hetero_subgraph_type(subgraph_type: Any, directed: bool, cls_name: str) -> str:
+    """``'directional'`` or ``'bidirectional'`` (``'induced'`` is not built for typed graphs)."""
+    kind = subgraph_type_of(subgraph_type, directed, cls_name)
+    if kind == "induced":
+        raise ValueError(
+            "subgraph_type='induced' is not supported on heterogeneous graphs yet; use "
+            "'directional' or 'bidirectional', or HeteroData.to_homogeneous()"
+        )
+    return kind
+
+
+def typed_sampler(
     view: HeteroGraphView,
     fanouts: dict[EdgeType, tuple[int, ...]],
     *,

@@ -76,6 +76,15 @@ class LinkNeighborLoader(BatchLoader):
     """
 
     # PyG's argument list, packed: one argument per line would be ~28 lines.
+    def __new__(cls, data: Any, *args: Any, **kwargs: Any) -> Any:
+        """A ``HeteroLinkNeighborLoader`` for heterogeneous inputs (PyG's one class for both)."""
+        label_index = args[1] if len(args) > 1 else kwargs.get("edge_label_index")
+        from gnnsys.loader.hetero_link_loader import HeteroLinkNeighborLoader, is_hetero_link
+
+        if cls is LinkNeighborLoader and is_hetero_link(data, label_index):
+            return HeteroLinkNeighborLoader(data, *args, **kwargs)
+        return super().__new__(cls)
+
     # fmt: off
     def __init__(
         self, data: Any, num_neighbors: Sequence[int] = (15, 10),
@@ -94,7 +103,7 @@ class LinkNeighborLoader(BatchLoader):
     ) -> None:
         options = LoaderOptions(type(self).__name__, kwargs, neighbor_sampler)
         self.transform_sampler_output = transform_sampler_output
-        _check_time_args(edge_label_time, time_attr)
+        check_time_args(edge_label_time, time_attr)
         self.view = GraphView.of(data)
         self.data = data
         config = PyGSampler.Config(
@@ -104,7 +113,7 @@ class LinkNeighborLoader(BatchLoader):
         )
         threads = 1 if num_workers > 1 else None
         self.link_sampler = PyGSampler(self.view, config, num_threads=threads)
-        self.neg_sampling = _neg_sampling(neg_sampling, neg_sampling_ratio)
+        self.neg_sampling = neg_sampling_of(neg_sampling, neg_sampling_ratio)
         self.edge_label_index = self._label_index(edge_label_index)
         self.input_data = self._input_data(edge_label, edge_label_time, input_id)
         self._init_batches(
@@ -158,21 +167,7 @@ class LinkNeighborLoader(BatchLoader):
         return index
 
     def _check_labels(self, edge_label: Tensor | None, label_index: Tensor) -> Tensor | None:
-        neg = self.neg_sampling
-        if edge_label is None:
-            return None
-        if int(edge_label.shape[0]) != int(label_index.shape[1]):
-            raise ValueError(
-                f"edge_label has {edge_label.shape[0]} entries; need {label_index.shape[1]}"
-            )
-        if neg is not None and neg.is_triplet():
-            raise ValueError(
-                "'edge_label' needs to be undefined for 'triplet'-based negative sampling; use "
-                "src_index, dst_pos_index and dst_neg_index of the batch instead"
-            )
-        if neg is not None and neg.is_binary() and edge_label.numel() and edge_label.min() == 0:
-            return edge_label + 1  # PyG: zero now denotes "negative"
-        return edge_label
+        return check_labels(edge_label, int(label_index.shape[1]), self.neg_sampling)
 
     def collate(self, index: Tensor, seed: int) -> Any:
         """PyG ``SamplerOutput`` for the seed links at positions ``index``."""
@@ -197,7 +192,27 @@ class LinkNeighborLoader(BatchLoader):
         return batch
 
 
-def _check_time_args(edge_label_time: Tensor | None, time_attr: str | None) -> None:
+def check_labels(edge_label: Tensor | None, num_links: int, neg: Any) -> Tensor | None:
+    """``edge_label`` checked by PyG's rules.
+
+    One label per link, none with triplet negatives, shifted by one when binary negatives are
+    added to labels that start at 0 (0 then means "negative").
+    """
+    if edge_label is None:
+        return None
+    if int(edge_label.shape[0]) != num_links:
+        raise ValueError(f"edge_label has {edge_label.shape[0]} entries; need {num_links}")
+    if neg is not None and neg.is_triplet():
+        raise ValueError(
+            "'edge_label' needs to be undefined for 'triplet'-based negative sampling; use "
+            "src_index, dst_pos_index and dst_neg_index of the batch instead"
+        )
+    if neg is not None and neg.is_binary() and edge_label.numel() and edge_label.min() == 0:
+        return edge_label + 1  # PyG: zero now denotes "negative"
+    return edge_label
+
+
+def check_time_args(edge_label_time: Tensor | None, time_attr: str | None) -> None:
     if (edge_label_time is not None) != (time_attr is not None):
         raise ValueError(
             "edge_label_time and time_attr go together: pass both for temporal sampling "
@@ -206,7 +221,7 @@ def _check_time_args(edge_label_time: Tensor | None, time_attr: str | None) -> N
         )
 
 
-def _neg_sampling(neg_sampling: Any, neg_sampling_ratio: float | None) -> Any:
+def neg_sampling_of(neg_sampling: Any, neg_sampling_ratio: float | None) -> Any:
     from torch_geometric.sampler import NegativeSampling
 
     if neg_sampling_ratio is not None and neg_sampling_ratio != 0.0:

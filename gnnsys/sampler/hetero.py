@@ -174,22 +174,25 @@ class HeteroNeighborSampler:
         Raises:
             ValueError: Unknown type, empty or repeated seeds, or a source error.
         """
-        if input_type not in self.node_types:
-            raise ValueError(f"input_type={input_type!r}; choose one of {self.node_types}")
-        if seed_lid.dim() != 1 or seed_lid.numel() == 0:
-            raise ValueError(
-                f"seed_lid must be a non-empty 1-D tensor, got {tuple(seed_lid.shape)}"
-            )
-        seeds = seed_lid.long().contiguous().numpy()
-        if int(seeds.min()) < 0:
-            raise ValueError(f"seed_lid has negative id {int(seeds.min())}")
+        return self.sample_types({input_type: seed_lid}, seed=seed)
+
+    def sample_types(self, seed_lids: Mapping[str, Tensor], *, seed: int) -> HeteroSampledSubgraph:
+        """``sample`` from seeds of one or more types (PyG's seed dict).
+
+        A link batch has two: its source and destination types. Each type's seeds come first
+        in its ``n_id``; the first type is the output's ``input_type``.
+        """
+        seeds = {t: _seeds_of(t, lid, self.node_types) for t, lid in seed_lids.items()}
+        if not seeds:
+            raise ValueError("seed_lids is empty; pass the seeds of at least one node type")
         with self._lock:
             ids = self._free.pop() if self._free else {t: LocalIds() for t in self.node_types}
         touched: dict[str, list[np.ndarray]] = {t: [] for t in self.node_types}
         try:
-            ids[input_type].add_seeds(seeds)
-            touched[input_type].append(seeds)
-            return self._sample_hops(seeds, input_type, seed, ids, touched)
+            for node_type, lid in seeds.items():
+                ids[node_type].add_seeds(lid)
+                touched[node_type].append(lid)
+            return self._sample_hops(seeds, next(iter(seeds)), seed, ids, touched)
         finally:
             for node_type, arrays in touched.items():
                 for lid in arrays:
@@ -199,14 +202,14 @@ class HeteroNeighborSampler:
 
     def _sample_hops(
         self,
-        seeds: np.ndarray,
+        seeds: dict[str, np.ndarray],
         input_type: str,
         seed: int,
         ids: dict[str, LocalIds],
         touched: dict[str, list[np.ndarray]],
     ) -> HeteroSampledSubgraph:
         empty = np.zeros(0, dtype=np.int64)
-        parts = {t: [seeds if t == input_type else empty] for t in self.node_types}
+        parts = {t: [seeds.get(t, empty)] for t in self.node_types}
         known = {t: int(parts[t][0].shape[0]) for t in self.node_types}
         hops: dict[EdgeType, list[Piece]] = {et: [] for et in self.edge_types}
         for hop in range(self.config.num_hops):
@@ -307,6 +310,20 @@ def assemble(
         e_id=e_id,
         batch=batch,
     )
+
+
+def _seeds_of(node_type: str, seed_lid: Tensor, node_types: Sequence[str]) -> np.ndarray:
+    """One type's seeds as int64 numpy, checked (known type, non-empty 1-D, no negatives)."""
+    if node_type not in node_types:
+        raise ValueError(f"input_type={node_type!r}; choose one of {list(node_types)}")
+    if seed_lid.dim() != 1 or seed_lid.numel() == 0:
+        raise ValueError(
+            f"seed_lid ({node_type}) must be a non-empty 1-D tensor, got {tuple(seed_lid.shape)}"
+        )
+    seeds: np.ndarray = seed_lid.long().contiguous().numpy()
+    if int(seeds.min()) < 0:
+        raise ValueError(f"seed_lid ({node_type}) has negative id {int(seeds.min())}")
+    return seeds
 
 
 def _np64(values: Tensor) -> np.ndarray:

@@ -161,39 +161,75 @@ class HeteroExtendedSampler:
             ValueError: Unknown type; empty, repeated (not disjoint) or out-of-range seeds;
                 temporal sampling without a time for the seeds.
         """
-        if input_type not in self.num_nodes:
-            raise ValueError(f"input_type={input_type!r}; choose one of {list(self.num_nodes)}")
-        seeds = seed_lid.long().contiguous().numpy()
+        times = None if seed_time is None else {input_type: seed_time}
+        return self.sample_types({input_type: seed_lid}, seed=seed, seed_time=times)
+
+    def sample_types(
+        self,
+        seed_lids: Mapping[str, Tensor],
+        *,
+        seed: int,
+        seed_time: Mapping[str, Tensor] | None = None,
+    ) -> HeteroSampledSubgraph:
+        """``sample`` from seeds of one or more types (PyG's seed and seed-time dicts).
+
+        Seed ``i`` of every type roots tree ``i`` (pyg-lib's rule: a link's source and
+        destination share a tree), so the types' seed times must agree on shared trees.
+        The first type is the output's ``input_type``.
+        """
+        seeds = {t: self._seeds_of(t, lid) for t, lid in seed_lids.items()}
+        if not seeds:
+            raise ValueError("seed_lids is empty; pass the seeds of at least one node type")
+        time_B = self._tree_times(seeds, seed_time or {})
+        return self._sample_hops(seeds, next(iter(seeds)), time_B, seed)
+
+    def _seeds_of(self, node_type: str, seed_lid: Tensor) -> np.ndarray:
+        if node_type not in self.num_nodes:
+            raise ValueError(f"input_type={node_type!r}; choose one of {list(self.num_nodes)}")
+        seeds: np.ndarray = seed_lid.long().contiguous().numpy()
         if seeds.ndim != 1 or seeds.size == 0:
             raise ValueError(f"seed_lid must be a non-empty 1-D tensor, got {tuple(seeds.shape)}")
-        if int(seeds.min()) < 0 or int(seeds.max()) >= self.num_nodes[input_type]:
-            raise ValueError(f"seed_lid has ids outside [0, {self.num_nodes[input_type]})")
+        if int(seeds.min()) < 0 or int(seeds.max()) >= self.num_nodes[node_type]:
+            raise ValueError(f"seed_lid has ids outside [0, {self.num_nodes[node_type]})")
         if not self.disjoint and np.unique(seeds).size != seeds.size:
             raise ValueError("seed_lid has repeated ids; pass each seed once or use disjoint")
-        time_B = self._seed_times(seeds, input_type, seed_time)
-        return self._sample_hops(seeds, input_type, time_B, seed)
+        return seeds
 
-    def _seed_times(
-        self, seeds: np.ndarray, input_type: str, seed_time: Tensor | None
+    def _tree_times(
+        self, seeds: dict[str, np.ndarray], seed_time: Mapping[str, Tensor]
     ) -> np.ndarray | None:
+        """Each tree's time limit: the given seed times, else the seeds' node times."""
         if not self.temporal:
             return None
-        if seed_time is not None:
-            return seed_times(seed_time, seeds.size)
-        if input_type not in self.node_time:
+        times = {}
+        for node_type, lid in seeds.items():
+            if node_type in seed_time:
+                times[node_type] = seed_times(seed_time[node_type], lid.size)
+            elif node_type in self.node_time:
+                times[node_type] = self.node_time[node_type][lid]
+            else:
+                raise ValueError(
+                    f"temporal sampling needs a time per seed: node type {node_type!r} has no "
+                    "time attribute; pass input_time (NeighborLoader)"
+                )
+        longest: np.ndarray = max(times.values(), key=len)
+        if any(not np.array_equal(t, longest[: t.size]) for t in times.values()):
             raise ValueError(
-                f"temporal sampling needs a time per seed: node type {input_type!r} has no "
-                "time attribute; pass input_time (NeighborLoader)"
+                "seeds of different types give the same tree different times; pass seed_time"
             )
-        out: np.ndarray = self.node_time[input_type][seeds]
-        return out
+        return longest
 
     def _sample_hops(
-        self, seeds: np.ndarray, input_type: str, time_B: np.ndarray | None, seed: int
+        self,
+        seeds: dict[str, np.ndarray],
+        input_type: str,
+        time_B: np.ndarray | None,
+        seed: int,
     ) -> HeteroSampledSubgraph:
         empty = np.zeros(0, dtype=np.int64)
-        tree_B = np.arange(seeds.shape[0], dtype=np.int64)  # hop 0 hashes it, as ExtendedSampler
-        frontier = {t: (empty, empty) for t in self.num_nodes} | {input_type: (seeds, tree_B)}
+        frontier = {t: (empty, empty) for t in self.num_nodes}
+        for node_type, lid in seeds.items():  # the tree (hashed at hop 0, as ExtendedSampler)
+            frontier[node_type] = (lid, np.arange(lid.shape[0], dtype=np.int64))
         ids = {t: KeyIds(self._keys(t, frontier[t][0], frontier[t][1])) for t in self.num_nodes}
         parts = {t: [frontier[t][0]] for t in self.num_nodes}
         trees = {t: [frontier[t][1]] for t in self.num_nodes}

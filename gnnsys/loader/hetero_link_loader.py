@@ -1,0 +1,235 @@
+"""``LinkNeighborLoader`` on heterogeneous graphs: seed links of one relation, typed batches.
+
+``gnnsys.loader.LinkNeighborLoader(data, ...)`` builds a ``HeteroLinkNeighborLoader`` when
+``data`` is a ``HeteroData``, a gnnsys ``HeteroGraph``, or a ``(FeatureStore, GraphStore)`` pair
+with ``edge_label_index`` naming an edge type. Arguments keep PyG's meaning:
+
+* ``edge_label_index``: an edge type (every edge of it), or ``(edge_type, None | [2, L])``;
+  ``(src, dst)`` names the one relation between two types, as PyG's ``_to_canonical``;
+* ``num_neighbors``: a list (every relation) or a dict keyed by edge type (PyG's rules);
+* ``edge_label``, ``edge_label_time`` (with ``time_attr``), ``neg_sampling`` (binary or
+  triplet), ``disjoint``, ``weight_attr``, ``temporal_strategy``, ``subgraph_type``
+  (directional or bidirectional), and the loader options of ``NeighborLoader``.
+
+A batch's seed links are sampled with PyG's own ``edge_sample`` (negatives, label shifting,
+local indices), whose seed dict (the source and destination types' endpoints) goes to the
+typed sampler in one call (``sample_types``), so the fields are PyG's: on the input edge type
+``input_id``, ``edge_label_index``, ``edge_label``, ``edge_label_time`` (binary or none);
+``src_index`` on the source type and ``dst_pos_index``/``dst_neg_index`` on the destination
+type, with ``seed_time`` on both (triplet); per type ``n_id``, ``batch`` (disjoint) and the
+per-hop counts; per relation ``e_id``.
+
+Shape legend: ``L`` seed links of an epoch, ``B`` per batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from gnnsys.datasets.hetero import EdgeType, HeteroGraph
+from gnnsys.loader.base_loader import BatchLoader, LoaderOptions
+from gnnsys.loader.hetero_loader import (
+    HeteroGraphView,
+    _fanouts,
+    bidirectional,
+    hetero_output,
+    hetero_subgraph_type,
+    join_hetero,
+    typed_sampler,
+)
+from gnnsys.loader.link_loader import check_labels, check_time_args, neg_sampling_of
+from gnnsys.sampler.hetero_extended import HeteroExtendedSampler
+
+__all__ = ["HeteroLinkNeighborLoader", "is_hetero_link"]
+
+
+def is_hetero_link(data: Any, edge_label_index: Any) -> bool:
+    """Whether ``LinkNeighborLoader(data, edge_label_index=...)`` is heterogeneous (PyG's rule)."""
+    from torch_geometric.data import HeteroData
+
+    if isinstance(data, HeteroGraph | HeteroData):
+        return True
+    named = isinstance(edge_label_index, tuple | list) and bool(edge_label_index)
+    named = named and isinstance(edge_label_index[0], str | tuple | list)
+    return isinstance(data, tuple) and named
+
+
+class HeteroLinkNeighborLoader(BatchLoader):
+    """``LinkNeighborLoader`` on heterogeneous graphs (see the module docstring).
+
+    Built by ``gnnsys.loader.LinkNeighborLoader``; takes the same arguments, in PyG's order.
+
+    Raises:
+        TypeError: Unknown keyword, or ``edge_label_index`` without an edge type.
+        ValueError: Unknown edge type, ids out of range, bad labels or times, or an option not
+            supported here (``subgraph_type='induced'``).
+    """
+
+    # PyG's argument list, packed as in LinkNeighborLoader.
+    # fmt: off
+    def __init__(
+        self, data: Any, num_neighbors: Any = (15, 10), edge_label_index: Any = None,
+        edge_label: Tensor | None = None, edge_label_time: Tensor | None = None,
+        replace: bool = False, subgraph_type: Any = "directional", disjoint: bool = False,
+        temporal_strategy: str = "uniform", neg_sampling: Any = None,
+        neg_sampling_ratio: float | None = None, time_attr: str | None = None,
+        weight_attr: str | None = None, transform: Callable[[Any], Any] | None = None,
+        transform_sampler_output: Callable[[Any], Any] | None = None, is_sorted: bool = False,
+        filter_per_worker: bool | None = None, neighbor_sampler: Any = None,
+        directed: bool = True, *, input_id: Tensor | None = None, batch_size: int = 1,
+        shuffle: bool = False, drop_last: bool = False, num_workers: int = 0,
+        sampler: Iterable[int] | None = None, seed: int | None = None,
+        prefetch: int | None = None, **kwargs: Any,
+    ) -> None:
+        options = LoaderOptions("LinkNeighborLoader", kwargs, neighbor_sampler)
+        self.subgraph_type = hetero_subgraph_type(subgraph_type, directed, "LinkNeighborLoader")
+        check_time_args(edge_label_time, time_attr)
+        self.transform_sampler_output = transform_sampler_output
+        self.hetero_view = HeteroGraphView.of(data)
+        self.data = data
+        self.node_sampler = typed_sampler(
+            self.hetero_view, _fanouts(num_neighbors, self.hetero_view.edge_types),
+            replace=replace, disjoint=disjoint, temporal_strategy=temporal_strategy,
+            time_attr=time_attr, weight_attr=weight_attr,
+        )
+        self.disjoint = bool(getattr(self.node_sampler, "disjoint", False))  # extended only
+        self.node_time = self.hetero_view.node_attrs(time_attr) if time_attr else None
+        self.neg_sampling = neg_sampling_of(neg_sampling, neg_sampling_ratio)
+        self.input_type, label_index = self._label_index(edge_label_index)
+        self.input_data = self._input_data(label_index, edge_label, edge_label_time, input_id)
+        self._init_batches(
+            int(label_index.shape[1]), batch_size=batch_size, shuffle=shuffle,
+            drop_last=drop_last, seed=seed, num_workers=num_workers, prefetch=prefetch,
+            sampler=sampler, transform=transform, filter_per_worker=filter_per_worker,
+            options=options,
+        )
+    # fmt: on
+
+    def __repr__(self) -> str:
+        """``'LinkNeighborLoader()'``, as PyG prints its loader on any graph."""
+        return "LinkNeighborLoader()"
+
+    def _label_index(self, edge_label_index: Any) -> tuple[EdgeType, Tensor]:
+        """``(edge type, [2, L] type-local ids)`` of the seed links (PyG's resolution)."""
+        if not isinstance(edge_label_index, tuple | list) or not edge_label_index:
+            raise TypeError(
+                f"edge_label_index={edge_label_index!r}: a heterogeneous link loader needs an "
+                "edge type, as ('user', 'rates', 'item') or (edge_type, None | [2, L] tensor)"
+            )
+        named = isinstance(edge_label_index[0], str)
+        edge_type, index = (edge_label_index, None) if named else edge_label_index
+        edge_type = self._canonical(tuple(edge_type), needs_edges=index is None)
+        if index is None:
+            index = self._edge_index(edge_type)
+        index = torch.as_tensor(index).long()
+        if index.dim() != 2 or index.shape[0] != 2:
+            raise ValueError(f"edge_label_index must be [2, L], got {tuple(index.shape)}")
+        for row, node_type in ((0, edge_type[0]), (1, edge_type[2])):
+            limit = self.hetero_view.num_nodes[node_type]
+            if index.numel() and (int(index[row].min()) < 0 or int(index[row].max()) >= limit):
+                raise ValueError(
+                    f"edge_label_index row {row} has {node_type!r} ids outside [0, {limit})"
+                )
+        return edge_type, index
+
+    def _canonical(self, edge_type: tuple[str, ...], *, needs_edges: bool) -> EdgeType:
+        """The edge type of the seed links, as PyG's ``_to_canonical`` resolves it.
+
+        ``(src, rel, dst)`` as given, or the one relation of a ``(src, dst)`` pair (else
+        ``(src, 'to', dst)``); it must exist when its edges are the seed links.
+        """
+        known = self.hetero_view.edge_types
+        canonical: EdgeType | None = None
+        if len(edge_type) == 3:
+            canonical = (edge_type[0], edge_type[1], edge_type[2])
+        elif len(edge_type) == 2:
+            matches = [et for et in known if (et[0], et[2]) == edge_type]
+            canonical = matches[0] if len(matches) == 1 else (edge_type[0], "to", edge_type[1])
+        types = self.hetero_view.num_nodes
+        if canonical is None or canonical[0] not in types or canonical[2] not in types:
+            raise ValueError(
+                f"edge_label_index names {edge_type!r}; use (src, rel, dst) or (src, dst) "
+                f"over the node types {list(types)}"
+            )
+        if needs_edges and canonical not in known:
+            raise ValueError(
+                f"edge_label_index names {canonical!r}, which has no edges to take as seed "
+                f"links (edge types: {known}); pass (edge_type, [2, L] tensor)"
+            )
+        return canonical
+
+    def _edge_index(self, edge_type: EdgeType) -> Tensor:
+        """Every edge of ``edge_type`` as ``[2, E]`` in edge-id order (PyG's default seeds)."""
+        source = self.hetero_view.sources[edge_type]
+        indptr = source.indptr
+        dst = torch.repeat_interleave(torch.arange(indptr.numel() - 1), indptr.diff())
+        src = source.indices.long()
+        if source.e_id is None:
+            return torch.stack([src, dst])
+        out = torch.empty(2, src.numel(), dtype=torch.int64)
+        out[0, source.e_id], out[1, source.e_id] = src, dst
+        return out
+
+    def _input_data(
+        self,
+        label_index: Tensor,
+        edge_label: Tensor | None,
+        edge_label_time: Tensor | None,
+        input_id: Tensor | None,
+    ) -> Any:
+        """PyG's ``EdgeSamplerInput`` of every seed link, on the input edge type."""
+        from torch_geometric.sampler import EdgeSamplerInput
+
+        num_links = int(label_index.shape[1])
+        edge_label = check_labels(edge_label, num_links, self.neg_sampling)
+        input_id = torch.arange(num_links) if input_id is None else input_id
+        for name, value in (("edge_label_time", edge_label_time), ("input_id", input_id)):
+            if value is not None and int(value.shape[0]) != num_links:
+                raise ValueError(f"{name} has {value.shape[0]} entries; need {num_links}")
+        return EdgeSamplerInput(
+            input_id=input_id, row=label_index[0], col=label_index[1], label=edge_label,
+            time=edge_label_time, input_type=self.input_type,
+        )  # fmt: skip
+
+    def collate(self, index: Tensor, seed: int) -> Any:
+        """PyG ``HeteroSamplerOutput`` for the seed links at positions ``index``."""
+        from torch_geometric.sampler.neighbor_sampler import edge_sample
+
+        def sample_fn(seed_dict: dict[str, Tensor], seed_time_dict: Any) -> Any:
+            if isinstance(self.node_sampler, HeteroExtendedSampler):
+                sub = self.node_sampler.sample_types(seed_dict, seed=seed, seed_time=seed_time_dict)
+            else:
+                sub = self.node_sampler.sample_types(seed_dict, seed=seed)
+            return hetero_output(sub)
+
+        out = edge_sample(
+            self.input_data[index], sample_fn, self.hetero_view.num_nodes, self.disjoint,
+            self.node_time, self.neg_sampling,
+        )  # fmt: skip
+        return bidirectional(out) if self.subgraph_type == "bidirectional" else out
+
+    def filter(self, out: Any) -> Any:
+        """PyG's ``LinkLoader.filter_fn`` for heterogeneous graphs."""
+        if self.transform_sampler_output is not None:
+            out = self.transform_sampler_output(out)
+        batch = join_hetero(self.hetero_view, out, self.custom_cls)
+        edge_type = self.input_type
+        batch[edge_type].input_id = out.metadata[0]
+        if self.neg_sampling is None or self.neg_sampling.is_binary():
+            batch[edge_type].edge_label_index = out.metadata[1]
+            batch[edge_type].edge_label = out.metadata[2]
+            batch[edge_type].edge_label_time = out.metadata[3]
+            return batch
+        batch[edge_type[0]].src_index = out.metadata[1]
+        batch[edge_type[2]].dst_pos_index = out.metadata[2]
+        batch[edge_type[2]].dst_neg_index = out.metadata[3]
+        batch[edge_type[0]].seed_time = out.metadata[4]
+        batch[edge_type[2]].seed_time = out.metadata[4]
+        if edge_type in batch.edge_types:  # in case the input data carries them
+            del batch[edge_type].edge_label_index
+            del batch[edge_type].edge_label_time
+        return batch
