@@ -1,8 +1,9 @@
 """Stage 6, loader: PyG-compatible mini-batches (``torch_geometric.data.Data``) and inference.
 
 ``NeighborLoader`` and ``LinkNeighborLoader`` are drop-ins for their ``torch_geometric.loader``
-namesakes on homogeneous graphs; ``layerwise_inference`` computes exact full-neighborhood
-outputs layer by layer.
+namesakes, on homogeneous graphs (``Data`` batches) and heterogeneous ones (``HeteroData``
+batches: ``hetero_loader``, ``hetero_link_loader``); ``layerwise_inference`` computes exact
+full-neighborhood outputs layer by layer.
 """
 
 from __future__ import annotations
