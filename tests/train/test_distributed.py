@@ -19,12 +19,12 @@ from gnnsys.config import RunConfig
 from gnnsys.datasets.synthetic import sbm
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.store import load_book, load_shard
-from gnnsys.store.source import DataConfig
 from gnnsys.train.control.checkpoint import load_checkpoint
 from gnnsys.train.control.ray_group import actor_name
 from gnnsys.train.control.run import train
 from gnnsys.train.trainer import batch_seed_for, epoch_batches
 from gnnsys.train.worker import WorkerSpec
+from tests.train.run_configs import sbm_run
 
 pytestmark = pytest.mark.ray
 
@@ -34,20 +34,10 @@ N = 1000
 def _config(
     parts: int, topology: str = "partitioned", epochs: int = 2, **trainer: Any
 ) -> RunConfig:
-    cfg = RunConfig()
-    return replace(
-        cfg,
-        data=DataConfig(
-            dataset="synthetic:sbm",
-            partitioner="random",
-            dataset_params=(("num_nodes", N), ("num_features", 16)),
-        ),
-        cluster=replace(cfg.cluster, parts=parts, topology=topology),
-        sampler=NeighborSampler.Config(fanouts=(5, 5)),
-        model=replace(cfg.model, hidden=32),
-        trainer=replace(cfg.trainer, batch_size=16, lr=0.01, **trainer),
-        loop=replace(cfg.loop, epochs=epochs, progress=False, deadline_s=120.0),  # loaded CI
-    )
+    return sbm_run(
+        num_nodes=N, num_features=16, parts=parts, topology=topology, fanouts=(5, 5),
+        hidden=32, batch_size=16, epochs=epochs, deadline_s=120.0, trainer=trainer,  # loaded CI
+    )  # fmt: skip
 
 
 def _metrics(run_dir: Path) -> list[dict[str, Any]]:

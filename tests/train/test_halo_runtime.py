@@ -19,7 +19,6 @@ from gnnsys.config import RunConfig
 from gnnsys.datasets.synthetic import sbm
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.store import load_book, load_shard
-from gnnsys.store.source import DataConfig
 from gnnsys.train.control.local_group import LocalOwnerClient
 from gnnsys.train.control.run import train_local
 from gnnsys.train.layer0.base import FirstLayerConfig, Placement
@@ -27,6 +26,7 @@ from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.server import ShardOwner
 from gnnsys.train.trainer import batch_seed_for, epoch_batches
+from tests.train.run_configs import sbm_run
 
 N, F = 1000, 16
 
@@ -48,21 +48,10 @@ def feature_path(
 
 
 def _config(parts: int, epochs: int = 2, **fetch: Any) -> RunConfig:
-    cfg = RunConfig()
-    return replace(
-        cfg,
-        data=DataConfig(
-            dataset="synthetic:sbm",
-            partitioner="random",
-            dataset_params=(("num_nodes", N), ("num_features", F)),
-        ),
-        cluster=replace(cfg.cluster, parts=parts, topology="partitioned"),
-        sampler=NeighborSampler.Config(fanouts=(5, 5)),
-        model=replace(cfg.model, hidden=32),
-        trainer=replace(cfg.trainer, batch_size=16, lr=0.01),
-        loop=replace(cfg.loop, epochs=epochs, progress=False, deadline_s=60.0),
-        **feature_path(**fetch),
-    )
+    return sbm_run(
+        num_nodes=N, num_features=F, parts=parts, fanouts=(5, 5), hidden=32, batch_size=16,
+        epochs=epochs, **feature_path(**fetch),
+    )  # fmt: skip
 
 
 def _remote_rows(run_dir: Path, cfg: RunConfig, epoch: int, num_batches: int) -> int:

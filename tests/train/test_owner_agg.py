@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from gnnsys.train.remote.server import ShardOwner
 from gnnsys.train.trainer import Trainer
 from gnnsys.types import SampledSubgraph
 from tests.train.conftest import LocalOwnerClient
+from tests.train.run_configs import sbm_run
 
 PART = 1
 FANOUTS = (6, 4)
@@ -360,26 +361,12 @@ def test_gat_falls_back_through_actors(
 
 
 def _run_config(placement: str, model: str, **fetch: Any) -> Any:
-    from gnnsys.config import RunConfig
-    from gnnsys.models import ModelConfig
-    from gnnsys.store.source import DataConfig
     from tests.train.test_halo_runtime import feature_path
 
-    cfg = RunConfig()
-    return replace(
-        cfg,
-        data=DataConfig(
-            dataset="synthetic:sbm",
-            partitioner="random",
-            dataset_params=(("num_nodes", 600), ("num_features", 16)),
-        ),
-        cluster=replace(cfg.cluster, parts=2, topology="partitioned"),
-        sampler=NeighborSampler.Config(fanouts=(4, 3)),
-        model=ModelConfig(name=model, hidden=16, dropout=0.0),
-        trainer=replace(cfg.trainer, batch_size=32, lr=0.01),
-        loop=replace(cfg.loop, epochs=2, progress=False, deadline_s=60.0),
-        **feature_path(aggregate_at=placement, **fetch),
-    )
+    return sbm_run(
+        num_nodes=600, num_features=16, parts=2, fanouts=(4, 3), model=model, hidden=16,
+        dropout=0.0, batch_size=32, epochs=2, **feature_path(aggregate_at=placement, **fetch),
+    )  # fmt: skip
 
 
 @pytest.mark.timeout(120)

@@ -10,28 +10,14 @@ from typing import Any
 import pytest
 
 from gnnsys.errors import CheckpointError
-from gnnsys.sampler import NeighborSampler
+from tests.train.run_configs import sbm_run
 
 
-def _config(**loop: Any) -> Any:
-    from gnnsys.config import RunConfig
-    from gnnsys.models import ModelConfig
-    from gnnsys.store.source import DataConfig
-
-    cfg = RunConfig()
-    return replace(
-        cfg,
-        data=DataConfig(
-            dataset="synthetic:sbm",
-            partitioner="random",
-            dataset_params=(("num_nodes", 400), ("num_features", 8)),
-        ),
-        cluster=replace(cfg.cluster, parts=2, topology="partitioned"),
-        sampler=NeighborSampler.Config(fanouts=(3, 2)),
-        model=ModelConfig(name="sage", hidden=8, dropout=0.0),
-        trainer=replace(cfg.trainer, batch_size=64, lr=0.01),
-        loop=replace(cfg.loop, **{"epochs": 1, "progress": False, "deadline_s": 60.0} | loop),
-    )
+def _config() -> Any:
+    return sbm_run(
+        num_nodes=400, num_features=8, parts=2, fanouts=(3, 2), hidden=8, dropout=0.0,
+        batch_size=64, epochs=1,
+    )  # fmt: skip
 
 
 @pytest.mark.timeout(120)

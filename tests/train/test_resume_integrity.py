@@ -11,29 +11,18 @@ from typing import Any
 import pytest
 
 from gnnsys.config import RunConfig
-from gnnsys.sampler import NeighborSampler
-from gnnsys.store.source import DataConfig
 from gnnsys.train.control.checkpoint import CHECKPOINT_NAME, PREVIOUS_NAME, load_checkpoint
 from gnnsys.train.control.run import train
+from tests.train.run_configs import sbm_run
 
 pytestmark = pytest.mark.ray
 
 
 def _config(epochs: int) -> RunConfig:
-    cfg = RunConfig()
-    return replace(
-        cfg,
-        data=DataConfig(
-            dataset="synthetic:sbm",
-            partitioner="random",
-            dataset_params=(("num_nodes", 600), ("num_features", 8)),
-        ),
-        cluster=replace(cfg.cluster, parts=2, topology="partitioned"),
-        sampler=NeighborSampler.Config(fanouts=(4, 4)),
-        model=replace(cfg.model, hidden=16),
-        trainer=replace(cfg.trainer, batch_size=64, lr=0.01),
-        loop=replace(cfg.loop, epochs=epochs, progress=False, deadline_s=60.0),
-    )
+    return sbm_run(
+        num_nodes=600, num_features=8, parts=2, fanouts=(4, 4), hidden=16, batch_size=64,
+        epochs=epochs,
+    )  # fmt: skip
 
 
 @pytest.mark.timeout(240)
