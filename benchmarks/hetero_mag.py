@@ -11,8 +11,13 @@ which makes trees disjoint too, with rows in time order as the loader sorts them
     {"bench": "hetero_mag_sampler", "scale": ..., "mode": "disjoint" | "temporal",
      "sample_seeds_per_s": ..., "sample_edges_per_s": ..., "plain_seeds_per_s": ...,
      "load_avg_1m": ...}
+and the PyG-style loaders on it, features joined (``node_loader``: 1024 paper seeds per batch;
+``link_loader``: 1024 ``writes`` links plus 1024 binary negatives), 10 batches after one warm-up:
+    {"bench": "hetero_mag_loader", "scale": ..., "mode": "node_loader" | "link_loader",
+     "seeds_per_s": ..., "edges_per_s": ..., "ms_per_batch": ..., "load_avg_1m": ...}
 
-Usage: python benchmarks/hetero_mag.py [--scales 0.1 0.52 1.0] [--modes disjoint temporal]
+Usage: python benchmarks/hetero_mag.py [--scales 0.1 0.52 1.0]
+           [--modes disjoint temporal node_loader link_loader]
 """
 
 from __future__ import annotations
@@ -73,6 +78,37 @@ def run_extended(graph: Any, scale: float, mode: str, order: Any, plain: int) ->
     }
 
 
+def run_loader(graph: Any, scale: float, mode: str) -> dict[str, Any]:
+    """Batches/s of ``NeighborLoader`` or ``LinkNeighborLoader`` on ``graph`` (one thread)."""
+    from gnnsys.loader import LinkNeighborLoader, NeighborLoader
+
+    if mode == "link_loader":
+        loader: Any = LinkNeighborLoader(
+            graph, [15, 10], edge_label_index=("author", "writes", "paper"), batch_size=1024,
+            shuffle=True, neg_sampling_ratio=1.0, seed=0,
+        )  # fmt: skip
+    else:
+        loader = NeighborLoader(
+            graph, [15, 10], input_nodes="paper", batch_size=1024, shuffle=True, seed=0
+        )
+    batches = iter(loader)
+    next(batches)  # warm-up: first-touch of the graph's pages
+    edges, start = 0, time.perf_counter()
+    for _ in range(10):
+        batch = next(batches)
+        edges += sum(batch[et].num_edges for et in batch.edge_types)
+    seconds = time.perf_counter() - start
+    return {
+        "bench": "hetero_mag_loader",
+        "scale": scale,
+        "mode": mode,
+        "seeds_per_s": round(10 * 1024 / seconds),
+        "edges_per_s": round(edges / seconds),
+        "ms_per_batch": round(seconds / 10 * 1000, 1),
+        "load_avg_1m": os.getloadavg()[0],
+    }
+
+
 def run_one(scale: float, modes: list[str]) -> dict[str, float]:
     import torch
 
@@ -88,8 +124,12 @@ def run_one(scale: float, modes: list[str]) -> dict[str, float]:
     sampler = HeteroNeighborSampler(config, sources=csr_sources(graph), node_types=graph.node_types)
     order = torch.randperm(graph.num_nodes("paper"), generator=torch.Generator().manual_seed(0))
     seeds_per_s, edges_per_s = _rate(sampler.sample, order)
+    torch.set_num_threads(1)
     for mode in modes:
-        print(json.dumps(run_extended(graph, scale, mode, order, seeds_per_s)), flush=True)
+        if mode.endswith("_loader"):
+            print(json.dumps(run_loader(graph, scale, mode)), flush=True)
+        else:
+            print(json.dumps(run_extended(graph, scale, mode, order, seeds_per_s)), flush=True)
     return {
         "bench": "hetero_mag",
         "scale": scale,
@@ -109,8 +149,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scales", type=float, nargs="+", default=[0.1, 0.52])
     parser.add_argument(
-        "--modes", nargs="*", default=[], choices=["disjoint", "temporal"],
-        help="also time HeteroExtendedSampler in these modes on each graph",
+        "--modes", nargs="*", default=[],
+        choices=["disjoint", "temporal", "node_loader", "link_loader"],
+        help="also time HeteroExtendedSampler (disjoint, temporal) or the loaders on each graph",
     )  # fmt: skip
     parser.add_argument("--one", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
