@@ -423,6 +423,10 @@ class Trainer:
         # A copy: torch keeps the given state tensors as its own, and the in-process executor
         # hands every rank the same checkpoint dict, so the ranks' Adam moments were shared.
         self.optimizer.load_state_dict(copy.deepcopy(optimizer_state))
+        # torch restores each group's hyperparameters too; the run's config wins, so a resume
+        # that allows a new lr or weight decay (--allow-change) trains with it.
+        for group in self.optimizer.param_groups:
+            group["lr"], group["weight_decay"] = self.config.lr, self.config.weight_decay
         self._rng_state = rng["torch"]
         if self._rng_lock is None:
             torch.set_rng_state(rng["torch"])

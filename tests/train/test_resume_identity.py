@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from gnnsys.errors import CheckpointError
 from tests.train.run_configs import sbm_run
@@ -43,3 +44,26 @@ def test_train_local_refuses_another_run_and_honours_allow_change(tmp_path: Path
     result = train_local(faster, tmp_path, allow_change=["trainer.lr"])
     assert [m["epoch"] for m in result.history] == [0, 1]  # epoch 0 ran before the resume
     assert json.loads((tmp_path / "run.json").read_text())["identity"]["trainer.lr"] == "0.05"
+
+
+@pytest.mark.timeout(120)
+def test_an_allowed_new_learning_rate_is_the_one_that_trains(tmp_path: Path) -> None:
+    """torch's ``load_state_dict`` restores each group's lr; the resumed run's config wins."""
+    import shutil
+
+    from gnnsys.train.control.checkpoint import load_checkpoint
+    from gnnsys.train.control.run import train_local
+
+    base = _config()
+    train_local(base, tmp_path / "a")
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    longer = replace(base, loop=replace(base.loop, epochs=2, resume=True))
+    train_local(longer, tmp_path / "a")
+    faster = replace(longer, trainer=replace(longer.trainer, lr=0.05))
+    train_local(faster, tmp_path / "b", allow_change=["trainer.lr"])
+    same, changed = (load_checkpoint(tmp_path / run) for run in ("a", "b"))
+    assert same is not None and changed is not None
+    assert [g["lr"] for g in changed.optimizer_state["param_groups"]] == [0.05]
+    assert [g["lr"] for g in same.optimizer_state["param_groups"]] == [0.01]
+    differs = [not torch.equal(v, changed.model_state[k]) for k, v in same.model_state.items()]
+    assert any(differs)  # the epoch-1 step took the new learning rate
