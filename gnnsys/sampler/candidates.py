@@ -181,11 +181,15 @@ class CandidateDraw:
         fanout: int,
         key: int,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``(count_F, pos_E)``: drawn CSR positions grouped by frontier node, CSR order.
+        """``(count_F, pos_E)``: drawn CSR positions grouped by frontier node.
+
+        Within a node, positions are in CSR order, except for uniform draws of ``k`` among
+        more than ``k`` prefix candidates, which come in Floyd's draw order.
 
         Args:
             gid_F: Frontier node ids (CSR rows).
-            tree_F: The tree (seed position) of each frontier node; all 0 when not disjoint.
+            tree_F: The tree of each frontier node (it seeds the hashes): the seed position at
+                hop 0, afterwards the tree (disjoint) or 0.
             time_B: Each tree's time limit (temporal), or ``None``.
             fanout: ``k``; ``-1`` takes every candidate.
             key: The draw's key (``draw_key`` of the batch seed, hop, fanout, replacement).
