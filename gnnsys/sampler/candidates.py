@@ -354,29 +354,41 @@ def _top_k(
 
 
 class KeyIds:
-    """Key -> local id, numbered by first appearance (PyG's order); sorted arrays, no table."""
+    """Key -> local id, numbered by first appearance (PyG's order); sorted arrays, no table.
+
+    A call's new keys are merged into the sorted arrays at the start of the next call (a
+    linear ``searchsorted`` + ``insert``, not a re-sort), so the last hop never pays for it.
+    """
 
     def __init__(self, seed_keys: np.ndarray) -> None:
         order = np.argsort(seed_keys, kind="stable")
         self.keys = seed_keys[order]
         self.ids = order.astype(np.int64)
         self.next_id = int(seed_keys.shape[0])
+        self._pending: tuple[np.ndarray, np.ndarray] | None = None
+        """The last call's new keys (sorted) and their ids, not yet in ``keys``/``ids``."""
+
+    def _merge(self) -> None:
+        if self._pending is None:
+            return
+        uniq, ids = self._pending
+        self._pending = None
+        at = np.searchsorted(self.keys, uniq)  # uniq holds no known key
+        self.keys, self.ids = np.insert(self.keys, at, uniq), np.insert(self.ids, at, ids)
 
     def number(self, key_E: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(col_E, new_keys)``: local ids of ``key_E``; unseen keys in first-appearance order."""
+        self._merge()
         col_E = np.empty(key_E.shape[0], dtype=np.int64)
         at = np.searchsorted(self.keys, key_E).clip(0, max(self.keys.shape[0] - 1, 0))
         hit = self.keys.take(at) == key_E if self.keys.size else np.zeros(key_E.shape, bool)
         col_E[hit] = self.ids.take(at[hit])
         miss = np.flatnonzero(~hit)
         uniq, first, inverse = np.unique(key_E[miss], return_index=True, return_inverse=True)
+        by_first = np.argsort(first)  # first positions are distinct: no ties to keep stable
         rank = np.empty(uniq.shape[0], dtype=np.int64)
-        rank[np.argsort(first, kind="stable")] = np.arange(uniq.shape[0])
+        rank[by_first] = np.arange(uniq.shape[0])
         col_E[miss] = self.next_id + rank[inverse.reshape(-1)]
-        new_keys = uniq[np.argsort(first, kind="stable")]
-        merged = np.concatenate([self.keys, uniq])
-        merged_ids = np.concatenate([self.ids, self.next_id + rank])
-        order = np.argsort(merged, kind="stable")
-        self.keys, self.ids = merged[order], merged_ids[order]
+        self._pending = (uniq, self.next_id + rank)
         self.next_id += int(uniq.shape[0])
-        return col_E, new_keys
+        return col_E, uniq[by_first]
