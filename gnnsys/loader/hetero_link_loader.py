@@ -42,7 +42,6 @@ from gnnsys.loader.hetero_loader import (
     typed_sampler,
 )
 from gnnsys.loader.link_loader import check_labels, check_time_args, neg_sampling_of
-from gnnsys.sampler.hetero_extended import HeteroExtendedSampler
 
 __all__ = ["HeteroLinkNeighborLoader", "is_hetero_link"]
 
@@ -96,7 +95,7 @@ class HeteroLinkNeighborLoader(BatchLoader):
             replace=replace, disjoint=disjoint, temporal_strategy=temporal_strategy,
             time_attr=time_attr, weight_attr=weight_attr,
         )
-        self.disjoint = bool(getattr(self.node_sampler, "disjoint", False))  # extended only
+        self.disjoint = self.node_sampler.disjoint
         self.node_time = self.hetero_view.node_attrs(time_attr) if time_attr else None
         self.neg_sampling = neg_sampling_of(neg_sampling, neg_sampling_ratio)
         self.input_type, label_index = self._label_index(edge_label_index)
@@ -200,10 +199,7 @@ class HeteroLinkNeighborLoader(BatchLoader):
         from torch_geometric.sampler.neighbor_sampler import edge_sample
 
         def sample_fn(seed_dict: dict[str, Tensor], seed_time_dict: Any) -> Any:
-            if isinstance(self.node_sampler, HeteroExtendedSampler):
-                sub = self.node_sampler.sample_types(seed_dict, seed=seed, seed_time=seed_time_dict)
-            else:
-                sub = self.node_sampler.sample_types(seed_dict, seed=seed)
+            sub = self.node_sampler.sample_types(seed_dict, seed=seed, seed_time=seed_time_dict)
             return hetero_output(sub)
 
         out = edge_sample(

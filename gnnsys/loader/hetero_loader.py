@@ -44,7 +44,7 @@ from torch import Tensor
 from gnnsys.datasets.hetero import EdgeType, HeteroGraph
 from gnnsys.loader.base_loader import BatchLoader, LoaderOptions
 from gnnsys.loader.node_loader import _input_gid, _per_input, subgraph_type_of
-from gnnsys.sampler.candidates import time_sorted
+from gnnsys.sampler.candidates import check_strategy, time_sorted
 from gnnsys.sampler.csr_source import CSRNeighborSource
 from gnnsys.sampler.hetero import HeteroNeighborSampler, csr_sources
 from gnnsys.sampler.hetero_extended import HeteroExtendedSampler
@@ -279,12 +279,10 @@ class HeteroNeighborLoader(BatchLoader):
         seed_lid = self.input_gid.index_select(0, index)
         input_id = index if self.input_id is None else self.input_id.index_select(0, index)
         seed_time = None if self.input_time is None else self.input_time.index_select(0, index)
-        if isinstance(self.node_sampler, HeteroExtendedSampler):
-            sub = self.node_sampler.sample(
-                seed_lid, input_type=self.input_type, seed=seed, seed_time=seed_time
-            )
-        else:
-            sub = self.node_sampler.sample(seed_lid, input_type=self.input_type, seed=seed)
+        times = None if seed_time is None else {self.input_type: seed_time}
+        sub = self.node_sampler.sample_types(
+            {self.input_type: seed_lid}, seed=seed, seed_time=times
+        )
         out = hetero_output(sub, (input_id, seed_time))
         if self.subgraph_type != "bidirectional":
             return out
@@ -392,12 +390,11 @@ def typed_sampler(
         ValueError: ``time_attr`` on both nodes and edges or on neither, ``weight_attr`` on no
             relation, or an unknown ``temporal_strategy``.
     """
-    node_types = list(view.num_nodes)
     if not (disjoint or time_attr or weight_attr):
-        HeteroExtendedSampler.Config(fanouts=fanouts, temporal_strategy=temporal_strategy)
+        check_strategy(temporal_strategy)  # accepted, as in PyG, though nothing is temporal
         return HeteroNeighborSampler(
             HeteroNeighborSampler.Config(fanouts=fanouts, replace=replace),
-            sources=view.sources, node_types=node_types,
+            sources=view.sources, node_types=list(view.num_nodes),
         )  # fmt: skip
     node_time = edge_time = weight = None
     if time_attr is not None:
@@ -417,8 +414,13 @@ def typed_sampler(
         if not weight:
             raise ValueError(f"weight_attr={weight_attr!r} is not an edge attribute of any type")
     sources = view.sources
-    if node_time or edge_time:
-        sources = {et: _time_sorted(view, et, node_time, edge_time) for et in view.sources}
+    if node_time or edge_time:  # PyG's sort_csc; relations without times are left as they are
+        sources = {
+            et: time_sorted(
+                source, src_time=(node_time or {}).get(et[0]), edge_time=(edge_time or {}).get(et)
+            )
+            for et, source in view.sources.items()
+        }
     config = HeteroExtendedSampler.Config(
         fanouts=fanouts, replace=replace, disjoint=disjoint, temporal_strategy=temporal_strategy
     )
@@ -441,21 +443,3 @@ def _check_seeds_have_time(
                 f"time_attr={time_attr!r}: the input type {input_type!r} has no such node "
                 "attribute, so its seeds have no time; pass input_time"
             )
-
-
-def _time_sorted(
-    view: HeteroGraphView,
-    edge_type: EdgeType,
-    node_time: dict[str, Tensor] | None,
-    edge_time: dict[EdgeType, Tensor] | None,
-) -> CSRNeighborSource:
-    """``edge_type``'s source with each destination's in-edges in time order (``time_sorted``).
-
-    A relation without times (its source type has no node time, or it has no edge time) is
-    returned as is, as PyG's ``sort_csc`` leaves it.
-    """
-    return time_sorted(
-        view.sources[edge_type],
-        src_time=(node_time or {}).get(edge_type[0]),
-        edge_time=(edge_time or {}).get(edge_type),
-    )

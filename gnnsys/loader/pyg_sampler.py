@@ -31,7 +31,7 @@ from torch import Tensor
 
 from gnnsys.loader.graph_view import GraphView
 from gnnsys.sampler import NeighborSampler
-from gnnsys.sampler.candidates import time_sorted
+from gnnsys.sampler.candidates import check_strategy, time_sorted
 from gnnsys.sampler.draw import ragged_range
 from gnnsys.sampler.extended import ExtendedSampler
 from gnnsys.types import SampledSubgraph
@@ -111,7 +111,7 @@ class PyGSampler:
                 fanouts=config.fanouts, replace=config.replace, num_threads=num_threads
             )
             self.sampler = NeighborSampler(fast, source=view.source)
-            ExtendedSampler.Config(temporal_strategy=config.temporal_strategy)  # validates it
+            check_strategy(config.temporal_strategy)  # accepted, as in PyG, though unused here
 
     def subgraph(self, seed_gid: Tensor, seed_time: Tensor | None, seed: int) -> SampledSubgraph:
         """The raw ``SampledSubgraph`` of one batch of seeds."""

@@ -118,6 +118,9 @@ class HeteroNeighborSampler:
     Thread-safe: concurrent ``sample`` calls each take their own id tables.
     """
 
+    disjoint = False
+    """Trees are never disjoint here (``HeteroExtendedSampler`` has the same attribute)."""
+
     @dataclass(frozen=True, kw_only=True, slots=True)
     class Config:
         """Sampling settings."""
@@ -176,12 +179,25 @@ class HeteroNeighborSampler:
         """
         return self.sample_types({input_type: seed_lid}, seed=seed)
 
-    def sample_types(self, seed_lids: Mapping[str, Tensor], *, seed: int) -> HeteroSampledSubgraph:
+    def sample_types(
+        self,
+        seed_lids: Mapping[str, Tensor],
+        *,
+        seed: int,
+        seed_time: Mapping[str, Tensor] | None = None,
+    ) -> HeteroSampledSubgraph:
         """``sample`` from seeds of one or more types (PyG's seed dict).
 
         A link batch has two: its source and destination types. Each type's seeds come first
-        in its ``n_id``; the first type is the output's ``input_type``.
+        in its ``n_id``; the first type is the output's ``input_type``. ``seed_time`` is
+        ``HeteroExtendedSampler.sample_types``'s argument (the same call serves both
+        samplers); plain fanouts have no time limit, so it must be ``None``.
         """
+        if seed_time is not None:
+            raise ValueError(
+                "seed_time given to plain fanout sampling; temporal sampling is "
+                "HeteroExtendedSampler's (pass time_attr to the loader)"
+            )
         seeds = {t: _seeds_of(t, lid, self.node_types) for t, lid in seed_lids.items()}
         if not seeds:
             raise ValueError("seed_lids is empty; pass the seeds of at least one node type")
