@@ -41,7 +41,7 @@ from gnnsys.loader.hetero_loader import (
     join_hetero,
     typed_sampler,
 )
-from gnnsys.loader.link_loader import check_labels, check_time_args, neg_sampling_of
+from gnnsys.loader.link_loader import check_time_args, edge_input, neg_sampling_of
 
 __all__ = ["HeteroLinkNeighborLoader", "is_hetero_link"]
 
@@ -99,7 +99,9 @@ class HeteroLinkNeighborLoader(BatchLoader):
         self.node_time = self.hetero_view.node_attrs(time_attr) if time_attr else None
         self.neg_sampling = neg_sampling_of(neg_sampling, neg_sampling_ratio)
         self.input_type, label_index = self._label_index(edge_label_index)
-        self.input_data = self._input_data(label_index, edge_label, edge_label_time, input_id)
+        self.input_data = edge_input(
+            label_index, edge_label, edge_label_time, input_id, self.neg_sampling, self.input_type
+        )
         self._init_batches(
             int(label_index.shape[1]), batch_size=batch_size, shuffle=shuffle,
             drop_last=drop_last, seed=seed, num_workers=num_workers, prefetch=prefetch,
@@ -172,27 +174,6 @@ class HeteroLinkNeighborLoader(BatchLoader):
         out = torch.empty(2, src.numel(), dtype=torch.int64)
         out[0, source.e_id], out[1, source.e_id] = src, dst
         return out
-
-    def _input_data(
-        self,
-        label_index: Tensor,
-        edge_label: Tensor | None,
-        edge_label_time: Tensor | None,
-        input_id: Tensor | None,
-    ) -> Any:
-        """PyG's ``EdgeSamplerInput`` of every seed link, on the input edge type."""
-        from torch_geometric.sampler import EdgeSamplerInput
-
-        num_links = int(label_index.shape[1])
-        edge_label = check_labels(edge_label, num_links, self.neg_sampling)
-        input_id = torch.arange(num_links) if input_id is None else input_id
-        for name, value in (("edge_label_time", edge_label_time), ("input_id", input_id)):
-            if value is not None and int(value.shape[0]) != num_links:
-                raise ValueError(f"{name} has {value.shape[0]} entries; need {num_links}")
-        return EdgeSamplerInput(
-            input_id=input_id, row=label_index[0], col=label_index[1], label=edge_label,
-            time=edge_label_time, input_type=self.input_type,
-        )  # fmt: skip
 
     def collate(self, index: Tensor, seed: int) -> Any:
         """PyG ``HeteroSamplerOutput`` for the seed links at positions ``index``."""

@@ -158,12 +158,7 @@ class HeteroGraphView:
 
         if isinstance(self.data, HeteroData):
             return {t: self.data[t][name] for t in self.num_nodes if name in self.data[t]}
-        feature_store = self.data[0]
-        found = {}
-        for attr in feature_store.get_all_tensor_attrs():
-            if attr.attr_name == name and isinstance(attr.group_name, str):
-                found[attr.group_name] = feature_store.get_tensor(attr.group_name, name, None)
-        return found
+        return self._store_attrs(name, str)
 
     def edge_attrs(self, name: str) -> dict[EdgeType, Tensor]:
         """Relation -> its ``[E]`` attribute ``name`` by edge id, for the relations with it."""
@@ -172,12 +167,19 @@ class HeteroGraphView:
         if isinstance(self.data, HeteroData):
             stores = {et: self.data[et] for et in self.edge_types if et in self.data.edge_types}
             return {et: store[name] for et, store in stores.items() if name in store}
+        return self._store_attrs(name, tuple)
+
+    def _store_attrs(self, name: str, group: type) -> dict[Any, Tensor]:
+        """The feature store's tensors named ``name``, by group.
+
+        ``group`` picks node types (``str`` group names) or edge types (``tuple``).
+        """
         feature_store = self.data[0]
-        found = {}
-        for attr in feature_store.get_all_tensor_attrs():
-            if attr.attr_name == name and isinstance(attr.group_name, tuple):
-                found[attr.group_name] = feature_store.get_tensor(attr.group_name, name, None)
-        return found
+        return {
+            attr.group_name: feature_store.get_tensor(attr.group_name, name, None)
+            for attr in feature_store.get_all_tensor_attrs()
+            if attr.attr_name == name and isinstance(attr.group_name, group)
+        }
 
 
 def _bipartite_source(edge_index: Tensor, num_src: int, num_dst: int) -> CSRNeighborSource:

@@ -115,7 +115,9 @@ class LinkNeighborLoader(BatchLoader):
         self.link_sampler = PyGSampler(self.view, config, num_threads=threads)
         self.neg_sampling = neg_sampling_of(neg_sampling, neg_sampling_ratio)
         self.edge_label_index = self._label_index(edge_label_index)
-        self.input_data = self._input_data(edge_label, edge_label_time, input_id)
+        self.input_data = edge_input(
+            self.edge_label_index, edge_label, edge_label_time, input_id, self.neg_sampling
+        )
         self._init_batches(
             int(self.edge_label_index.shape[1]), batch_size=batch_size, shuffle=shuffle,
             drop_last=drop_last, seed=seed, num_workers=num_workers, prefetch=prefetch,
@@ -123,29 +125,6 @@ class LinkNeighborLoader(BatchLoader):
             options=options,
         )
     # fmt: on
-
-    def _input_data(
-        self, edge_label: Tensor | None, edge_label_time: Tensor | None, input_id: Tensor | None
-    ) -> Any:
-        """PyG's ``EdgeSamplerInput`` of every seed link (labels checked and shifted)."""
-        from torch_geometric.sampler import EdgeSamplerInput
-
-        label_index = self.edge_label_index
-        edge_label = self._check_labels(edge_label, label_index)
-        num_links = int(label_index.shape[1])
-        if input_id is None:
-            input_id = torch.arange(num_links)
-        for name, value in (("edge_label_time", edge_label_time), ("input_id", input_id)):
-            if value is not None and int(value.shape[0]) != num_links:
-                raise ValueError(f"{name} has {value.shape[0]} entries; need {num_links}")
-        return EdgeSamplerInput(
-            input_id=input_id,
-            row=label_index[0],
-            col=label_index[1],
-            label=edge_label,
-            time=edge_label_time,
-            input_type=None,
-        )
 
     def _label_index(self, edge_label_index: Tensor | None) -> Tensor:
         if edge_label_index is None:
@@ -165,9 +144,6 @@ class LinkNeighborLoader(BatchLoader):
         if index.numel() and (int(index.min()) < 0 or int(index.max()) >= self.view.num_nodes):
             raise ValueError(f"edge_label_index has node ids outside [0, {self.view.num_nodes})")
         return index
-
-    def _check_labels(self, edge_label: Tensor | None, label_index: Tensor) -> Tensor | None:
-        return check_labels(edge_label, int(label_index.shape[1]), self.neg_sampling)
 
     def collate(self, index: Tensor, seed: int) -> Any:
         """PyG ``SamplerOutput`` for the seed links at positions ``index``."""
@@ -192,24 +168,43 @@ class LinkNeighborLoader(BatchLoader):
         return batch
 
 
-def check_labels(edge_label: Tensor | None, num_links: int, neg: Any) -> Tensor | None:
-    """``edge_label`` checked by PyG's rules.
+def edge_input(
+    label_index: Tensor,
+    edge_label: Tensor | None,
+    edge_label_time: Tensor | None,
+    input_id: Tensor | None,
+    neg_sampling: Any,
+    input_type: Any = None,
+) -> Any:
+    """PyG's ``EdgeSamplerInput`` of every seed link (``[2, L]`` ``label_index``), checked.
 
-    One label per link, none with triplet negatives, shifted by one when binary negatives are
-    added to labels that start at 0 (0 then means "negative").
+    One label, time and id per link (ids default to positions); no labels with triplet
+    negatives; labels that start at 0 shifted by one when binary negatives are added (0 then
+    means "negative"), as PyG does. ``input_type`` is the edge type on typed graphs.
     """
-    if edge_label is None:
-        return None
-    if int(edge_label.shape[0]) != num_links:
-        raise ValueError(f"edge_label has {edge_label.shape[0]} entries; need {num_links}")
-    if neg is not None and neg.is_triplet():
+    from torch_geometric.sampler import EdgeSamplerInput
+
+    num_links = int(label_index.shape[1])
+    if input_id is None:
+        input_id = torch.arange(num_links)
+    for name, value in (
+        ("edge_label", edge_label), ("edge_label_time", edge_label_time), ("input_id", input_id)
+    ):  # fmt: skip
+        if value is not None and int(value.shape[0]) != num_links:
+            raise ValueError(f"{name} has {value.shape[0]} entries; need {num_links}")
+    neg = neg_sampling
+    if edge_label is not None and neg is not None and neg.is_triplet():
         raise ValueError(
             "'edge_label' needs to be undefined for 'triplet'-based negative sampling; use "
             "src_index, dst_pos_index and dst_neg_index of the batch instead"
         )
-    if neg is not None and neg.is_binary() and edge_label.numel() and edge_label.min() == 0:
-        return edge_label + 1  # PyG: zero now denotes "negative"
-    return edge_label
+    binary = neg is not None and neg.is_binary()
+    if edge_label is not None and binary and edge_label.numel() and edge_label.min() == 0:
+        edge_label = edge_label + 1  # PyG: zero now denotes "negative"
+    return EdgeSamplerInput(
+        input_id=input_id, row=label_index[0], col=label_index[1], label=edge_label,
+        time=edge_label_time, input_type=input_type,
+    )  # fmt: skip
 
 
 def check_time_args(edge_label_time: Tensor | None, time_attr: str | None) -> None:
