@@ -52,6 +52,7 @@ __all__ = [
     "assemble",
     "csr_sources",
     "relation_seed",
+    "seeds_of",
 ]
 
 _INLINE = ChunkPool(1)  # runs LocalIds' steps on the calling thread; holds no threads
@@ -198,7 +199,7 @@ class HeteroNeighborSampler:
                 "seed_time given to plain fanout sampling; temporal sampling is "
                 "HeteroExtendedSampler's (pass time_attr to the loader)"
             )
-        seeds = {t: _seeds_of(t, lid, self.node_types) for t, lid in seed_lids.items()}
+        seeds = {t: seeds_of(t, lid, self.node_types) for t, lid in seed_lids.items()}
         if not seeds:
             raise ValueError("seed_lids is empty; pass the seeds of at least one node type")
         with self._lock:
@@ -328,7 +329,7 @@ def assemble(
     )
 
 
-def _seeds_of(node_type: str, seed_lid: Tensor, node_types: Sequence[str]) -> np.ndarray:
+def seeds_of(node_type: str, seed_lid: Tensor, node_types: Sequence[str]) -> np.ndarray:
     """One type's seeds as int64 numpy, checked (known type, non-empty 1-D, no negatives)."""
     if node_type not in node_types:
         raise ValueError(f"input_type={node_type!r}; choose one of {list(node_types)}")

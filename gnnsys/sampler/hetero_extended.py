@@ -43,7 +43,12 @@ from gnnsys.sampler.candidates import (
 )
 from gnnsys.sampler.csr_source import CSRNeighborSource
 from gnnsys.sampler.draw import draw_key
-from gnnsys.sampler.hetero import HeteroNeighborSampler, HeteroSampledSubgraph, relation_seed
+from gnnsys.sampler.hetero import (
+    HeteroNeighborSampler,
+    HeteroSampledSubgraph,
+    relation_seed,
+    seeds_of,
+)
 from gnnsys.sampler.hetero import assemble as assemble_hetero
 from gnnsys.sampler.relabel import Piece
 
@@ -184,12 +189,9 @@ class HeteroExtendedSampler:
         return self._sample_hops(seeds, next(iter(seeds)), time_B, seed)
 
     def _seeds_of(self, node_type: str, seed_lid: Tensor) -> np.ndarray:
-        if node_type not in self.num_nodes:
-            raise ValueError(f"input_type={node_type!r}; choose one of {list(self.num_nodes)}")
-        seeds: np.ndarray = seed_lid.long().contiguous().numpy()
-        if seeds.ndim != 1 or seeds.size == 0:
-            raise ValueError(f"seed_lid must be a non-empty 1-D tensor, got {tuple(seeds.shape)}")
-        if int(seeds.min()) < 0 or int(seeds.max()) >= self.num_nodes[node_type]:
+        """One type's seeds, checked: ``seeds_of``, the range and (not disjoint) no repeats."""
+        seeds = seeds_of(node_type, seed_lid, list(self.num_nodes))
+        if int(seeds.max()) >= self.num_nodes[node_type]:
             raise ValueError(f"seed_lid has ids outside [0, {self.num_nodes[node_type]})")
         if not self.disjoint and np.unique(seeds).size != seeds.size:
             raise ValueError("seed_lid has repeated ids; pass each seed once or use disjoint")
