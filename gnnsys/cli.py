@@ -17,7 +17,13 @@ import traceback
 from collections.abc import Sequence
 
 import gnnsys.commands
-from gnnsys.errors import GnnsysError, RemoteCallTimeoutError, WorkerFailedError
+from gnnsys.errors import (
+    DiskError,
+    GnnsysError,
+    ProcessDiedError,
+    RemoteCallTimeoutError,
+    WorkerFailedError,
+)
 
 __all__ = ["build_parser", "main"]
 
@@ -71,9 +77,11 @@ def _join_negative_lists(argv: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gnnsys`` script and ``python -m gnnsys``; returns the exit code.
 
-    Exit codes: 0 success, 1 a failed run (workers failed, a store failed ``verify``) or an
-    internal error, 2 a bad input (flag value, file, store, checkpoint), 130 Ctrl-C. A bad
-    input prints one line naming the value and the fix; ``-v`` adds the traceback.
+    Exit codes: 0 success, 1 a failed run (workers failed, a store failed ``verify``, a write
+    failed on the file system: full disk, read-only, no permission, a vanished directory; a
+    child process was killed) or an internal error, 2 a bad input (flag value, file, store,
+    checkpoint), 130 Ctrl-C. A bad input or a disk error prints one line naming the value or
+    path and the fix; ``-v`` adds the traceback.
     """
     parser = build_parser()
     args = parser.parse_args(_join_negative_lists(sys.argv[1:] if argv is None else argv))
@@ -84,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args))
-    except (WorkerFailedError, RemoteCallTimeoutError) as err:  # a failed run, not bad input
+    except _FAILED_RUN as err:  # a failed run, not bad input
         return _report(args, err, 1, "")
     except _BAD_INPUT as err:
         return _report(args, err, 2, "")
@@ -94,6 +102,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 -- the process boundary: one line, not a traceback
         return _report(args, err, 1, "internal error, please report it; ")
 
+
+_FAILED_RUN: tuple[type[BaseException], ...] = (
+    WorkerFailedError,
+    RemoteCallTimeoutError,
+    DiskError,
+    ProcessDiedError,
+)
+"""Errors of a run that failed on its way (the inputs were fine): exit code 1, one line."""
 
 _BAD_INPUT: tuple[type[BaseException], ...] = (GnnsysError, ValueError, TypeError, OSError)
 """Errors that mean a bad input: a flag value, a missing, unreadable or corrupt file."""

@@ -76,3 +76,61 @@ class WorkerFailedError(GnnsysError):
     def __str__(self) -> str:
         parts = [f"rank {r}: {msg}" for r, msg in sorted(self.errors_by_rank.items())]
         return f"{len(parts)} worker(s) failed\n" + "\n".join(parts)
+
+
+class DiskError(GnnsysError, OSError):
+    """Writing a file failed for a reason of the file system: full, read-only, no permission.
+
+    Also an ``OSError`` with the original ``errno`` (``ENOSPC``, ``EDQUOT``, ``EROFS``,
+    ``EACCES``, ``ENOENT``, ...), so callers that catch ``OSError`` still do. Whatever was being
+    written has been removed before this is raised; ``gnnsys.store.diskio.disk_error`` builds one
+    from an ``OSError``.
+
+    Args:
+        message: What failed, naming the path, the sizes when known, and the fix.
+        path: The file or directory that could not be written.
+        errno: The ``errno`` of the failed call (``ENOSPC`` for a failed free-space check).
+        needed_bytes: Bytes the write needed, when known.
+        free_bytes: Bytes free on the file system afterwards, when known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        path: str = "",
+        errno: int = 0,
+        needed_bytes: int | None = None,
+        free_bytes: int | None = None,
+    ) -> None:
+        super().__init__(errno, message, path)  # OSError's fields: errno, strerror, filename
+        self.message = message
+        self.path = path
+        self.needed_bytes = needed_bytes
+        self.free_bytes = free_bytes
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # OSError keeps only (errno, strerror) in ``args``; pickle every constructor argument.
+        fields = (self.message, self.path, self.errno, self.needed_bytes, self.free_bytes)
+        return (type(self), fields)
+
+
+class ProcessDiedError(GnnsysError, RuntimeError):
+    """A child process gnnsys started died without raising (killed by a signal, or it exited).
+
+    Args:
+        message: Which process, the signal or exit code, what it was writing and the fix.
+        path: What the process was writing (its partial output has been removed).
+        exitcode: The child's exit code (``-N``: killed by signal ``N``; ``None``: unknown).
+    """
+
+    def __init__(self, message: str, path: str = "", exitcode: int | None = None) -> None:
+        super().__init__(message, path, exitcode)
+        self.message = message
+        self.path = path
+        self.exitcode = exitcode
+
+    def __str__(self) -> str:
+        return self.message

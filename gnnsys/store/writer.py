@@ -3,9 +3,16 @@
 Everything is written into a hidden temporary sibling of the target, checksummed, and only
 then renamed into place, so a crash never leaves a half-written directory under the target
 name. Each file gets a sha256 (for ``verify``) and an xxh3_128 (checked by every load), both
-from one read of the file. Feature rows are gathered and written in row chunks into a
-memory-mapped ``.npy``, so the writer's extra memory is one shard's index arrays plus one chunk
-of features.
+from one read of the file. Feature rows are gathered and written in row chunks with plain
+``write`` calls, so the writer's extra memory is one shard's index arrays plus one chunk of
+features.
+
+**Disk errors.** The free space is checked against a lower bound of the store's size before
+anything is written, and any ``OSError`` on the way (full disk, read-only file system, no
+permission, a vanished directory) removes the temporary directory and is raised as a
+``DiskError`` naming the target and the fix (``gnnsys.store.diskio``). Rows are never written
+through a writable memory map: on a full disk a store into mapped pages is a SIGBUS that kills
+the process before any cleanup runs, where ``write`` returns ``ENOSPC``.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gnnsys.errors import GnnsysError
+from gnnsys.store.diskio import check_free, disk_error
 from gnnsys.store.integrity import file_digests
 from gnnsys.store.layout import (
     FORMAT_VERSION,
@@ -82,17 +91,44 @@ def _save(root: Path, rel: str, arr: np.ndarray) -> FileEntry:
 
 
 def _save_rows(root: Path, rel: str, src: np.ndarray, rows: np.ndarray) -> FileEntry:
-    """Write ``src[rows]`` chunk by chunk into a memory-mapped ``.npy``."""
+    """Write ``src[rows]`` as a ``.npy``, gathered and written ``_ROWS_PER_CHUNK`` rows at a time.
+
+    The bytes are those ``np.lib.format.open_memmap`` wrote before (same header, same rows), but
+    through ``write``: a full disk is then an ``OSError``, not a SIGBUS on a mapped page.
+    """
     path = root / rel
     shape = (rows.shape[0], *src.shape[1:])
     if rows.shape[0] == 0:
         return _save(root, rel, np.zeros(shape, dtype=src.dtype))
-    out = np.lib.format.open_memmap(path, mode="w+", dtype=src.dtype, shape=shape)
-    for lo in range(0, rows.shape[0], _ROWS_PER_CHUNK):
-        out[lo : lo + _ROWS_PER_CHUNK] = src[rows[lo : lo + _ROWS_PER_CHUNK]]
-    out.flush()
-    del out
+    header = {
+        "descr": np.lib.format.dtype_to_descr(src.dtype),
+        "fortran_order": False,
+        "shape": shape,
+    }
+    with open(path, "wb") as fh:
+        try:
+            np.lib.format.write_array_header_1_0(fh, header)
+        except ValueError:  # a header over 64 KiB needs format 2.0 (as np.save would pick)
+            fh.seek(0)
+            np.lib.format.write_array_header_2_0(fh, header)
+        for lo in range(0, rows.shape[0], _ROWS_PER_CHUNK):
+            chunk = np.ascontiguousarray(src[rows[lo : lo + _ROWS_PER_CHUNK]])  # one chunk copy
+            fh.write(chunk.reshape(-1).view(np.uint8).data)
     return _entry(path, shape, src.dtype)
+
+
+def _store_bytes(graph: Graph, assignment: Assignment) -> int:
+    """A lower bound of the bytes a store of ``assignment`` takes (halo rows not counted).
+
+    Every node's data rows once, its ``owned_gid`` and ``indptr`` entries, three int64 arrays
+    over the edges (``indices_gid``, ``indices_local``, ``e_id``), and a header per file.
+    """
+    data = sum(
+        int(getattr(graph, key).nbytes) for key in SHARD_DATA if getattr(graph, key) is not None
+    )
+    num_files = 1 + assignment.num_parts * (len(SHARD_ARRAYS) + len(SHARD_DATA))
+    index = 16 * (graph.num_nodes + assignment.num_parts) + 24 * graph.num_edges
+    return int(assignment.part_N.nbytes) + data + index + 128 * num_files
 
 
 def _write_part(
@@ -151,12 +187,16 @@ def write_partitions(
     Raises:
         ValueError: The assignment does not match the graph, ``num_hops < 1``, or ``root``
             exists and ``overwrite`` is false.
+        DiskError: Less free space than the store needs, or a write failed (full disk,
+            read-only file system, no permission); nothing is left behind.
     """
     root = Path(root)
     _check_args(graph, assignment, root, num_hops, overwrite)
     _check_links(graph, links)
+    needed = _store_bytes(graph, assignment)
+    check_free(root, needed)
     book = PartitionBook.from_assignment(assignment.part_N, assignment.num_parts)
-    with staged(root) as tmp:
+    with staged(root, needed=needed) as tmp:
         files = {NODE_TO_PART: _save(tmp, NODE_TO_PART, assignment.part_N)}
         parts = []
         for part in range(assignment.num_parts):
@@ -194,19 +234,32 @@ def _check_links(graph: Graph, links: LinkSplit | None) -> None:
 
 
 @contextlib.contextmanager
-def staged(root: Path) -> Iterator[Path]:
+def staged(root: Path, *, needed: int | None = None) -> Iterator[Path]:
     """A fresh directory beside ``root`` to write a store into.
 
     When the block ends it replaces ``root`` (:func:`_replace`); if the block raises, it is
     removed and ``root`` is left as it was, so a failed write leaves nothing half-written.
+
+    Args:
+        root: The store directory to create or replace.
+        needed: Bytes the store needs, when known (named in a disk error).
+
+    Raises:
+        DiskError: An ``OSError`` of the block, or of creating or renaming the directory
+            (raised after the directory is removed, so the free space it names is current).
     """
     tmp = root.parent / f".{root.name}.tmp-{uuid.uuid4().hex[:12]}"
-    tmp.mkdir(parents=True)
+    try:
+        tmp.mkdir(parents=True)
+    except OSError as err:
+        raise disk_error(err, root, needed=needed) from err
     try:
         yield tmp
         _replace(tmp, root)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(err, OSError) and not isinstance(err, GnnsysError):
+            raise disk_error(err, root, needed=needed) from err
         raise
 
 
@@ -225,7 +278,11 @@ def _replace(tmp: Path, root: Path) -> None:
         return
     trash = root.parent / f".{root.name}.old-{uuid.uuid4().hex[:12]}"
     os.rename(root, trash)
-    os.rename(tmp, root)
+    try:
+        os.rename(tmp, root)
+    except OSError:
+        os.rename(trash, root)  # put the old store back: a failed replace changes nothing
+        raise
     shutil.rmtree(trash, ignore_errors=True)
 
 

@@ -1,12 +1,15 @@
 """Checked, rotated checkpoints and a run's identity.
 
 **Files.** ``save_checkpoint`` writes ``checkpoint.pt`` atomically (temp file in the same folder,
-fsync, ``os.replace``) after renaming the one it replaces to ``checkpoint.prev.pt``, so the last
-two survive. Each file starts with a line naming the xxh3_128 of the ``torch.save`` bytes that
-follow: ``torch.load`` alone accepts most bit flips (its zip reader does not check CRCs), the
-digest refuses them. Loading uses ``weights_only=True``, so a checkpoint is plain tensors, dicts,
-lists and numbers and cannot execute code. ``load_checkpoint`` falls back to the previous file
-when the newest is corrupt, logs a warning and returns the notice with the checkpoint.
+fsync, then the one it replaces is renamed to ``checkpoint.prev.pt`` and the temp file renamed
+into place), so the last two survive. A write that fails (full disk, read-only file system, ...)
+removes its temp file, leaves both checkpoints as they were and raises ``DiskError`` naming the
+path and the size (``gnnsys.store.diskio``). Each file starts with a line naming the xxh3_128
+of the ``torch.save`` bytes that follow: ``torch.load`` alone accepts most bit flips (its zip
+reader does not check CRCs), the digest refuses them. Loading uses ``weights_only=True``, so a
+checkpoint is plain tensors, dicts, lists and numbers and cannot execute code.
+``load_checkpoint`` falls back to the previous file when the newest is corrupt, logs a warning
+and returns the notice with the checkpoint.
 
 **Identity.** A run is what its config and its store make it: ``identity_of(config_json,
 store)`` flattens the config into dotted fields (``model.hidden``, ``sampler.fanouts``, ...) and
@@ -25,7 +28,6 @@ import io
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,6 +37,7 @@ import torch
 import xxhash
 
 from gnnsys.errors import CheckpointError
+from gnnsys.store.diskio import atomic_write, disk_error
 
 __all__ = [
     "ALWAYS_ALLOWED",
@@ -260,9 +263,13 @@ def check_resume(
 
 
 def write_identity(run_dir: str | os.PathLike[str], identity: RunIdentity) -> Path:
-    """Write ``run_dir/run.json`` atomically; later checkpoints embed it."""
+    """Write ``run_dir/run.json`` atomically; later checkpoints embed it.
+
+    Raises:
+        DiskError: The write failed; no temp file is left and an old ``run.json`` is kept.
+    """
     text = json.dumps({"identity": identity.as_dict()}, indent=1, sort_keys=True) + "\n"
-    return _atomic_write(Path(run_dir), RUN_NAME, text.encode())
+    return atomic_write(Path(run_dir) / RUN_NAME, text.encode())
 
 
 def read_identity(run_dir: str | os.PathLike[str]) -> RunIdentity | None:
@@ -276,25 +283,14 @@ def read_identity(run_dir: str | os.PathLike[str]) -> RunIdentity | None:
 
 
 # ---- files -------------------------------------------------------------------------------------
-def _atomic_write(run_dir: Path, name: str, data: bytes) -> Path:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}-", suffix=".tmp", dir=run_dir)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, run_dir / name)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return run_dir / name
-
-
 def save_checkpoint(run_dir: str | os.PathLike[str], ckpt: Checkpoint) -> Path:
     """Write ``run_dir/checkpoint.pt`` atomically, keeping the one it replaces as the previous.
 
     The identity embedded is ``ckpt.identity``, else the one in ``run_dir/run.json``.
+
+    Raises:
+        DiskError: The write failed (the message names the path and the checkpoint's size);
+            the temp file is removed and both existing checkpoints are untouched.
     """
     run_dir = Path(run_dir)
     identity = ckpt.identity or read_identity(run_dir)
@@ -312,12 +308,19 @@ def save_checkpoint(run_dir: str | os.PathLike[str], ckpt: Checkpoint) -> Path:
     body = buf.getvalue()
     head = _MAGIC + xxhash.xxh3_128(body).hexdigest().encode() + b"\n"
     final = run_dir / CHECKPOINT_NAME
-    if final.exists():
-        if _digest_ok(final):
-            os.replace(final, run_dir / PREVIOUS_NAME)  # a crash here leaves only the previous
-        else:  # never rotate a damaged file over an intact previous one
-            log.warning("%s is corrupt; replacing it and keeping %s", final, PREVIOUS_NAME)
-    return _atomic_write(run_dir, CHECKPOINT_NAME, head + body)
+    # Rotate only once the new file is durable: a failed write leaves both checkpoints as
+    # they were; a crash between the two renames leaves only the previous one.
+    return atomic_write(final, head + body, before_replace=lambda: _rotate(final))
+
+
+def _rotate(final: Path) -> None:
+    """Rename an intact ``final`` to ``checkpoint.prev.pt`` (a damaged one is overwritten)."""
+    if not final.exists():
+        return
+    if _digest_ok(final):
+        os.replace(final, final.parent / PREVIOUS_NAME)
+    else:  # never rotate a damaged file over an intact previous one
+        log.warning("%s is corrupt; replacing it and keeping %s", final, PREVIOUS_NAME)
 
 
 def _digest_ok(path: Path) -> bool:
@@ -340,9 +343,17 @@ def _digest_ok(path: Path) -> bool:
 
 
 def remove_checkpoints(run_dir: str | os.PathLike[str]) -> None:
-    """Delete both checkpoints of ``run_dir`` (a fresh run must never resume an old one)."""
+    """Delete both checkpoints of ``run_dir`` (a fresh run must never resume an old one).
+
+    Raises:
+        DiskError: One cannot be removed (a read-only file system, no permission).
+    """
     for name in (CHECKPOINT_NAME, PREVIOUS_NAME):
-        (Path(run_dir) / name).unlink(missing_ok=True)
+        path = Path(run_dir) / name
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as err:
+            raise disk_error(err, path) from err
 
 
 def _read(path: Path) -> Checkpoint:

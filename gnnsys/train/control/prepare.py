@@ -4,6 +4,13 @@
 the run directory before any actor starts, so every worker reads the same memory-mapped files.
 That step runs in a child process (its peak RSS is reported), so the driver never holds the
 graph: afterwards it reads only the manifest and the per-part label files (:func:`store_info`).
+
+**When the child fails.** A ``DiskError`` it raises (full disk, read-only file system, ...)
+reaches the driver as itself: the child's writer already removed its temporary store. A child
+killed by a signal (the out-of-memory killer's SIGKILL, a SIGBUS on a memory-mapped file) runs
+no cleanup, so the driver removes the ``.store.tmp-*`` it left in the run directory and raises
+``ProcessDiedError`` naming the signal and the target. Either way a fresh run directory (no
+checkpoint) loses the ``run.json`` the pre-flight wrote, since no run started.
 """
 
 from __future__ import annotations
@@ -11,18 +18,26 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import resource
+import shutil
+import signal
 import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from multiprocessing.context import BaseContext
+from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from gnnsys.errors import DiskError, ProcessDiedError
+from gnnsys.store.diskio import mount_of
 from gnnsys.store.source import DataConfig
+from gnnsys.train.control.checkpoint import CHECKPOINT_NAME, PREVIOUS_NAME, RUN_NAME
 
 __all__ = [
     "PreparedStore",
@@ -140,6 +155,8 @@ def prepare_store(
 
     Raises:
         ValueError: The given store has a different number of parts.
+        DiskError: Writing the store failed for a file-system reason (raised by the child).
+        ProcessDiedError: The child was killed (by a signal) or exited without a result.
     """
     from gnnsys.store import read_hetero_manifest, read_manifest
 
@@ -163,14 +180,93 @@ def prepare_store(
             log.info("reusing the partition store %s", target)
             return PreparedStore(target)
     start = time.perf_counter()
-    # A child process holds the whole graph while it partitions, so the driver never does.
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-        write = _write_hetero_store if hetero else _write_store
-        peak = pool.submit(write, spec, num_parts, num_hops, seed, target).result()
+    write = _write_hetero_store if hetero else _write_store
+    try:
+        peak = _in_child(write, spec, num_parts, num_hops, seed, target)
+    except (DiskError, ProcessDiedError):
+        _forget_fresh_run(run_dir)
+        raise
     seconds = time.perf_counter() - start
     log.info("partitioned in %.1f s in a child process (peak RSS %.2f GiB)", seconds, peak / 2**30)
     return PreparedStore(target, written=True, seconds=seconds, peak_rss_bytes=peak)
+
+
+class _SpawnTracker:
+    """The ``spawn`` context, keeping each process it creates (to name a dead child's signal)."""
+
+    def __init__(self) -> None:
+        self._ctx = multiprocessing.get_context("spawn")
+        self.processes: list[BaseProcess] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ctx, name)
+
+    def Process(self, *args: Any, **kwargs: Any) -> BaseProcess:  # noqa: N802 -- BaseContext's
+        """``BaseContext.Process``, remembered."""
+        proc: BaseProcess = self._ctx.Process(*args, **kwargs)
+        self.processes.append(proc)
+        return proc
+
+
+_SIGNAL_HINTS = {
+    signal.SIGKILL: "usually the out-of-memory killer; free memory or use a larger machine",
+    signal.SIGBUS: "a memory-mapped file failed (a full disk, or a file truncated meanwhile); "
+    "free space on {mount} or choose another --out",
+}
+
+
+def _in_child(write: Any, spec: DataConfig, *args: Any) -> int:
+    """``write(spec, *args)`` in a spawned child (it holds the graph; the driver never does).
+
+    Raises:
+        ProcessDiedError: The child died without raising; its ``.store.tmp-*`` is removed.
+    """
+    target: Path = args[-1]
+    tracker = _SpawnTracker()
+    # Duck-typed: the executor only calls the context's factories (Process, queues, locks).
+    broken: BrokenProcessPool | None = None
+    with ProcessPoolExecutor(max_workers=1, mp_context=cast(BaseContext, tracker)) as pool:
+        try:
+            return int(pool.submit(write, spec, *args).result())
+        except BrokenProcessPool as err:
+            broken = err
+    # The pool's shutdown joined the dead child, so only now is its exit code known.
+    codes = [p.exitcode for p in tracker.processes if p.exitcode]
+    _remove_staged(target)
+    raise _died(spec.dataset, target, codes[0] if codes else None) from broken
+
+
+def _died(dataset: str, target: Path, exitcode: int | None) -> ProcessDiedError:
+    """The error of a partitioning child that died with ``exitcode`` (``-N``: signal ``N``)."""
+    how, hint = "died abruptly", ""
+    if exitcode is not None and exitcode > 0:
+        how = f"exited with code {exitcode}"
+    elif exitcode is not None:
+        try:
+            sig = signal.Signals(-exitcode)
+            how, hint = f"was killed by {sig.name} (signal {-exitcode})", _SIGNAL_HINTS.get(sig, "")
+        except ValueError:  # a number this platform has no name for
+            how = f"was killed by signal {-exitcode}"
+    hint = hint.format(mount=mount_of(target))
+    return ProcessDiedError(
+        f"the child process partitioning {dataset} into {target} {how}; its partial store was "
+        f"removed{'; ' + hint if hint else ''}",
+        str(target),
+        exitcode,
+    )
+
+
+def _remove_staged(target: Path) -> None:
+    """Remove the temporary stores (``.NAME.tmp-*``) a killed writer left beside ``target``."""
+    for tmp in target.parent.glob(f".{target.name}.tmp-*"):
+        log.warning("removing %s, left by the partitioning child", tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _forget_fresh_run(run_dir: Path) -> None:
+    """Remove the pre-flight's ``run.json`` when no run ever trained here (no checkpoint)."""
+    if not any((run_dir / name).exists() for name in (CHECKPOINT_NAME, PREVIOUS_NAME)):
+        (run_dir / RUN_NAME).unlink(missing_ok=True)
 
 
 def _write_store(spec: DataConfig, num_parts: int, num_hops: int, seed: int, target: Path) -> int:

@@ -5,6 +5,10 @@
 ``val_acc`` at the top level, traffic by category under ``bytes``/``messages``). The
 :class:`Recorder` appends a line, then writes the checkpoint, so a checkpoint of epoch ``e``
 always has ``e``'s line; on resume it keeps the lines before the checkpoint's next epoch.
+
+Both files survive a failed write (full disk, read-only file system, ...): ``begin`` rewrites
+``metrics.jsonl`` atomically, ``append`` adds a line whole or truncates back, and either raises
+``DiskError`` naming the path (``gnnsys.store.diskio``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gnnsys.store.diskio import append_whole, atomic_write, disk_error
 from gnnsys.train.control.checkpoint import (
     Checkpoint,
     load_checkpoint,
@@ -192,13 +197,21 @@ class Recorder:
         """Start a run: the checkpoint to continue from and the metric lines kept before it.
 
         A fresh run (``resume=False``) removes an old checkpoint and empties the metrics.
+
+        Raises:
+            DiskError: The run directory or ``metrics.jsonl`` cannot be written; the old
+                ``metrics.jsonl`` is kept whole.
         """
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise disk_error(err, self.run_dir) from err
         ckpt = load_checkpoint(self.run_dir) if resume else None
         if not resume:
             remove_checkpoints(self.run_dir)  # both: a fresh run never falls back to an old one
         kept = self.lines_before(0 if ckpt is None else ckpt.epoch + 1)
-        self.metrics_path.write_text("".join(json.dumps(m.to_json()) + "\n" for m in kept))
+        text = "".join(json.dumps(m.to_json()) + "\n" for m in kept)
+        atomic_write(self.metrics_path, text.encode())
         return ckpt, kept
 
     def lines_before(self, epoch: int) -> list[EpochMetrics]:
@@ -210,9 +223,13 @@ class Recorder:
         return [m for m in records if m.epoch < epoch]
 
     def append(self, metrics: EpochMetrics) -> None:
-        """Add one line (flushed before the epoch's checkpoint is written)."""
-        with open(self.metrics_path, "a") as fh:
-            fh.write(json.dumps(metrics.to_json()) + "\n")
+        """Add one line (written before the epoch's checkpoint is).
+
+        Raises:
+            DiskError: The line could not be written; the file is truncated back to its old
+                size, so it never ends in half a line.
+        """
+        append_whole(self.metrics_path, (json.dumps(metrics.to_json()) + "\n").encode())
 
     def save(self, ckpt: Checkpoint) -> None:
         """Write the checkpoint atomically."""

@@ -312,13 +312,15 @@ def _finish(
     executor: str,
     wall: float,
 ) -> TrainResult:
-    """Run the coordinator to the end and write ``summary.json``."""
+    """Run the coordinator to the end and write ``summary.json`` (atomically; ``DiskError``)."""
+    from gnnsys.store.diskio import atomic_write
+
     history = [m.to_json() for m in coordinator.run()]
     best = coordinator.best()
     summary = summary_of(config, history, prepared, topology, coordinator.restarts)
     summary |= {"best": None if best is None else best.to_json(), "metric": coordinator.metric}
     summary |= {"executor": executor, "wall_seconds": time.perf_counter() - wall}
-    (run_path / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    atomic_write(run_path / "summary.json", (json.dumps(summary, indent=1) + "\n").encode())
     return TrainResult(history=history, summary=summary, run_dir=run_path)
 
 
