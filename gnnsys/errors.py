@@ -67,15 +67,25 @@ class WorkerFailedError(GnnsysError):
 
     Args:
         errors_by_rank: Rank -> the worker's error text (with its traceback).
+        reason: The failure policy's one line: who caused it, who only suffered from it.
+        victims: Ranks that failed only because of another rank or owner (labelled so).
     """
 
-    def __init__(self, errors_by_rank: dict[int, str]) -> None:
-        super().__init__(errors_by_rank)
+    def __init__(
+        self, errors_by_rank: dict[int, str], reason: str = "", victims: tuple[int, ...] = ()
+    ) -> None:
+        super().__init__(errors_by_rank, reason, tuple(victims))
         self.errors_by_rank = dict(errors_by_rank)
+        self.reason = reason
+        self.victims = tuple(victims)
 
     def __str__(self) -> str:
-        parts = [f"rank {r}: {msg}" for r, msg in sorted(self.errors_by_rank.items())]
-        return f"{len(parts)} worker(s) failed\n" + "\n".join(parts)
+        parts = [
+            f"rank {r}{' (victim)' if r in self.victims else ''}: {msg}"
+            for r, msg in sorted(self.errors_by_rank.items())
+        ]
+        head = f"{self.reason}\n" if self.reason else ""
+        return f"{head}{len(parts)} worker(s) failed\n" + "\n".join(parts)
 
 
 class DiskError(GnnsysError, OSError):

@@ -25,7 +25,7 @@ log = logging.getLogger("gnnsys.commands.train")
 
 _POSITIVE_INT = ("parts", "hidden", "batch_size", "epochs", "num_nodes")
 _NON_NEGATIVE_INT = ("max_restarts", "seed")
-_POSITIVE_FLOAT = ("lr", "deadline")
+_POSITIVE_FLOAT = ("lr", "deadline", "heartbeat_timeout", "startup_deadline")
 _ALIASES = {
     "epochs": "loop.epochs",
     "lr": "trainer.lr",

@@ -80,6 +80,21 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--topology", choices=("auto", "partitioned", "replicated"))
     p.add_argument("--deadline", type=float, help="seconds per remote call / without progress")
+    p.add_argument(
+        "--heartbeat-timeout",
+        type=float,
+        metavar="S",
+        help="seconds a trainer or shard owner may leave a heartbeat unanswered before it "
+        "counts as frozen and is killed and restarted like a dead one (default: 10, or half "
+        "of --deadline when that is shorter)",
+    )
+    p.add_argument(
+        "--startup-deadline",
+        type=float,
+        metavar="S",
+        help="seconds the workers may take to start (load shards, warm caches, join the "
+        "gloo group) before the silent ones are restarted (default 90)",
+    )
     p.add_argument("--max-restarts", type=int, help="group restarts after a worker dies")
     p.add_argument("--num-nodes", type=int, help="nodes of a synthetic dataset")
     add_feature_path_args(p)
@@ -274,6 +289,7 @@ def build_config(args: argparse.Namespace) -> Any:
             resume=args.resume,
             progress=not args.no_progress and sys.stderr.isatty(),
             **pick(epochs=args.epochs, deadline_s=args.deadline),
+            **pick(heartbeat_s=args.heartbeat_timeout, startup_deadline_s=args.startup_deadline),
         ),
         failure=replace(cfg.failure, **pick(max_restarts=args.max_restarts)),
         eval=replace(

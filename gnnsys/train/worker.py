@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import threading
 import traceback
@@ -66,10 +67,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class FaultSpec:
-    """Test-only fault injection: at ``(epoch, batch)`` rank ``rank`` raises or exits.
+    """Test-only fault injection: at ``(epoch, batch)`` rank ``rank`` raises, exits or freezes.
 
     Fires only on the first attempt (``WorkerSpec.attempt == 0``), so a restarted group runs
-    clean; ``exit`` kills the process like ``ray.kill`` would, ``raise`` is a bug in user code.
+    clean; ``exit`` kills the process like ``ray.kill`` would, ``raise`` is a bug in user code,
+    ``freeze`` stops the process (``SIGSTOP``: it holds its sockets and answers nothing).
+    ``epoch == -1`` fires at the end of the constructor (start-up); ``batch == -1`` fires when
+    that epoch's evaluation starts.
     """
 
     kind: str
@@ -78,8 +82,8 @@ class FaultSpec:
     batch: int = 0
 
     def __post_init__(self) -> None:
-        if self.kind not in ("raise", "exit"):
-            raise ValueError(f"fault kind {self.kind!r}; use 'raise' or 'exit'")
+        if self.kind not in ("raise", "exit", "freeze"):
+            raise ValueError(f"fault kind {self.kind!r}; use 'raise', 'exit' or 'freeze'")
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,7 +399,9 @@ class TrainWorker:
         self.features.warm_up()  # before the first epoch's snapshot: reported as warm-up traffic
         self.warmup = self.ledger.snapshot()
         self._progress = 0
+        self._epoch = -1
         self._lock = threading.Lock()
+        self._maybe_fault(-1, 0)
 
     def address(self) -> tuple[str, int]:
         """This node's IP and a free TCP port (rank 0 hosts the gloo rendezvous)."""
@@ -440,6 +446,8 @@ class TrainWorker:
 
     def eval_layer(self, layer: int) -> None:
         """Compute this rank's outputs of layer ``layer`` (every rank finished ``layer - 1``)."""
+        if layer == 0:
+            self._maybe_fault(self._epoch, -1)
         if self._evaluator is None:
             cache = self.features.cache  # capacity 0 without one: nothing to peek at
             self._evaluator = ShardEvaluator(
@@ -487,27 +495,27 @@ class TrainWorker:
     def _before_batch(self, epoch: int, batch: int) -> None:
         with self._lock:
             self._progress = batch
+        self._maybe_fault(epoch, batch)
+
+    def _maybe_fault(self, epoch: int, batch: int) -> None:
+        """Fire the injected fault if it is due at ``(epoch, batch)`` (see ``FaultSpec``)."""
         fault = self.spec.fault
-        if (
-            fault is None
-            or self.spec.attempt
-            or (fault.rank, fault.epoch, fault.batch)
-            != (
-                self.spec.rank,
-                epoch,
-                batch,
-            )
-        ):
+        due = (self.spec.rank, epoch, batch)
+        if fault is None or self.spec.attempt or (fault.rank, fault.epoch, fault.batch) != due:
             return
+        log.warning(
+            "fault injection: rank %d %s at epoch %d batch %d", due[0], fault.kind, *due[1:]
+        )
         if fault.kind == "exit":
-            log.warning(
-                "fault injection: rank %d exits at epoch %d batch %d", fault.rank, epoch, batch
-            )
             os._exit(1)
+        if fault.kind == "freeze":
+            os.kill(os.getpid(), signal.SIGSTOP)  # until SIGCONT or SIGKILL (the group's restart)
+            return
         raise RuntimeError(f"injected fault at rank {fault.rank} epoch {epoch} batch {batch}")
 
     def train_epoch(self, epoch: int, num_batches: int) -> WorkerEpochReport:
         """Train one epoch of ``num_batches`` steps and report stats and traffic."""
+        self._epoch = epoch
 
         def run() -> EpochStats:
             stats = self.trainer.train_epoch(

@@ -73,6 +73,8 @@ IGNORED = frozenset(
         "loop.resume",
         "loop.progress",
         "loop.deadline_s",
+        "loop.heartbeat_s",
+        "loop.startup_deadline_s",
         "cluster.address",
         "data.root",
         "data.store",

@@ -21,6 +21,7 @@ import enum
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from tqdm import tqdm
 
@@ -73,6 +74,16 @@ class Coordinator:
         """Epochs to train (a resumed run continues up to this count)."""
         deadline_s: float = 120.0
         """Deadline of every remote call, and longest time without a finished batch."""
+        heartbeat_s: float | None = None
+        """Longest silence of a process (trainer or shard owner) before it counts as frozen:
+        the group then kills it and restarts like after a death. ``None``: 10 s, or half the
+        deadline when that is shorter (a frozen rank must be named before its peers' gloo
+        collectives time out at ``deadline_s``)."""
+        startup_deadline_s: float = 90.0
+        """Longest start-up of a group (actors built, shards loaded, warm-up, gloo joined);
+        a process that dies meanwhile is noticed at once, one that freezes at this deadline.
+        Workers import torch and load their shards at start-up, which takes tens of seconds
+        on a loaded small machine, hence more than the heartbeat."""
         resume: bool = False
         """Continue from ``run_dir/checkpoint.pt`` (else start fresh, removing old files)."""
         progress: bool = True
@@ -83,8 +94,23 @@ class Coordinator:
         def __post_init__(self) -> None:
             if self.epochs < 1:
                 raise ValueError(f"epochs={self.epochs}; choose epochs >= 1")
-            if not self.deadline_s > 0:
-                raise ValueError(f"deadline_s={self.deadline_s}; choose a positive deadline")
+            for name in ("deadline_s", "heartbeat_s", "startup_deadline_s"):
+                value = getattr(self, name)
+                if value is not None and not value > 0:
+                    raise ValueError(f"{name}={value}; choose a positive value")
+            if self.heartbeat_s is not None and self.heartbeat_s > self.deadline_s:
+                raise ValueError(
+                    f"heartbeat_s={self.heartbeat_s} exceeds deadline_s={self.deadline_s}; a "
+                    "frozen process must be noticed before its peers' collectives time out: "
+                    "choose heartbeat_s <= deadline_s"
+                )
+
+    @staticmethod
+    def heartbeat(config: Config) -> float:
+        """``config.heartbeat_s`` resolved (see the field)."""
+        if config.heartbeat_s is not None:
+            return config.heartbeat_s
+        return min(10.0, config.deadline_s / 2)
 
     def __init__(
         self,
@@ -110,6 +136,9 @@ class Coordinator:
         self.group: WorkerGroup | None = None
         self.ckpt: Checkpoint | None = None
         self.failure: GroupFailure | None = None
+        self.failures: list[dict[str, Any]] = []
+        """Every failure: wall time, kind, causes, victims, action and reason, in order
+        (``summary.json`` reports them)."""
         self.error: Exception | None = None
         self._reports: list[WorkerEpochReport] = []
         self._evaluation = EvalResult(metrics={})
@@ -234,17 +263,32 @@ class Coordinator:
 
     def _recover(self) -> State:
         assert self.failure is not None
+        found = self.failure.blame()
         status = FailureStatus(
-            self.policy.worst(self.failure.kinds_by_rank.values()),
+            found.kind,
             self.failure.errors_by_rank,
             self.restarts,
             self.ckpt is not None,
+            causes=found.causes,
+            victims=found.victims,
+            detail=self.failure.detail,
         )
         decision = self.policy.decide(status)
         log.warning("failure (%s): %s", status.kind.value, decision.reason)
+        self.failures.append(
+            {
+                "time": time.time(),
+                "epoch": self.epoch,
+                "kind": status.kind.value,
+                "causes": list(status.causes),
+                "victims": list(status.victims),
+                "action": decision.action.value,
+                "reason": decision.reason,
+            }
+        )
         self._stop_group()
         if decision.action is FailureAction.ABORT:
-            self.error = WorkerFailedError(status.errors_by_rank)
+            self.error = WorkerFailedError(status.errors_by_rank, decision.reason, found.victims)
             return State.FAILED
         self.restarts += 1
         self.ckpt = self.recorder.last_checkpoint() if self.ckpt is not None else None

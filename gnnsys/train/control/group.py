@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gnnsys.train.control.checkpoint import Checkpoint
-from gnnsys.train.control.failure import FailureKind
+from gnnsys.train.control.failure import Blame, FailureKind, blame
 from gnnsys.train.evaluate import RankEval
 from gnnsys.train.worker import RankState, WorkerEpochReport
 
@@ -28,20 +28,42 @@ class GroupFailure(Exception):  # noqa: N818 (a control-flow signal carrying a r
     """Raised by a :class:`WorkerGroup` call when ranks failed.
 
     Args:
-        kinds_by_rank: Rank -> what happened to it.
+        kinds_by_rank: Rank -> what happened to its trainer.
         errors_by_rank: Rank -> error text with traceback.
+        owner_kinds: Part -> what happened to its shard owner (only owners that died or
+            stopped answering; a trainer that failed because of one is then a victim).
+        progress_by_rank: Batches each rank had finished (tells the laggard of a stall).
+        detail: How the failure was noticed (``"no heartbeat for 10.2 s"``), for the message.
     """
 
     def __init__(
-        self, kinds_by_rank: dict[int, FailureKind], errors_by_rank: dict[int, str]
+        self,
+        kinds_by_rank: dict[int, FailureKind],
+        errors_by_rank: dict[int, str],
+        *,
+        owner_kinds: dict[int, FailureKind] | None = None,
+        progress_by_rank: dict[int, int] | None = None,
+        detail: str = "",
     ) -> None:
         super().__init__(kinds_by_rank, errors_by_rank)
         self.kinds_by_rank, self.errors_by_rank = kinds_by_rank, errors_by_rank
+        self.owner_kinds = dict(owner_kinds or {})
+        self.progress_by_rank = dict(progress_by_rank or {})
+        self.detail = detail
 
     @classmethod
     def of(cls, kind: FailureKind, errors_by_rank: dict[int, str]) -> GroupFailure:
         """A failure where every listed rank failed the same way."""
         return cls(dict.fromkeys(errors_by_rank, kind), errors_by_rank)
+
+    def blame(self) -> Blame:
+        """Causes and victims of this failure (:func:`gnnsys.train.control.failure.blame`)."""
+        return blame(
+            self.kinds_by_rank,
+            self.errors_by_rank,
+            owner_kinds=self.owner_kinds,
+            progress_by_rank=self.progress_by_rank,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,19 @@ coordinator's decision stays pure.
 Per part ``p`` there are two actors: a ``ShardOwner`` serving part ``p``'s structure and features
 and a ``TrainWorker`` (rank ``p``). Trainers are threaded actors: one thread runs the epoch or
 evaluation step, the others answer ``progress()`` polls and peers' evaluation row requests.
+
+**Liveness.** While the group waits for any call, a :class:`Heartbeat` keeps one ping in flight
+to every actor (trainers answer ``progress()`` from a spare thread, owners ``ping()``), sent
+every ``_POLL_S``. A process that leaves a ping unanswered for ``heartbeat_s`` is *unresponsive*
+(frozen, swapped out, stuck outside Python); one whose ping fails is *dead*. Either ends the
+wait at once with a :class:`GroupFailure` naming that process, so a frozen rank is noticed
+within ``heartbeat_s + _POLL_S`` (default 10.5 s), before its healthy peers' gloo collectives
+time out at ``deadline_s``. Any failure is followed by a *census* (one fresh ping to every actor,
+answered within ``_CENSUS_S``), so the failure names the processes that are really gone and
+the trainers that only suffered from them (``failure.blame``). Start-up has its own deadline
+(``startup_deadline_s``): an actor is pinged only once its constructor returned, so a process
+that dies while constructing is seen at once (its ping fails), one that freezes there when
+the start-up deadline passes.
 """
 
 from __future__ import annotations
@@ -32,8 +45,9 @@ __all__ = ["RayWorkerGroup", "Resources", "actor_name"]
 
 log = logging.getLogger(__name__)
 
-_POLL_S = 0.5  # how often the driver polls progress while an epoch runs
+_POLL_S = 0.5  # how often the driver polls progress and heartbeats while it waits
 _GRACE_S = 3.0  # after a first failure, how long to wait for the other ranks' outcome
+_CENSUS_S = 3.0  # after a failure, how long every actor has to answer one fresh ping
 
 
 def actor_name(kind: str, rank: int, template: Any) -> str:
@@ -52,11 +66,16 @@ def _eval_layer(layer: int) -> Callable[[int, Any], Any]:
 
 
 def _classify(err: Exception) -> FailureKind:
-    """``DIED`` when a process is gone (the worker, or an owner it called), else ``RAISED``."""
+    """``DIED`` when a process is gone (the worker, or an owner it called), else ``RAISED``.
+
+    A constructor that raised kills its actor too, but that is a bug (``RAISED``): restarting
+    would raise again.
+    """
     import ray
 
     if isinstance(err, ray.exceptions.RayActorError | ray.exceptions.WorkerCrashedError):
-        return FailureKind.DIED
+        init_failed = bool(getattr(err, "actor_init_failed", False))
+        return FailureKind.RAISED if init_failed else FailureKind.DIED
     cause = getattr(err, "cause", None)
     if isinstance(cause, ray.exceptions.RayActorError | ray.exceptions.WorkerCrashedError):
         return FailureKind.DIED
@@ -65,29 +84,102 @@ def _classify(err: Exception) -> FailureKind:
     return FailureKind.RAISED
 
 
+_Key = tuple[str, int]
+"""An actor of the group: ``("rank", r)``: trainer ``r``; ``("owner", p)``: part ``p``'s owner."""
+
+
+class Heartbeat:
+    """One ping in flight to every actor; tells who answers, who is silent and who is gone.
+
+    Args:
+        actors: Key -> actor handle.
+        timeout_s: Silence after which an actor counts as unresponsive (``heartbeat_s``).
+    """
+
+    def __init__(self, actors: dict[_Key, Any], timeout_s: float) -> None:
+        self.actors, self.timeout_s = actors, timeout_s
+        now = time.monotonic()
+        self._inflight: dict[_Key, tuple[Any, float]] = {}
+        self.answered: dict[_Key, float] = dict.fromkeys(actors, now)
+        self.dead: dict[_Key, str] = {}
+        self.progress: dict[int, int] = {}
+
+    def _send(self, key: _Key) -> None:
+        actor = self.actors[key]
+        ref = actor.progress.remote() if key[0] == "rank" else actor.ping.remote()
+        self._inflight[key] = (ref, time.monotonic())
+
+    def poll(self) -> None:
+        """Collect the answers that arrived and send the next pings (never blocks)."""
+        import ray
+
+        for key in self.actors:
+            if key in self.dead:
+                continue
+            if key not in self._inflight:
+                self._send(key)
+                continue
+            ref, _ = self._inflight[key]
+            ready, _ = ray.wait([ref], timeout=0)
+            if not ready:
+                continue
+            del self._inflight[key]
+            try:
+                value = ray.get(ref)
+            except Exception as err:  # process boundary: a failed ping means the process is gone
+                self.dead[key] = str(err)
+                continue
+            self.answered[key] = time.monotonic()
+            if key[0] == "rank":
+                self.progress[key[1]] = int(value)
+            self._send(key)
+
+    def silent(self) -> dict[_Key, float]:
+        """Actors whose ping has waited longer than ``timeout_s`` -> seconds since they answered."""
+        now = time.monotonic()
+        return {
+            key: now - self.answered[key]
+            for key, (_, sent) in self._inflight.items()
+            if now - sent > self.timeout_s and key not in self.dead
+        }
+
+
 class RayWorkerGroup:
     """``P`` shard owners plus ``P`` trainers forming one gloo group (a ``WorkerGroup``).
 
     Args:
         template: Spec of rank 0; rank ``r`` gets ``replace(template, rank=r)``.
         resources: CPUs per actor.
-        deadline_s: Deadline of every driver-side wait (spawn, state, progress without change).
+        deadline_s: Deadline of every driver-side wait (state, evaluation layer, progress
+            without change).
         roles: The owner and trainer classes (``HOMOGENEOUS`` by default).
+        heartbeat_s: Silence after which an actor counts as frozen (see the module docstring).
+        startup_deadline_s: Deadline of ``start`` as a whole (actors built, gloo joined).
     """
 
     def __init__(
-        self, template: Any, resources: Resources, deadline_s: float, roles: Roles = HOMOGENEOUS
+        self,
+        template: Any,
+        resources: Resources,
+        deadline_s: float,
+        roles: Roles = HOMOGENEOUS,
+        *,
+        heartbeat_s: float = 10.0,
+        startup_deadline_s: float = 90.0,
     ) -> None:
         self.template, self.resources, self.deadline_s = template, resources, deadline_s
         self.roles = roles
+        self.heartbeat_s, self.startup_deadline_s = heartbeat_s, startup_deadline_s
         self.owners: list[Any] = []
         self.workers: list[Any] = []
+        self._heartbeat: Heartbeat | None = None
 
     def start(self) -> int:
         """Create the actors and the gloo group; returns batches per epoch (``steps_per_epoch``).
 
         Raises:
-            GroupFailure: An actor failed to start or to answer within the deadline.
+            GroupFailure: An actor died, raised or froze while starting, or the start-up took
+                longer than ``startup_deadline_s``.
         """
         import ray
 
@@ -114,34 +206,171 @@ class RayWorkerGroup:
             ).remote(replace(template, rank=r), self.owners)
             for r in range(world)
         ]
-        self._call_all(lambda _, a: a.ping.remote(), self.owners)
-        host, port = self._call_all(lambda _, w: w.address.remote(), self.workers[:1])[0]
-        self._call_all(lambda _, w: w.init_group.remote(host, port))
-        self._call_all(lambda _, w: w.set_peers.remote(self.workers))
-        return steps_per_epoch(self._call_all(lambda _, w: w.batch_plan.remote()))
+        actors: dict[_Key, Any] = {("rank", r): w for r, w in enumerate(self.workers)}
+        actors |= {("owner", p): o for p, o in enumerate(self.owners)}
+        end = time.monotonic() + self.startup_deadline_s
+        self._built(actors, end)
+        self._heartbeat = Heartbeat(actors, self.heartbeat_s)
+        host, port = self._call_all(lambda _, w: w.address.remote(), self.workers[:1], end=end)[0]
+        self._call_all(lambda _, w: w.init_group.remote(host, port), end=end)
+        self._call_all(lambda _, w: w.set_peers.remote(self.workers), end=end)
+        plans = self._call_all(lambda _, w: w.batch_plan.remote(), end=end)
+        return steps_per_epoch(plans)
 
-    def _call_all(
-        self, make: Callable[[int, Any], Any], actors: list[Any] | None = None
-    ) -> list[Any]:
-        """Call ``make(rank, actor)`` for every actor, wait up to the deadline each.
+    def _built(self, actors: dict[_Key, Any], end: float) -> None:
+        """Wait until every actor's constructor returned (one ping each answered) or ``end``.
 
         Raises:
-            GroupFailure: One or more actors failed; errors grouped by rank.
+            GroupFailure: A constructor raised or its process died (seen at once), or some
+                actors had not answered when ``end`` passed (named as unresponsive).
         """
         import ray
 
+        refs = {
+            (a.progress.remote() if key[0] == "rank" else a.ping.remote()): key
+            for key, a in actors.items()
+        }
+        pending = list(refs)
+        gone: dict[_Key, tuple[FailureKind, str]] = {}
+        while pending and not gone and time.monotonic() < end:
+            ready, pending = ray.wait(pending, num_returns=len(pending), timeout=_POLL_S)
+            for ref in ready:
+                try:
+                    ray.get(ref)
+                except Exception as err:  # process boundary: classify, report by actor
+                    gone[refs[ref]] = (_classify(err), str(err))
+        if not gone and not pending:
+            return
+        if gone:  # the others may still be constructing: not silent, only not done yet
+            raise _failure(gone, detail="during start-up")
+        waited = self.startup_deadline_s - max(end - time.monotonic(), 0.0)
+        for ref in pending:
+            gone[refs[ref]] = (
+                FailureKind.UNRESPONSIVE,
+                f"not started after {waited:.1f} s (start-up deadline "
+                f"{self.startup_deadline_s:g} s; raise --startup-deadline if it is only slow)",
+            )
+        raise _failure(gone, detail=f"during start-up, after {waited:.1f} s")
+
+    def _call_all(
+        self,
+        make: Callable[[int, Any], Any],
+        actors: list[Any] | None = None,
+        *,
+        end: float | None = None,
+    ) -> list[Any]:
+        """Call ``make(rank, actor)`` for every trainer; wait until all answer.
+
+        Args:
+            make: Makes one call's ref.
+            actors: Trainers to call (default: all).
+            end: Monotonic time by which all must have answered (default: now +
+                ``deadline_s``).
+
+        Raises:
+            GroupFailure: One or more actors failed, stopped answering, or ``end`` passed.
+        """
         refs = [make(r, a) for r, a in enumerate(self.workers if actors is None else actors)]
-        errors: dict[int, str] = {}
-        kinds: dict[int, FailureKind] = {}
-        results: list[Any] = []
-        for rank, ref in enumerate(refs):
+        end = time.monotonic() + self.deadline_s if end is None else end
+        return self._await(refs, lambda: time.monotonic() > end, "the call's deadline passed")
+
+    def _await(
+        self,
+        refs: list[Any],
+        overdue: Callable[[], bool],
+        why_overdue: str,
+        on_poll: Callable[[], None] | None = None,
+    ) -> list[Any]:
+        """Wait for ``refs`` (one per rank, in order) while the heartbeat watches every actor.
+
+        Args:
+            refs: One pending call per rank.
+            overdue: Whether waiting longer would pass a deadline (checked every poll).
+            why_overdue: The message of a rank still pending when ``overdue()``.
+            on_poll: Called after each poll (progress bars, stall tracking).
+
+        Raises:
+            GroupFailure: A call failed, an actor died or went silent, or ``overdue()``.
+        """
+        import ray
+
+        rank_of = {ref: r for r, ref in enumerate(refs)}
+        done: dict[int, Any] = {}
+        errors: dict[int, tuple[FailureKind, str]] = {}
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=len(pending), timeout=_POLL_S)
+            for ref in ready:
+                try:
+                    done[rank_of[ref]] = ray.get(ref)
+                except Exception as err:  # process boundary: classify, report by rank
+                    errors[rank_of[ref]] = (_classify(err), str(err))
+            if errors:
+                self._collect_grace(pending, rank_of, errors)
+                raise self._census(errors)
+            if not pending:
+                break
+            if self._heartbeat is not None:
+                self._heartbeat.poll()
+                silent, dead = self._heartbeat.silent(), self._heartbeat.dead
+                if silent or dead:
+                    longest = max(silent.values(), default=0.0)
+                    detail = f"no heartbeat for {longest:.1f} s" if silent else "ping failed"
+                    raise self._census(errors, detail=detail, silent=set(silent))
+            if on_poll is not None:
+                on_poll()
+            if overdue():
+                stalled = {rank_of[ref]: (FailureKind.TIMEOUT, why_overdue) for ref in pending}
+                raise self._census(stalled, detail=why_overdue)
+        return [done[r] for r in range(len(refs))]
+
+    def _census(
+        self,
+        errors: dict[int, tuple[FailureKind, str]],
+        detail: str = "",
+        silent: set[_Key] | None = None,
+    ) -> GroupFailure:
+        """Ping every actor once more and turn ``errors`` into a failure with its causes.
+
+        A trainer whose own call failed because an owner it called died is alive: it becomes
+        a victim (``RAISED``), the dead owner the cause. Actors in ``silent`` (the heartbeat
+        already waited ``heartbeat_s`` for them) are not waited for again.
+        """
+        import ray
+
+        keys: list[_Key] = [("rank", r) for r in range(len(self.workers))]
+        keys += [("owner", p) for p in range(len(self.owners))]
+        hb = self._heartbeat
+        refs = {}
+        silent = silent or set()
+        for key in keys:
+            if key in silent:
+                continue
+            actor = (self.workers if key[0] == "rank" else self.owners)[key[1]]
+            refs[actor.progress.remote() if key[0] == "rank" else actor.ping.remote()] = key
+        ready: list[Any] = []
+        pending: list[Any] = []
+        if refs:
+            ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=_CENSUS_S)
+        gone: dict[_Key, tuple[FailureKind, str]] = {}
+        for ref in ready:
             try:
-                results.append(ray.get(ref, timeout=self.deadline_s))
-            except Exception as err:  # process boundary: classify, report by rank
-                kinds[rank], errors[rank] = _classify(err), str(err)
-        if errors:
-            raise GroupFailure(kinds, errors)
-        return results
+                ray.get(ref)
+            except Exception as err:  # process boundary
+                gone[refs[ref]] = (FailureKind.DIED, str(err))
+        for key in [refs[ref] for ref in pending] + sorted(silent):
+            silence = _CENSUS_S if hb is None else time.monotonic() - hb.answered[key]
+            gone[key] = (FailureKind.UNRESPONSIVE, f"no heartbeat for {silence:.1f} s")
+        merged: dict[_Key, tuple[FailureKind, str]] = {}
+        for rank, (kind, text) in errors.items():
+            if kind is FailureKind.DIED and ("rank", rank) not in gone:
+                kind = FailureKind.RAISED  # alive: an owner it called died (the census says which)
+            merged[("rank", rank)] = (kind, text)
+        for key, (kind, text) in gone.items():
+            old = merged.get(key)
+            merged[key] = (kind, text if old is None else f"{text}\n{old[1]}")
+        progress = {} if hb is None else dict(hb.progress)
+        return _failure(merged, detail=detail, progress=progress)
 
     def load(self, ckpt: Checkpoint) -> None:
         """Load a checkpoint into every trainer (each rank gets its own RNG state)."""
@@ -167,43 +396,28 @@ class RayWorkerGroup:
         """Run one epoch on every rank; ``on_progress(batches done by rank 0)`` while waiting.
 
         Raises:
-            GroupFailure: A rank died or raised, or no rank progressed for ``deadline_s``.
+            GroupFailure: A rank or owner died, raised or stopped answering, or no rank
+                progressed for ``deadline_s``.
         """
-        import ray
-
         refs = [w.train_epoch.remote(epoch, num_batches) for w in self.workers]
-        rank_of = {ref: r for r, ref in enumerate(refs)}
-        done: dict[int, WorkerEpochReport] = {}
-        errors: dict[int, tuple[FailureKind, str]] = {}
-        last_change, last_seen = time.monotonic(), -1
-        pending = list(refs)
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=len(pending), timeout=_POLL_S)
-            for ref in ready:
-                try:
-                    done[rank_of[ref]] = ray.get(ref)
-                except Exception as err:  # process boundary: classify, report by rank
-                    errors[rank_of[ref]] = (_classify(err), str(err))
-            if errors:
-                self._collect_grace(pending, rank_of, errors)
-                break
-            seen = self._progress(num_batches)
-            on_progress(seen)
-            if seen != last_seen:
-                last_change, last_seen = time.monotonic(), seen
-            elif time.monotonic() - last_change > self.deadline_s:
-                errors = {
-                    r: (FailureKind.TIMEOUT, f"no batch finished in {self.deadline_s}s")
-                    for r in range(len(refs))
-                    if r not in done
-                }
-                break
-        if errors:
-            raise GroupFailure(
-                {r: kind for r, (kind, _) in errors.items()},
-                {r: text for r, (_, text) in errors.items()},
-            )
-        return [done[r] for r in range(len(refs))]
+        hb = self._heartbeat
+        seen: dict[int, int] = {}
+        last_change = [time.monotonic()]
+
+        def watch() -> None:
+            now = dict(hb.progress) if hb is not None else {}
+            if now != seen:
+                seen.clear()
+                seen.update(now)
+                last_change[0] = time.monotonic()
+            on_progress(now.get(0, 0))
+
+        return self._await(
+            refs,
+            lambda: time.monotonic() - last_change[0] > self.deadline_s,
+            f"no batch finished in {self.deadline_s:g} s",
+            watch,
+        )
 
     def _collect_grace(
         self,
@@ -218,6 +432,8 @@ class RayWorkerGroup:
         """
         import ray
 
+        if not pending:
+            return
         ready, _ = ray.wait(pending, num_returns=len(pending), timeout=_GRACE_S)
         for ref in ready:
             try:
@@ -225,18 +441,11 @@ class RayWorkerGroup:
             except Exception as err:  # process boundary
                 errors[rank_of[ref]] = (_classify(err), str(err))
 
-    def _progress(self, num_batches: int) -> int:
-        """Batches finished by rank 0 (0 if it does not answer within the poll interval)."""
-        import ray
-
-        try:
-            seen: Any = ray.get(self.workers[0].progress.remote(), timeout=self.deadline_s)
-            return int(seen)
-        except Exception:  # process boundary: a dead rank 0 shows up in train_epoch's refs
-            return 0
-
     def stop(self) -> None:
-        """Kill every actor now (no graceful exit: a peer may be blocked in a collective)."""
+        """Kill every actor now (no graceful exit: a peer may be blocked in a collective).
+
+        A frozen (stopped) process cannot exit by itself; Ray's raylet kills it with SIGKILL.
+        """
         import ray
 
         for actor in (*self.workers, *self.owners):
@@ -244,4 +453,17 @@ class RayWorkerGroup:
                 ray.kill(actor, no_restart=True)
             except Exception:  # already dead  # noqa: S110
                 log.debug("actor already gone", exc_info=True)
-        self.workers, self.owners = [], []
+        self.workers, self.owners, self._heartbeat = [], [], None
+
+
+def _failure(
+    by_key: dict[_Key, tuple[FailureKind, str]],
+    *,
+    detail: str = "",
+    progress: dict[int, int] | None = None,
+) -> GroupFailure:
+    """A :class:`GroupFailure` from failures keyed by actor (owners kept apart from ranks)."""
+    kinds = {k[1]: kind for k, (kind, _) in by_key.items() if k[0] == "rank"}
+    errors = {k[1]: text for k, (_, text) in by_key.items() if k[0] == "rank"}
+    owners = {k[1]: kind for k, (kind, _) in by_key.items() if k[0] == "owner"}
+    return GroupFailure(kinds, errors, owner_kinds=owners, progress_by_rank=progress, detail=detail)

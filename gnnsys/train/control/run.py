@@ -281,7 +281,14 @@ class _GroupPlan:
         spec = replace(self.template, attempt=attempt)
         loop = config.loop
         if self.executor == "ray":
-            return RayWorkerGroup(spec, loop.resources, loop.deadline_s, self.roles)
+            return RayWorkerGroup(
+                spec,
+                loop.resources,
+                loop.deadline_s,
+                self.roles,
+                heartbeat_s=Coordinator.heartbeat(loop),
+                startup_deadline_s=loop.startup_deadline_s,
+            )
         return LocalWorkerGroup(
             spec, loop.deadline_s, replay=self.replay, threads=self.threads, roles=self.roles
         )
@@ -320,6 +327,7 @@ def _finish(
     summary = summary_of(config, history, prepared, topology, coordinator.restarts)
     summary |= {"best": None if best is None else best.to_json(), "metric": coordinator.metric}
     summary |= {"executor": executor, "wall_seconds": time.perf_counter() - wall}
+    summary |= {"failures": coordinator.failures}
     atomic_write(run_path / "summary.json", (json.dumps(summary, indent=1) + "\n").encode())
     return TrainResult(history=history, summary=summary, run_dir=run_path)
 
