@@ -24,25 +24,13 @@ from gnnsys.errors import DiskError, GnnsysError
 from gnnsys.partitioners import partition
 from gnnsys.store import load_partition, write_partitions
 from gnnsys.types import Graph
+from tests.tmpfs import mount_tmpfs
 
 
 @pytest.fixture
 def tiny_fs(tmp_path: Path) -> Iterator[Path]:
     """A 256 KiB tmpfs mounted at ``tmp_path/tiny`` (unmounted afterwards)."""
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs (needs root): {done.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
+    yield from mount_tmpfs(tmp_path / "tiny", "size=256k")
 
 
 def test_disk_error_pickles_with_its_fields() -> None:

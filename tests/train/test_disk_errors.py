@@ -20,7 +20,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-import torch
 
 import gnnsys.store.diskio as diskio
 import gnnsys.train.control.prepare as prepare_mod
@@ -31,7 +30,6 @@ from gnnsys.train.control.checkpoint import (
     CHECKPOINT_NAME,
     PREVIOUS_NAME,
     RUN_NAME,
-    Checkpoint,
     RunIdentity,
     load_checkpoint,
     read_identity,
@@ -41,20 +39,12 @@ from gnnsys.train.control.checkpoint import (
 from gnnsys.train.control.prepare import PreparedStore
 from gnnsys.train.control.recorder import EpochMetrics, Recorder
 from gnnsys.train.remote.ledger import LedgerSnapshot
+from tests.tmpfs import mount_tmpfs
+from tests.train.test_checkpoint import _ckpt
 
 
 def _full(*args: object) -> Any:
     raise OSError(errno.ENOSPC, "No space left on device (injected)")
-
-
-def _ckpt(epoch: int) -> Checkpoint:
-    model = torch.nn.Linear(4, 3)
-    return Checkpoint(
-        epoch=epoch,
-        model_state=model.state_dict(),
-        optimizer_state=torch.optim.SGD(model.parameters(), lr=0.1).state_dict(),
-        rng_by_rank=[{"torch": torch.get_rng_state()}],
-    )
 
 
 def _metrics(epoch: int) -> EpochMetrics:
@@ -242,32 +232,16 @@ def test_failed_store_forgets_a_fresh_run(
 
 
 # ---- real file systems, end to end -------------------------------------------------------------
-def _mount_tmpfs(mnt: Path, options: str) -> Iterator[Path]:
-    mnt.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mnt)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs (needs root): {done.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
 @pytest.fixture
 def tiny_fs(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs at ``tmp_path/tiny``."""
-    yield from _mount_tmpfs(tmp_path / "tiny", "size=1m")
+    yield from mount_tmpfs(tmp_path / "tiny", "size=1m")
 
 
 @pytest.fixture
 def read_only_fs(tmp_path: Path) -> Iterator[Path]:
     """A read-only tmpfs at ``tmp_path/ro``."""
-    yield from _mount_tmpfs(tmp_path / "ro", "ro,size=1m")
+    yield from mount_tmpfs(tmp_path / "ro", "ro,size=1m")
 
 
 def _train(out: Path, *flags: str) -> tuple[int, list[str]]:
