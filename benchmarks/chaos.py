@@ -26,8 +26,8 @@ no restart; a killed driver's run resumes); exit code 0; every epoch exactly onc
 after exit, no process of the run left (any process of its Ray session, or its watchdog) and no new
 ``/dev/shm`` entry. *Time to detect*: from the fault (the signal sent, or the moment a
 watcher saw a rank's process stop or vanish) to the coordinator's failure record, against the
-bound of its kind: ``heartbeat + 1 s`` for a freeze, ``1 s`` plus the ranks' grace for a kill,
-the start-up deadline for a freeze in start-up.
+bound of its kind: ``heartbeat + 1 s`` for a freeze (in start-up too: a stopped process of this
+node is seen), ``1 s`` plus the ranks' grace and the census for a kill.
 
 One JSON line per run, then a summary line. Usage::
 
@@ -65,7 +65,9 @@ KINDS = (
     "freeze-eval",
     "kill-driver",
 )
-TRAINER, OWNER = "ray::TrainWorker", "ray::ShardOwner"
+TRAINER, OWNER = "TrainWorker", "ShardOwner"
+"""Ray titles an actor's process ``ray::ShardOwner`` when idle and ``ray::<actor name>:<Class>.
+<method>`` while it runs a method (its constructor included), so the class name is searched."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +88,8 @@ class Setup:
             "--parts", str(self.parts), "--fanouts", "5,5", "--hidden", "16",
             "--batch-size", str(self.batch_size), "--epochs", str(self.epochs), "--no-progress",
             "--deadline", str(self.deadline_s), "--heartbeat-timeout", str(self.heartbeat_s),
-            "--startup-deadline", str(self.startup_s), "--out", str(run_dir), *extra,
+            "--startup-deadline", str(self.startup_s), "--max-restarts", "8",
+            "--out", str(run_dir), *extra,
         ]  # fmt: skip
 
 
@@ -113,12 +116,15 @@ class Outcome:
     reason: str = ""
     injected: bool = False
     handled: bool = False
+    extra: list[dict[str, Any]] = field(default_factory=list)
+    """Later faults of the same run (``--extra-faults``): kind, target, epoch, detection."""
 
     @property
     def ok(self) -> bool:
         clean = not self.leftover_pids and not self.shm_left
         same = self.rc == 0 and self.epochs_once and self.identical
-        return same and clean and self.injected and self.handled
+        extras = all(e["handled"] for e in self.extra)
+        return same and clean and self.injected and self.handled and extras
 
 
 # ---- processes ---------------------------------------------------------------------------------
@@ -138,14 +144,14 @@ def _ray_processes(drivers: tuple[int, ...]) -> dict[int, str]:
             session = session_of(proc)
             mine = session is not None and session.endswith(tuple(f"_{p}" for p in drivers))
             if mine or any(m in cmd + " " for m in marks):
-                out[proc.pid] = cmd[:60]
+                out[proc.pid] = cmd[:120]
         except psutil.Error:
             continue
     return out
 
 
-def _pids(prefix: str, drivers: tuple[int, ...]) -> list[int]:
-    return sorted(p for p, cmd in _ray_processes(drivers).items() if cmd.startswith(prefix))
+def _pids(role: str, drivers: tuple[int, ...]) -> list[int]:
+    return sorted(p for p, cmd in _ray_processes(drivers).items() if f"{role}" in cmd)
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:
@@ -170,7 +176,7 @@ class Watcher:
         seen: set[int] = set()
         while not self._stop.is_set() and self.first_event is None:
             found = _ray_processes((self.driver,))
-            now = {p for p, cmd in found.items() if cmd.startswith((TRAINER, OWNER))}
+            now = {p for p, cmd in found.items() if TRAINER in cmd or OWNER in cmd}
             for pid in now:
                 try:
                     if psutil.Process(pid).status() == psutil.STATUS_STOPPED:
@@ -225,9 +231,14 @@ def _slow(pid: int, seconds: float) -> None:
 
 
 def run_one(
-    setup: Setup, seed: int, reference: list[dict[str, Any]], kinds: tuple[str, ...]
+    setup: Setup,
+    seed: int,
+    reference: list[dict[str, Any]],
+    kinds: tuple[str, ...],
+    extra_faults: int = 0,
 ) -> Outcome:
-    """One seeded run with one fault; see the module docstring for what is checked."""
+    """One seeded run with one fault (plus ``extra_faults`` later kills or freezes of trainers
+    and owners, each once the group recovered from the one before); see the module docstring."""
     rng = random.Random(seed)
     fault = kinds[rng.randrange(len(kinds))]
     # After a checkpoint exists (e - 1 is on disk), with >= 2 epochs of work left, so that a
@@ -270,12 +281,14 @@ def run_one(
         elif candidates:
             out.injected = True
             pid = candidates[rng.randrange(len(candidates))]
-            out.target = f"{prefix[5:]} pid {pid}"
+            out.target = f"{prefix} pid {pid}"
             fault_at = time.time()
             if fault == "slow-owner":
                 _slow(pid, 6.0)
             else:
                 _signal(pid, signal.SIGKILL if fault.startswith("kill") else signal.SIGSTOP)
+    if fault != "kill-driver":
+        _extra_faults(setup, rng, out, proc, run_dir, drivers, extra_faults, limit)
     try:
         proc.wait(timeout=limit)
     except subprocess.TimeoutExpired:
@@ -302,31 +315,126 @@ def run_one(
     _settle(drivers, out)
     out.shm_left = sorted(set(os.listdir("/dev/shm")) - shm_before)
     summary_path = run_dir / "summary.json"
+    failures: list[dict[str, Any]] = []
     if summary_path.exists():
         summary = json.loads(summary_path.read_text())
         out.restarts = int(summary.get("restarts", 0))
         failures = summary.get("failures", [])
-        if failures:
-            first = failures[0]
-            out.kind, out.causes, out.victims = first["kind"], first["causes"], first["victims"]
-            out.reason = first["reason"]
-            if fault_at is not None and fault != "slow-owner":
-                out.detect_s = round(first["time"] - fault_at, 2)
-    out.bound_s = _bound(fault, setup)
-    out.handled = _handled(fault, out)
+    score(setup, out, failures, fault_at)
     return out
 
 
-def _handled(fault: str, out: Outcome) -> bool:
+_WATCH_SLACK_S = 0.5
+
+
+def score(
+    setup: Setup, out: Outcome, failures: list[dict[str, Any]], fault_at: float | None
+) -> None:
+    """Pair each fault with the first failure recorded after it (and before the next fault),
+    and judge it (``_handled``); a slow owner must have no failure in its window."""
+    starts = [e["at"] for e in out.extra] + [float("inf")]
+    # The watcher samples every ~0.1 s: a death it times may be recorded just before it saw it.
+    main_from = fault_at - _WATCH_SLACK_S if fault_at is not None else 0.0
+    record = _first_between(failures, main_from, starts[0])
+    if out.fault == "slow-owner":
+        out.handled = record is None
+        record = None
+    if record is not None:
+        out.kind, out.causes, out.victims = record["kind"], record["causes"], record["victims"]
+        out.reason = record["reason"]
+        if fault_at is not None:
+            out.detect_s = round(record["time"] - fault_at, 2)
+    out.bound_s = _bound(out.fault, setup)
+    if out.fault != "slow-owner":
+        out.handled = _handled(out.fault, out.kind, out.causes, record is not None, out.rc)
+    for i, extra in enumerate(out.extra):
+        found = _first_between(failures, extra["at"], starts[i + 1])
+        extra["kind"] = None if found is None else found["kind"]
+        extra["causes"] = [] if found is None else found["causes"]
+        extra["detect_s"] = None if found is None else round(found["time"] - extra["at"], 2)
+        extra["bound_s"] = _bound(extra["fault"], setup)
+        extra["handled"] = _handled(
+            extra["fault"], extra["kind"], extra["causes"], found is not None, out.rc
+        )
+
+
+def rescore(spec: str, setup: Setup) -> list[Outcome]:
+    """Outcomes of ``LINES=DIR`` scored again (the first version paired failures by order).
+
+    The moment of an outside fault is recovered from the old line (``failures[0]`` time less
+    its ``detect_s``); the rest is read back from each run's ``summary.json``.
+    """
+    lines_path, run_root = spec.split("=", 1)
+    done = []
+    for text in Path(lines_path).read_text().splitlines():
+        line = json.loads(text)
+        if line.pop("summary", False):
+            continue
+        line.pop("ok", None)
+        out = Outcome(**line)
+        summary_path = Path(run_root) / f"run-{out.seed:03d}" / "summary.json"
+        failures: list[dict[str, Any]] = []
+        if summary_path.exists():
+            failures = json.loads(summary_path.read_text()).get("failures", [])
+        fault_at = None
+        if out.detect_s is not None and failures:
+            fault_at = failures[0]["time"] - out.detect_s
+        out.kind, out.causes, out.victims, out.reason, out.detect_s = None, [], [], "", None
+        score(setup, out, failures, fault_at)
+        done.append(out)
+    return done
+
+
+def _first_between(
+    failures: list[dict[str, Any]], start: float, end: float
+) -> dict[str, Any] | None:
+    return next((f for f in failures if start <= f["time"] < end), None)
+
+
+_EXTRA_KINDS = ("kill-trainer", "freeze-trainer", "kill-owner", "freeze-owner")
+
+
+def _extra_faults(
+    setup: Setup,
+    rng: random.Random,
+    out: Outcome,
+    proc: subprocess.Popen[bytes],
+    run_dir: Path,
+    drivers: tuple[int, ...],
+    count: int,
+    limit: float,
+) -> None:
+    """Inject ``count`` more faults, each in a later epoch once the previous epoch's line is in.
+
+    An epoch's line is written only after the group recovered and finished it, so each fault
+    meets a healthy group; every fault leaves at least two epochs of work (see ``run_one``).
+    """
+    epoch = max(out.epoch, 0)
+    for _ in range(count):
+        epoch += 1
+        if epoch > setup.epochs - 3 or not _wait_lines(run_dir, epoch + 1, proc, limit):
+            return
+        kind = _EXTRA_KINDS[rng.randrange(len(_EXTRA_KINDS))]
+        role = OWNER if "owner" in kind else TRAINER
+        time.sleep(rng.uniform(0.0, 0.6))
+        candidates = _pids(role, drivers)
+        if not candidates:
+            return
+        pid = candidates[rng.randrange(len(candidates))]
+        at = time.time()
+        _signal(pid, signal.SIGKILL if kind.startswith("kill") else signal.SIGSTOP)
+        out.extra.append(
+            {"fault": kind, "target": f"{role} pid {pid}", "epoch": epoch + 1, "at": at}
+        )
+
+
+def _handled(fault: str, kind: str | None, causes: list[str], failed: bool, rc: int) -> bool:
     """The fault had the effect it should: the right process kind named, the right reaction."""
     if fault == "kill-driver":
-        return out.rc == 0  # resumed to the end
-    if fault == "slow-owner":
-        return out.restarts == 0  # slow is not frozen
+        return rc == 0  # resumed to the end
     role = "owner of part" if "owner" in fault else "rank"
-    kind = "died" if fault.startswith("kill") else "unresponsive"
-    named = len(out.causes) == 1 and out.causes[0].startswith(role)
-    return out.restarts >= 1 and out.kind == kind and named
+    expected = "died" if fault.startswith("kill") else "unresponsive"
+    return failed and kind == expected and len(causes) == 1 and causes[0].startswith(role)
 
 
 def _settle(drivers: tuple[int, ...], out: Outcome) -> None:
@@ -343,10 +451,8 @@ def _settle(drivers: tuple[int, ...], out: Outcome) -> None:
 
 def _bound(fault: str, setup: Setup) -> float | None:
     """The documented detection bound of a fault kind (docs/training.md, Liveness)."""
-    if fault.startswith("freeze") and fault != "freeze-startup":
+    if fault.startswith("freeze"):  # in start-up too: a stopped local process is seen
         return setup.heartbeat_s + 1.0
-    if fault == "freeze-startup":
-        return setup.startup_s + 1.0
     if fault.startswith("kill") and fault != "kill-driver":
         return 1.0 + 3.0  # one poll, the grace for the peers' outcome, and the census
     return None
@@ -363,13 +469,36 @@ def main() -> None:
     parser.add_argument("--num-nodes", type=int, default=4000)
     parser.add_argument("--deadline", type=float, default=30.0)
     parser.add_argument("--heartbeat", type=float, default=5.0)
-    parser.add_argument("--startup-deadline", type=float, default=45.0)
+    parser.add_argument("--startup-deadline", type=float, default=120.0)
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma list of fault kinds")
+    parser.add_argument(
+        "--rescore",
+        nargs="+",
+        metavar="LINES=DIR",
+        help="score again the JSON lines of earlier runs (their run directories in DIR) with "
+        "this version's pairing of faults and failures; prints the lines and one summary",
+    )
+    parser.add_argument(
+        "--extra-faults",
+        type=int,
+        default=0,
+        help="per run, this many more kills/freezes of trainers and owners in later epochs",
+    )
     args = parser.parse_args()
     kinds = tuple(args.kinds.split(","))
     unknown = set(kinds) - set(KINDS)
     if unknown:
         parser.error(f"--kinds {sorted(unknown)}: choose from {', '.join(KINDS)}")
+    if args.rescore:
+        setup = Setup(
+            Path(args.out), args.epochs, args.parts, args.deadline, args.heartbeat,
+            args.startup_deadline, args.batch_size,
+        )  # fmt: skip
+        done = [o for spec in args.rescore for o in rescore(spec, setup)]
+        for o in done:
+            print(json.dumps({"ok": o.ok, **asdict(o)}), flush=True)
+        print(json.dumps(summarize(done, setup, kinds)), flush=True)
+        return
     out = Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -394,42 +523,47 @@ def main() -> None:
     reference = _metrics(out / "clean")
     outcomes = []
     for seed in range(args.seed, args.seed + args.n):
-        outcome = run_one(setup, seed, reference, kinds)
+        outcome = run_one(setup, seed, reference, kinds, args.extra_faults)
         outcomes.append(outcome)
         print(json.dumps({"ok": outcome.ok, **asdict(outcome)}), flush=True)
+    print(json.dumps(summarize(outcomes, setup, kinds)), flush=True)
+
+
+def summarize(outcomes: list[Outcome], setup: Setup, kinds: tuple[str, ...]) -> dict[str, Any]:
+    """The summary line: counts of every check and detection times per fault kind."""
     by_kind: dict[str, list[float]] = {}
     for o in outcomes:
         if o.detect_s is not None:
             by_kind.setdefault(o.fault, []).append(o.detect_s)
-    print(
-        json.dumps(
-            {
-                "summary": True,
-                "runs": len(outcomes),
-                "ok": sum(o.ok for o in outcomes),
-                "rc0": sum(o.rc == 0 for o in outcomes),
-                "injected": sum(o.injected for o in outcomes),
-                "handled": sum(o.handled for o in outcomes),
-                "identical": sum(o.identical for o in outcomes),
-                "leftovers": sum(bool(o.leftover_pids) for o in outcomes),
-                "shm_left": sum(bool(o.shm_left) for o in outcomes),
-                "faults": {k: sum(o.fault == k for o in outcomes) for k in kinds},
-                "detect_s": {
-                    k: {
-                        "min": min(v),
-                        "median": sorted(v)[len(v) // 2],
-                        "max": max(v),
-                        "bound": _bound(k, setup),
-                    }
-                    for k, v in sorted(by_kind.items())
-                },  # fmt: skip
-                "heartbeat_s": setup.heartbeat_s,
-                "deadline_s": setup.deadline_s,
-                "startup_deadline_s": setup.startup_s,
+        for e in o.extra:
+            if e["detect_s"] is not None:
+                by_kind.setdefault(e["fault"], []).append(e["detect_s"])
+    return {
+        "summary": True,
+        "runs": len(outcomes),
+        "faults_total": len(outcomes) + sum(len(o.extra) for o in outcomes),
+        "extra_handled": sum(e["handled"] for o in outcomes for e in o.extra),
+        "ok": sum(o.ok for o in outcomes),
+        "rc0": sum(o.rc == 0 for o in outcomes),
+        "injected": sum(o.injected for o in outcomes),
+        "handled": sum(o.handled for o in outcomes),
+        "identical": sum(o.identical for o in outcomes),
+        "leftovers": sum(bool(o.leftover_pids) for o in outcomes),
+        "shm_left": sum(bool(o.shm_left) for o in outcomes),
+        "faults": {k: sum(o.fault == k for o in outcomes) for k in kinds},
+        "detect_s": {
+            k: {
+                "min": min(v),
+                "median": sorted(v)[len(v) // 2],
+                "max": max(v),
+                "bound": _bound(k, setup),
             }
-        ),
-        flush=True,
-    )
+            for k, v in sorted(by_kind.items())
+        },  # fmt: skip
+        "heartbeat_s": setup.heartbeat_s,
+        "deadline_s": setup.deadline_s,
+        "startup_deadline_s": setup.startup_s,
+    }
 
 
 if __name__ == "__main__":

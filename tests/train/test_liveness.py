@@ -30,7 +30,7 @@ def _config() -> RunConfig:
     return sbm_run(
         num_nodes=600, num_features=8, parts=2, fanouts=(4, 4), hidden=16, batch_size=16,
         epochs=3, deadline_s=DEADLINE_S,
-        loop={"heartbeat_s": HEARTBEAT_S, "startup_deadline_s": 45.0},
+        loop={"heartbeat_s": HEARTBEAT_S, "startup_deadline_s": 110.0},
     )  # fmt: skip
 
 
@@ -69,6 +69,6 @@ def test_fault_is_named_restarted_and_lossless(
     assert (failure["kind"], failure["causes"], failure["action"]) == (kind, [cause], "restart")
     assert f"{cause} " in failure["reason"] and "victim" not in failure["reason"]
     assert result.summary["failures"] == summary["failures"]
-    # Noticed before any deadline: a freeze after the heartbeat timeout, a death at once, a
-    # freeze in start-up at the start-up deadline (the run itself takes a few seconds more).
+    # Noticed before any deadline: a freeze after the heartbeat timeout (in start-up too: the
+    # stopped process is seen on this node), a death at once.
     assert failure["time"] - start < DEADLINE_S / 2

@@ -19,7 +19,8 @@ answered within ``_CENSUS_S``), so the failure names the processes that are real
 the trainers that only suffered from them (``failure.blame``). Start-up has its own deadline
 (``startup_deadline_s``): an actor is pinged only once its constructor returned, so a process
 that dies while constructing is seen at once (its ping fails), one that freezes there when
-the start-up deadline passes.
+the start-up deadline passes, or, on this node, once its process has been stopped (frozen) for
+``heartbeat_s`` (a slow constructor on a loaded machine is not frozen).
 """
 
 from __future__ import annotations
@@ -232,6 +233,7 @@ class RayWorkerGroup:
         }
         pending = list(refs)
         gone: dict[_Key, tuple[FailureKind, str]] = {}
+        frozen = _FrozenWatch(self.heartbeat_s)
         while pending and not gone and time.monotonic() < end:
             ready, pending = ray.wait(pending, num_returns=len(pending), timeout=_POLL_S)
             for ref in ready:
@@ -239,6 +241,14 @@ class RayWorkerGroup:
                     ray.get(ref)
                 except Exception as err:  # process boundary: classify, report by actor
                     gone[refs[ref]] = (_classify(err), str(err))
+            names = {
+                actor_name(_ROLE[refs[r][0]], refs[r][1], self.template): refs[r] for r in pending
+            }
+            for name, seconds in frozen.poll(list(names)).items():
+                gone[names[name]] = (
+                    FailureKind.UNRESPONSIVE,
+                    f"process stopped (frozen) for {seconds:.1f} s in its constructor",
+                )
         if not gone and not pending:
             return
         if gone:  # the others may still be constructing: not silent, only not done yet
@@ -454,6 +464,64 @@ class RayWorkerGroup:
             except Exception:  # already dead  # noqa: S110
                 log.debug("actor already gone", exc_info=True)
         self.workers, self.owners, self._heartbeat = [], [], None
+
+
+_ROLE = {"rank": "worker", "owner": "owner"}
+"""``actor_name`` kind of each actor key."""
+
+
+class _FrozenWatch:
+    """During start-up, finds constructing actors whose process on this node is stopped.
+
+    An actor answers no call until its constructor returns, and a slow constructor (a loaded
+    machine, a big shard) must not count as frozen; a *stopped* process (state ``T``:
+    SIGSTOP, a debugger) is one for certain. Ray's actor table (a private API; any error
+    disables the check) gives each constructing actor's pid; only processes of this node can
+    be inspected, the others wait for the start-up deadline.
+    """
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self._since: dict[str, float] = {}
+        self._next = 0.0
+        self._enabled = True
+
+    def poll(self, names: list[str]) -> dict[str, float]:
+        """Actor name -> seconds stopped, for those stopped longer than ``timeout_s``."""
+        now = time.monotonic()
+        if not self._enabled or not names or now < self._next:
+            return {}
+        self._next = now + 1.0  # one actor-table read per second
+        try:
+            from ray._private.state import actors
+
+            pid_of = {a.get("Name"): a.get("Pid") for a in actors().values()}
+        except Exception:  # private API changed: fall back to the start-up deadline
+            log.debug("actor table unavailable; start-up freezes wait for the deadline")
+            self._enabled = False
+            return {}
+        out = {}
+        for name in names:
+            if _stopped(pid_of.get(name)):
+                since = self._since.setdefault(name, now)
+                if now - since > self.timeout_s:
+                    out[name] = now - since
+            else:
+                self._since.pop(name, None)
+        return out
+
+
+def _stopped(pid: Any) -> bool:
+    """Whether ``pid`` is a Ray process of this node in the stopped state."""
+    import psutil
+
+    if not pid:
+        return False
+    try:
+        proc = psutil.Process(int(pid))
+        return bool(proc.name().startswith("ray::") and proc.status() == psutil.STATUS_STOPPED)
+    except (psutil.Error, ValueError):
+        return False
 
 
 def _failure(
