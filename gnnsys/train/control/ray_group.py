@@ -89,6 +89,11 @@ _Key = tuple[str, int]
 """An actor of the group: ``("rank", r)``: trainer ``r``; ``("owner", p)``: part ``p``'s owner."""
 
 
+def _ping(key: _Key, actor: Any) -> Any:
+    """One liveness call: a trainer answers ``progress()`` (batches done), an owner ``ping()``."""
+    return actor.progress.remote() if key[0] == "rank" else actor.ping.remote()
+
+
 class Heartbeat:
     """One ping in flight to every actor; tells who answers, who is silent and who is gone.
 
@@ -107,8 +112,7 @@ class Heartbeat:
 
     def _send(self, key: _Key) -> None:
         actor = self.actors[key]
-        ref = actor.progress.remote() if key[0] == "rank" else actor.ping.remote()
-        self._inflight[key] = (ref, time.monotonic())
+        self._inflight[key] = (_ping(key, actor), time.monotonic())
 
     def poll(self) -> None:
         """Collect the answers that arrived and send the next pings (never blocks)."""
@@ -227,10 +231,7 @@ class RayWorkerGroup:
         """
         import ray
 
-        refs = {
-            (a.progress.remote() if key[0] == "rank" else a.ping.remote()): key
-            for key, a in actors.items()
-        }
+        refs = {_ping(key, a): key for key, a in actors.items()}
         pending = list(refs)
         gone: dict[_Key, tuple[FailureKind, str]] = {}
         frozen = _FrozenWatch(self.heartbeat_s)
@@ -357,7 +358,7 @@ class RayWorkerGroup:
             if key in silent:
                 continue
             actor = (self.workers if key[0] == "rank" else self.owners)[key[1]]
-            refs[actor.progress.remote() if key[0] == "rank" else actor.ping.remote()] = key
+            refs[_ping(key, actor)] = key
         ready: list[Any] = []
         pending: list[Any] = []
         if refs:
