@@ -9,11 +9,17 @@ Shape legend: ``N`` nodes, ``E`` edges, ``P`` parts.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Protocol
 
 import numpy as np
 
 from gnnsys.types import Assignment, Graph
+
+EDGES_PER_BLOCK = 1 << 21
+"""Edges gathered at once by the edge passes (halo, streaming scores, edge cut): each pass's
+scratch is a few arrays of this many int64, ~16 MiB each, so a graph whose ``indices`` is a
+memory map is read block by block and never copied whole. Tests shrink it to split rows."""
 
 BALANCE_KEYS = ("nodes", "train", "edges")
 """Quantities a partitioner can balance: node count, train-node count, in-edge count."""
@@ -130,6 +136,30 @@ def csr_positions(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.
     shift_R = start_R - (np.cumsum(count_R) - count_R)
     pos_E = np.arange(int(count_R.sum()), dtype=np.int64) + np.repeat(shift_R, count_R)
     return pos_E, count_R
+
+
+def row_blocks(count_R: np.ndarray, max_edges: int | None = None) -> Iterator[tuple[int, int]]:
+    """Split rows ``[0, R)`` into consecutive ranges ``[lo, hi)`` of whole rows.
+
+    Each range holds at most ``max_edges`` edges (default :data:`EDGES_PER_BLOCK`), except a
+    single row with more, which is a range of its own; rows without edges join their
+    neighbours. Consecutive ranges together exceed ``max_edges``, so there are at most
+    ``2 * E / max_edges + 1`` of them. Costs one ``[R]`` cumulative sum.
+
+    Args:
+        count_R: ``[R]`` edges of every row, in order.
+        max_edges: The edge bound of a range.
+    """
+    limit = EDGES_PER_BLOCK if max_edges is None else max_edges
+    if limit < 1:
+        raise ValueError(f"max_edges={limit}; choose max_edges >= 1")
+    end_R = np.cumsum(count_R, dtype=np.int64)
+    lo = 0
+    while lo < end_R.shape[0]:
+        base = int(end_R[lo - 1]) if lo else 0
+        hi = max(int(np.searchsorted(end_R, base + limit, side="right")), lo + 1)
+        yield lo, hi
+        lo = hi
 
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from gnnsys.partitioners.base import csr_positions, sorted_unique
+from gnnsys.partitioners.base import csr_positions, row_blocks, sorted_unique
 from gnnsys.types import Graph
-
-_ROWS_PER_STEP = 1 << 18  # frontier rows gathered at once; bounds scratch to ~this many rows' edges
 
 
 def khop_reach(graph: Graph, seeds: np.ndarray, num_hops: int) -> np.ndarray:
     """``[N]`` bool: nodes within ``num_hops`` in-edge hops of ``seeds`` (seeds included).
 
     Breadth-first over in-edges; each node is expanded at most once, so the cost is at most
-    one pass over ``E``, in row chunks that bound the scratch memory.
+    one pass over ``E``. The frontier is read in blocks of whole rows of at most
+    ``EDGES_PER_BLOCK`` edges (``base.row_blocks``), so the extra memory is O(N) plus one
+    block, also when ``graph.indices`` is a memory map.
     """
     if num_hops < 0:
         raise ValueError(f"num_hops={num_hops}; choose num_hops >= 0")
@@ -30,8 +30,9 @@ def khop_reach(graph: Graph, seeds: np.ndarray, num_hops: int) -> np.ndarray:
     reached[frontier] = True
     for _ in range(num_hops):
         found = []
-        for lo in range(0, frontier.shape[0], _ROWS_PER_STEP):
-            pos_E, _ = csr_positions(graph.indptr, frontier[lo : lo + _ROWS_PER_STEP])
+        count_F = graph.indptr[frontier + 1] - graph.indptr[frontier]
+        for lo, hi in row_blocks(count_F):
+            pos_E, _ = csr_positions(graph.indptr, frontier[lo:hi])
             nbr = np.asarray(graph.indices[pos_E], dtype=np.int64)
             nbr = sorted_unique(nbr[~reached[nbr]])
             reached[nbr] = True

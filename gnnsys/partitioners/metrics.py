@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gnnsys.partitioners.base import sorted_unique
+from gnnsys.partitioners.base import row_blocks, sorted_unique
 from gnnsys.partitioners.halo import halo_of_part
 from gnnsys.types import Assignment, Graph
 
@@ -47,9 +47,18 @@ class PartitionMetrics:
 
 
 def edge_cut(graph: Graph, part_N: np.ndarray) -> int:
-    """Number of in-edges whose source and destination parts differ."""
-    dst_part_E = np.repeat(part_N, graph.in_degree)
-    return int(np.count_nonzero(part_N[graph.indices] != dst_part_E))
+    """Number of in-edges whose source and destination parts differ.
+
+    Read in blocks of whole rows (``base.row_blocks``): the scratch is one block, not ``[E]``,
+    when ``graph.indices`` is a memory map.
+    """
+    degree_N = graph.in_degree
+    cut = 0
+    for lo, hi in row_blocks(degree_N):
+        src_E = graph.indices[int(graph.indptr[lo]) : int(graph.indptr[hi])]
+        dst_part_E = np.repeat(part_N[lo:hi], degree_N[lo:hi])
+        cut += int(np.count_nonzero(part_N[src_E] != dst_part_E))
+    return cut
 
 
 def balance(load_P: np.ndarray) -> float:

@@ -15,8 +15,9 @@ Vectorization: nodes are decided ``chunk`` at a time. Within a chunk the loads a
 the chunk's start and nodes do not see each other's choice; with ``chunk << N / P`` (the
 default is ``N / (64 P)``) this changes little, and capacity is still enforced exactly
 (overflowing nodes are re-decided). Extra memory is O(N + P) (the part array and the order)
-plus O(chunk * P + chunk edges) scratch. ``passes > 1`` restreams (each later pass sees every
-node's current part), which lowers the cut at a linear cost in time.
+plus O(chunk * P) and one block of at most ``base.EDGES_PER_BLOCK`` edges of scratch, so a
+graph whose ``indices`` is a memory map is never read whole. ``passes > 1`` restreams (each
+later pass sees every node's current part), which lowers the cut at a linear cost in time.
 
 Shape legend: ``N`` nodes, ``E`` edges, ``P`` parts, ``K`` nodes in a chunk.
 """
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gnnsys.partitioners.base import check_num_parts, csr_positions, make_assignment
+from gnnsys.partitioners.base import check_num_parts, csr_positions, make_assignment, row_blocks
 from gnnsys.types import Assignment, Graph
 
 ORDERS = ("random", "natural", "degree")
@@ -75,14 +76,22 @@ def stream_order(graph: Graph, order: str, seed: int) -> np.ndarray:
 def neighbor_part_counts(
     graph: Graph, part_N: np.ndarray, nodes_K: np.ndarray, num_parts: int
 ) -> np.ndarray:
-    """``[K, P]`` count of each node's in-neighbors already placed in each part."""
-    pos_E, count_K = csr_positions(graph.indptr, nodes_K)
-    nbr_part_E = part_N[graph.indices[pos_E]]
-    row_E = np.repeat(np.arange(nodes_K.shape[0], dtype=np.int64), count_K)
-    placed = nbr_part_E >= 0
-    flat = row_E[placed] * num_parts + nbr_part_E[placed]
-    counts = np.bincount(flat, minlength=nodes_K.shape[0] * num_parts)
-    return counts.reshape(nodes_K.shape[0], num_parts).astype(np.float64)
+    """``[K, P]`` count of each node's in-neighbors already placed in each part.
+
+    The chunk's edges are read in blocks of whole rows (``base.row_blocks``): a chunk of hubs
+    (``order="degree"``) can hold a large share of ``E``, and the scratch stays one block.
+    """
+    count_K = graph.indptr[nodes_K + 1] - graph.indptr[nodes_K]
+    counts_KP = np.zeros((nodes_K.shape[0], num_parts), dtype=np.float64)
+    for lo, hi in row_blocks(count_K):
+        pos_E, _ = csr_positions(graph.indptr, nodes_K[lo:hi])
+        nbr_part_E = part_N[graph.indices[pos_E]]
+        row_E = np.repeat(np.arange(hi - lo, dtype=np.int64), count_K[lo:hi])
+        placed = nbr_part_E >= 0
+        flat = row_E[placed] * num_parts + nbr_part_E[placed]
+        counts = np.bincount(flat, minlength=(hi - lo) * num_parts)
+        counts_KP[lo:hi] = counts.reshape(hi - lo, num_parts)
+    return counts_KP
 
 
 def capacity_argmax(

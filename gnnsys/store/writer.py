@@ -3,9 +3,16 @@
 Everything is written into a hidden temporary sibling of the target, checksummed, and only
 then renamed into place, so a crash never leaves a half-written directory under the target
 name. Each file gets a sha256 (for ``verify``) and an xxh3_128 (checked by every load), both
-from one read of the file. Feature rows are gathered and written in row chunks with plain
-``write`` calls, so the writer's extra memory is one shard's index arrays plus one chunk of
-features.
+from one read of the file.
+
+**Memory.** The writer never holds the graph's edges: a shard's edge files (``indices_gid``,
+``indices_local``, ``e_id``) are gathered and appended a block of whole owned rows at a time
+(at most ``_EDGES_PER_BLOCK`` edges), and feature rows ``_ROWS_PER_CHUNK`` at a time, both
+with plain ``write`` calls after the ``.npy`` header. What it builds whole is O(N): the book,
+each part's ``owned_gid``, ``indptr`` and halo (``halo_of_part`` reads edges in blocks too).
+So its peak extra memory is O(N) plus one block, and a graph whose ``indices`` and ``x`` are
+read-only memory maps of files larger than memory can be written. The bytes are exactly those
+of saving ``build_shard``'s arrays whole (the tests compare checksums).
 
 **Disk errors.** The free space is checked against a lower bound of the store's size before
 anything is written, and any ``OSError`` on the way (full disk, read-only file system, no
@@ -27,11 +34,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
 from gnnsys.errors import GnnsysError
+from gnnsys.partitioners.base import csr_positions, row_blocks
+from gnnsys.partitioners.halo import halo_of_part
 from gnnsys.store.diskio import check_free, disk_error
 from gnnsys.store.integrity import file_digests
 from gnnsys.store.layout import (
@@ -45,7 +54,7 @@ from gnnsys.store.layout import (
     PartEntry,
     shard_file,
 )
-from gnnsys.store.shard import build_shard
+from gnnsys.store.shard import local_index
 from gnnsys.types import Assignment, Graph, PartitionBook
 
 if TYPE_CHECKING:
@@ -54,6 +63,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _ROWS_PER_CHUNK = 1 << 16  # feature rows gathered per write; bounds the writer's extra memory
+_EDGES_PER_BLOCK = 1 << 20  # owned in-edges per block of the edge files: ~80 B each of scratch
+_EDGE_FILES = ("indices_gid", "indices_local", "e_id")  # the [E_p] int64 arrays of a shard
 _HASH_BLOCK = 1 << 24  # bytes read per sha256 update
 
 ProgressFn = Callable[[int], None]
@@ -73,9 +84,10 @@ def graph_fingerprint(graph: Graph) -> str:
     """First 16 hex digits of sha256 over ``N``, ``indptr`` and ``indices`` (dtype included)."""
     digest = hashlib.sha256(f"{graph.num_nodes}:{graph.indices.dtype.str}".encode())
     for arr in (graph.indptr, graph.indices):
-        flat = np.ascontiguousarray(arr)
-        for lo in range(0, flat.shape[0], _HASH_BLOCK):
-            digest.update(flat[lo : lo + _HASH_BLOCK].tobytes())  # copies one block
+        for lo in range(0, arr.shape[0], _HASH_BLOCK):
+            # A view of a contiguous array (a memory map's pages are read, not copied); a strided
+            # array copies one block.
+            digest.update(np.ascontiguousarray(arr[lo : lo + _HASH_BLOCK]).data)
     return digest.hexdigest()[:16]
 
 
@@ -100,21 +112,56 @@ def _save_rows(root: Path, rel: str, src: np.ndarray, rows: np.ndarray) -> FileE
     shape = (rows.shape[0], *src.shape[1:])
     if rows.shape[0] == 0:
         return _save(root, rel, np.zeros(shape, dtype=src.dtype))
-    header = {
-        "descr": np.lib.format.dtype_to_descr(src.dtype),
-        "fortran_order": False,
-        "shape": shape,
-    }
     with open(path, "wb") as fh:
-        try:
-            np.lib.format.write_array_header_1_0(fh, header)
-        except ValueError:  # a header over 64 KiB needs format 2.0 (as np.save would pick)
-            fh.seek(0)
-            np.lib.format.write_array_header_2_0(fh, header)
+        _write_header(fh, shape, src.dtype)
         for lo in range(0, rows.shape[0], _ROWS_PER_CHUNK):
             chunk = np.ascontiguousarray(src[rows[lo : lo + _ROWS_PER_CHUNK]])  # one chunk copy
             fh.write(chunk.reshape(-1).view(np.uint8).data)
     return _entry(path, shape, src.dtype)
+
+
+def _write_header(fh: BinaryIO, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    """The ``.npy`` header ``np.save`` writes for a C-order array of ``shape`` and ``dtype``."""
+    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+    try:
+        np.lib.format.write_array_header_1_0(fh, header)
+    except ValueError:  # a header over 64 KiB needs format 2.0 (as np.save would pick)
+        fh.seek(0)
+        np.lib.format.write_array_header_2_0(fh, header)
+
+
+def _save_edges(
+    tmp: Path,
+    graph: Graph,
+    book: PartitionBook,
+    part: int,
+    owned_gid: np.ndarray,
+    halo_gid: np.ndarray,
+) -> dict[str, FileEntry]:
+    """Write ``part``'s ``indices_gid``, ``indices_local`` and ``e_id``, a block of rows at a time.
+
+    A block is whole owned rows (``row_blocks``) holding at most ``_EDGES_PER_BLOCK`` edges (or
+    one larger row), so its edges are the next slice of each file, in global CSR order, and
+    ``local_index`` is elementwise: the files are byte for byte ``build_shard``'s arrays saved
+    whole. Scratch: about ten ``int64`` arrays of one block (``local_index`` makes most).
+    """
+    count_M = graph.indptr[owned_gid + 1] - graph.indptr[owned_gid]
+    shape, int64 = (int(count_M.sum()),), np.dtype(np.int64)
+    paths = [tmp / shard_file(part, key) for key in _EDGE_FILES]
+    with contextlib.ExitStack() as stack:
+        handles = [stack.enter_context(open(path, "wb")) for path in paths]
+        for fh in handles:
+            _write_header(fh, shape, int64)
+        for lo, hi in row_blocks(count_M, _EDGES_PER_BLOCK):
+            pos_E, _ = csr_positions(graph.indptr, owned_gid[lo:hi])
+            gid_E = np.asarray(graph.indices[pos_E], dtype=np.int64)  # one block read
+            lid_E = local_index(gid_E, book, part, halo_gid, owned_gid.shape[0])
+            for fh, arr in zip(handles, (gid_E, lid_E, pos_E), strict=True):
+                fh.write(arr.data)
+    return {
+        shard_file(part, key): _entry(path, shape, int64)
+        for key, path in zip(_EDGE_FILES, paths, strict=True)
+    }
 
 
 def _store_bytes(graph: Graph, assignment: Assignment) -> int:
@@ -139,23 +186,35 @@ def _write_part(
     num_hops: int,
     links: LinkSplit | None = None,
 ) -> tuple[dict[str, FileEntry], PartEntry]:
-    shard = build_shard(graph, book, part, num_hops, with_data=False)
+    """Write the files of ``part``: its index arrays (edge files streamed), data and links.
+
+    ``owned_gid``, ``indptr`` and the halo are O(N) and built whole, as ``build_shard`` builds
+    them; the edge files go through ``_save_edges``, so no ``[E_p]`` array is ever held.
+    """
+    owned_gid = np.flatnonzero(book.part_N == part).astype(np.int64)
+    indptr = np.zeros(owned_gid.shape[0] + 1, dtype=np.int64)
+    np.cumsum(graph.indptr[owned_gid + 1] - graph.indptr[owned_gid], out=indptr[1:])
+    halo_gid = halo_of_part(graph, book.part_N, part, num_hops, seeds=owned_gid)
     (tmp / shard_file(part, "x")).parent.mkdir()
-    files = {
-        shard_file(part, k): _save(tmp, shard_file(part, k), getattr(shard, k))
-        for k in SHARD_ARRAYS
+    whole = {
+        "owned_gid": owned_gid,
+        "indptr": indptr,
+        "halo_gid": halo_gid,
+        "halo_part": book.part_N[halo_gid].astype(np.int32),
     }
+    files = {shard_file(part, k): _save(tmp, shard_file(part, k), a) for k, a in whole.items()}
+    files |= _save_edges(tmp, graph, book, part, owned_gid, halo_gid)  # the manifest sorts paths
     for key in SHARD_DATA:
         value = getattr(graph, key)
         if value is not None:
             rel = shard_file(part, key)
-            files[rel] = _save_rows(tmp, rel, value, shard.owned_gid)
+            files[rel] = _save_rows(tmp, rel, value, owned_gid)
     if links is not None:
         from gnnsys.store.links import links_of_part
 
         for key, arr in links_of_part(links, book.part_N, part).items():
             files[shard_file(part, key)] = _save(tmp, shard_file(part, key), arr)
-    summary = PartEntry(shard.num_owned, int(shard.indptr[-1]), int(shard.halo_gid.shape[0]))
+    summary = PartEntry(int(owned_gid.shape[0]), int(indptr[-1]), int(halo_gid.shape[0]))
     return files, summary
 
 
