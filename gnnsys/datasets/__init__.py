@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from gnnsys.datasets.base import DatasetSource, reading
@@ -23,6 +24,14 @@ from gnnsys.datasets.ogb_link import load_ogb_link
 from gnnsys.datasets.planetoid import load_planetoid
 from gnnsys.datasets.synthetic import load_synthetic
 from gnnsys.types import Graph
+
+
+def _load_parquet(variant: str, root: Path | None = None, **params: Any) -> Graph:
+    """``parquet:DIR`` (``gnnsys.datasets.parquet``), imported on use: pyarrow loads slowly."""
+    from gnnsys.datasets.parquet import load_parquet
+
+    return load_parquet(variant, root, **params)
+
 
 __all__ = [
     "DATASETS",
@@ -43,6 +52,7 @@ DATASETS: dict[str, DatasetSource] = {
     "musae": load_musae,
     "deezer": load_deezer,
     "ogb": load_ogb,
+    "parquet": _load_parquet,
 }
 """Family name (before the ``:``) -> loader."""
 
@@ -57,6 +67,8 @@ KNOWN_NAMES: dict[str, str] = {
     "npz:cora_ml": "Cora-ML, PPNP .npz (2995 nodes, 2879 features), seeded split",
     "musae:facebook": "Facebook page-page (22470 nodes, 4714 binary features, 4 classes)",
     "deezer:hu": "Deezer HU (47538 nodes, 84 genres multi-label, degree features substitute)",
+    "parquet:DIR": "Parquet tables in DIR: edges/ (src, dst), nodes/ (id, x, y, split), "
+    "gnnsys.json; `gnnsys export` writes one",
 }
 """Dataset names `gnnsys datasets` lists, with a one-line description each."""
 
@@ -95,8 +107,6 @@ def load(name: str, root: str | os.PathLike[str] | None = None, **params: Any) -
             f"unknown dataset {name!r}; use family:variant with a family in {sorted(DATASETS)} "
             "(run `gnnsys datasets` for the list)"
         )
-    from pathlib import Path
-
     with reading(f"dataset {name!r}"):
         return DATASETS[family](variant, None if root is None else Path(root), **params)
 
@@ -121,8 +131,6 @@ def load_hetero(
         raise ValueError(
             f"unknown heterogeneous dataset {name!r}; choose one of {sorted(HETERO_NAMES)}"
         )
-    from pathlib import Path
-
     with reading(f"dataset {name!r}"):
         return HETERO_DATASETS[family](variant, None if root is None else Path(root), **params)
 
@@ -146,8 +154,6 @@ def load_link_split(
     """
     family, _, variant = name.partition(":")
     if family == "ogb" and variant.replace("_", "-").startswith("ogbl-"):
-        from pathlib import Path
-
         with reading(f"dataset {name!r}"):
             return load_ogb_link(variant, None if root is None else Path(root), config)
     return edge_split(load(name, root=root, **params), config)

@@ -38,6 +38,10 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -45,7 +49,10 @@ import torch
 from gnnsys.datasets.splits import fraction_split
 from gnnsys.types import Graph
 
-__all__ = ["rmat"]
+if TYPE_CHECKING:
+    from gnnsys.datasets.parquet_write import ProgressFn, TableWriter, Ticker
+
+__all__ = ["rmat", "write_rmat_parquet"]
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +106,7 @@ def rmat(
         ValueError: On an out-of-range parameter, naming it.
     """
     _check_params(num_nodes, num_classes, homophily, abc, chunk_edges, num_features)
-    drawn = int(num_nodes * avg_degree) if num_edges is None else int(num_edges)
-    if drawn < 0:
-        raise ValueError(f"num_edges={drawn}; choose num_edges >= 0 (or avg_degree >= 0)")
+    drawn = _num_drawn(num_nodes, avg_degree, num_edges)
     rng = np.random.default_rng([seed, 0])
     ids = _IdMap.build(num_nodes, num_classes, rng)
     y = ids.slot_N % num_classes
@@ -123,6 +128,143 @@ def rmat(
         name="synthetic:rmat",
         num_classes_hint=num_classes,
     )
+
+
+def write_rmat_parquet(
+    out: str | os.PathLike[str],
+    *,
+    num_nodes: int = 1 << 20,
+    avg_degree: float = 20.0,
+    num_edges: int | None = None,
+    num_classes: int = 8,
+    homophily: float = 0.7,
+    num_features: int = 100,
+    feature_signal: float = 0.15,
+    abc: tuple[float, float, float] = (0.57, 0.19, 0.19),
+    train: float = 0.1,
+    val: float = 0.05,
+    test: float = 0.1,
+    seed: int = 0,
+    chunk_edges: int = 1 << 21,
+    rows_per_group: int = 1 << 20,
+    rows_per_file: int = 1 << 24,
+    overwrite: bool = False,
+    progress: ProgressFn | None = None,
+) -> Path:
+    """Write the graph ``rmat(...)`` builds as a Parquet graph directory, chunk by chunk.
+
+    ``load("parquet:OUT")`` gives exactly ``rmat``'s arrays for the same arguments, but the
+    graph is never held: each drawn chunk of undirected pairs becomes edge rows in both
+    directions (duplicates included; the reader's CSR drops them, as ``rmat``'s does), then
+    nodes are written in id order with features drawn block by block. Peak memory is the id map
+    and labels (about 40 B per node), one chunk of pairs (16 B per pair, both directions) and
+    one row group, so 2**24 nodes fit in a small process.
+
+    Args:
+        out: The directory to create (atomically; see ``write_parquet``).
+        num_nodes: See :func:`rmat`, like every graph parameter up to ``chunk_edges``.
+        avg_degree: See :func:`rmat`.
+        num_edges: See :func:`rmat`.
+        num_classes: See :func:`rmat`.
+        homophily: See :func:`rmat`.
+        num_features: See :func:`rmat`.
+        feature_signal: See :func:`rmat`.
+        abc: See :func:`rmat`.
+        train: See :func:`rmat`.
+        val: See :func:`rmat`.
+        test: See :func:`rmat`.
+        seed: See :func:`rmat`.
+        chunk_edges: See :func:`rmat` (the graph depends on it).
+        rows_per_group: Rows per row group (node groups stay under 64 MiB).
+        rows_per_file: Rows per file.
+        overwrite: Replace an existing Parquet graph directory at ``out``.
+        progress: Called with ``(pairs drawn + nodes written, drawn pairs + N)``.
+
+    Returns:
+        ``out`` as a ``Path``.
+
+    Raises:
+        ValueError: A parameter out of range, or ``out`` exists (without ``overwrite``).
+        DiskError: A write failed; nothing is left behind.
+    """
+    from gnnsys.datasets import parquet_write as pw
+
+    _check_params(num_nodes, num_classes, homophily, abc, chunk_edges, num_features)
+    num_pairs = _num_drawn(num_nodes, avg_degree, num_edges) // 2
+    out = Path(out)
+    pw.check_sizes(rows_per_group, rows_per_file)
+    pw.check_out(out, overwrite)
+    rng = np.random.default_rng([seed, 0])  # draws in rmat's order: ids, mu, masks
+    ids = _IdMap.build(num_nodes, num_classes, rng)
+    y = ids.slot_N % num_classes
+    ticker = pw.Ticker(progress, num_pairs + num_nodes)
+    sizes = {"rows_per_group": rows_per_group, "rows_per_file": rows_per_file}
+    with pw.staged_dir(out, overwrite=overwrite) as tmp:
+        chunks = _iter_chunks(ids, num_pairs, homophily, abc, seed, chunk_edges)
+        _write_edges(tmp / pw.EDGES_DIR, chunks, num_nodes, sizes, ticker)
+        del ids, chunks  # the raw-id table is the largest O(N) array
+        recipe = None
+        if num_features:
+            recipe = _FeatureRecipe(num_classes, num_features, feature_signal, rng, seed)
+        masks = fraction_split(num_nodes, rng, train, val, test)
+        _write_nodes(tmp / pw.NODES_DIR, y, recipe, masks, sizes, ticker)
+        pw.write_meta(tmp, name="synthetic:rmat", num_nodes=num_nodes, num_classes=num_classes)
+    return out
+
+
+def _write_edges(
+    folder: Path,
+    chunks: Iterator[tuple[int, tuple[np.ndarray, np.ndarray]]],
+    num_nodes: int,
+    sizes: dict[str, int],
+    ticker: Ticker,
+) -> None:
+    """Each chunk of undirected pairs as edge rows in both directions (duplicates included)."""
+    from gnnsys.datasets import parquet_write as pw
+
+    with pw.TableWriter(folder, pw.edge_schema(num_nodes), **sizes) as writer:
+        for m, (src, dst) in chunks:
+            both = (np.concatenate([src, dst]), np.concatenate([dst, src]))
+            writer.write(pw.edge_table(*both, num_nodes))
+            ticker.advance(m)
+
+
+def _write_nodes(
+    folder: Path,
+    y: np.ndarray,
+    recipe: _FeatureRecipe | None,
+    masks: tuple[np.ndarray, np.ndarray, np.ndarray],
+    sizes: dict[str, int],
+    ticker: Ticker,
+) -> None:
+    """Node rows in id order, features drawn in ``rmat``'s blocks of ``_FEATURE_ROWS`` rows."""
+    from gnnsys.datasets import parquet_write as pw
+
+    n = y.shape[0]
+    f = 0 if recipe is None else int(recipe.mu_CF.shape[1])
+    dtype = None if recipe is None else np.dtype(np.float32)
+    schema = pw.node_schema(n, dtype, f, labels=True, masks="split")
+    step = pw.node_group_rows(sizes["rows_per_group"], schema)
+    writer: TableWriter
+    with pw.TableWriter(
+        folder, schema, rows_per_group=step, rows_per_file=sizes["rows_per_file"]
+    ) as writer:
+        for lo in range(0, n, _FEATURE_ROWS):
+            hi = min(lo + _FEATURE_ROWS, n)
+            x = None
+            if recipe is not None:
+                x = np.empty((hi - lo, f), dtype=np.float32)
+                recipe.fill(x, y[lo:hi])
+            block = tuple(m[lo:hi] for m in masks)
+            writer.write(pw.node_table(schema, np.arange(lo, hi), x, y[lo:hi], block))
+            ticker.advance(hi - lo)
+
+
+def _num_drawn(num_nodes: int, avg_degree: float, num_edges: int | None) -> int:
+    drawn = int(num_nodes * avg_degree) if num_edges is None else int(num_edges)
+    if drawn < 0:
+        raise ValueError(f"num_edges={drawn}; choose num_edges >= 0 (or avg_degree >= 0)")
+    return drawn
 
 
 def _check_params(
@@ -264,11 +406,21 @@ def _draw_pairs(
     seed: int,
     chunk_edges: int,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    pairs = []
+    return [pairs for _, pairs in _iter_chunks(ids, num_pairs, homophily, abc, seed, chunk_edges)]
+
+
+def _iter_chunks(
+    ids: _IdMap,
+    num_pairs: int,
+    homophily: float,
+    abc: tuple[float, float, float],
+    seed: int,
+    chunk_edges: int,
+) -> Iterator[tuple[int, tuple[np.ndarray, np.ndarray]]]:
+    """``(pairs drawn, (src, dst))`` per chunk; chunk ``i`` draws from seed ``[seed, 1, i]``."""
     for i, lo in enumerate(range(0, num_pairs, chunk_edges)):
         m = min(chunk_edges, num_pairs - lo)
-        pairs.append(_draw_chunk(ids, m, homophily, abc, np.random.default_rng([seed, 1, i])))
-    return pairs
+        yield m, _draw_chunk(ids, m, homophily, abc, np.random.default_rng([seed, 1, i]))
 
 
 def _pairs_to_csr(
@@ -361,19 +513,41 @@ def _features(
     rng: np.random.Generator,
     seed: int,
 ) -> np.ndarray | None:
-    """``[N, F]`` float32 ``signal * mu[y] + N(0, I)``, filled in place one row block at a time.
-
-    The noise comes from ``torch``'s CPU normal sampler (about 2.5x numpy's here), written
-    straight into ``x``, so the only temporary is one block of ``mu[y]``.
-    """
+    """``[N, F]`` float32 ``signal * mu[y] + N(0, I)``, filled in place one row block at a time."""
     if num_features == 0:
         return None
-    mu = rng.standard_normal((num_classes, num_features)).astype(np.float32) * np.float32(signal)
+    recipe = _FeatureRecipe(num_classes, num_features, signal, rng, seed)
     x = np.empty((y.shape[0], num_features), dtype=np.float32)
-    state = np.random.SeedSequence([seed, 2]).generate_state(1, np.uint64)[0]
-    gen = torch.Generator().manual_seed(int(state >> np.uint64(1)))
     for lo in range(0, y.shape[0], _FEATURE_ROWS):
         hi = min(lo + _FEATURE_ROWS, y.shape[0])
-        torch.from_numpy(x[lo:hi]).normal_(generator=gen)
-        x[lo:hi] += mu[y[lo:hi]]
+        recipe.fill(x[lo:hi], y[lo:hi])
     return x
+
+
+class _FeatureRecipe:
+    """The features ``signal * mu[y] + N(0, I)``, produced one row block at a time.
+
+    ``mu`` is drawn from ``rng`` on construction (so construct it where ``rmat`` draws it); the
+    noise comes from ``torch``'s CPU normal sampler (about 2.5x numpy's here), written straight
+    into the block, so the only temporary is one block of ``mu[y]``. The values depend on the
+    block boundaries: call :meth:`fill` on consecutive blocks of ``_FEATURE_ROWS`` rows (the
+    last may be shorter), in id order, to get exactly the rows ``rmat`` gives.
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        num_features: int,
+        signal: float,
+        rng: np.random.Generator,
+        seed: int,
+    ) -> None:
+        mu = rng.standard_normal((num_classes, num_features)).astype(np.float32)
+        self.mu_CF = mu * np.float32(signal)
+        state = np.random.SeedSequence([seed, 2]).generate_state(1, np.uint64)[0]
+        self._gen = torch.Generator().manual_seed(int(state >> np.uint64(1)))
+
+    def fill(self, x_BF: np.ndarray, y_B: np.ndarray) -> None:
+        """Write the next block's features into ``x_BF`` (C-contiguous float32 ``[B, F]``)."""
+        torch.from_numpy(x_BF).normal_(generator=self._gen)
+        x_BF += self.mu_CF[y_B]
