@@ -7,10 +7,13 @@ Also home of the helpers the partition benchmark shares: dataset loading (a regi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -50,6 +53,22 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--overwrite", action="store_true", help="replace DIR if it exists")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument(
+        "--memory-budget",
+        metavar="SIZE",
+        help="out of core (parquet:DIR datasets): build the graph on disk with Ray Data and "
+        "partition it without any process holding it, using about SIZE bytes in all (e.g. 6G); "
+        "see docs/out_of_core.md",
+    )
+    p.add_argument(
+        "--work-dir",
+        metavar="DIR",
+        help="with --memory-budget: keep the on-disk graph in DIR and reuse it when its tables "
+        "have not changed (default: a temporary directory beside --out, removed at the end)",
+    )
+    p.add_argument(
+        "--address", help="with --memory-budget: Ray cluster to join (default: a private one)"
+    )
     p.set_defaults(func=run)
 
 
@@ -135,6 +154,8 @@ class Measured:
         self._thread: threading.Thread | None = None
         self._start = 0.0
         self._maxrss_before = 0
+        self.started_at = self.ended_at = 0.0
+        """Unix times the block started and ended (to line up samples of other processes)."""
 
     def _poll(self) -> None:
         import psutil
@@ -150,6 +171,7 @@ class Measured:
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
         self._start = time.perf_counter()
+        self.started_at = time.time()
         return self
 
     def __exit__(
@@ -159,6 +181,7 @@ class Measured:
         tb: TracebackType | None,
     ) -> None:
         self.seconds = time.perf_counter() - self._start
+        self.ended_at = time.time()
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -217,7 +240,6 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from gnnsys.partitioners import make_partitioner
-    from gnnsys.partitioners.metrics import balance, edge_cut, part_loads
     from gnnsys.store import write_partitions
 
     _check_args(args)  # before the (possibly long) load
@@ -227,20 +249,75 @@ def run(args: argparse.Namespace) -> int:
         return _hetero.run_partition(args)
     cfg = partitioner_options(args.method, args.balance, args.option)
     partitioner = make_partitioner(args.method, **cfg)
+    with _graph_of(args) as source:
+        graph, load_m, extra = source.graph, source.load, source.extra
+        logger.info("loaded %s: %d nodes, %d edges", graph.name, graph.num_nodes, graph.num_edges)
+        with Measured() as assign_m:
+            assignment = partitioner.assign(graph, args.parts, seed=args.seed)
+        with (
+            Measured() as write_m,
+            tqdm(total=args.parts, desc="writing parts", unit="part") as bar,
+        ):
+            write_partitions(
+                graph,
+                assignment,
+                args.out,
+                num_hops=args.hops,
+                overwrite=args.overwrite,
+                progress=lambda _: bar.update(1),
+                parts_writer=source.parts_writer,
+            )
+        summary = _summary(args, graph, assignment, (load_m, assign_m, write_m)) | extra
+        if extra:  # out of core: when each stage ran, for the benchmark's per-process samples
+            stages = zip(
+                ("construction", "partition", "store"), (load_m, assign_m, write_m), strict=True
+            )
+            summary["stage_windows"] = {k: (m.started_at, m.ended_at) for k, m in stages}
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        from gnnsys.store import read_manifest
+
+        print_table(read_manifest(args.out), summary)
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class GraphSource:
+    """The graph to partition and how it got here."""
+
+    graph: Any
+    load: Measured
+    """Time and peak RSS of loading (or building) it."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Summary fields of the way it was loaded (out of core: the budget and its plan)."""
+    parts_writer: Any = None
+    """``write_partitions``'s ``parts_writer`` (out of core: one Ray Data task per part)."""
+
+
+@contextlib.contextmanager
+def _graph_of(args: argparse.Namespace) -> Iterator[GraphSource]:
+    """The graph to partition, loaded into memory, or built on disk out of core.
+
+    With ``--memory-budget`` it is built on disk and memory-mapped
+    (``gnnsys.commands._out_of_core``).
+    """
+    if getattr(args, "memory_budget", None):
+        from gnnsys.commands._out_of_core import disk_graph
+
+        with disk_graph(args) as found:
+            yield found
+        return
     with Measured() as load_m:
         graph = load_graph(args.dataset, args.root, parse_kv(args.dataset_param))
-    logger.info("loaded %s: %d nodes, %d edges", graph.name, graph.num_nodes, graph.num_edges)
-    with Measured() as assign_m:
-        assignment = partitioner.assign(graph, args.parts, seed=args.seed)
-    with Measured() as write_m, tqdm(total=args.parts, desc="writing parts", unit="part") as bar:
-        write_partitions(
-            graph,
-            assignment,
-            args.out,
-            num_hops=args.hops,
-            overwrite=args.overwrite,
-            progress=lambda _: bar.update(1),
-        )
+    yield GraphSource(graph, load_m)
+
+
+def _summary(
+    args: argparse.Namespace, graph: Any, assignment: Any, measured: tuple[Measured, ...]
+) -> dict[str, Any]:
+    """The summary table/JSON of a partition run."""
+    from gnnsys.partitioners.metrics import balance, edge_cut, part_loads
     from gnnsys.store import read_manifest
 
     manifest = read_manifest(args.out)
@@ -258,14 +335,10 @@ def run(args: argparse.Namespace) -> int:
         "edge_balance": round(balance(loads["edges"]), 4),
         "train_balance": round(balance(loads["train"]), 4) if "train" in loads else None,
         "halo_factor": round(sum(p.num_halo for p in manifest.parts) / graph.num_nodes, 4),
-        **stage_costs(load_m, assign_m, write_m),
+        **stage_costs(*measured),
         "out": str(args.out),
     }
-    if args.json:
-        print(json.dumps(summary))
-    else:
-        print_table(manifest, summary)
-    return 0
+    return summary
 
 
 def print_table(manifest: Any, summary: dict[str, Any]) -> None:

@@ -70,6 +70,14 @@ _HASH_BLOCK = 1 << 24  # bytes read per sha256 update
 ProgressFn = Callable[[int], None]
 """Called with the part id after each part is written (e.g. to advance a progress bar)."""
 
+PartsWriter = Callable[[Path, int, ProgressFn | None], list[tuple[dict[str, FileEntry], PartEntry]]]
+"""``(staging dir, num_hops, progress) -> [(files, summary) of part p for p in 0..P-1]``.
+
+Writes every part folder into the staging directory, where ``node_to_part.npy`` already is, by
+calling :func:`write_part` for each part, possibly in other processes (``gnnsys.build`` runs
+them as Ray Data tasks that map the graph themselves). Given to ``write_partitions``.
+"""
+
 
 def sha256_file(path: Path) -> str:
     """Hex sha256 of a file, read in 16 MiB blocks."""
@@ -186,7 +194,9 @@ def _write_part(
     num_hops: int,
     links: LinkSplit | None = None,
 ) -> tuple[dict[str, FileEntry], PartEntry]:
-    """Write the files of ``part``: its index arrays (edge files streamed), data and links.
+    """Write the files of ``part`` into ``tmp``: index arrays (edge files streamed), data, links.
+
+    Returns the manifest entries of the files written and the part's summary.
 
     ``owned_gid``, ``indptr`` and the halo are O(N) and built whole, as ``build_shard`` builds
     them; the edge files go through ``_save_edges``, so no ``[E_p]`` array is ever held.
@@ -218,6 +228,13 @@ def _write_part(
     return files, summary
 
 
+def write_part(
+    tmp: Path, graph: Graph, book: PartitionBook, part: int, num_hops: int
+) -> tuple[dict[str, FileEntry], PartEntry]:
+    """Write part ``part`` into the staging directory ``tmp`` (for a :data:`PartsWriter`)."""
+    return _write_part(tmp, graph, book, part, num_hops)
+
+
 def write_partitions(
     graph: Graph,
     assignment: Assignment,
@@ -227,6 +244,7 @@ def write_partitions(
     overwrite: bool = False,
     progress: ProgressFn | None = None,
     links: LinkSplit | None = None,
+    parts_writer: PartsWriter | None = None,
 ) -> PartitionBook:
     """Write the partition directory of ``assignment`` at ``root`` (layout in ``layout.py``).
 
@@ -239,6 +257,8 @@ def write_partitions(
         progress: Called with each part id once that part is written.
         links: A link-prediction split of ``graph`` (``graph`` is its training graph): each
             part also stores the links whose source it owns (``gnnsys.store.links``).
+        parts_writer: Writes the part folders instead of this process, one after the other
+            (see :data:`PartsWriter`); the files are the same. Not with ``links``.
 
     Returns:
         The ``PartitionBook`` (gid -> part, lid) of the written directory.
@@ -252,18 +272,25 @@ def write_partitions(
     root = Path(root)
     _check_args(graph, assignment, root, num_hops, overwrite)
     _check_links(graph, links)
+    if links is not None and parts_writer is not None:
+        raise ValueError("write_partitions: give links= or parts_writer=, not both")
     needed = _store_bytes(graph, assignment)
     check_free(root, needed)
     book = PartitionBook.from_assignment(assignment.part_N, assignment.num_parts)
     with staged(root, needed=needed) as tmp:
         files = {NODE_TO_PART: _save(tmp, NODE_TO_PART, assignment.part_N)}
+        if parts_writer is not None:
+            written = parts_writer(tmp, num_hops, progress)
+        else:
+            written = []
+            for part in range(assignment.num_parts):
+                written.append(_write_part(tmp, graph, book, part, num_hops, links))
+                if progress is not None:
+                    progress(part)
         parts = []
-        for part in range(assignment.num_parts):
-            part_files, summary = _write_part(tmp, graph, book, part, num_hops, links)
+        for part_files, summary in written:
             files |= part_files
             parts.append(summary)
-            if progress is not None:
-                progress(part)
         manifest = _manifest(graph, assignment, num_hops, files, tuple(parts))
         (tmp / MANIFEST).write_text(json.dumps(manifest.to_json(), indent=1) + "\n")
     logger.info("wrote %d parts of %s to %s", assignment.num_parts, graph.name, root)

@@ -74,13 +74,15 @@ def auth_mode() -> str:
     return "token" if mode_of() == modes.TOKEN else "disabled"
 
 
-def connect(cluster: ClusterConfig) -> bool:
+def connect(cluster: ClusterConfig, *, object_store_memory: int | None = None) -> bool:
     """Connect to Ray; returns whether this call started it (and so must shut it down).
 
     Args:
         cluster: ``address`` to join, or ``None`` to start a private loopback-only instance
             sized for ``parts`` workers plus their shard owners, guarded by a watchdog (after
             ending what an earlier run with a dead driver left).
+        object_store_memory: Bytes of a started instance's object store (Ray's default,
+            30 % of the machine's memory, when ``None``); ignored when joining a cluster.
     """
     import ray
 
@@ -97,6 +99,7 @@ def connect(cluster: ClusterConfig) -> bool:
         address="local",  # a new private instance, never someone else's running cluster
         num_cpus=max(os.cpu_count() or 1, need),
         include_dashboard=False,
+        object_store_memory=object_store_memory,
         _node_ip_address=LOOPBACK,
         log_to_driver=False,
     )

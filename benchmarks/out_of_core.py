@@ -1,0 +1,352 @@
+"""Out of core: write synthetic:rmat to Parquet, build a 4-part store, train one epoch, evaluate,
+with the whole job inside one memory cgroup. One JSON line per graph size.
+
+Each step is a ``gnnsys`` command started inside the cgroup (v1 memory controller at
+``/sys/fs/cgroup/memory``; needs root), so every process it starts (driver, Ray's GCS, raylet
+and object store, trainers, owners, Ray Data tasks) and the page cache of every file it reads or
+writes are charged to the one limit::
+
+    gnnsys export synthetic:rmat -D num_nodes=2**s -D num_features=128 --format parquet
+    gnnsys partition parquet:DIR --parts 4 --method ldg --memory-budget LIMIT --json
+    gnnsys train --store STORE --parts 4 --epochs 1 --hidden 128 --fanouts 15,10
+
+A sampler outside the cgroup reads the group's processes every ``--interval`` seconds and keeps
+each one's peak RSS per stage (``construction`` = Parquet -> on-disk CSR, ``partition``,
+``store`` = writing the shards, ``epoch``, ``evaluation``; stage windows come from the commands'
+own timings), and the group's peak usage (page cache included) per command. A command killed by
+the OOM killer or failing ends the size with ``completed: false`` and the reason.
+
+Usage (root)::
+
+    python benchmarks/out_of_core.py --log2-nodes 20 --work /tmp/ooc \
+        --out docs/results/out-of-core-2p20.jsonl
+
+``--limit`` defaults to half the graph's size (CSR + features, float32); ``--limit-of-log2 24``
+uses the limit of the 2**24 graph at a smaller size, so the growth with size is visible under
+one fixed limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+_CG_ROOT = Path("/sys/fs/cgroup/memory")
+_REPO = Path(__file__).resolve().parent.parent
+
+
+def graph_bytes(num_nodes: int, avg_degree: float, num_features: int) -> int:
+    """CSR (int64 indptr, int32 indices over ~``avg_degree * N`` edges) plus float32 features."""
+    return int(8 * (num_nodes + 1) + 4 * avg_degree * num_nodes + 4 * num_features * num_nodes)
+
+
+class Group:
+    """A memory cgroup of its own, limited to ``limit`` bytes, removed on exit."""
+
+    def __init__(self, name: str, limit: int) -> None:
+        self.path = _CG_ROOT / name
+        self.limit = limit
+
+    def __enter__(self) -> Group:
+        if self.path.exists():
+            self._kill_all()
+            self.path.rmdir()
+        self.path.mkdir()
+        (self.path / "memory.limit_in_bytes").write_text(str(self.limit))
+        (self.path / "memory.swappiness").write_text("0")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._kill_all()
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                time.sleep(0.1)
+
+    def pids(self) -> list[int]:
+        text = (self.path / "cgroup.procs").read_text()
+        return [int(p) for p in text.split()]
+
+    def _kill_all(self) -> None:
+        for pid in self.pids():
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+
+    def reset_peak(self) -> None:
+        (self.path / "memory.max_usage_in_bytes").write_text("0")
+
+    def peak(self) -> int:
+        return int((self.path / "memory.max_usage_in_bytes").read_text())
+
+    def oom_kills(self) -> int:
+        for line in (self.path / "memory.oom_control").read_text().splitlines():
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+        return 0
+
+
+class Sampler:
+    """RSS of every process of the group, every ``interval`` seconds, with timestamps."""
+
+    def __init__(self, group: Group, interval: float) -> None:
+        self.group, self.interval = group, interval
+        self.samples: list[tuple[float, int, str, int]] = []  # (unix time, pid, name, rss)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        import psutil
+
+        names: dict[int, str] = {}
+        while not self._stop.wait(self.interval):
+            now = time.time()
+            for pid in self.group.pids():
+                try:
+                    proc = psutil.Process(pid)
+                    if pid not in names:
+                        names[pid] = _process_name(proc)
+                    self.samples.append((now, pid, names[pid], int(proc.memory_info().rss)))
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+
+    def peaks(self, start: float, end: float) -> dict[str, int]:
+        """Peak RSS per process (``name[pid]``) over samples in ``[start, end]``."""
+        out: dict[str, int] = {}
+        for t, pid, name, rss in self.samples:
+            if start <= t <= end:
+                key = f"{name}[{pid}]"
+                out[key] = max(out.get(key, 0), rss)
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def _process_name(proc: Any) -> str:
+    cmd = proc.cmdline()
+    title = cmd[0] if cmd else proc.name()
+    if title.startswith("ray::"):
+        return title.split()[0]
+    if "gnnsys" in cmd:
+        at = cmd.index("gnnsys")
+        return "gnnsys " + (cmd[at + 1] if at + 1 < len(cmd) else "")
+    base = os.path.basename(title)
+    if base.startswith("python") and len(cmd) > 1:
+        return os.path.basename(cmd[1])
+    return base
+
+
+def run_in(group: Group, cmd: list[str], log: Path, timeout: float) -> tuple[int, float, float]:
+    """Run ``cmd`` inside ``group``; returns (exit code, start, end) unix times."""
+    group.reset_peak()
+    shell = f'echo $$ > {group.path}/cgroup.procs && exec "$@"'
+    start = time.time()
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(
+            ["sh", "-c", shell, "sh", *cmd], stdout=fh, stderr=subprocess.STDOUT, cwd=_REPO
+        )
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = -9
+    return rc, start, time.time()
+
+
+def _tail(path: Path, n: int = 6) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+def _last_json(path: Path) -> dict[str, Any]:
+    for line in reversed(path.read_text().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                out: dict[str, Any] = json.loads(line)
+                return out
+            except ValueError:
+                continue
+    return {}
+
+
+def bench_size(args: argparse.Namespace, log2: int) -> dict[str, Any]:
+    n = 1 << log2
+    gbytes = graph_bytes(n, args.avg_degree, args.features)
+    limit = (
+        args.limit
+        or graph_bytes(1 << (args.limit_of_log2 or log2), args.avg_degree, args.features) // 2
+    )
+    work = Path(args.work) / f"2p{log2}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    gn = [sys.executable, "-m", "gnnsys"]
+    record: dict[str, Any] = {
+        "bench": "out_of_core",
+        "log2_nodes": log2,
+        "num_nodes": n,
+        "num_features": args.features,
+        "avg_degree_drawn": args.avg_degree,
+        "graph_bytes": gbytes,
+        "cgroup_limit_bytes": limit,
+        "parts": args.parts,
+        "method": args.method,
+        "completed": False,
+        "commands": {},
+        "stages": {},
+    }
+    steps = [
+        (
+            "export",
+            gn
+            + [
+                "export",
+                "synthetic:rmat",
+                "-D",
+                f"num_nodes={n}",
+                "-D",
+                f"num_features={args.features}",
+            ]
+            + [
+                "-D",
+                f"avg_degree={args.avg_degree}",
+                "--format",
+                "parquet",
+                "--out",
+                str(work / "parquet"),
+            ],
+        ),
+        (
+            "partition",
+            gn
+            + [
+                "partition",
+                f"parquet:{work / 'parquet'}",
+                "--parts",
+                str(args.parts),
+                "--method",
+                args.method,
+            ]
+            + [
+                "--memory-budget",
+                str(int(limit * args.budget_fraction)),
+                "--out",
+                str(work / "store"),
+                "--json",
+            ],
+        ),
+        (
+            "train",
+            gn
+            + ["train", "--store", str(work / "store"), "--parts", str(args.parts), "--epochs", "1"]
+            + ["--hidden", "128", "--fanouts", "15,10", "--batch-size", "1024", "--no-progress"]
+            + ["--out", str(work / "run")]
+            + args.train_arg,
+        ),
+    ]
+    with (
+        Group(f"gnnsys-ooc-{os.getpid()}", limit) as group,
+        Sampler(group, args.interval) as sampler,
+    ):
+        for name, cmd in steps:
+            log = work / f"{name}.log"
+            rc, start, end = run_in(group, cmd, log, args.timeout)
+            record["commands"][name] = {
+                "seconds": round(end - start, 2),
+                "cgroup_peak_bytes": group.peak(),
+                "exit_code": rc,
+                "oom_kills": group.oom_kills(),
+                "peak_rss": sampler.peaks(start, end),
+            }
+            if rc != 0:
+                record["failed"] = f"{name}: exit {rc}; {_tail(log)}"
+                break
+            if name == "partition":
+                summary = _last_json(log)
+                record["partition_summary"] = summary
+                record["num_edges"] = summary.get("num_edges")
+                for stage, (s, e) in summary.get("stage_windows", {}).items():
+                    record["stages"][stage] = {
+                        "seconds": round(e - s, 2),
+                        "peak_rss": sampler.peaks(s, e),
+                    }
+            if name == "train":
+                _train_stages(record, work / "run", sampler)
+        else:
+            record["completed"] = True
+    record["disk_bytes"] = {
+        d.name: sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
+        for d in work.iterdir()
+        if d.is_dir()
+    }
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return record
+
+
+def _train_stages(record: dict[str, Any], run: Path, sampler: Sampler) -> None:
+    """Epoch and evaluation windows from the metrics line's time and its own durations."""
+    metrics = run / "metrics.jsonl"
+    if not metrics.is_file():
+        return
+    line = json.loads(metrics.read_text().splitlines()[0])
+    end = metrics.stat().st_mtime
+    sec = line["seconds"]
+    eval_s, epoch_s = float(sec.get("eval", 0.0)), float(sec["total"])
+    record["train_seconds"] = sec
+    record["test_acc"] = line.get("test_acc")
+    windows = {"evaluation": (end - eval_s, end), "epoch": (end - eval_s - epoch_s, end - eval_s)}
+    for stage, (s, e) in windows.items():
+        record["stages"][stage] = {"seconds": round(e - s, 2), "peak_rss": sampler.peaks(s, e)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--log2-nodes", type=int, nargs="+", default=[20])
+    p.add_argument("--features", type=int, default=128)
+    p.add_argument("--avg-degree", type=float, default=20.0)
+    p.add_argument("--parts", type=int, default=4)
+    p.add_argument("--method", default="ldg")
+    p.add_argument("--limit", type=int, help="cgroup limit in bytes (default: half the graph)")
+    p.add_argument("--limit-of-log2", type=int, help="use the default limit of this size instead")
+    p.add_argument("--budget-fraction", type=float, default=0.9, help="--memory-budget / limit")
+    p.add_argument("--interval", type=float, default=0.25)
+    p.add_argument("--timeout", type=float, default=7200)
+    p.add_argument("--work", default="/tmp/gnnsys-ooc")
+    p.add_argument("--train-arg", action="append", default=[], help="extra flag for gnnsys train")
+    p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument("--out", help="append the JSON lines here too")
+    args = p.parse_args(argv)
+    for log2 in args.log2_nodes:
+        record = bench_size(args, log2)
+        line = json.dumps(record)
+        print(line, flush=True)
+        if args.out:
+            with open(args.out, "a") as fh:
+                fh.write(line + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
