@@ -90,6 +90,15 @@ class Group:
     def peak(self) -> int:
         return int((self.path / "memory.max_usage_in_bytes").read_text())
 
+    def stat(self) -> dict[str, int]:
+        """``memory.stat`` of the group (``total_rss``: anonymous memory of all its processes;
+        ``total_cache``: page cache and shared memory charged to it)."""
+        out = {}
+        for line in (self.path / "memory.stat").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            out[key] = int(value)
+        return out
+
     def oom_kills(self) -> int:
         for line in (self.path / "memory.oom_control").read_text().splitlines():
             if line.startswith("oom_kill "):
@@ -102,7 +111,8 @@ class Sampler:
 
     def __init__(self, group: Group, interval: float) -> None:
         self.group, self.interval = group, interval
-        self.samples: list[tuple[float, int, str, int]] = []  # (unix time, pid, name, rss)
+        self.samples: list[tuple[float, int, str, int, int]] = []  # (time, pid, name, rss, anon)
+        self.group_samples: list[tuple[float, int, int, int]] = []  # (time, anon, shmem, cache)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -120,23 +130,56 @@ class Sampler:
         names: dict[int, str] = {}
         while not self._stop.wait(self.interval):
             now = time.time()
+            try:
+                stat = self.group.stat()
+                self.group_samples.append(
+                    (
+                        now,
+                        stat.get("total_rss", 0),
+                        stat.get("total_shmem", 0),
+                        stat.get("total_cache", 0),
+                    )
+                )
+            except OSError:
+                pass
             for pid in self.group.pids():
                 try:
                     proc = psutil.Process(pid)
-                    if pid not in names:
-                        names[pid] = _process_name(proc)
-                    self.samples.append((now, pid, names[pid], int(proc.memory_info().rss)))
-                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    if names.get(pid, "ray-worker") in ("ray-worker", "ray::IDLE"):
+                        names[pid] = _process_name(proc)  # Ray titles its workers later
+                    rss, anon = _rss(pid)
+                    self.samples.append((now, pid, names[pid], rss, anon))
+                except (psutil.NoSuchProcess, psutil.AccessDenied, OSError):
                     continue
 
-    def peaks(self, start: float, end: float) -> dict[str, int]:
-        """Peak RSS per process (``name[pid]``) over samples in ``[start, end]``."""
-        out: dict[str, int] = {}
-        for t, pid, name, rss in self.samples:
+    def group_peaks(self, start: float, end: float) -> dict[str, int]:
+        """Peak anonymous memory, shared memory and page cache of the whole group in a window."""
+        inside = [s for s in self.group_samples if start <= s[0] <= end]
+        keys = ("anon_bytes", "shmem_bytes", "cache_bytes")
+        return {k: max((s[i + 1] for s in inside), default=0) for i, k in enumerate(keys)}
+
+    def peaks(self, start: float, end: float) -> dict[str, dict[str, int]]:
+        """Per process (``name[pid]``), peak RSS and peak anonymous RSS in ``[start, end]``.
+
+        ``rss`` counts the file pages a process maps (the store's features, read through the
+        page cache and shared by every process that maps them); ``anon`` is its own memory.
+        """
+        out: dict[str, dict[str, int]] = {}
+        for t, pid, name, rss, anon in self.samples:
             if start <= t <= end:
-                key = f"{name}[{pid}]"
-                out[key] = max(out.get(key, 0), rss)
-        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+                peak = out.setdefault(f"{name}[{pid}]", {"rss": 0, "anon": 0})
+                peak["rss"], peak["anon"] = max(peak["rss"], rss), max(peak["anon"], anon)
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]["anon"]))
+
+
+def _rss(pid: int) -> tuple[int, int]:
+    """``(VmRSS, RssAnon)`` of a process, in bytes (``/proc/PID/status``)."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "RssAnon"):
+            fields[key] = int(value.split()[0]) * 1024
+    return fields.get("VmRSS", 0), fields.get("RssAnon", 0)
 
 
 def _process_name(proc: Any) -> str:
@@ -144,6 +187,8 @@ def _process_name(proc: Any) -> str:
     title = cmd[0] if cmd else proc.name()
     if title.startswith("ray::"):
         return title.split()[0]
+    if any("default_worker.py" in c for c in cmd):
+        return "ray-worker"  # its ray::<actor or task> title is set after it starts
     if "gnnsys" in cmd:
         at = cmd.index("gnnsys")
         return "gnnsys " + (cmd[at + 1] if at + 1 < len(cmd) else "")
@@ -259,6 +304,7 @@ def bench_size(args: argparse.Namespace, log2: int) -> dict[str, Any]:
             gn
             + ["train", "--store", str(work / "store"), "--parts", str(args.parts), "--epochs", "1"]
             + ["--hidden", "128", "--fanouts", "15,10", "--batch-size", "1024", "--no-progress"]
+            + ["--topology", "partitioned"]
             + ["--out", str(work / "run")]
             + args.train_arg,
         ),
@@ -275,6 +321,7 @@ def bench_size(args: argparse.Namespace, log2: int) -> dict[str, Any]:
                 "cgroup_peak_bytes": group.peak(),
                 "exit_code": rc,
                 "oom_kills": group.oom_kills(),
+                "group": sampler.group_peaks(start, end),
                 "peak_rss": sampler.peaks(start, end),
             }
             if rc != 0:
@@ -303,6 +350,14 @@ def bench_size(args: argparse.Namespace, log2: int) -> dict[str, Any]:
     return record
 
 
+def _stage(sampler: Sampler, start: float, end: float) -> dict[str, Any]:
+    return {
+        "seconds": round(end - start, 2),
+        "group": sampler.group_peaks(start, end),
+        "peak_rss": sampler.peaks(start, end),
+    }
+
+
 def _train_stages(record: dict[str, Any], run: Path, sampler: Sampler) -> None:
     """Epoch and evaluation windows from the metrics line's time and its own durations."""
     metrics = run / "metrics.jsonl"
@@ -316,7 +371,7 @@ def _train_stages(record: dict[str, Any], run: Path, sampler: Sampler) -> None:
     record["test_acc"] = line.get("test_acc")
     windows = {"evaluation": (end - eval_s, end), "epoch": (end - eval_s - epoch_s, end - eval_s)}
     for stage, (s, e) in windows.items():
-        record["stages"][stage] = {"seconds": round(e - s, 2), "peak_rss": sampler.peaks(s, e)}
+        record["stages"][stage] = _stage(sampler, s, e)
 
 
 def main(argv: list[str] | None = None) -> int:

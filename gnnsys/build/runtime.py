@@ -147,7 +147,18 @@ def run_tasks(
 def _call(
     item: dict[str, Any], fn: Callable[..., dict[str, Any]], kwargs: dict[str, Any]
 ) -> dict[str, Any]:
-    return fn(item, **kwargs)
+    """Run one task, then hand its freed heap back to the OS.
+
+    A Ray worker runs many tasks; glibc keeps the pages of freed arrays resident (measured: 0.4
+    to 0.6 GiB per worker after a sort task at 2**22 nodes), which the next task, or the next
+    step's tasks, would otherwise add to.
+    """
+    from gnnsys.train.evaluate import release_free_memory
+
+    try:
+        return fn(item, **kwargs)
+    finally:
+        release_free_memory()
 
 
 def _gnnsys_cause(err: BaseException) -> GnnsysError | None:

@@ -89,9 +89,17 @@ _Key = tuple[str, int]
 """An actor of the group: ``("rank", r)``: trainer ``r``; ``("owner", p)``: part ``p``'s owner."""
 
 
+LIVENESS_GROUP = "liveness"
+"""An owner's concurrency group for ``ping``: its own thread, so a request that takes long (a
+large gather under memory pressure, pages read from disk) never delays the answer. A process
+that is stopped or dead still answers nothing."""
+
+
 def _ping(key: _Key, actor: Any) -> Any:
     """One liveness call: a trainer answers ``progress()`` (batches done), an owner ``ping()``."""
-    return actor.progress.remote() if key[0] == "rank" else actor.ping.remote()
+    if key[0] == "rank":
+        return actor.progress.remote()
+    return actor.ping.options(concurrency_group=LIVENESS_GROUP).remote()
 
 
 class Heartbeat:
@@ -189,7 +197,11 @@ class RayWorkerGroup:
         import ray
 
         template, resources = self.template, self.resources
-        owner_cls, worker_cls = ray.remote(self.roles.owner), ray.remote(self.roles.worker)
+        # requests stay one at a time; pings have a thread of their own
+        owner_cls = ray.remote(concurrency_groups={LIVENESS_GROUP: 1})(  # type: ignore[call-overload]
+            self.roles.owner
+        )
+        worker_cls = ray.remote(self.roles.worker)
         owner_opts: dict[str, Any] = {"num_cpus": resources.owner_cpus}
         world = template.world_size
         # One thread for the step, one for progress polls, one per peer asking for eval rows.
