@@ -210,8 +210,9 @@ def run_in(group: Group, cmd: list[str], log: Path, timeout: float) -> tuple[int
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = -9
+            proc.kill()  # its children (Ray) are killed with the group on exit
+            proc.wait()
+            rc = 124
     return rc, start, time.time()
 
 
@@ -242,8 +243,11 @@ def bench_size(args: argparse.Namespace, log2: int) -> dict[str, Any]:
         or graph_bytes(1 << (args.limit_of_log2 or log2), args.avg_degree, args.features) // 2
     )
     work = Path(args.work) / f"2p{log2}"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    reuse = args.reuse_parquet and (work / "parquet" / "gnnsys.json").is_file()
+    for old in work.iterdir() if work.is_dir() else []:
+        if not (reuse and old.name == "parquet"):
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
+    work.mkdir(parents=True, exist_ok=True)
     gn = [sys.executable, "-m", "gnnsys"]
     record: dict[str, Any] = {
         "bench": "out_of_core",
@@ -315,7 +319,8 @@ def bench_size(args: argparse.Namespace, log2: int) -> dict[str, Any]:
     ):
         for name, cmd in steps:
             log = work / f"{name}.log"
-            rc, start, end = run_in(group, cmd, log, args.timeout)
+            timeout = args.train_timeout if name == "train" and args.train_timeout else args.timeout
+            rc, start, end = run_in(group, cmd, log, timeout)
             record["commands"][name] = {
                 "seconds": round(end - start, 2),
                 "cgroup_peak_bytes": group.peak(),
@@ -382,15 +387,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--features", type=int, default=128)
     p.add_argument("--avg-degree", type=float, default=20.0)
     p.add_argument("--parts", type=int, default=4)
-    p.add_argument("--method", default="ldg")
+    p.add_argument("--method", default="fennel")
     p.add_argument("--limit", type=int, help="cgroup limit in bytes (default: half the graph)")
     p.add_argument("--limit-of-log2", type=int, help="use the default limit of this size instead")
     p.add_argument("--budget-fraction", type=float, default=0.9, help="--memory-budget / limit")
     p.add_argument("--interval", type=float, default=0.25)
-    p.add_argument("--timeout", type=float, default=7200)
+    p.add_argument("--timeout", type=float, default=7200, help="seconds per step")
+    p.add_argument("--train-timeout", type=float, help="seconds for the train step (killed after)")
     p.add_argument("--work", default="/tmp/gnnsys-ooc")
     p.add_argument("--train-arg", action="append", default=[], help="extra flag for gnnsys train")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument(
+        "--reuse-parquet", action="store_true", help="skip the export when WORK has its tables"
+    )
     p.add_argument("--out", help="append the JSON lines here too")
     args = p.parse_args(argv)
     for log2 in args.log2_nodes:

@@ -2,10 +2,11 @@
 
 ``ray_parts_writer(work, P, plan)`` is a ``PartsWriter`` for ``write_partitions``: each task maps
 the on-disk graph in ``work`` itself (``open_disk_graph``: nothing of the graph travels through
-Ray), reads ``node_to_part.npy`` that the driver already wrote into the staging directory, and
-calls ``write_part`` for its part, so the files are those the in-process loop writes. A task
-holds O(N) arrays (its partition book and halo reach) plus one block of edges and one chunk of
-feature rows; tasks run ``plan.concurrency`` at a time. The results are the manifest entries.
+Ray), maps ``node_to_part.npy`` (already in the staging directory) and the book's ``lid_N`` (saved
+by the driver for the duration), and calls ``write_part`` for its part, so the files are those the
+in-process loop writes. A task holds O(N) scratch (halo reach, owned gids) plus one block of
+edges and one chunk of feature rows; as many run at once as ``part_task_bytes`` fit in the plan.
+The results are the manifest entries.
 """
 
 from __future__ import annotations
@@ -23,26 +24,45 @@ from gnnsys.store.layout import NODE_TO_PART, FileEntry, PartEntry
 from gnnsys.store.writer import PartsWriter, ProgressFn, write_part
 from gnnsys.types import PartitionBook
 
-__all__ = ["ray_parts_writer"]
+__all__ = ["part_task_bytes", "ray_parts_writer"]
+
+_LID_FILE = "lid_N.npy"
+"""The partition book's ``lid_N``, saved by the driver beside the on-disk graph while parts are
+written (removed after), so tasks map one copy instead of each deriving its own."""
+
+
+def part_task_bytes(num_nodes: int) -> int:
+    """Bytes one part task holds (an estimate that sets how many run at once).
+
+    O(N) scratch (owned mask and gids, the k-hop reach and its frontiers, the halo) of about 48
+    bytes per node, plus blocks of edges and feature rows.
+    """
+    return 48 * num_nodes + (256 << 20)
 
 
 def ray_parts_writer(work: Path, num_parts: int, plan: Plan, *, progress: bool) -> PartsWriter:
     """A ``PartsWriter`` writing the ``num_parts`` folders of the graph in ``work`` on Ray Data."""
 
     def write(
-        tmp: Path, num_hops: int, on_part: ProgressFn | None
+        tmp: Path, book: PartitionBook, num_hops: int, on_part: ProgressFn | None
     ) -> list[tuple[dict[str, FileEntry], PartEntry]]:
+        lid_file = work / _LID_FILE  # the tasks map it: one copy in the page cache, not P
+        np.save(lid_file, book.lid_N, allow_pickle=False)
         items = [{"part": p} for p in range(num_parts)]
         kwargs = {"work": str(work), "tmp": str(tmp), "num_hops": num_hops, "parts": num_parts}
-        rows = run_tasks(
-            _write_one,
-            items,
-            kwargs,
-            plan,
-            "parts",
-            progress,
-            on_result=None if on_part is None else (lambda row: on_part(int(row["part"]))),
-        )
+        try:
+            rows = run_tasks(
+                _write_one,
+                items,
+                kwargs,
+                plan,
+                "parts",
+                progress,
+                on_result=None if on_part is None else (lambda row: on_part(int(row["part"]))),
+                task_bytes=part_task_bytes(book.num_nodes),
+            )
+        finally:
+            lid_file.unlink(missing_ok=True)
         return [_decode(row) for row in sorted(rows, key=lambda r: int(r["part"]))]
 
     return write
@@ -53,8 +73,9 @@ def _write_one(
 ) -> dict[str, Any]:
     """Ray task: write one part folder into the staging directory ``tmp``."""
     graph = open_disk_graph(work)
-    part_N = np.load(Path(tmp) / NODE_TO_PART, allow_pickle=False)
-    book = PartitionBook.from_assignment(part_N, parts)
+    part_N = np.load(Path(tmp) / NODE_TO_PART, mmap_mode="r", allow_pickle=False)
+    lid_N = np.load(Path(work) / _LID_FILE, mmap_mode="r", allow_pickle=False)
+    book = PartitionBook(part_N=part_N, lid_N=lid_N, num_parts=parts)
     files, summary = write_part(Path(tmp), graph, book, int(item["part"]), num_hops)
     return {
         "part": int(item["part"]),

@@ -70,8 +70,10 @@ _HASH_BLOCK = 1 << 24  # bytes read per sha256 update
 ProgressFn = Callable[[int], None]
 """Called with the part id after each part is written (e.g. to advance a progress bar)."""
 
-PartsWriter = Callable[[Path, int, ProgressFn | None], list[tuple[dict[str, FileEntry], PartEntry]]]
-"""``(staging dir, num_hops, progress) -> [(files, summary) of part p for p in 0..P-1]``.
+PartsWriter = Callable[
+    [Path, PartitionBook, int, ProgressFn | None], list[tuple[dict[str, FileEntry], PartEntry]]
+]
+"""``(staging dir, book, num_hops, progress) -> [(files, summary) of part p for p in 0..P-1]``.
 
 Writes every part folder into the staging directory, where ``node_to_part.npy`` already is, by
 calling :func:`write_part` for each part, possibly in other processes (``gnnsys.build`` runs
@@ -280,7 +282,7 @@ def write_partitions(
     with staged(root, needed=needed) as tmp:
         files = {NODE_TO_PART: _save(tmp, NODE_TO_PART, assignment.part_N)}
         if parts_writer is not None:
-            written = parts_writer(tmp, num_hops, progress)
+            written = parts_writer(tmp, book, num_hops, progress)
         else:
             written = []
             for part in range(assignment.num_parts):

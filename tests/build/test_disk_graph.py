@@ -175,6 +175,13 @@ def _nan_feature(root: Path) -> str:
     return "column x"
 
 
+def _wrong_dtype(root: Path) -> str:
+    path = sorted((root / "edges").glob("*.parquet"))[0]
+    src = pq.read_table(path).column("src").to_numpy().astype(np.float64)
+    _rewrite(path, src=src)
+    return "column src"
+
+
 def _truncate(root: Path) -> str:
     path = sorted((root / "edges").glob("*.parquet"))[-1]
     data = path.read_bytes()
@@ -182,7 +189,9 @@ def _truncate(root: Path) -> str:
     return path.name
 
 
-@pytest.mark.parametrize("breaker", [_break_edge_id, _duplicate_node, _nan_feature, _truncate])
+@pytest.mark.parametrize(
+    "breaker", [_break_edge_id, _duplicate_node, _nan_feature, _wrong_dtype, _truncate]
+)
 def test_bad_tables_fail_cleanly(
     ray_session: object, tmp_path: Path, capsys: pytest.CaptureFixture[str], breaker: object
 ):
