@@ -313,6 +313,9 @@ def bench_size(args: argparse.Namespace, log2: int) -> dict[str, Any]:
             + args.train_arg,
         ),
     ]
+    if reuse:
+        steps = steps[1:]
+        record["reused_parquet"] = True
     with (
         Group(f"gnnsys-ooc-{os.getpid()}", limit) as group,
         Sampler(group, args.interval) as sampler,
@@ -337,10 +340,7 @@ def bench_size(args: argparse.Namespace, log2: int) -> dict[str, Any]:
                 record["partition_summary"] = summary
                 record["num_edges"] = summary.get("num_edges")
                 for stage, (s, e) in summary.get("stage_windows", {}).items():
-                    record["stages"][stage] = {
-                        "seconds": round(e - s, 2),
-                        "peak_rss": sampler.peaks(s, e),
-                    }
+                    record["stages"][stage] = _stage(sampler, s, e)
             if name == "train":
                 _train_stages(record, work / "run", sampler)
         else:
@@ -379,6 +379,50 @@ def _train_stages(record: dict[str, Any], run: Path, sampler: Sampler) -> None:
         record["stages"][stage] = _stage(sampler, s, e)
 
 
+def _label(who: str) -> str:
+    """``ray::gnnsys-worker-0-...:TrainWorker.__init__[123]`` -> ``TrainWorker``, etc."""
+    name = who.rsplit("[", 1)[0]
+    if name.startswith("ray::Map"):
+        return "Ray Data task"
+    if ":" in name.removeprefix("ray::"):
+        return name.rsplit(":", 1)[1].split(".")[0]
+    return name.removeprefix("ray::")
+
+
+def _mib(value: int | None) -> str:
+    return "-" if value is None else f"{value >> 20:,}"
+
+
+def table(paths: list[str]) -> str:
+    """A markdown table of result lines: per stage its seconds, the group's peak anonymous
+    memory, and the largest anonymous peak of one process (MiB)."""
+    rows = ["| nodes | edges | graph | limit | stage | s | group anon | max process anon (who) |"]
+    rows.append("|---|---|---|---|---|---|---|---|")
+    mib = 1 << 20
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            r = json.loads(line)
+            head = (
+                f"| 2^{r['log2_nodes']} | {r.get('num_edges') or 0:,} | "
+                f"{r['graph_bytes'] / 2**30:.2f} GiB | {r['cgroup_limit_bytes'] / 2**30:.2f} GiB |"
+            )
+            stages = dict(r["commands"].get("export", {}) and {"export": r["commands"]["export"]})
+            stages |= r["stages"]
+            for name, st in stages.items():
+                procs = st["peak_rss"]
+                who, top = max(procs.items(), key=lambda kv: kv[1]["anon"], default=("-", {}))
+                group = _mib(st.get("group", {}).get("anon_bytes"))
+                rows.append(
+                    f"{head} {name} | {st['seconds']:.0f} | {group} | "
+                    f"{top.get('anon', 0) // mib:,} ({_label(who)}) |"
+                )
+                head = "| | | | |"
+            failed = r.get("note") or r.get("failed", "")
+            done = "completed" if r["completed"] else f"not completed: {failed[:160]}"
+            rows.append(f"| | | | | {done} | | | |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -401,7 +445,13 @@ def main(argv: list[str] | None = None) -> int:
         "--reuse-parquet", action="store_true", help="skip the export when WORK has its tables"
     )
     p.add_argument("--out", help="append the JSON lines here too")
+    p.add_argument(
+        "--table", nargs="+", metavar="JSONL", help="print a markdown table, run nothing"
+    )
     args = p.parse_args(argv)
+    if args.table:
+        print(table(args.table))
+        return 0
     for log2 in args.log2_nodes:
         record = bench_size(args, log2)
         line = json.dumps(record)

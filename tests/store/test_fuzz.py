@@ -25,6 +25,7 @@ def test_intact_store_loads(base_store: Path) -> None:
     load_like_train(base_store)
 
 
+@pytest.mark.slow  # CI: test_every_mutation_kind_is_detected, 8 of each kind
 def test_fuzz_200_mutations(base_store: Path, tmp_path: Path) -> None:
     counts = run_fuzz(base_store, tmp_path, 200, seed=0)
     report = "\n".join(counts.accepted + counts.other + counts.unreadable)

@@ -127,6 +127,7 @@ def test_stop_and_resume_is_bit_exact(ray_session: Any, tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow  # CI: test_liveness's freeze-epoch restarts from the checkpoint, lossless
 @pytest.mark.timeout(240)
 def test_killed_worker_is_restarted_from_checkpoint(ray_session: Any, tmp_path: Path) -> None:
     import ray

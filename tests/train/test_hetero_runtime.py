@@ -394,6 +394,7 @@ def test_cli_config_of_per_relation_fanouts_and_type_codecs() -> None:
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # CI: the restart machinery is shared with the homogeneous runtime's tests
 @pytest.mark.timeout(600)
 def test_cli_on_ray_restarts_a_rank_that_exits(stores: dict[int, Path], tmp_path: Path) -> None:
     out = tmp_path / "run"

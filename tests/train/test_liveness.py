@@ -54,7 +54,9 @@ def reference(ray_session: Any, tmp_path_factory: pytest.TempPathFactory) -> lis
         pytest.param(  # deaths in an epoch: test_distributed; this start-up one runs with --all
             FaultSpec("exit", rank=0, epoch=-1), "died", "rank 0", marks=pytest.mark.slow
         ),
-        (FaultSpec("freeze", rank=1, epoch=-1), "unresponsive", "rank 1"),
+        pytest.param(  # start-up freezes: also the chaos benchmark's; runs with --all
+            FaultSpec("freeze", rank=1, epoch=-1), "unresponsive", "rank 1", marks=pytest.mark.slow
+        ),
         pytest.param(  # the heartbeat of freeze-epoch at another call site; runs with --all
             FaultSpec("freeze", rank=0, epoch=1, batch=-1),
             "unresponsive",
