@@ -268,7 +268,7 @@ def run(args: argparse.Namespace) -> int:
                 parts_writer=source.parts_writer,
             )
         summary = _summary(args, graph, assignment, (load_m, assign_m, write_m)) | extra
-        if extra:  # out of core: when each stage ran, for the benchmark's per-process samples
+        if extra and args.json:  # out of core: when each stage ran (the benchmark's samples)
             stages = zip(
                 ("construction", "partition", "store"), (load_m, assign_m, write_m), strict=True
             )
