@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -61,7 +62,13 @@ def disk_graph(args: argparse.Namespace) -> Iterator[GraphSource]:
         )
     out = Path(args.out)
     keep = args.work_dir is not None
-    work = Path(args.work_dir) if keep else out.parent / f".{out.name}.graph-{uuid.uuid4().hex[:8]}"
+    if not keep:
+        _remove_stale(out)
+    work = (
+        Path(args.work_dir)
+        if keep
+        else out.parent / f"{_prefix(out)}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    )
     started = start_ray(budget, getattr(args, "address", None))
     try:
         with Measured() as load_m:
@@ -84,6 +91,42 @@ def disk_graph(args: argparse.Namespace) -> Iterator[GraphSource]:
             stop_ray()
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _prefix(out: Path) -> str:
+    """Start of the name of a temporary on-disk graph for ``out`` (the pid of its run follows)."""
+    return f".{out.name}.graph-"
+
+
+def _remove_stale(out: Path) -> None:
+    """Remove what runs for ``out`` whose process is gone left behind.
+
+    A run killed by SIGKILL cannot clean up after itself: its temporary on-disk graph, or that
+    graph's staging directory (``.<graph dir name>.tmp-...``), stays beside ``out``. Their names
+    carry the run's pid; a live pid's directory is left alone.
+    """
+    prefix = _prefix(out).lstrip(".")
+    if not out.parent.is_dir():
+        return
+    for path in out.parent.iterdir():
+        name = path.name.lstrip(".")
+        if not name.startswith(prefix):
+            continue
+        pid_text = name[len(prefix) :].split("-", 1)[0]
+        if not pid_text.isdigit() or _alive(int(pid_text)):
+            continue
+        log.warning("removing %s, left by a run (pid %s) that no longer exists", path, pid_text)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive, and not ours to judge
+        return True
+    return True
 
 
 def _current(work: Path, pg: Any) -> bool:

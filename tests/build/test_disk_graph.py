@@ -9,6 +9,7 @@ group and column named, and leave nothing behind.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -203,3 +204,25 @@ def test_bad_tables_fail_cleanly(
     err = capsys.readouterr().err
     assert expected in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pq"]  # no store, no work dir
+
+
+def test_stale_work_dirs_of_dead_runs_are_removed(
+    ray_session: object, parquet_graph: Path, tmp_path: Path
+):
+    """A run killed by SIGKILL leaves its temporary graph; the next run for that --out removes it
+    (and a staging directory of one), but never one whose run is alive."""
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], text=True,
+                          capture_output=True, check=True)  # fmt: skip
+    pid = int(dead.stdout)
+    stale = [tmp_path / f".s.graph-{pid}-abcd1234", tmp_path / f"..s.graph-{pid}-ef56.tmp-0011"]
+    live = tmp_path / f".s.graph-{os.getpid()}-live0000"
+    other = tmp_path / f".t.graph-{pid}-abcd1234"  # another --out's: not this run's business
+    for path in (*stale, live, other):
+        path.mkdir()
+    argv = ["partition", f"parquet:{parquet_graph}", "--parts", "2", "--method", "hash"]
+    assert main([*argv, "--memory-budget", "512M", "--out", str(tmp_path / "s")]) == 0
+    assert not any(p.exists() for p in stale)
+    assert live.is_dir() and other.is_dir()
