@@ -57,6 +57,7 @@ from gnnsys.datasets.parquet import (
     read_nodes,
 )
 from gnnsys.errors import DatasetFileError
+from gnnsys.partitioners.base import dedupe_sorted
 from gnnsys.types import Graph
 
 __all__ = [
@@ -199,12 +200,8 @@ def _sort_range(
             pieces.append(np.array(keys[a:b]))
     key = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
     del pieces
-    key.sort()
-    if key.shape[0] > 1:
-        keep = np.empty(key.shape[0], dtype=bool)
-        keep[0] = True
-        np.not_equal(key[1:], key[:-1], out=keep[1:])
-        key = key[keep]
+    key.sort()  # in place: one array of the range's edges, not two
+    key = dedupe_sorted(key)
     dst = key // n
     indices = (key - dst * n).astype(np.int32 if num_nodes < 2**31 else np.int64)
     deg = np.bincount(dst - lo, minlength=hi - lo).astype(np.int64)
@@ -290,12 +287,9 @@ def _join(tmp: Path, ranges: list[tuple[int, int]], num_nodes: int, num_edges: i
 
 def _header(fh: Any, dtype: np.dtype, shape: tuple[int, ...]) -> int:
     """Write a ``.npy`` header as ``np.save`` would; returns its length in bytes."""
-    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
-    try:
-        np.lib.format.write_array_header_1_0(fh, header)
-    except ValueError:
-        fh.seek(0)
-        np.lib.format.write_array_header_2_0(fh, header)
+    from gnnsys.store.writer import write_npy_header
+
+    write_npy_header(fh, shape, dtype)
     return int(fh.tell())
 
 

@@ -105,6 +105,8 @@ def _remove_stale(out: Path) -> None:
     graph's staging directory (``.<graph dir name>.tmp-...``), stays beside ``out``. Their names
     carry the run's pid; a live pid's directory is left alone.
     """
+    import psutil
+
     prefix = _prefix(out).lstrip(".")
     if not out.parent.is_dir():
         return
@@ -113,20 +115,10 @@ def _remove_stale(out: Path) -> None:
         if not name.startswith(prefix):
             continue
         pid_text = name[len(prefix) :].split("-", 1)[0]
-        if not pid_text.isdigit() or _alive(int(pid_text)):
+        if not pid_text.isdigit() or psutil.pid_exists(int(pid_text)):
             continue
         log.warning("removing %s, left by a run (pid %s) that no longer exists", path, pid_text)
         shutil.rmtree(path, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive, and not ours to judge
-        return True
-    return True
 
 
 def _current(work: Path, pg: Any) -> bool:

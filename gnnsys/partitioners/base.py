@@ -168,10 +168,14 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
     Same output (ascending, distinct, same dtype); numpy 2.4's hash-based ``np.unique`` is
     10-100x slower than a sort on this machine (4.8 s vs 0.1 s on 5 M int64 below 1 M).
     """
-    out = np.sort(values)
-    if out.shape[0] > 1:
-        keep = np.empty(out.shape[0], dtype=bool)
-        keep[0] = True
-        np.not_equal(out[1:], out[:-1], out=keep[1:])
-        out = out[keep]
-    return out
+    return dedupe_sorted(np.sort(values))
+
+
+def dedupe_sorted(ordered: np.ndarray) -> np.ndarray:
+    """An ascending 1-D array without its repeats (a neighbour compare; no copy when none)."""
+    if ordered.shape[0] < 2:
+        return ordered
+    keep = np.empty(ordered.shape[0], dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered if keep.all() else ordered[keep]

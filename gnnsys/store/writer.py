@@ -123,14 +123,14 @@ def _save_rows(root: Path, rel: str, src: np.ndarray, rows: np.ndarray) -> FileE
     if rows.shape[0] == 0:
         return _save(root, rel, np.zeros(shape, dtype=src.dtype))
     with open(path, "wb") as fh:
-        _write_header(fh, shape, src.dtype)
+        write_npy_header(fh, shape, src.dtype)
         for lo in range(0, rows.shape[0], _ROWS_PER_CHUNK):
             chunk = np.ascontiguousarray(src[rows[lo : lo + _ROWS_PER_CHUNK]])  # one chunk copy
             fh.write(chunk.reshape(-1).view(np.uint8).data)
     return _entry(path, shape, src.dtype)
 
 
-def _write_header(fh: BinaryIO, shape: tuple[int, ...], dtype: np.dtype) -> None:
+def write_npy_header(fh: BinaryIO, shape: tuple[int, ...], dtype: np.dtype) -> None:
     """The ``.npy`` header ``np.save`` writes for a C-order array of ``shape`` and ``dtype``."""
     header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
     try:
@@ -161,7 +161,7 @@ def _save_edges(
     with contextlib.ExitStack() as stack:
         handles = [stack.enter_context(open(path, "wb")) for path in paths]
         for fh in handles:
-            _write_header(fh, shape, int64)
+            write_npy_header(fh, shape, int64)
         for lo, hi in row_blocks(count_M, _EDGES_PER_BLOCK):
             pos_E, _ = csr_positions(graph.indptr, owned_gid[lo:hi])
             gid_E = np.asarray(graph.indices[pos_E], dtype=np.int64)  # one block read
