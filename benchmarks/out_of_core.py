@@ -244,8 +244,13 @@ def bench_size(args: argparse.Namespace, log2: int) -> dict[str, Any]:
     )
     work = Path(args.work) / f"2p{log2}"
     reuse = args.reuse_parquet and (work / "parquet" / "gnnsys.json").is_file()
+    built = work / "build.json"  # the export and partition steps' record, kept for --reuse-store
+    reuse_store = (
+        args.reuse_store and built.is_file() and (work / "store" / "manifest.json").is_file()
+    )
+    keep = {"parquet", "store", "build.json"} if reuse_store else {"parquet"} if reuse else set()
     for old in work.iterdir() if work.is_dir() else []:
-        if not (reuse and old.name == "parquet"):
+        if old.name not in keep:
             shutil.rmtree(old) if old.is_dir() else old.unlink()
     work.mkdir(parents=True, exist_ok=True)
     gn = [sys.executable, "-m", "gnnsys"]
@@ -313,7 +318,14 @@ def bench_size(args: argparse.Namespace, log2: int) -> dict[str, Any]:
             + args.train_arg,
         ),
     ]
-    if reuse:
+    if reuse_store:
+        earlier = json.loads(built.read_text())
+        for key in ("commands", "stages", "partition_summary", "num_edges", "reused_parquet"):
+            if key in earlier:
+                record[key] = earlier[key]
+        record["reused_store"] = True
+        steps = steps[2:]
+    elif reuse:
         steps = steps[1:]
         record["reused_parquet"] = True
     with (
@@ -341,6 +353,7 @@ def bench_size(args: argparse.Namespace, log2: int) -> dict[str, Any]:
                 record["num_edges"] = summary.get("num_edges")
                 for stage, (s, e) in summary.get("stage_windows", {}).items():
                     record["stages"][stage] = _stage(sampler, s, e)
+                built.write_text(json.dumps(record))
             if name == "train":
                 _train_stages(record, work / "run", sampler)
         else:
@@ -443,6 +456,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     p.add_argument(
         "--reuse-parquet", action="store_true", help="skip the export when WORK has its tables"
+    )
+    p.add_argument(
+        "--reuse-store",
+        action="store_true",
+        help="skip export and partition when WORK has the store a completed partition step "
+        "wrote (its record is carried into the line); only the train step runs",
     )
     p.add_argument("--out", help="append the JSON lines here too")
     p.add_argument(

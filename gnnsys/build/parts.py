@@ -2,9 +2,9 @@
 
 ``ray_parts_writer(work, P, plan)`` is a ``PartsWriter`` for ``write_partitions``: each task maps
 the on-disk graph in ``work`` itself (``open_disk_graph``: nothing of the graph travels through
-Ray), maps ``node_to_part.npy`` (already in the staging directory) and the book's ``lid_N`` (saved
-by the driver for the duration), and calls ``write_part`` for its part, so the files are those the
-in-process loop writes. A task holds O(N) scratch (halo reach, owned gids) plus one block of
+Ray), maps the book (``node_to_part.npy`` and ``node_lid.npy``, already in the staging
+directory), and calls ``write_part`` for its part, so the files are those the in-process loop
+writes. A task holds O(N) scratch (halo reach, owned gids) plus one block of
 edges and one chunk of feature rows; as many run at once as ``part_task_bytes`` fit in the plan.
 The results are the manifest entries.
 """
@@ -20,15 +20,11 @@ import numpy as np
 
 from gnnsys.build.disk_graph import open_disk_graph
 from gnnsys.build.runtime import Plan, run_tasks
-from gnnsys.store.layout import NODE_TO_PART, FileEntry, PartEntry
+from gnnsys.store.layout import NODE_LID, NODE_TO_PART, FileEntry, PartEntry
 from gnnsys.store.writer import PartsWriter, ProgressFn, write_part
 from gnnsys.types import PartitionBook
 
 __all__ = ["part_task_bytes", "ray_parts_writer"]
-
-_LID_FILE = "lid_N.npy"
-"""The partition book's ``lid_N``, saved by the driver beside the on-disk graph while parts are
-written (removed after), so tasks map one copy instead of each deriving its own."""
 
 
 def part_task_bytes(num_nodes: int) -> int:
@@ -46,23 +42,18 @@ def ray_parts_writer(work: Path, num_parts: int, plan: Plan, *, progress: bool) 
     def write(
         tmp: Path, book: PartitionBook, num_hops: int, on_part: ProgressFn | None
     ) -> list[tuple[dict[str, FileEntry], PartEntry]]:
-        lid_file = work / _LID_FILE  # the tasks map it: one copy in the page cache, not P
-        np.save(lid_file, book.lid_N, allow_pickle=False)
         items = [{"part": p} for p in range(num_parts)]
         kwargs = {"work": str(work), "tmp": str(tmp), "num_hops": num_hops, "parts": num_parts}
-        try:
-            rows = run_tasks(
-                _write_one,
-                items,
-                kwargs,
-                plan,
-                "parts",
-                progress,
-                on_result=None if on_part is None else (lambda row: on_part(int(row["part"]))),
-                task_bytes=part_task_bytes(book.num_nodes),
-            )
-        finally:
-            lid_file.unlink(missing_ok=True)
+        rows = run_tasks(
+            _write_one,
+            items,
+            kwargs,
+            plan,
+            "parts",
+            progress,
+            on_result=None if on_part is None else (lambda row: on_part(int(row["part"]))),
+            task_bytes=part_task_bytes(book.num_nodes),
+        )
         return [_decode(row) for row in sorted(rows, key=lambda r: int(r["part"]))]
 
     return write
@@ -74,7 +65,7 @@ def _write_one(
     """Ray task: write one part folder into the staging directory ``tmp``."""
     graph = open_disk_graph(work)
     part_N = np.load(Path(tmp) / NODE_TO_PART, mmap_mode="r", allow_pickle=False)
-    lid_N = np.load(Path(work) / _LID_FILE, mmap_mode="r", allow_pickle=False)
+    lid_N = np.load(Path(tmp) / NODE_LID, mmap_mode="r", allow_pickle=False)
     book = PartitionBook(part_N=part_N, lid_N=lid_N, num_parts=parts)
     files, summary = write_part(Path(tmp), graph, book, int(item["part"]), num_hops)
     return {

@@ -36,6 +36,7 @@ from gnnsys.types import PartitionShard
 
 __all__ = [
     "check_book",
+    "check_lids",
     "check_data",
     "check_edge_ids",
     "check_file",
@@ -148,6 +149,11 @@ def _check_ascending(arr: np.ndarray, path: Path, *, strict: bool) -> None:
         raise _fail(path, "values are not " + ("strictly ascending" if strict else "ascending"))
 
 
+_BOOK_BLOCK = _CHUNK
+"""Nodes per block when the book is checked: a memory-mapped book is read a block at a time, so
+checking it costs no O(N) memory."""
+
+
 def check_book(root: Path, manifest: Manifest, part_N: np.ndarray) -> None:
     """Part ids in range and per-part node counts equal to the manifest summary.
 
@@ -159,10 +165,45 @@ def check_book(root: Path, manifest: Manifest, part_N: np.ndarray) -> None:
         raise _fail(
             path, f"expected [{manifest.num_nodes}] int32, got {part_N.dtype} {part_N.shape}"
         )
-    _check_range(part_N, 0, manifest.num_parts, path, "part id")
-    counts = np.bincount(part_N, minlength=manifest.num_parts)
+    counts = np.zeros(manifest.num_parts, dtype=np.int64)
+    for start in range(0, part_N.shape[0], _BOOK_BLOCK):
+        block = np.asarray(part_N[start : start + _BOOK_BLOCK])
+        _check_range(block, 0, manifest.num_parts, path, "part id")
+        counts += np.bincount(block, minlength=manifest.num_parts)
     if counts.tolist() != [p.num_owned for p in manifest.parts]:
         raise _fail(path, "nodes per part disagree with the manifest's parts[].num_owned")
+
+
+def check_lids(root: Path, manifest: Manifest, part_N: np.ndarray, lid_N: np.ndarray) -> None:
+    """``lid_N`` is ``[N]`` int64 and equals the lids ``part_N`` implies.
+
+    A node's lid is its rank among its part's nodes in gid order
+    (``PartitionBook.from_assignment``); checked a block of nodes at a time with running
+    per-part counts, so the check costs O(block) memory, not the O(N) of deriving the book.
+
+    Raises:
+        PartitionStoreError: Naming ``node_lid.npy`` and the first node whose lid is wrong.
+    """
+    path = root / "node_lid.npy"
+    if lid_N.shape != (manifest.num_nodes,) or lid_N.dtype != np.int64:
+        raise _fail(path, f"expected [{manifest.num_nodes}] int64, got {lid_N.dtype} {lid_N.shape}")
+    seen_P = np.zeros(manifest.num_parts, dtype=np.int64)  # nodes of each part before the block
+    for start in range(0, lid_N.shape[0], _BOOK_BLOCK):
+        part = np.asarray(part_N[start : start + _BOOK_BLOCK], dtype=np.int64)
+        counts = np.bincount(part, minlength=manifest.num_parts)
+        order = np.argsort(part, kind="stable")
+        want = np.empty(part.shape[0], dtype=np.int64)
+        want[order] = np.arange(part.shape[0]) - np.repeat(np.cumsum(counts) - counts, counts)
+        want += seen_P[part]
+        seen_P += counts
+        bad = np.flatnonzero(want != np.asarray(lid_N[start : start + _BOOK_BLOCK]))
+        if bad.size:
+            i = int(bad[0])
+            raise _fail(
+                path,
+                f"lid {int(lid_N[start + i])} of node {start + i} (part {int(part[i])}) "
+                f"should be {int(want[i])}",
+            )
 
 
 def check_shard(

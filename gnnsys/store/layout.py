@@ -7,6 +7,8 @@
     │                          #   file below its shape, dtype, sha256 and xxh3_128, and the
     │                          #   manifest's own checksum (sha256 of its canonical JSON)
     ├── node_to_part.npy       # [N] int32 owner part of every gid
+    ├── node_lid.npy           # [N] int64 lid of every gid inside its owner (optional: a
+    │                          #   store written before 0.1.0 lacks it; the reader derives it)
     └── part-<p>/              # one folder per part p in [0, P)
         ├── owned_gid.npy      # [M] int64 owned gids, ascending (lid = position)
         ├── indptr.npy         # [M + 1] int64 CSR over the owned nodes' in-edges
@@ -41,6 +43,10 @@ READABLE_VERSIONS = (1, 2)
 """Versions this reader accepts; version 1 lacks per-file xxh3, num_classes and checksum."""
 MANIFEST = "manifest.json"
 NODE_TO_PART = "node_to_part.npy"
+NODE_LID = "node_lid.npy"
+"""The partition book's ``lid_N``, so every process maps one copy instead of deriving its own
+(a stable sort of ``N`` ids: ~40 bytes per node at its peak, 12 per node kept, in each trainer
+and owner). Optional: a store without it derives ``lid_N`` from ``node_to_part.npy``."""
 
 SHARD_ARRAYS = (
     "owned_gid",

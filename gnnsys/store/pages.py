@@ -8,6 +8,12 @@ the kernel (``madvise(MADV_DONTNEED)``) that this process is done with those pag
 its resident set at once, stay in the page cache, and a later read maps them again (a minor
 fault). The data cannot change: the mappings are read-only views of files the store checked.
 
+``advise_random`` tells the kernel that a mapping is read at random (``MADV_RANDOM``): a page
+fault then reads the one page, not the ~128 KiB around it. Training reads feature rows and
+neighbour lists of sampled nodes scattered over the file; with the default read-around, a
+process under a memory limit fills the page cache with rows nobody asked for and evicts the ones
+it will read next (at 2**22 nodes under a 4.69 GiB limit an epoch ran at 6-18 % CPU on faults).
+
 Arrays that are not file mappings (in-memory copies, ``mmap=False``) are left alone.
 """
 
@@ -17,7 +23,7 @@ import mmap
 
 import numpy as np
 
-__all__ = ["release_pages"]
+__all__ = ["advise_random", "release_pages"]
 
 
 def _mapping(arr: object) -> mmap.mmap | None:
@@ -35,6 +41,31 @@ def _mapping(arr: object) -> mmap.mmap | None:
     return None
 
 
+def _advise(arrays: tuple[object, ...], advice: int) -> int:
+    done: dict[int, int] = {}
+    for arr in arrays:
+        mapped = _mapping(arr)
+        if mapped is None or id(mapped) in done or mapped.closed:
+            continue
+        size = len(mapped)
+        if size:
+            mapped.madvise(advice)
+        done[id(mapped)] = size
+    return sum(done.values())
+
+
+def advise_random(*arrays: object) -> int:
+    """Mark every file-mapped array in ``arrays`` as read at random (no read-around).
+
+    Returns:
+        The bytes of mappings advised (each mapping once), 0 where nothing is mapped or the
+        platform lacks ``madvise``.
+    """
+    if not hasattr(mmap, "MADV_RANDOM"):
+        return 0
+    return _advise(arrays, mmap.MADV_RANDOM)
+
+
 def release_pages(*arrays: object) -> int:
     """Drop this process's resident pages of every file-mapped array in ``arrays``.
 
@@ -44,13 +75,4 @@ def release_pages(*arrays: object) -> int:
     """
     if not hasattr(mmap, "MADV_DONTNEED"):
         return 0
-    done: dict[int, int] = {}
-    for arr in arrays:
-        mapped = _mapping(arr)
-        if mapped is None or id(mapped) in done or mapped.closed:
-            continue
-        size = len(mapped)
-        if size:
-            mapped.madvise(mmap.MADV_DONTNEED)
-        done[id(mapped)] = size
-    return sum(done.values())
+    return _advise(arrays, mmap.MADV_DONTNEED)

@@ -24,6 +24,7 @@ from gnnsys.store.integrity import (
     check_data,
     check_edge_ids,
     check_file,
+    check_lids,
     check_shard,
     file_digests,
     mark_shard_checked,
@@ -32,6 +33,7 @@ from gnnsys.store.integrity import (
 )
 from gnnsys.store.layout import (
     MANIFEST,
+    NODE_LID,
     NODE_TO_PART,
     SHARD_ARRAYS,
     SHARD_DATA,
@@ -140,23 +142,34 @@ def load_array(
 
 
 def load_book(root: str | os.PathLike[str], *, verify: bool = True) -> PartitionBook:
-    """The ``PartitionBook`` of a partition directory (reads ``node_to_part.npy`` into RAM).
+    """The ``PartitionBook`` of a partition directory, memory-mapped.
+
+    ``part_N`` maps ``node_to_part.npy`` and ``lid_N`` maps ``node_lid.npy``, read-only: the
+    processes of one machine share one copy in the page cache. A store written before
+    ``node_lid.npy`` existed gets ``lid_N`` derived in RAM (``PartitionBook.from_assignment``).
 
     Args:
         root: The partition directory.
-        verify: Check the file's checksum first (see ``load_array``).
+        verify: Check the files' checksums first (see ``load_array``) and their semantics
+            (part ids in range, per-part counts as in the manifest, every lid the one the
+            part ids imply), a block of nodes at a time.
 
     Raises:
-        PartitionStoreError: On any corruption, including part ids out of range.
+        PartitionStoreError: On any corruption, including part ids or lids out of range.
     """
     root = Path(root)
     manifest = read_manifest(root)
-    part_N = np.asarray(load_array(root, manifest, NODE_TO_PART, mmap=False, verify=verify))
+    part_N = load_array(root, manifest, NODE_TO_PART, mmap=True, verify=verify)
     if verify:
         check_book(root, manifest, part_N)
     else:
         _check_part_ids(part_N, manifest.num_parts, root / NODE_TO_PART)
-    return PartitionBook.from_assignment(part_N, manifest.num_parts)
+    if NODE_LID not in manifest.files:
+        return PartitionBook.from_assignment(np.array(part_N), manifest.num_parts)
+    lid_N = load_array(root, manifest, NODE_LID, mmap=True, verify=verify)
+    if verify:
+        check_lids(root, manifest, part_N, lid_N)
+    return PartitionBook(part_N=part_N, lid_N=lid_N, num_parts=manifest.num_parts)
 
 
 def load_shard(

@@ -46,6 +46,7 @@ from gnnsys.store.integrity import file_digests
 from gnnsys.store.layout import (
     FORMAT_VERSION,
     MANIFEST,
+    NODE_LID,
     NODE_TO_PART,
     SHARD_ARRAYS,
     SHARD_DATA,
@@ -75,7 +76,8 @@ PartsWriter = Callable[
 ]
 """``(staging dir, book, num_hops, progress) -> [(files, summary) of part p for p in 0..P-1]``.
 
-Writes every part folder into the staging directory, where ``node_to_part.npy`` already is, by
+Writes every part folder into the staging directory, where ``node_to_part.npy`` and
+``node_lid.npy`` (the book, for other processes to map) already are, by
 calling :func:`write_part` for each part, possibly in other processes (``gnnsys.build`` runs
 them as Ray Data tasks that map the graph themselves). Given to ``write_partitions``.
 """
@@ -177,15 +179,17 @@ def _save_edges(
 def _store_bytes(graph: Graph, assignment: Assignment) -> int:
     """A lower bound of the bytes a store of ``assignment`` takes (halo rows not counted).
 
-    Every node's data rows once, its ``owned_gid`` and ``indptr`` entries, three int64 arrays
-    over the edges (``indices_gid``, ``indices_local``, ``e_id``), and a header per file.
+    The book (``node_to_part``, ``node_lid``), every node's data rows once, its ``owned_gid`` and
+    ``indptr`` entries, three int64 arrays over the edges (``indices_gid``, ``indices_local``,
+    ``e_id``), and a header per file.
     """
     data = sum(
         int(getattr(graph, key).nbytes) for key in SHARD_DATA if getattr(graph, key) is not None
     )
     num_files = 1 + assignment.num_parts * (len(SHARD_ARRAYS) + len(SHARD_DATA))
     index = 16 * (graph.num_nodes + assignment.num_parts) + 24 * graph.num_edges
-    return int(assignment.part_N.nbytes) + data + index + 128 * num_files
+    book = int(assignment.part_N.nbytes) + 8 * graph.num_nodes  # node_to_part, node_lid
+    return book + data + index + 128 * (num_files + 1)
 
 
 def _write_part(
@@ -280,7 +284,10 @@ def write_partitions(
     check_free(root, needed)
     book = PartitionBook.from_assignment(assignment.part_N, assignment.num_parts)
     with staged(root, needed=needed) as tmp:
-        files = {NODE_TO_PART: _save(tmp, NODE_TO_PART, assignment.part_N)}
+        files = {
+            NODE_TO_PART: _save(tmp, NODE_TO_PART, assignment.part_N),
+            NODE_LID: _save(tmp, NODE_LID, book.lid_N),
+        }
         if parts_writer is not None:
             written = parts_writer(tmp, book, num_hops, progress)
         else:

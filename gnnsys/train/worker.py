@@ -376,6 +376,7 @@ class TrainWorker:
         peers: PeerClient | None = None,
     ) -> None:
         from gnnsys.store import load_book, load_links, load_shard
+        from gnnsys.store.pages import advise_random
 
         torch.set_num_threads(1)  # P workers share few cores; >1 thread only oversubscribes
         self.spec = spec
@@ -385,6 +386,7 @@ class TrainWorker:
         self.client = client
         self.peers: PeerClient = peers if peers is not None else LocalPeerClient()
         self.shard, self.book = load_shard(spec.store, spec.rank), load_book(spec.store)
+        advise_random(self.shard.x, self.shard.indices_gid, self.shard.e_id)  # sampled rows
         self.links = None if spec.link is None else load_links(spec.store, spec.rank)
         self._evaluator: ShardEvaluator | None = None
         grad_sync: GradSync | None = None

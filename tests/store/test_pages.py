@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnsys.store.pages import release_pages
+from gnnsys.store.pages import advise_random, release_pages
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
 
@@ -59,3 +59,27 @@ def test_views_and_tensors_release_their_mapping_once(mapped: tuple[Path, np.nda
 
 def test_in_memory_arrays_and_others_are_left_alone() -> None:
     assert release_pages(np.arange(10), torch.arange(3), None, "x") == 0
+
+
+def _vm_flags(path: Path) -> list[list[str]]:
+    """``VmFlags`` of each of this process's mappings of ``path`` (``/proc/self/smaps``)."""
+    out, inside = [], False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5 and ":" in head[3]:
+            inside = len(head) >= 6 and head[5] == str(path)
+        elif inside and line.startswith("VmFlags:"):
+            out.append(head[1:])
+    return out
+
+
+@linux
+def test_advise_random_marks_the_mapping_and_keeps_values(
+    mapped: tuple[Path, np.ndarray],
+) -> None:
+    """The kernel records ``MADV_RANDOM`` as the ``rr`` flag; views reach their mapping."""
+    path, arr = mapped
+    assert all("rr" not in flags for flags in _vm_flags(path))
+    assert advise_random(arr[10:20], arr, np.zeros(3)) == 8 * (1 << 20) + 128  # one mapping once
+    assert _vm_flags(path) and all("rr" in flags for flags in _vm_flags(path))
+    np.testing.assert_array_equal(arr[::4096], np.arange(0, 1 << 20, 4096))

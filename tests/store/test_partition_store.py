@@ -5,13 +5,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from store_mutations import rewrite_array
+from store_mutations import edit_manifest, rewrite_array
 
 from gnnsys.errors import PartitionStoreError
 from gnnsys.partitioners import partition
 from gnnsys.partitioners.halo import halo_of_part
 from gnnsys.store import (
     build_shard,
+    integrity,
     load_book,
     load_partition,
     load_shard,
@@ -204,6 +205,50 @@ def test_node_to_part_out_of_range(copy: Path) -> None:
     part_N[5] = P
     rewrite_array(copy, "node_to_part.npy", part_N)  # checksums updated: only semantics catch it
     with pytest.raises(PartitionStoreError, match="node_to_part.npy: part id out of range"):
+        load_book(copy)
+
+
+@pytest.mark.parametrize("block", [5, 1 << 22])
+def test_book_is_mapped_from_the_store(
+    tiny_graph: Graph, store: Path, block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``node_lid.npy`` holds the book's lids; both arrays are read-only maps (shared pages).
+
+    The check reads blocks of nodes with running per-part counts (5: many blocks)."""
+    monkeypatch.setattr(integrity, "_BOOK_BLOCK", block)
+    book = load_book(store)
+    ref = PartitionBook.from_assignment(np.load(store / "node_to_part.npy"), P)
+    np.testing.assert_array_equal(np.load(store / "node_lid.npy"), ref.lid_N)
+    assert isinstance(book.part_N, np.memmap) and isinstance(book.lid_N, np.memmap)
+    assert not book.part_N.flags.writeable and not book.lid_N.flags.writeable
+    assert book.lid_N.dtype == np.int64 and book.num_parts == P
+
+
+def test_store_without_node_lid_derives_it(store: Path, copy: Path) -> None:
+    """A store written before ``node_lid.npy`` existed still loads, with the same lids."""
+    (copy / "node_lid.npy").unlink()
+    edit_manifest(copy, lambda obj: obj["files"].pop("node_lid.npy"), resign=True)
+    book = load_book(copy)
+    np.testing.assert_array_equal(book.lid_N, load_book(store).lid_N)
+    assert not isinstance(book.lid_N, np.memmap)
+    verify(copy)
+
+
+@pytest.mark.parametrize("edit", ["out_of_range", "swap"])
+def test_node_lid_must_be_the_books(copy: Path, edit: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checksums updated, content wrong: the semantic check names the first wrong node."""
+    monkeypatch.setattr(integrity, "_BOOK_BLOCK", 5)
+    lid_N = np.load(copy / "node_lid.npy")
+    part_N = np.load(copy / "node_to_part.npy")
+    if edit == "out_of_range":
+        lid_N[7] = 10**6
+        first = 7
+    else:  # two nodes of one part trade lids: every lid stays in range
+        a, b = np.flatnonzero(part_N == part_N[3])[:2]
+        lid_N[[a, b]] = lid_N[[b, a]]
+        first = int(a)
+    rewrite_array(copy, "node_lid.npy", lid_N)
+    with pytest.raises(PartitionStoreError, match=f"node_lid.npy: lid \\d+ of node {first} "):
         load_book(copy)
 
 

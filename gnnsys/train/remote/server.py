@@ -27,10 +27,12 @@ class ShardOwner:
     def __init__(self, root: str, part: int) -> None:
         from gnnsys.sampler import CSRNeighborSource
         from gnnsys.store import load_book, load_shard
+        from gnnsys.store.pages import advise_random
 
         torch.set_num_threads(1)  # owners share the cores with the trainers
         shard = load_shard(root, part)
         book = load_book(root)
+        advise_random(shard.x, shard.indices_gid, shard.e_id)  # rows of requested nodes
         self.part = part
         self._lid_N = book.lid_N
         self._x = shard.x
