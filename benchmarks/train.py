@@ -350,6 +350,7 @@ def main() -> None:
     )
     parser.add_argument("--drop-caches", action="store_true", help="with --cap-mib (root)")
     parser.add_argument("--eval-message-mb", type=float, default=16.0, help="with --store")
+    parser.add_argument("--eval-spill-mb", type=float, default=0.0, help="with --store")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gnnsys-bench-train-") as tmp:
         out = Path(args.out or tmp)
@@ -357,7 +358,12 @@ def main() -> None:
             cfg = _store_cfg(int(args.parts.split(",")[-1]), args.epochs, args.hidden)
             cfg = replace(
                 cfg,
-                eval=replace(cfg.eval, halo_mb=args.eval_halo_mb, message_mb=args.eval_message_mb),
+                eval=replace(
+                    cfg.eval,
+                    halo_mb=args.eval_halo_mb,
+                    message_mb=args.eval_message_mb,
+                    spill_mb=args.eval_spill_mb,
+                ),
             )
             if args.cost_table:
                 cost_table(cfg, out)

@@ -233,6 +233,13 @@ def _add_eval_flags(p: argparse.ArgumentParser) -> None:
         help="MiB of halo rows a worker holds at once while evaluating (default 0: all at once)",
     )
     p.add_argument(
+        "--eval-spill-mb",
+        type=float,
+        help="evaluation layer tables larger than this many MiB live in memory-mapped, "
+        "immediately deleted files in TMPDIR (page cache the kernel can evict) instead of "
+        "process memory; same results (default 0: all in memory)",
+    )
+    p.add_argument(
         "--test-at-end",
         action="store_true",
         help="per-epoch evaluations report train and val only; test once, after the last epoch",
@@ -295,7 +302,7 @@ def build_config(args: argparse.Namespace) -> Any:
         eval=replace(
             cfg.eval,
             **pick(every=args.eval_every, codec=args.eval_codec, metric=args.metric),
-            **pick(halo_mb=args.eval_halo_mb),
+            **pick(halo_mb=args.eval_halo_mb, spill_mb=args.eval_spill_mb),
             test_at_end=cfg.eval.test_at_end or args.test_at_end,
         ),
         codec=replace(cfg.codec, **pick(name=codec_name, lossy=args.lossy_codec, wire=args.wire)),

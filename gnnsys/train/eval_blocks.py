@@ -15,7 +15,7 @@ Shape legend: ``M`` owned nodes, ``H`` 1-hop halo nodes, ``K`` k-hop halo nodes 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol, cast
 
@@ -203,10 +203,14 @@ def linear_layer_outputs(
     degree_S: np.ndarray | None,
     run: LinearLayerRun,
     span: tuple[int, int] | None = None,
+    *,
+    into: Callable[[int], Tensor] | None = None,
 ) -> Tensor:
     """``[stop - first, H]`` outputs of a linear layer over destinations ``span`` (default all).
 
-    Each edge reads its source row once, in place.
+    Each edge reads its source row once, in place. The rows are written chunk by chunk into
+    ``into(H)`` (called once, at the first chunk, when ``H`` is known; it returns the
+    ``[stop - first, H]`` buffer, e.g. rows of a memory-mapped table), by default a new tensor.
 
     The neighbour sum of a run of destinations is two kernel calls, one over the owned table and
     one over the halo table (edges split by where their source lives), so neither table is
@@ -248,7 +252,8 @@ def linear_layer_outputs(
         )
         rows = model.activate(layer, module.combine(agg, own_MF[start:end], block))
         if out is None:
-            out = torch.empty(stop - first, int(rows.shape[1]), dtype=rows.dtype)
+            width = int(rows.shape[1])
+            out = into(width) if into else torch.empty(stop - first, width, dtype=rows.dtype)
         out[start - first : end - first] = rows
         start = end
     assert out is not None  # a span holds at least one node

@@ -15,7 +15,8 @@ embeddings a peer computed in the previous step: each rank asks each peer once p
 the rows of its halo owned there, encoded with ``Config.codec`` (fp32 by default). The peers
 serve from their own table while they compute the next one, so nothing waits on anything but
 the previous layer. No process holds more than its shard block, its halo rows and two
-activations of its own nodes; the driver holds only the summed counts.
+activations of its own nodes (in unlinked memory-mapped files, i.e. page cache, when larger than
+``EvalConfig.spill_mb``; ``gnnsys.train.eval_memory``); the driver holds only the summed counts.
 
 Exactness: a rank's block has every in-edge of its nodes, and GCN normalises with the in-degrees
 of the whole graph (``Block.src_in_degree``; a halo node's comes from its owner once), so the
@@ -27,10 +28,10 @@ Shape legend: ``M`` owned nodes, ``H`` halo nodes of the block, ``E`` in-edges o
 
 from __future__ import annotations
 
-import ctypes
 import resource
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -54,6 +55,13 @@ from gnnsys.train.eval_blocks import (
     linear_layer_outputs,
     linear_run,
     restricted,
+)
+from gnnsys.train.eval_memory import (
+    EVAL_MMAP_THRESHOLD,
+    TRAIN_MMAP_THRESHOLD,
+    LayerTables,
+    release_free_memory,
+    set_mmap_threshold,
 )
 from gnnsys.train.metrics import (
     LINK_METRICS,
@@ -79,6 +87,7 @@ __all__ = [
     "combine_evals",
     "full_block",
     "full_graph_logits",
+    "release_free_memory",  # gnnsys.build.runtime's import (defined in eval_memory)
 ]
 
 SPLITS = ("train", "val", "test")
@@ -118,6 +127,11 @@ class EvalConfig:
     the halo table before the next is asked for), so the answers being encoded, moved
     through Ray's object store and decoded never exceed ``P * message_mb`` per process.
     Bytes are unchanged; messages grow with the halo."""
+    spill_mb: float = 0.0
+    """Layer output tables of more than this many MiB (``M * H * 4`` bytes) live in shared
+    memory maps of unlinked temporary files in ``TMPDIR`` (``--eval-spill-mb``): page cache,
+    which the kernel writes back and evicts under memory pressure, instead of anonymous memory.
+    0 (default) keeps every table in memory. Same values either way (``eval_memory``)."""
 
     def __post_init__(self) -> None:
         if self.codec not in CODECS or self.codec in ("auto", "binary"):
@@ -127,6 +141,8 @@ class EvalConfig:
             raise ValueError(f"eval every={self.every}; choose >= 1 (or 0: never evaluate)")
         if not self.halo_mb >= 0:
             raise ValueError(f"eval halo_mb={self.halo_mb}; choose >= 0 (0: no limit)")
+        if not self.spill_mb >= 0:
+            raise ValueError(f"eval spill_mb={self.spill_mb}; choose >= 0 (0: tables in memory)")
         if self.chunk_edges < 1:
             raise ValueError(f"chunk_edges={self.chunk_edges}; choose >= 1")
         if not self.message_mb > 0:
@@ -292,7 +308,7 @@ class ShardEvaluator:
         self.ledger = Ledger()
         self.index: HaloIndex = halo_index(shard)
         self.halo_gid = self.index.halo_gid
-        self.tables: dict[int, Tensor] = {}
+        self.tables = LayerTables(config.spill_mb)
         self._hits = 0
         self._seconds = 0.0
         self._degree_S: np.ndarray | None = None
@@ -323,13 +339,12 @@ class ShardEvaluator:
             own = _as_float_rows(self.shard.x)  # the memory map itself when it is float32
             release_pages(self.shard.e_id, self.shard.indices_gid)  # training's, unread here
         else:
-            self.tables.pop(layer - 1, None)  # every peer finished reading it in the last step
+            self.tables.pop(layer - 1)  # every peer finished reading it in the last step
             own = self.tables[layer]  # kept: peers read it during this step
             release_pages(self.shard.x)  # layer 0 read it; training maps it again
         release_free_memory()  # training's (or the last layer's) freed temporaries
         self.model.eval()
         m, width = int(own.shape[0]), int(own.shape[1])
-        out: Tensor | None = None
         for first, stop, halo_pos in self._spans(width):
             gid_H = self.halo_gid[halo_pos]
             halo = torch.empty(gid_H.shape[0], width, dtype=torch.float32)
@@ -343,18 +358,11 @@ class ShardEvaluator:
                 if degree_S is not None:
                     degree_S = np.concatenate([degree_S[:m], degree_S[m + halo_pos]])
             release_free_memory()  # the answers' decoded pieces
-            rows = self._outputs(layer, own, halo, index, degree_S, (first, stop))
+            into = self.tables.span_buffer(layer + 1, m, (first, stop))  # rows straight in
+            self._outputs(layer, own, halo, index, degree_S, (first, stop), into)
             del halo
             release_free_memory()
-            if (first, stop) == (0, m):  # one run: its rows are the table (no second copy)
-                out = rows
-                continue
-            if out is None:
-                out = torch.empty(m, int(rows.shape[1]), dtype=rows.dtype)
-            out[first:stop] = rows
-            del rows
-        assert out is not None  # a shard owns at least one node
-        self.tables[layer + 1] = out
+        self.tables.publish(layer + 1)  # a shard owns at least one node: made by its first run
         self._seconds += time.perf_counter() - start
 
     def _spans(self, width: int) -> list[tuple[int, int, np.ndarray]]:
@@ -377,29 +385,31 @@ class ShardEvaluator:
         index: HaloIndex,
         degree_S: np.ndarray | None,
         span: tuple[int, int],
-    ) -> Tensor:
-        """Outputs of layer ``layer`` over ``span``: in place for SAGE/GCN, else chunks.
+        into: Callable[[int], Tensor],
+    ) -> None:
+        """Write layer ``layer``'s outputs over ``span`` into ``into(width)``, chunk by chunk.
 
-        SAGE mean/sum and GCN sum their neighbours straight out of the two tables
-        (``linear_layer_outputs``); other layers (GAT, max) run on chunk blocks whose rows are
-        gathered, at most ``Config.chunk_edges`` in-edges at a time.
+        ``into`` is called once, at the first chunk (the width is known then). SAGE mean/sum
+        and GCN sum their neighbours straight out of the two tables (``linear_layer_outputs``);
+        other layers (GAT, max) run on chunk blocks whose rows are gathered, at most
+        ``Config.chunk_edges`` in-edges at a time.
         """
         model = cast(LayerwiseModel, self.model)
         run = linear_run(self.model.layers[layer]) if isinstance(self.model, BlockModel) else None
         if run is not None and self.config.in_place:
             assert isinstance(self.model, BlockModel)
             args = (self.shard, index, degree_S, run, span)
-            return linear_layer_outputs(self.model, layer, own, halo, *args)
+            linear_layer_outputs(self.model, layer, own, halo, *args, into=into)
+            return
         out: Tensor | None = None
-        first, stop = span
+        first = span[0]
         chunks = chunk_blocks(self.shard, index, degree_S, self.config.chunk_edges, span)
         for chunk in chunks:
             rows = model.forward_layer(layer, gather_rows(own, halo, chunk.source), chunk.block)
-            if out is None:
-                out = torch.empty(stop - first, int(rows.shape[1]), dtype=rows.dtype)
+            if out is None:  # the width is known from the first chunk on
+                out = into(int(rows.shape[1]))
             out[chunk.start - first : chunk.end - first] = rows
-        assert out is not None  # a span holds at least one node
-        return out
+            del rows
 
     def report(self, splits: tuple[str, ...], *, with_logits: bool = False) -> RankEval:
         """The confusion matrices (and binary scores) of ``splits``; frees the tables."""
@@ -419,6 +429,7 @@ class ShardEvaluator:
                 diff = (logits_MC[:, 1] - logits_MC[:, 0]).double().numpy()
                 scores[split], labels[split] = diff[keep], y_M[keep]
         out = self._rank_eval(confusion, scores, labels, with_logits=with_logits)
+        del logits_MC  # a spilled table is unmapped with its last reference
         self.tables.clear()
         release_free_memory()
         set_mmap_threshold(TRAIN_MMAP_THRESHOLD)
@@ -541,50 +552,6 @@ class ShardEvaluator:
             self.ledger.record("structure_response", answers[p])
             out_H[pos] = answers[p]
         return out_H
-
-
-def _libc() -> ctypes.CDLL | None:
-    """glibc, or ``None`` where there is none (the heap calls below are then no-ops)."""
-    global _LIBC
-    if _LIBC is None:
-        try:
-            _LIBC = ctypes.CDLL("libc.so.6")
-            _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
-            _LIBC.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-        except (OSError, AttributeError):
-            _LIBC = False
-    return _LIBC if isinstance(_LIBC, ctypes.CDLL) else None
-
-
-_LIBC: ctypes.CDLL | bool | None = None
-_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
-EVAL_MMAP_THRESHOLD = 4 << 20
-"""While a rank evaluates, C allocations of this size or more are their own memory maps."""
-TRAIN_MMAP_THRESHOLD = 32 << 20
-"""After evaluating: glibc's largest dynamic threshold, which a training epoch reaches."""
-
-
-def release_free_memory() -> None:
-    """Hand the C heap's free pages back to the OS (glibc ``malloc_trim``).
-
-    Evaluation frees tables of hundreds of MiB and many chunk temporaries; glibc keeps freed
-    heap pages resident, so without this a layer starts on the last one's high-water mark.
-    """
-    if (libc := _libc()) is not None:
-        libc.malloc_trim(0)
-
-
-def set_mmap_threshold(nbytes: int) -> None:
-    """Serve C allocations of ``nbytes`` or more from their own memory maps (glibc).
-
-    glibc raises this threshold after a large block is freed (up to 32 MiB), after which
-    blocks of a few MiB (the answers a rank decodes, the rows it serves, chunk temporaries)
-    come from per-thread arenas that keep their pages when freed: at products size that was
-    ~0.45 GiB of a worker's evaluation peak. A low threshold while evaluating returns them on
-    ``free``, at the price of page faults on fresh blocks, so training runs with the high one.
-    """
-    if (libc := _libc()) is not None:
-        libc.mallopt(_M_MMAP_THRESHOLD, nbytes)
 
 
 def _as_float_rows(x: np.ndarray | None) -> Tensor:

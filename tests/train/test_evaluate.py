@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from gnnsys.partitioners import partition
 from gnnsys.sampler import NeighborSampler
 from gnnsys.store import write_partitions
 from gnnsys.store.source import DataConfig
+from gnnsys.train import eval_memory
 from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.prepare import store_info
@@ -34,6 +37,7 @@ from gnnsys.train.evaluate import (
 from gnnsys.train.metrics import accuracy, confusion_matrix, macro_f1
 from gnnsys.train.trainer import Trainer
 from gnnsys.types import Graph
+from tests.tmpfs import mount_tmpfs
 from tests.train.test_halo_runtime import feature_path
 
 SHARED = Path(
@@ -46,9 +50,14 @@ def _config(store: Path, parts: int, model: str, **fetch: object) -> RunConfig:
     in_place = bool(fetch.pop("in_place", True))
     halo_mb = float(fetch.pop("halo_mb", 0.0))  # type: ignore[arg-type]
     message_mb = float(fetch.pop("message_mb", 16.0))  # type: ignore[arg-type]
+    spill_mb = float(fetch.pop("spill_mb", 0.0))  # type: ignore[arg-type]
     return RunConfig(
         eval=EvalConfig(
-            chunk_edges=chunk_edges, in_place=in_place, halo_mb=halo_mb, message_mb=message_mb
+            chunk_edges=chunk_edges,
+            in_place=in_place,
+            halo_mb=halo_mb,
+            message_mb=message_mb,
+            spill_mb=spill_mb,
         ),
         data=DataConfig(store=str(store)),
         cluster=ClusterConfig(parts=parts),
@@ -265,3 +274,119 @@ def test_in_place_path_in_small_chunks(
     monkeypatch.setattr(evaluate, "linear_run", tiny)
     reports, reference = _sharded(sbm_graph, 4, model, tmp_path)
     _check_equal(sbm_graph, reports, reference)
+
+
+# ---- layer tables in unlinked memory-mapped files (EvalConfig.spill_mb) -------------------------
+def _spill_maps() -> list[str]:
+    """This process's mappings of spilled evaluation tables (``/proc/self/maps`` lines)."""
+    with open("/proc/self/maps") as maps:
+        return [line for line in maps if eval_memory.SPILL_PREFIX in line]
+
+
+def _spill_files(where: Path) -> list[Path]:
+    """Files of spilled tables in ``where`` (torch's own caches may live there too)."""
+    return list(where.glob(f"{eval_memory.SPILL_PREFIX}*"))
+
+
+@pytest.fixture
+def spill_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh ``tempfile.gettempdir()`` (what ``TMPDIR`` sets) for the spilled tables."""
+    where = tmp_path / "tmpdir"
+    where.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(where))
+    return where
+
+
+@pytest.mark.parametrize(
+    ("model", "fetch"),
+    [
+        ("sage", {}),  # in place (linear_layer_outputs)
+        ("gcn", {}),  # in place, with degrees
+        ("gat", {}),  # gathering path, width known at the first chunk
+        ("sage", {"in_place": False, "chunk_edges": 37}),  # gathering path, many chunks
+        ("gat", {"halo_mb": 40 * 12 * 4 / 2**20}),  # many runs write into one table
+    ],
+    ids=["sage", "gcn", "gat", "sage-gathered", "gat-halo-runs"],
+)
+def test_spilled_tables_give_bit_identical_results(
+    sbm_graph: Graph,
+    model: str,
+    fetch: dict[str, object],
+    tmp_path: Path,
+    spill_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[tuple[int, int]] = []
+    spilled_table = eval_memory.spilled_table
+
+    def spy(rows: int, width: int) -> tuple[torch.Tensor, object]:
+        table, mapped = spilled_table(rows, width)
+        maps = _spill_maps()  # mapped, already deleted from the directory
+        assert maps and all(line.rstrip().endswith("(deleted)") for line in maps), maps
+        assert all(str(spill_dir) in line for line in maps), maps
+        assert not _spill_files(spill_dir)
+        made.append((rows, width))
+        return table, mapped
+
+    monkeypatch.setattr(eval_memory, "spilled_table", spy)
+    memory, reference = _sharded(sbm_graph, 2, model, tmp_path / "memory", spill_mb=0, **fetch)
+    assert not made  # 0: every table in memory
+    spilled, again = _sharded(sbm_graph, 2, model, tmp_path / "spill", spill_mb=1e-6, **fetch)
+    assert torch.equal(reference, again), "training is not deterministic: compare same weights"
+    assert len(made) == 2 * 2  # both tables (layers 1 and 2) of both ranks
+    assert torch.equal(_assembled(spilled, reference), _assembled(memory, reference))
+    for a, b in zip(spilled, memory, strict=True):
+        assert a.confusion.keys() == b.confusion.keys()
+        assert all(np.array_equal(a.confusion[s], b.confusion[s]) for s in a.confusion)
+    _check_equal(sbm_graph, spilled, reference)
+    assert not _spill_maps(), "report() left a spilled table mapped"
+    assert not _spill_files(spill_dir), "a spilled table's file is left on disk"
+
+
+def test_layer_tables_spill_above_the_limit_and_unmap_when_dropped(spill_dir: Path) -> None:
+    tables = eval_memory.LayerTables(spill_mb=100 * 8 * 4 / 2**20)  # 100 rows of 8 floats
+    small = tables.buffer(1, 100, 8)  # exactly the limit: stays in memory
+    big = tables.buffer(2, 101, 8)
+    assert tables.spilled() == [2] and len(_spill_maps()) == 1
+    assert 2 not in tables  # not readable before it is published
+    big[:] = torch.arange(101 * 8, dtype=torch.float32).view(101, 8)
+    small.fill_(1.0)
+    tables.publish(1)
+    tables.publish(2)
+    view = tables[2][100:]  # a view outliving the table keeps the map valid
+    del big
+    tables.pop(2)
+    assert 2 not in tables and tables.spilled() == [] and len(_spill_maps()) == 1
+    assert torch.equal(view, torch.arange(800, 808, dtype=torch.float32)[None])
+    del view
+    assert not _spill_maps()
+    assert torch.equal(tables[1], torch.ones(100, 8))
+    again = tables.buffer(3, 200, 8)
+    assert len(_spill_maps()) == 1
+    del again
+    tables.clear()
+    assert not _spill_maps() and 1 not in tables
+    assert not _spill_files(spill_dir)
+    assert not eval_memory.LayerTables(spill_mb=0).spills(1 << 20, 1 << 10)
+
+
+def test_eval_spill_size_is_validated() -> None:
+    with pytest.raises(ValueError, match=re.escape("eval spill_mb=-1.0; choose >= 0")):
+        EvalConfig(spill_mb=-1.0)
+    with pytest.raises(ValueError, match="eval spill_mb=nan"):
+        EvalConfig(spill_mb=float("nan"))
+
+
+def test_a_full_temp_dir_fails_with_its_name_not_sigbus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mounted = mount_tmpfs(tmp_path / "tiny", "size=1m")
+    tiny = next(mounted)  # skips where mount is refused
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", str(tiny))
+        tables = eval_memory.LayerTables(spill_mb=1e-6)
+        with pytest.raises(OSError, match=f"cannot reserve 2.0 MiB .* in {re.escape(str(tiny))}"):
+            tables.buffer(1, 1 << 12, 128)  # 2 MiB on a 1 MiB file system
+        assert not _spill_maps() and not _spill_files(tiny)
+    finally:
+        mounted.close()  # unmounts

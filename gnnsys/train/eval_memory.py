@@ -1,0 +1,187 @@
+"""Where a rank's exact evaluation keeps its memory: the layer tables and the C heap.
+
+:class:`LayerTables` holds the ``[M, H]`` float32 output tables of the layers a rank computed.
+By default they are ordinary (anonymous) tensors. With ``EvalConfig.spill_mb > 0`` a table of
+more than that many MiB lives in a shared memory map of a temporary file instead
+(:func:`spilled_table`): the file is unlinked as soon as it is mapped, so nothing is left on
+disk even if the process is killed, and its pages are page cache, which the kernel writes back
+and evicts under memory pressure (anonymous memory it cannot drop without swap). Rows are
+written into the map as they are computed; the full table never exists in anonymous memory.
+
+The heap helpers keep glibc from holding freed evaluation temporaries (see
+:func:`set_mmap_threshold` and :func:`release_free_memory`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import mmap
+import os
+import tempfile
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "EVAL_MMAP_THRESHOLD",
+    "SPILL_PREFIX",
+    "TRAIN_MMAP_THRESHOLD",
+    "LayerTables",
+    "release_free_memory",
+    "set_mmap_threshold",
+    "spilled_table",
+]
+
+SPILL_PREFIX = "gnnsys-eval-"
+"""Name prefix of the (immediately unlinked) temporary files of spilled tables."""
+
+
+def spilled_table(rows: int, width: int) -> tuple[Tensor, mmap.mmap]:
+    """A ``[rows, width]`` float32 tensor over a shared map of an unlinked temporary file.
+
+    The file is made in ``tempfile.gettempdir()`` (``TMPDIR``) and unlinked at once (the
+    descriptor, then the map, keep the data; nothing stays on disk even after ``SIGKILL``); its
+    blocks are reserved (``posix_fallocate``: a full disk fails here, not later with ``SIGBUS``
+    on a write into the map; a file system that cannot reserve gets a sparse ``ftruncate``),
+    it is mapped read-write (``MAP_SHARED``) and the descriptor closed. The tensor keeps the
+    map alive (``torch.frombuffer`` holds a reference); the map is unmapped when the last
+    tensor or view of it is gone. ``mmap.close`` must not be called on it: it unmaps even
+    while a tensor still points into it.
+
+    Raises:
+        OSError: The temporary directory has no room for ``rows * width * 4`` bytes.
+    """
+    nbytes = max(4, rows * width * 4)  # mmap refuses an empty map
+    where = tempfile.gettempdir()
+    fd, path = tempfile.mkstemp(prefix=SPILL_PREFIX, dir=where)
+    try:
+        os.unlink(path)
+        try:
+            os.posix_fallocate(fd, 0, nbytes)
+        except OSError as err:
+            if err.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+                os.ftruncate(fd, nbytes)
+            else:
+                raise OSError(
+                    err.errno,
+                    f"cannot reserve {nbytes / 2**20:.1f} MiB for an evaluation table in {where} "
+                    f"({err.strerror}); point TMPDIR at a file system with room, or raise "
+                    "--eval-spill-mb (0 keeps tables in memory)",
+                ) from err
+        table_map = mmap.mmap(fd, nbytes)  # MAP_SHARED, read-write
+    finally:
+        os.close(fd)
+    flat = torch.frombuffer(table_map, dtype=torch.float32)
+    return flat[: rows * width].view(rows, width), table_map
+
+
+class LayerTables:
+    """A rank's layer output tables by number, in memory or spilled to unlinked files.
+
+    Reads go through ``tables[n]`` and ``n in tables``; a table being computed is
+    :meth:`buffer` (created at its first chunk, when the width is known) and becomes readable
+    at :meth:`publish`, so peers never read a half-written table. :meth:`pop` and
+    :meth:`clear` drop tables and their maps; a map is unmapped once no tensor points into it.
+
+    Args:
+        spill_mb: Tables of more than this many MiB are spilled (0: none).
+    """
+
+    def __init__(self, spill_mb: float = 0.0) -> None:
+        self.spill_mb = spill_mb
+        self._tables: dict[int, Tensor] = {}
+        self._pending: dict[int, Tensor] = {}
+        self._maps: dict[int, mmap.mmap] = {}
+
+    def __contains__(self, table: object) -> bool:
+        return table in self._tables
+
+    def __getitem__(self, table: int) -> Tensor:
+        return self._tables[table]
+
+    def spills(self, rows: int, width: int) -> bool:
+        """Whether a ``[rows, width]`` table goes to a file."""
+        return self.spill_mb > 0 and rows * width * 4 > self.spill_mb * 2**20
+
+    def buffer(self, table: int, rows: int, width: int) -> Tensor:
+        """The ``[rows, width]`` buffer of unpublished ``table``, made on the first call."""
+        if table not in self._pending:
+            if self.spills(rows, width):
+                self._pending[table], self._maps[table] = spilled_table(rows, width)
+            else:
+                self._pending[table] = torch.empty(rows, width, dtype=torch.float32)
+        out = self._pending[table]
+        assert tuple(out.shape) == (rows, width), (tuple(out.shape), rows, width)
+        return out
+
+    def span_buffer(self, table: int, rows: int, span: tuple[int, int]) -> Callable[[int], Tensor]:
+        """``width -> [stop - first, width]`` rows ``span`` of ``table``'s :meth:`buffer`."""
+        first, stop = span
+        return lambda width: self.buffer(table, rows, width)[first:stop]
+
+    def publish(self, table: int) -> None:
+        """Make the finished ``table`` readable."""
+        self._tables[table] = self._pending.pop(table)
+
+    def pop(self, table: int) -> None:
+        """Drop ``table`` (published or not), if held."""
+        self._tables.pop(table, None)
+        self._pending.pop(table, None)
+        self._maps.pop(table, None)  # unmapped by its last reference, never by close()
+
+    def clear(self) -> None:
+        """Drop every table."""
+        self._tables.clear()
+        self._pending.clear()
+        self._maps.clear()
+
+    def spilled(self) -> list[int]:
+        """The tables held in files."""
+        return sorted(self._maps)
+
+
+# ---- the C heap ---------------------------------------------------------------------------------
+def _libc() -> ctypes.CDLL | None:
+    """glibc, or ``None`` where there is none (the heap calls below are then no-ops)."""
+    global _LIBC
+    if _LIBC is None:
+        try:
+            _LIBC = ctypes.CDLL("libc.so.6")
+            _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
+            _LIBC.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+        except (OSError, AttributeError):
+            _LIBC = False
+    return _LIBC if isinstance(_LIBC, ctypes.CDLL) else None
+
+
+_LIBC: ctypes.CDLL | bool | None = None
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
+EVAL_MMAP_THRESHOLD = 4 << 20
+"""While a rank evaluates, C allocations of this size or more are their own memory maps."""
+TRAIN_MMAP_THRESHOLD = 32 << 20
+"""After evaluating: glibc's largest dynamic threshold, which a training epoch reaches."""
+
+
+def release_free_memory() -> None:
+    """Hand the C heap's free pages back to the OS (glibc ``malloc_trim``).
+
+    Evaluation frees tables of hundreds of MiB and many chunk temporaries; glibc keeps freed
+    heap pages resident, so without this a layer starts on the last one's high-water mark.
+    """
+    if (libc := _libc()) is not None:
+        libc.malloc_trim(0)
+
+
+def set_mmap_threshold(nbytes: int) -> None:
+    """Serve C allocations of ``nbytes`` or more from their own memory maps (glibc).
+
+    glibc raises this threshold after a large block is freed (up to 32 MiB), after which
+    blocks of a few MiB (the answers a rank decodes, the rows it serves, chunk temporaries)
+    come from per-thread arenas that keep their pages when freed: at products size that was
+    ~0.45 GiB of a worker's evaluation peak. A low threshold while evaluating returns them on
+    ``free``, at the price of page faults on fresh blocks, so training runs with the high one.
+    """
+    if (libc := _libc()) is not None:
+        libc.mallopt(_M_MMAP_THRESHOLD, nbytes)
