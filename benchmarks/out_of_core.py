@@ -312,7 +312,8 @@ def bench_size(args: argparse.Namespace, log2: int) -> dict[str, Any]:
             "train",
             gn
             + ["train", "--store", str(work / "store"), "--parts", str(args.parts), "--epochs", "1"]
-            + ["--hidden", "128", "--fanouts", "15,10", "--batch-size", "1024", "--no-progress"]
+            + ["--hidden", "128", "--fanouts", "15,10", "--batch-size", "1024"]
+            + ([] if args.train_progress else ["--no-progress"])
             + ["--topology", "partitioned"]
             + ["--out", str(work / "run")]
             + args.train_arg,
@@ -346,6 +347,8 @@ def bench_size(args: argparse.Namespace, log2: int) -> dict[str, Any]:
             }
             if rc != 0:
                 record["failed"] = f"{name}: exit {rc}; {_tail(log)}"
+                if name == "train":
+                    record["train_progress"] = _train_progress(log)
                 break
             if name == "partition":
                 summary = _last_json(log)
@@ -390,6 +393,20 @@ def _train_stages(record: dict[str, Any], run: Path, sampler: Sampler) -> None:
     windows = {"evaluation": (end - eval_s, end), "epoch": (end - eval_s - epoch_s, end - eval_s)}
     for stage, (s, e) in windows.items():
         record["stages"][stage] = _stage(sampler, s, e)
+
+
+def _train_progress(log: Path) -> dict[str, Any]:
+    """The last position of the driver's epoch bar (``--train-progress``) in ``log``: batches
+    done of the epoch's, and the bar's elapsed seconds (a train step stopped mid-epoch)."""
+    import re
+
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    bars = re.findall(r"epoch (\d+):\s+\d+%\|[^|]*\|\s*(\d+)/(\d+) \[(?:(\d+):)?(\d+):(\d+)", text)
+    if not bars:
+        return {}
+    epoch, done, total, h, m, sec = bars[-1]
+    elapsed = int(h or 0) * 3600 + int(m) * 60 + int(sec)
+    return {"epoch": int(epoch), "batches": int(done), "of": int(total), "seconds": elapsed}
 
 
 def _label(who: str) -> str:
@@ -454,6 +471,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", default="/tmp/gnnsys-ooc")
     p.add_argument("--train-arg", action="append", default=[], help="extra flag for gnnsys train")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument(
+        "--train-progress",
+        action="store_true",
+        help="let gnnsys train draw its epoch bar into train.log; a train step stopped by "
+        "--train-timeout then reports how many batches it did (train_progress)",
+    )
     p.add_argument(
         "--reuse-parquet", action="store_true", help="skip the export when WORK has its tables"
     )

@@ -9,7 +9,8 @@ its resident set at once, stay in the page cache, and a later read maps them aga
 fault). The data cannot change: the mappings are read-only views of files the store checked.
 
 ``advise_random`` tells the kernel that a mapping is read at random (``MADV_RANDOM``): a page
-fault then reads the one page, not the ~128 KiB around it. Training reads feature rows and
+fault then reads the one page, not the device's read-ahead window around it (128 KiB by default,
+8 MiB on the virtio disks of the machines measured here). Training reads feature rows and
 neighbour lists of sampled nodes scattered over the file; with the default read-around, a
 process under a memory limit fills the page cache with rows nobody asked for and evicts the ones
 it will read next (at 2**22 nodes under a 4.69 GiB limit an epoch ran at 6-18 % CPU on faults).

@@ -40,7 +40,7 @@ from gnnsys.store.layout import (
     Manifest,
     shard_file,
 )
-from gnnsys.store.pages import release_pages
+from gnnsys.store.pages import advise_random, release_pages
 from gnnsys.types import PartitionBook, PartitionShard
 
 if TYPE_CHECKING:
@@ -169,6 +169,7 @@ def load_book(root: str | os.PathLike[str], *, verify: bool = True) -> Partition
     lid_N = load_array(root, manifest, NODE_LID, mmap=True, verify=verify)
     if verify:
         check_lids(root, manifest, part_N, lid_N)
+    advise_random(part_N, lid_N)  # looked up one gid at a time
     return PartitionBook(part_N=part_N, lid_N=lid_N, num_parts=manifest.num_parts)
 
 

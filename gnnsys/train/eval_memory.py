@@ -73,6 +73,11 @@ def spilled_table(rows: int, width: int) -> tuple[Tensor, mmap.mmap]:
         table_map = mmap.mmap(fd, nbytes)  # MAP_SHARED, read-write
     finally:
         os.close(fd)
+    if hasattr(mmap, "MADV_RANDOM"):
+        # Rows are read at random (a neighbour sum, a peer's halo request): without this a
+        # fault on an evicted page reads the device's whole read-ahead window around it
+        # (8 MiB here), which under a memory limit evicts the rows read next.
+        table_map.madvise(mmap.MADV_RANDOM)
     flat = torch.frombuffer(table_map, dtype=torch.float32)
     return flat[: rows * width].view(rows, width), table_map
 

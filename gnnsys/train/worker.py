@@ -386,7 +386,7 @@ class TrainWorker:
         self.client = client
         self.peers: PeerClient = peers if peers is not None else LocalPeerClient()
         self.shard, self.book = load_shard(spec.store, spec.rank), load_book(spec.store)
-        advise_random(self.shard.x, self.shard.indices_gid, self.shard.e_id)  # sampled rows
+        advise_random(self.shard.x, self.shard.indptr, self.shard.indices_gid, self.shard.e_id)
         self.links = None if spec.link is None else load_links(spec.store, spec.rank)
         self._evaluator: ShardEvaluator | None = None
         grad_sync: GradSync | None = None

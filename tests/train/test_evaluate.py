@@ -277,6 +277,18 @@ def test_in_place_path_in_small_chunks(
 
 
 # ---- layer tables in unlinked memory-mapped files (EvalConfig.spill_mb) -------------------------
+def _spill_map_flags() -> list[bool]:
+    """Per spilled map of this process, whether the kernel marks it random-read (``rr``)."""
+    out, inside = [], False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5 and ":" in head[3]:
+            inside = eval_memory.SPILL_PREFIX in line
+        elif inside and line.startswith("VmFlags:"):
+            out.append("rr" in head[1:])
+    return out
+
+
 def _spill_maps() -> list[str]:
     """This process's mappings of spilled evaluation tables (``/proc/self/maps`` lines)."""
     with open("/proc/self/maps") as maps:
@@ -348,6 +360,7 @@ def test_layer_tables_spill_above_the_limit_and_unmap_when_dropped(spill_dir: Pa
     small = tables.buffer(1, 100, 8)  # exactly the limit: stays in memory
     big = tables.buffer(2, 101, 8)
     assert tables.spilled() == [2] and len(_spill_maps()) == 1
+    assert _spill_map_flags() == [True]  # MADV_RANDOM: no read-around of evicted rows
     assert 2 not in tables  # not readable before it is published
     big[:] = torch.arange(101 * 8, dtype=torch.float32).view(101, 8)
     small.fill_(1.0)

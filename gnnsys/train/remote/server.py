@@ -32,7 +32,7 @@ class ShardOwner:
         torch.set_num_threads(1)  # owners share the cores with the trainers
         shard = load_shard(root, part)
         book = load_book(root)
-        advise_random(shard.x, shard.indices_gid, shard.e_id)  # rows of requested nodes
+        advise_random(shard.x, shard.indptr, shard.indices_gid, shard.e_id)  # requested rows
         self.part = part
         self._lid_N = book.lid_N
         self._x = shard.x
