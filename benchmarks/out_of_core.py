@@ -312,8 +312,7 @@ def bench_size(args: argparse.Namespace, log2: int) -> dict[str, Any]:
             "train",
             gn
             + ["train", "--store", str(work / "store"), "--parts", str(args.parts), "--epochs", "1"]
-            + ["--hidden", "128", "--fanouts", "15,10", "--batch-size", "1024"]
-            + ([] if args.train_progress else ["--no-progress"])
+            + ["--hidden", "128", "--fanouts", "15,10", "--batch-size", "1024", "--no-progress"]
             + ["--topology", "partitioned"]
             + ["--out", str(work / "run")]
             + args.train_arg,
@@ -396,17 +395,16 @@ def _train_stages(record: dict[str, Any], run: Path, sampler: Sampler) -> None:
 
 
 def _train_progress(log: Path) -> dict[str, Any]:
-    """The last position of the driver's epoch bar (``--train-progress``) in ``log``: batches
-    done of the epoch's, and the bar's elapsed seconds (a train step stopped mid-epoch)."""
+    """The driver's last progress line in ``log`` (``epoch E: D/N batches after Ts``, logged
+    every minute when no terminal shows a bar): how far a stopped train step got."""
     import re
 
     text = log.read_text(errors="replace") if log.is_file() else ""
-    bars = re.findall(r"epoch (\d+):\s+\d+%\|[^|]*\|\s*(\d+)/(\d+) \[(?:(\d+):)?(\d+):(\d+)", text)
-    if not bars:
+    lines = re.findall(r"epoch (\d+): (\d+)/(\d+) batches after (\d+)s", text)
+    if not lines:
         return {}
-    epoch, done, total, h, m, sec = bars[-1]
-    elapsed = int(h or 0) * 3600 + int(m) * 60 + int(sec)
-    return {"epoch": int(epoch), "batches": int(done), "of": int(total), "seconds": elapsed}
+    epoch, done, total, sec = lines[-1]
+    return {"epoch": int(epoch), "batches": int(done), "of": int(total), "seconds": int(sec)}
 
 
 def _label(who: str) -> str:
@@ -471,12 +469,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", default="/tmp/gnnsys-ooc")
     p.add_argument("--train-arg", action="append", default=[], help="extra flag for gnnsys train")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
-    p.add_argument(
-        "--train-progress",
-        action="store_true",
-        help="let gnnsys train draw its epoch bar into train.log; a train step stopped by "
-        "--train-timeout then reports how many batches it did (train_progress)",
-    )
     p.add_argument(
         "--reuse-parquet", action="store_true", help="skip the export when WORK has its tables"
     )

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from gnnsys.errors import WorkerFailedError
+from gnnsys.train.control import coordinator as coordinator_module
 from gnnsys.train.control.checkpoint import Checkpoint
 from gnnsys.train.control.coordinator import Coordinator, State
 from gnnsys.train.control.failure import FailureKind, FailurePolicy
@@ -120,6 +121,18 @@ def test_runs_every_epoch_in_order(tmp_path: Path) -> None:
     assert log[-1] == "stop"
     assert [line["epoch"] for line in _lines(tmp_path)] == [0, 1, 2]
     assert coordinator.best() is history[2]
+
+
+def test_progress_is_logged_without_a_bar(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No terminal (a batch job's log): the driver logs batches done instead of a bar."""
+    monkeypatch.setattr(coordinator_module, "PROGRESS_LOG_S", 0.0)
+    coordinator, _ = _coordinator(tmp_path, epochs=1)
+    with caplog.at_level("INFO", logger=coordinator_module.__name__):
+        coordinator.run()
+    lines = [r.getMessage() for r in caplog.records if "batches after" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith("epoch 0: 3/3 batches after "), lines
 
 
 def test_step_returns_transitions(tmp_path: Path) -> None:

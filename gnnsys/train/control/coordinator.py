@@ -38,6 +38,9 @@ __all__ = ["Coordinator", "State"]
 
 log = logging.getLogger(__name__)
 
+PROGRESS_LOG_S = 60.0
+"""Seconds between two progress lines of an epoch run without a bar (a batch job's log)."""
+
 
 class State(enum.Enum):
     """Where the coordinator is; see the module docstring for the transitions."""
@@ -87,7 +90,8 @@ class Coordinator:
         resume: bool = False
         """Continue from ``run_dir/checkpoint.pt`` (else start fresh, removing old files)."""
         progress: bool = True
-        """Show a tqdm bar per epoch on the driver."""
+        """Show a tqdm bar per epoch on the driver; without it (no terminal, ``--no-progress``)
+        the driver logs the epoch's batches done every ``PROGRESS_LOG_S`` seconds instead."""
         resources: Resources = Resources()
         """Logical CPUs per actor."""
 
@@ -211,10 +215,23 @@ class Coordinator:
             leave=False,
         )
         start = time.perf_counter()
+        logged = [start]
+
+        def update(done: int) -> None:
+            bar.update(done - bar.n)
+            now = time.perf_counter()
+            if not self.config.progress and now - logged[0] >= PROGRESS_LOG_S:
+                logged[0] = now
+                log.info(
+                    "epoch %d: %d/%d batches after %.0fs",
+                    self.epoch,
+                    done,
+                    self.num_batches,
+                    now - start,
+                )
+
         try:
-            self._reports = self.group.run_epoch(
-                self.epoch, self.num_batches, lambda done: bar.update(done - bar.n)
-            )
+            self._reports = self.group.run_epoch(self.epoch, self.num_batches, update)
         finally:
             bar.close()
         self._epoch_seconds = time.perf_counter() - start
