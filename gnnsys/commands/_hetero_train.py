@@ -34,6 +34,7 @@ NOT_FOR_HETERO: dict[str, str] = {
     "eval_codec": "--eval-codec (heterogeneous evaluation is sampled; rows use --codec)",
     "eval_halo_mb": "--eval-halo-mb",
     "eval_spill_mb": "--eval-spill-mb",
+    "eval_block_mb": "--eval-block-mb",
     "wire": "--wire",
     "lossy_codec": "--lossy-codec",
     "num_nodes": "--num-nodes (size synthetic:mag with -D scale=...)",

@@ -240,6 +240,14 @@ def _add_eval_flags(p: argparse.ArgumentParser) -> None:
         "process memory; same results (default 0: all in memory)",
     )
     p.add_argument(
+        "--eval-block-mb",
+        type=float,
+        help="source-blocked evaluation for tables larger than memory: SAGE mean/sum and GCN "
+        "layers sum neighbours for runs of nodes whose sums fit this many MiB, reading sources "
+        "in ascending blocks (sequential passes, not one random read per edge); same results "
+        "up to float rounding (default 0: off)",
+    )
+    p.add_argument(
         "--test-at-end",
         action="store_true",
         help="per-epoch evaluations report train and val only; test once, after the last epoch",
@@ -303,6 +311,7 @@ def build_config(args: argparse.Namespace) -> Any:
             cfg.eval,
             **pick(every=args.eval_every, codec=args.eval_codec, metric=args.metric),
             **pick(halo_mb=args.eval_halo_mb, spill_mb=args.eval_spill_mb),
+            **pick(block_mb=args.eval_block_mb),
             test_at_end=cfg.eval.test_at_end or args.test_at_end,
         ),
         codec=replace(cfg.codec, **pick(name=codec_name, lossy=args.lossy_codec, wire=args.wire)),

@@ -46,6 +46,7 @@ from gnnsys.store.pages import release_pages
 from gnnsys.train.eval_blocks import (
     HaloIndex,
     LayerwiseModel,
+    blocked_layer_outputs,
     chunk_blocks,
     full_block,
     full_graph_logits,
@@ -62,6 +63,7 @@ from gnnsys.train.eval_memory import (
     LayerTables,
     release_free_memory,
     set_mmap_threshold,
+    willneed_rows,
 )
 from gnnsys.train.metrics import (
     LINK_METRICS,
@@ -133,6 +135,15 @@ class EvalConfig:
     which the kernel writes back and evicts under memory pressure, instead of anonymous memory.
     0 (default) keeps every table in memory. Same values either way (``eval_memory``)."""
 
+    block_mb: float = 0.0
+    """Source-blocked evaluation (``--eval-block-mb``), for tables larger than memory: SAGE
+    mean/sum and GCN layers take destinations in spans whose neighbour sums fit this many MiB
+    and read their sources in ascending blocks of a quarter of that, so the own table is read
+    in sequential passes (one per span) and a span's halo rows are fetched once, instead of
+    one random read per edge (``eval_blocks.blocked_layer_outputs``). ``halo_mb`` is then unused
+    for those layers. Same outputs up to float rounding (sums run in source order). 0
+    (default): off."""
+
     def __post_init__(self) -> None:
         if self.codec not in CODECS or self.codec in ("auto", "binary"):
             choices = sorted(c for c in CODECS if c not in ("auto", "binary"))
@@ -143,6 +154,8 @@ class EvalConfig:
             raise ValueError(f"eval halo_mb={self.halo_mb}; choose >= 0 (0: no limit)")
         if not self.spill_mb >= 0:
             raise ValueError(f"eval spill_mb={self.spill_mb}; choose >= 0 (0: tables in memory)")
+        if not self.block_mb >= 0:
+            raise ValueError(f"eval block_mb={self.block_mb}; choose >= 0 (0: off)")
         if self.chunk_edges < 1:
             raise ValueError(f"chunk_edges={self.chunk_edges}; choose >= 1")
         if not self.message_mb > 0:
@@ -345,6 +358,10 @@ class ShardEvaluator:
         release_free_memory()  # training's (or the last layer's) freed temporaries
         self.model.eval()
         m, width = int(own.shape[0]), int(own.shape[1])
+        if self._blocked(layer, own, width):
+            self.tables.publish(layer + 1)
+            self._seconds += time.perf_counter() - start
+            return
         for first, stop, halo_pos in self._spans(width):
             gid_H = self.halo_gid[halo_pos]
             halo = torch.empty(gid_H.shape[0], width, dtype=torch.float32)
@@ -364,6 +381,45 @@ class ShardEvaluator:
             release_free_memory()
         self.tables.publish(layer + 1)  # a shard owns at least one node: made by its first run
         self._seconds += time.perf_counter() - start
+
+    def _blocked(self, layer: int, own: Tensor, width: int) -> bool:
+        """Run layer ``layer`` source-blocked (``EvalConfig.block_mb``) if it applies."""
+        if not self.config.block_mb or not self.config.in_place:
+            return False
+        if not isinstance(self.model, BlockModel):
+            return False
+        run = linear_run(self.model.layers[layer])
+        if run is None:
+            return False
+        m = int(own.shape[0])
+        span_rows = max(1, int(self.config.block_mb * 2**20) // (4 * width))
+
+        def halo_rows(pos: np.ndarray) -> Tensor:
+            gid = self.halo_gid[pos]
+            out = torch.empty(gid.shape[0], width, dtype=torch.float32)
+            if layer == 0:
+                self._feature_rows(out, gid)
+            else:
+                self._peer_rows(layer, out, gid)
+            return out
+
+        into = self.tables.span_buffer(layer + 1, m, (0, m))
+        blocked_layer_outputs(
+            self.model,
+            layer,
+            own,
+            self.shard,
+            self.index,
+            self._degree_S,
+            run,
+            halo_rows,
+            into,
+            span_rows=span_rows,
+            block_rows=max(1, span_rows // 4),
+            willneed=willneed_rows,
+        )
+        release_free_memory()
+        return True
 
     def _spans(self, width: int) -> list[tuple[int, int, np.ndarray]]:
         """The runs of destinations for a layer input ``width`` wide (cached per width)."""

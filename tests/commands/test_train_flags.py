@@ -55,6 +55,13 @@ BAD = [
     ),
     ("--eval-spill-mb", "nan", "gnnsys/train/evaluate.py", "EvalConfig", "eval spill_mb=nan"),
     (
+        "--eval-block-mb",
+        "-2",
+        "gnnsys/train/evaluate.py",
+        "EvalConfig",
+        "eval block_mb=-2.0; choose >= 0 (0: off)",
+    ),
+    (
         "--aggregate-at",
         "sideways",
         "gnnsys/train/layer0/base.py",
@@ -122,9 +129,10 @@ def test_good_values_reach_their_configs() -> None:
             "--weight-decay=5e-4",
             "--dropout=0.25",
             "--eval-spill-mb=512",
+            "--eval-block-mb=128",
         )
     )
-    assert cfg.eval.spill_mb == 512.0
+    assert (cfg.eval.spill_mb, cfg.eval.block_mb) == (512.0, 128.0)
     assert (cfg.trainer.weight_decay, cfg.model.dropout) == (5e-4, 0.25)
     assert (cfg.codec.name, cfg.codec.lossy, cfg.codec.wire) == ("auto", "int4", "zstd")
     assert (cfg.cache.policy, cfg.cache.ratio, cfg.cache.presample_epochs) == ("adaptive", 0.2, 2)
@@ -135,7 +143,7 @@ def test_good_values_reach_their_configs() -> None:
     assert default.cache == type(default.cache)() and default.codec == type(default.codec)()
     assert default.to_json()["layer0"]["placement"] == "requester"
     assert (default.trainer.weight_decay, default.model.dropout) == (0.0, 0.5)
-    assert default.eval.spill_mb == 0.0
+    assert (default.eval.spill_mb, default.eval.block_mb) == (0.0, 0.0)
 
 
 def test_help_documents_weight_decay_and_dropout(capsys: pytest.CaptureFixture[str]) -> None:

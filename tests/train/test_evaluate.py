@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import tempfile
@@ -16,12 +17,12 @@ import torch
 from gnnsys.config import RunConfig
 from gnnsys.datasets import load
 from gnnsys.datasets.synthetic import sbm
-from gnnsys.models import ModelConfig, build_model
+from gnnsys.models import BlockModel, ModelConfig, build_model
 from gnnsys.partitioners import partition
 from gnnsys.sampler import NeighborSampler
-from gnnsys.store import write_partitions
+from gnnsys.store import load_shard, write_partitions
 from gnnsys.store.source import DataConfig
-from gnnsys.train import eval_memory
+from gnnsys.train import eval_blocks, eval_memory, evaluate
 from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.prepare import store_info
@@ -51,6 +52,7 @@ def _config(store: Path, parts: int, model: str, **fetch: object) -> RunConfig:
     halo_mb = float(fetch.pop("halo_mb", 0.0))  # type: ignore[arg-type]
     message_mb = float(fetch.pop("message_mb", 16.0))  # type: ignore[arg-type]
     spill_mb = float(fetch.pop("spill_mb", 0.0))  # type: ignore[arg-type]
+    block_mb = float(fetch.pop("block_mb", 0.0))  # type: ignore[arg-type]
     return RunConfig(
         eval=EvalConfig(
             chunk_edges=chunk_edges,
@@ -58,6 +60,7 @@ def _config(store: Path, parts: int, model: str, **fetch: object) -> RunConfig:
             halo_mb=halo_mb,
             message_mb=message_mb,
             spill_mb=spill_mb,
+            block_mb=block_mb,
         ),
         data=DataConfig(store=str(store)),
         cluster=ClusterConfig(parts=parts),
@@ -403,3 +406,104 @@ def test_a_full_temp_dir_fails_with_its_name_not_sigbus(
         assert not _spill_maps() and not _spill_files(tiny)
     finally:
         mounted.close()  # unmounts
+
+
+# ---- source-blocked evaluation (EvalConfig.block_mb) ------------------------------------------
+@pytest.mark.parametrize("parts", [1, 2, 4])
+@pytest.mark.parametrize(
+    ("model", "fetch"),
+    [
+        ("sage", {}),
+        ("gcn", {}),  # degrees scale every gathered row, own and halo
+        ("gat", {}),  # not linear: the span path, unchanged
+        ("sage", {"spill_mb": 1e-6}),  # blocks read from spilled tables
+    ],
+    ids=["sage", "gcn", "gat", "sage-spilled"],
+)
+def test_blocked_evaluation_equals_full_graph(
+    sbm_graph: Graph,
+    parts: int,
+    model: str,
+    fetch: dict[str, object],
+    tmp_path: Path,
+    spill_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[tuple[int, int]] = []
+    blocked = evaluate.blocked_layer_outputs
+
+    def spy(*args: Any, **kwargs: Any) -> None:
+        calls.append((int(args[1]), int(kwargs["span_rows"]), int(kwargs["block_rows"])))
+        blocked(*args, **kwargs)
+
+    monkeypatch.setattr(evaluate, "blocked_layer_outputs", spy)
+    block_mb = 40 * 12 * 4 / 2**20  # 40 rows of layer 0 (F = 12), 30 of layer 1 (H = 16)
+    reports, reference = _sharded(sbm_graph, parts, model, tmp_path, block_mb=block_mb, **fetch)
+    _check_equal(sbm_graph, reports, reference)
+    if model == "gat":
+        assert not calls
+    else:  # both layers of every rank, in spans of 40 and 30 rows, blocks of a quarter
+        assert sorted(calls) == sorted([(0, 40, 10), (1, 30, 7)] * parts)
+
+
+def test_blocked_layer_outputs_read_blocks_in_order(
+    sbm_graph: Graph, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every span asks for its halo rows sorted, in blocks; in-edges read in small pieces."""
+    monkeypatch.setattr(eval_blocks, "_PIECE_EDGES", 7)
+    store = tmp_path / "store"
+    assignment = partition(sbm_graph, "metis", 2, seed=0)
+    write_partitions(sbm_graph, assignment, store, num_hops=2, overwrite=True)
+    shard = load_shard(store, 0)
+    index = eval_blocks.halo_index(shard)
+    m, f = int(shard.num_owned), 12
+    own = torch.randn(m, f)
+    halo = torch.randn(index.halo_gid.shape[0], f)
+    net = build_model(ModelConfig(name="sage", hidden=16, dropout=0.0), f, 4, 2)
+    assert isinstance(net, BlockModel)
+    run = eval_blocks.linear_run(net.layers[0])
+    assert run is not None
+    asked: list[np.ndarray] = []
+    read: list[tuple[int, int]] = []
+
+    def halo_rows(pos: np.ndarray) -> torch.Tensor:
+        asked.append(pos)
+        return halo[torch.from_numpy(pos)]
+
+    out: list[torch.Tensor] = []
+
+    def into(width: int) -> torch.Tensor:
+        out.append(torch.full((m, width), float("nan")))
+        return out[0]
+
+    eval_blocks.blocked_layer_outputs(
+        net, 0, own, shard, index, None, run, halo_rows, into,
+        span_rows=60, block_rows=25, willneed=lambda t, a, b: read.append((a, b)),
+    )  # fmt: skip
+    expected = eval_blocks.linear_layer_outputs(net, 0, own, halo, shard, index, None, run)
+    assert torch.allclose(out[0], expected, atol=1e-5)
+    assert all(np.array_equal(p, np.unique(p)) and p.shape[0] <= 25 for p in asked)
+    assert all(0 <= a < b <= m and b - a <= 60 for a, b in read)  # blocks, then span rows
+    assert len(asked) >= -(-m // 60)  # every span reads at least one halo block here
+
+
+def test_willneed_rows_is_a_hint_on_maps_and_memory(tmp_path: Path) -> None:
+    data = np.arange(64 * 8, dtype=np.float32).reshape(64, 8)
+    np.save(tmp_path / "x.npy", data)
+    mapped = torch.from_numpy(np.load(tmp_path / "x.npy", mmap_mode="r+"))
+    for table in (mapped, torch.from_numpy(data.copy())):
+        eval_memory.willneed_rows(table, 3, 60)
+        eval_memory.willneed_rows(table, 5, 5)  # empty: nothing asked
+        assert torch.equal(table, torch.from_numpy(data))
+
+
+def test_each_evaluation_layer_is_logged(
+    sbm_graph: Graph, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="gnnsys.train.control.local_group"):
+        _sharded(sbm_graph, 2, "sage", tmp_path)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("evaluation:")]
+    assert [line.rsplit(" after ", 1)[0] for line in lines] == [
+        "evaluation: layer 1/2 done",
+        "evaluation: layer 2/2 done",
+    ]
