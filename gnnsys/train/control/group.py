@@ -21,7 +21,10 @@ from gnnsys.train.control.failure import Blame, FailureKind, blame
 from gnnsys.train.evaluate import RankEval
 from gnnsys.train.worker import RankState, WorkerEpochReport
 
-__all__ = ["GroupFactory", "GroupFailure", "Roles", "WorkerGroup"]
+__all__ = ["EVAL_LAYER_LOG", "GroupFactory", "GroupFailure", "Roles", "WorkerGroup"]
+
+EVAL_LAYER_LOG = "evaluation: layer %d/%d done after %.0fs"
+"""What a group logs after each evaluation layer (a layer of a large graph takes minutes)."""
 
 
 class GroupFailure(Exception):  # noqa: N818 (a control-flow signal carrying a record)

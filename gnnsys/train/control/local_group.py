@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import replace
@@ -30,7 +31,7 @@ from torch import Tensor
 from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.train.control.checkpoint import Checkpoint
 from gnnsys.train.control.failure import FailureKind
-from gnnsys.train.control.group import GroupFailure, Roles
+from gnnsys.train.control.group import EVAL_LAYER_LOG, GroupFailure, Roles
 from gnnsys.train.evaluate import RankEval
 from gnnsys.train.remote.client import SampleArrays
 from gnnsys.train.remote.ledger import Ledger
@@ -230,10 +231,12 @@ class LocalWorkerGroup:
 
     def evaluate(self, splits: tuple[str, ...], *, with_logits: bool = False) -> list[RankEval]:
         """One layer on every rank at a time, the ranks in turn (peers read finished tables)."""
+        start, steps = time.monotonic(), self.template.eval_steps
         try:
-            for layer in range(self.template.eval_steps):
+            for layer in range(steps):
                 for w in self.workers:
                     w.eval_layer(layer)
+                log.info(EVAL_LAYER_LOG, layer + 1, steps, time.monotonic() - start)
             return [w.eval_report(splits, with_logits) for w in self.workers]
         except Exception as err:  # a rank's error, reported like a Ray rank's
             raise _raised(0, err) from err

@@ -35,7 +35,7 @@ from typing import Any
 
 from gnnsys.train.control.checkpoint import Checkpoint
 from gnnsys.train.control.failure import FailureKind
-from gnnsys.train.control.group import GroupFailure, Roles
+from gnnsys.train.control.group import EVAL_LAYER_LOG, GroupFailure, Roles
 from gnnsys.train.control.local_group import HOMOGENEOUS
 from gnnsys.train.control.resources import Resources
 from gnnsys.train.evaluate import RankEval
@@ -409,8 +409,10 @@ class RayWorkerGroup:
 
     def evaluate(self, splits: tuple[str, ...], *, with_logits: bool = False) -> list[RankEval]:
         """One layer on every rank at a time (peers serve the rows they just computed)."""
-        for layer in range(self.template.eval_steps):
+        start, steps = time.monotonic(), self.template.eval_steps
+        for layer in range(steps):
             self._call_all(_eval_layer(layer))
+            log.info(EVAL_LAYER_LOG, layer + 1, steps, time.monotonic() - start)
         return self._call_all(lambda _, w: w.eval_report.remote(splits, with_logits))
 
     def run_epoch(
