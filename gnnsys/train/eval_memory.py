@@ -24,6 +24,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from gnnsys.store.pages import willneed_range
+
 __all__ = [
     "EVAL_MMAP_THRESHOLD",
     "SPILL_PREFIX",
@@ -157,7 +159,6 @@ def _libc() -> ctypes.CDLL | None:
             _LIBC = ctypes.CDLL("libc.so.6")
             _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
             _LIBC.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-            _LIBC.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         except (OSError, AttributeError):
             _LIBC = False
     return _LIBC if isinstance(_LIBC, ctypes.CDLL) else None
@@ -194,23 +195,15 @@ def set_mmap_threshold(nbytes: int) -> None:
         libc.mallopt(_M_MMAP_THRESHOLD, nbytes)
 
 
-_MADV_WILLNEED = 3  # Linux
-_PAGE = mmap.PAGESIZE
-
-
 def willneed_rows(table: Tensor, first: int, stop: int) -> None:
     """Ask the kernel to read rows ``[first, stop)`` of a 2-D ``table`` ahead (``MADV_WILLNEED``).
 
     For a file-mapped table (the shard's features, a spilled layer table) the kernel starts
     reading the whole range at once, in large sequential requests, whatever read-around the
     mapping has (the maps are ``MADV_RANDOM``: a fault alone would read one 4 KiB page). On
-    anonymous memory it does nothing. Errors are ignored: it is a hint.
+    anonymous memory it does nothing.
     """
-    libc = _libc()
-    if libc is None or stop <= first or not table.is_contiguous() or table.dim() != 2:
+    if stop <= first or not table.is_contiguous() or table.dim() != 2:
         return
     row = int(table.shape[1]) * table.element_size()
-    begin = table.data_ptr() + first * row
-    end = table.data_ptr() + stop * row
-    aligned = begin - begin % _PAGE
-    libc.madvise(aligned, end - aligned, _MADV_WILLNEED)
+    willneed_range(table.data_ptr() + first * row, (stop - first) * row)

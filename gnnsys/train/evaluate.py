@@ -42,7 +42,7 @@ from torch import Tensor, nn
 from gnnsys.cache import HaloCache
 from gnnsys.cache.codecs import CODECS, Codec, make_codec
 from gnnsys.models import BlockModel, GCNLayer
-from gnnsys.store.pages import release_pages
+from gnnsys.store.pages import dense_range, release_pages
 from gnnsys.train.eval_blocks import (
     HaloIndex,
     LayerwiseModel,
@@ -335,8 +335,12 @@ class ShardEvaluator:
         """Float rows of owned ``gid`` in table ``table`` (the caller encodes them)."""
         if table not in self.tables:
             raise ValueError(f"table {table} is not computed on part {self.shard.part} yet")
-        lid = torch.from_numpy(self.book.lid_N[np.asarray(gid, dtype=np.int64)].astype(np.int64))
-        return self.tables[table][lid]
+        lid = self.book.lid_N[np.asarray(gid, dtype=np.int64)].astype(np.int64)
+        rows = self.tables[table]
+        span = dense_range(lid, int(rows.shape[1]) * rows.element_size())
+        if span is not None:  # a large share of a spilled table's range: one read-ahead
+            willneed_rows(rows, *span)
+        return rows[torch.from_numpy(lid)]
 
     # ---- one step -----------------------------------------------------------------------------
     @torch.no_grad()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnsys.store.pages import advise_random, release_pages
+from gnnsys.store.pages import advise_random, dense_range, read_ahead_dense, release_pages
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
 
@@ -83,3 +83,25 @@ def test_advise_random_marks_the_mapping_and_keeps_values(
     assert advise_random(arr[10:20], arr, np.zeros(3)) == 8 * (1 << 20) + 128  # one mapping once
     assert _vm_flags(path) and all("rr" in flags for flags in _vm_flags(path))
     np.testing.assert_array_equal(arr[::4096], np.arange(0, 1 << 20, 4096))
+
+
+def test_dense_range_needs_most_pages_of_the_range() -> None:
+    # 512-byte rows: 8 share a page, so a row in every other page (1 in 16) fills half
+    assert dense_range(np.arange(0, 1600, 16), 512) == (0, 1585)
+    assert dense_range(np.arange(0, 1600, 17), 512) is None
+    assert dense_range(np.array([5]), 512) == (5, 6)  # one row: its own page
+    assert dense_range(np.zeros(0, dtype=np.int64), 512) is None
+    assert dense_range(np.array([0, 99]), 8192, min_fill=0.02) == (0, 100)  # wide rows: count
+    assert dense_range(np.array([0, 99]), 8192, min_fill=0.03) is None
+
+
+@linux
+def test_read_ahead_dense_asks_only_for_dense_rows_of_maps(
+    mapped: tuple[Path, np.ndarray],
+) -> None:
+    path, arr = mapped
+    table = arr[: (arr.shape[0] // 128) * 128].reshape(-1, 128)  # a 2-D view of the map
+    assert read_ahead_dense(table, np.arange(0, 64, 2))
+    assert not read_ahead_dense(table, np.array([0, table.shape[0] - 1]))  # sparse
+    assert not read_ahead_dense(np.asarray(table).copy(), np.arange(64))  # not a map
+    np.testing.assert_array_equal(table[1], np.asarray(arr[128:256]))
