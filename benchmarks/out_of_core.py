@@ -419,11 +419,33 @@ def _train_progress(log: Path) -> dict[str, Any]:
     import re
 
     text = log.read_text(errors="replace") if log.is_file() else ""
+    out: dict[str, Any] = {}
     lines = re.findall(r"epoch (\d+): (\d+)/(\d+) batches after (\d+)s", text)
-    if not lines:
-        return {}
-    epoch, done, total, sec = lines[-1]
-    return {"epoch": int(epoch), "batches": int(done), "of": int(total), "seconds": int(sec)}
+    if lines:
+        epoch, done, total, sec = lines[-1]
+        out = {"epoch": int(epoch), "batches": int(done), "of": int(total), "seconds": int(sec)}
+    layers = re.findall(r"evaluation: layer (\d+)/(\d+) done after (\d+)s", text)
+    if layers:
+        out["eval_layers"] = [[int(a), int(b), int(c)] for a, b, c in layers]
+    restarts = re.findall(r"failure \(([^)]*)\): (.*?); restart (\d+)/(\d+)", text)
+    if restarts:
+        out["restarts"] = [f"{kind}: {what}" for kind, what, _, _ in restarts]
+    return out
+
+
+def _progress_text(r: dict[str, Any]) -> str:
+    """How far a stopped train step got, from its ``train_progress``."""
+    got = r.get("train_progress") or {}
+    parts = []
+    if "batches" in got:
+        parts.append(f"epoch {got['batches']}/{got['of']} batches after {got['seconds']} s")
+    for layer, total, sec in got.get("eval_layers", []):
+        parts.append(f"evaluation layer {layer}/{total} after {sec} s")
+    parts += [f"restart after {what}" for what in got.get("restarts", [])]
+    oom = r["commands"].get("train", {}).get("oom_kills")
+    if oom:
+        parts.append(f"{oom} OOM kill(s)")
+    return "train step stopped: " + ", ".join(parts) if parts else ""
 
 
 def _label(who: str) -> str:
@@ -464,8 +486,8 @@ def table(paths: list[str]) -> str:
                     f"{top.get('anon', 0) // mib:,} ({_label(who)}) |"
                 )
                 head = "| | | | |"
-            failed = r.get("note") or r.get("failed", "")
-            done = "completed" if r["completed"] else f"not completed: {failed[:160]}"
+            failed = r.get("note") or _progress_text(r) or r.get("failed", "")
+            done = "completed" if r["completed"] else f"not completed: {failed[:240]}"
             rows.append(f"| | | | | {done} | | | |")
     return "\n".join(rows)
 
