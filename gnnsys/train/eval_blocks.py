@@ -193,6 +193,35 @@ def _split_edges(col: np.ndarray, m: int, rowptr: np.ndarray) -> tuple[Tensor, .
     return tuple(out)
 
 
+def _span_outputs(
+    model: BlockModel,
+    layer: int,
+    run: LinearLayerRun,
+    sum_DF: Tensor,
+    own_DF: Tensor,
+    rowptr: np.ndarray,
+    degree_S: np.ndarray | None,
+    start: int,
+) -> Tensor:
+    """A linear layer's outputs for destinations ``start ..`` from their neighbour sums.
+
+    ``sum_DF`` is the callers' own temporary: a mean divides it in place.
+    """
+    module = cast(SAGELayer | GCNLayer, model.layers[layer])  # linear_run checked the type
+    num = int(rowptr.shape[0] - 1)
+    if run.reduce == "mean":
+        sum_DF.div_(torch.from_numpy(np.diff(rowptr)).clamp_(min=1).to(sum_DF.dtype)[:, None])
+    block = Block(
+        num_src=num,
+        num_dst=num,
+        rowptr=torch.from_numpy(rowptr),
+        col=torch.zeros(0, dtype=torch.int64),
+        e_id=torch.zeros(0, dtype=torch.int64),
+        src_in_degree=None if degree_S is None else torch.from_numpy(degree_S[start : start + num]),
+    )
+    return model.activate(layer, module.combine(sum_DF, own_DF, block))
+
+
 @torch.no_grad()
 def linear_layer_outputs(
     model: BlockModel,
@@ -217,7 +246,6 @@ def linear_layer_outputs(
     one over the halo table (edges split by where their source lives), so neither table is
     copied or gathered; GCN's per-source weights scale a copy of the two tables once per layer.
     """
-    module = cast(SAGELayer | GCNLayer, model.layers[layer])  # linear_run checked the type
     m = int(own_MF.shape[0])
     indptr = np.asarray(shard.indptr, dtype=np.int64)
     local_E = shard.indices_local
@@ -240,18 +268,7 @@ def linear_layer_outputs(
         rowptr = indptr[start : end + 1] - e0
         ptr_own, col_own, ptr_halo, col_halo = _split_edges(col, m, rowptr)
         agg = aggregate(own, ptr_own, col_own, "sum") + aggregate(halo, ptr_halo, col_halo, "sum")
-        if run.reduce == "mean":
-            deg = torch.from_numpy(np.diff(rowptr)).clamp_(min=1).to(agg.dtype)
-            agg = agg / deg[:, None]
-        block = Block(
-            num_src=end - start,
-            num_dst=end - start,
-            rowptr=torch.from_numpy(rowptr),
-            col=torch.zeros(0, dtype=torch.int64),
-            e_id=torch.zeros(0, dtype=torch.int64),
-            src_in_degree=None if degree_S is None else torch.from_numpy(degree_S[start:end]),
-        )
-        rows = model.activate(layer, module.combine(agg, own_MF[start:end], block))
+        rows = _span_outputs(model, layer, run, agg, own_MF[start:end], rowptr, degree_S, start)
         if out is None:
             width = int(rows.shape[1])
             out = into(width) if into else torch.empty(stop - first, width, dtype=rows.dtype)
@@ -352,7 +369,6 @@ def blocked_layer_outputs(
         block_rows: Source rows per block (and rows gathered at once).
         willneed: Read-ahead hint for rows ``[first, stop)`` of ``own_MF`` (optional).
     """
-    module = cast(SAGELayer | GCNLayer, model.layers[layer])  # linear_run checked the type
     m, width = int(own_MF.shape[0]), int(own_MF.shape[1])
     indptr = np.asarray(shard.indptr, dtype=np.int64)
     local_E = shard.indices_local
@@ -402,19 +418,10 @@ def blocked_layer_outputs(
             add(acc, got[torch.from_numpy(pos)].float(), halo_S, halo_dst[lo:hi])
             del got, pos
         del halo_src, halo_dst
-        if run.reduce == "mean":
-            acc /= torch.from_numpy(np.diff(rowptr)).clamp_(min=1).to(acc.dtype)[:, None]
-        block = Block(
-            num_src=end - start,
-            num_dst=end - start,
-            rowptr=torch.from_numpy(rowptr),
-            col=torch.zeros(0, dtype=torch.int64),
-            e_id=torch.zeros(0, dtype=torch.int64),
-            src_in_degree=None if degree_S is None else torch.from_numpy(degree_S[start:end]),
-        )
         if willneed is not None:
             willneed(own_MF, start, end)
-        rows_out = model.activate(layer, module.combine(acc, own_MF[start:end].float(), block))
+        own = own_MF[start:end].float()
+        rows_out = _span_outputs(model, layer, run, acc, own, rowptr, degree_S, start)
         if out is None:
             out = into(int(rows_out.shape[1]))
         out[start:end] = rows_out

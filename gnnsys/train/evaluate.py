@@ -367,12 +367,7 @@ class ShardEvaluator:
             self._seconds += time.perf_counter() - start
             return
         for first, stop, halo_pos in self._spans(width):
-            gid_H = self.halo_gid[halo_pos]
-            halo = torch.empty(gid_H.shape[0], width, dtype=torch.float32)
-            if layer == 0:
-                self._feature_rows(halo, gid_H)
-            else:
-                self._peer_rows(layer, halo, gid_H)
+            halo = self._halo_rows(layer, halo_pos, width)
             index, degree_S = self.index, self._degree_S
             if halo_pos.shape[0] < self.halo_gid.shape[0]:  # a run of a halo budget
                 index = restricted(self.index, halo_pos, m)
@@ -385,6 +380,16 @@ class ShardEvaluator:
             release_free_memory()
         self.tables.publish(layer + 1)  # a shard owns at least one node: made by its first run
         self._seconds += time.perf_counter() - start
+
+    def _halo_rows(self, layer: int, halo_pos: np.ndarray, width: int) -> Tensor:
+        """``[len(halo_pos), width]`` layer inputs of the halo nodes at ``halo_pos``."""
+        gid_H = self.halo_gid[halo_pos]
+        out = torch.empty(gid_H.shape[0], width, dtype=torch.float32)
+        if layer == 0:
+            self._feature_rows(out, gid_H)
+        else:
+            self._peer_rows(layer, out, gid_H)
+        return out
 
     def _blocked(self, layer: int, own: Tensor, width: int) -> bool:
         """Run layer ``layer`` source-blocked (``EvalConfig.block_mb``) if it applies."""
@@ -399,13 +404,7 @@ class ShardEvaluator:
         span_rows = max(1, int(self.config.block_mb * 2**20) // (4 * width))
 
         def halo_rows(pos: np.ndarray) -> Tensor:
-            gid = self.halo_gid[pos]
-            out = torch.empty(gid.shape[0], width, dtype=torch.float32)
-            if layer == 0:
-                self._feature_rows(out, gid)
-            else:
-                self._peer_rows(layer, out, gid)
-            return out
+            return self._halo_rows(layer, pos, width)
 
         into = self.tables.span_buffer(layer + 1, m, (0, m))
         blocked_layer_outputs(
