@@ -477,6 +477,8 @@ def table(paths: list[str]) -> str:
             )
             stages = dict(r["commands"].get("export", {}) and {"export": r["commands"]["export"]})
             stages |= r["stages"]
+            if "train" in r["commands"] and "epoch" not in stages:  # stopped: its whole window
+                stages["train (stopped)"] = r["commands"]["train"]
             for name, st in stages.items():
                 procs = st["peak_rss"]
                 who, top = max(procs.items(), key=lambda kv: kv[1]["anon"], default=("-", {}))
