@@ -321,7 +321,8 @@ def bench_size(args: argparse.Namespace, log2: int) -> dict[str, Any]:
                 "--out",
                 str(work / "store"),
                 "--json",
-            ],
+            ]
+            + args.partition_arg,
         ),
         (
             "train",
@@ -511,6 +512,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train-timeout", type=float, help="seconds for the train step (killed after)")
     p.add_argument("--work", default="/tmp/gnnsys-ooc")
     p.add_argument("--train-arg", action="append", default=[], help="extra flag for gnnsys train")
+    p.add_argument(
+        "--partition-arg",
+        action="append",
+        default=[],
+        help="extra flag for gnnsys partition (--partition-arg=-O --partition-arg=edge_weight=1)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     p.add_argument(
         "--reuse-parquet", action="store_true", help="skip the export when WORK has its tables"

@@ -52,8 +52,16 @@ class StreamConfig:
     """Streaming passes; later passes restream with every node's current part known."""
     chunk: int | None = None
     """Nodes decided together; ``None`` picks ``clamp(N / (64 P), 64, 65536)``."""
+    edge_weight: float = 0.0
+    """Weight of a part's in-edges in the load the score penalises: the load is
+    ``nodes + edge_weight * (N / E) * in_edges``, so at 1 a part's share of the edges counts as
+    much as its share of the nodes. 0 (default) balances nodes only, which on skewed graphs
+    leaves one part with several times the average edges (R-MAT 2**24, 4 parts: 3.5x), and its
+    worker with that much more sampling. The node capacity holds either way."""
 
     def __post_init__(self) -> None:
+        if not (self.edge_weight >= 0.0 and math.isfinite(self.edge_weight)):
+            raise ValueError(f"edge_weight={self.edge_weight}; choose a finite value >= 0")
         if self.order not in ORDERS:
             raise ValueError(f"order={self.order!r}; choose one of {ORDERS}")
         if not 0.0 <= self.slack <= 1.0:
@@ -160,12 +168,17 @@ def run_stream(
         count_G = np.bincount(group_N, minlength=1)
         cap_G = np.array([math.ceil((1.0 + cfg.slack) * c / num_parts) for c in count_G])
     load_GP = np.zeros((cap_G.shape[0], num_parts), dtype=np.int64)
+    edges_P = np.zeros(num_parts, dtype=np.int64)  # in-edges of the nodes placed in each part
+    per_edge = cfg.edge_weight * n / max(graph.num_edges, 1)
     for _ in range(cfg.passes):
         for start in range(0, n, chunk):
             nodes_K = order_N[start : start + chunk]
             placed, group_K = part_N[nodes_K], group_N[nodes_K]
             _add_loads(load_GP, group_K[placed >= 0], placed[placed >= 0], -1)
-            load_P = load_GP.sum(axis=0)
+            degree_K = _in_degrees(graph, nodes_K) if per_edge else None
+            if degree_K is not None:
+                np.subtract.at(edges_P, placed[placed >= 0], degree_K[placed >= 0])
+            load_P = load_GP.sum(axis=0) + per_edge * edges_P
             count_KP = neighbor_part_counts(graph, part_N, nodes_K, num_parts)
             score_KP = score(count_KP, load_P.astype(np.float64))
             score_KP += _tie_break(np.arange(start, start + nodes_K.shape[0]), load_P, capacity)
@@ -175,7 +188,20 @@ def run_stream(
             choice_K = _grouped_argmax(score_KP, cap_G[:, None] - load_GP, group_K, current_K)
             part_N[nodes_K] = choice_K
             _add_loads(load_GP, group_K, choice_K, 1)
+            if degree_K is not None:
+                edges_P += np.bincount(choice_K, weights=degree_K, minlength=num_parts).astype(
+                    np.int64
+                )
     return part_N
+
+
+def _in_degrees(graph: Graph, nodes_K: np.ndarray) -> np.ndarray:
+    """``[K]`` int64 in-degrees of ``nodes_K`` (two reads of ``indptr`` per node)."""
+    indptr = graph.indptr
+    out: np.ndarray = np.asarray(indptr[nodes_K + 1], dtype=np.int64) - np.asarray(
+        indptr[nodes_K], dtype=np.int64
+    )
+    return out
 
 
 def _add_loads(load_GP: np.ndarray, group_K: np.ndarray, part_K: np.ndarray, sign: int) -> None:
@@ -213,7 +239,8 @@ class Ldg:
     ) -> Assignment:
         """See ``Partitioner.assign``; ``groups_N`` balances each group (``run_stream``)."""
         check_num_parts(graph, num_parts)
-        capacity = math.ceil((1.0 + self.config.slack) * graph.num_nodes / num_parts)
+        nodes = math.ceil((1.0 + self.config.slack) * graph.num_nodes / num_parts)
+        capacity = nodes * (1.0 + self.config.edge_weight)  # with the edge term's share
 
         def score(count_KP: np.ndarray, load_P: np.ndarray) -> np.ndarray:
             out: np.ndarray = count_KP * (1.0 - load_P / capacity)[None, :]
@@ -269,4 +296,12 @@ class Fennel:
 
 
 def _params(cfg: StreamConfig) -> dict[str, object]:
-    return {"order": cfg.order, "slack": cfg.slack, "passes": cfg.passes, "chunk": cfg.chunk}
+    out: dict[str, object] = {
+        "order": cfg.order,
+        "slack": cfg.slack,
+        "passes": cfg.passes,
+        "chunk": cfg.chunk,
+    }
+    if cfg.edge_weight:  # recorded only when used: assignments made without it stay the same
+        out["edge_weight"] = cfg.edge_weight
+    return out

@@ -212,3 +212,25 @@ def test_symmetry_checks_agree() -> None:
     for name, (g, expected) in cases.items():
         assert _is_metis_ready(g) is expected, name
         assert _is_metis_ready_by_sort(g) is expected, name
+
+
+@pytest.mark.parametrize("method", ["ldg", "fennel"])
+def test_edge_weight_spreads_in_edges_and_keeps_node_capacity(method: str) -> None:
+    """On a skewed graph, counting in-edges in the load lowers the largest part's edge share."""
+    from gnnsys.datasets import load
+    from gnnsys.partitioners.metrics import part_loads
+
+    graph = load("synthetic:rmat", num_nodes=1 << 13, num_features=2)
+    plain = partition(graph, method, 4, seed=0, slack=0.5)
+    weighted = partition(graph, method, 4, seed=0, slack=0.5, edge_weight=1.0)
+    assert "edge_weight" not in plain.params and weighted.params["edge_weight"] == 1.0
+    edges = [part_loads(graph, a.part_N, 4)["edges"] for a in (plain, weighted)]
+    assert edges[1].max() < edges[0].max()
+    capacity = int(np.ceil(1.5 * graph.num_nodes / 4))
+    assert np.bincount(weighted.part_N, minlength=4).max() <= capacity
+
+
+@pytest.mark.parametrize("bad", [-0.5, float("nan"), float("inf")])
+def test_edge_weight_must_be_finite_and_non_negative(bad: float) -> None:
+    with pytest.raises(ValueError, match=f"edge_weight={bad}; choose a finite value >= 0"):
+        make_partitioner("fennel", edge_weight=bad)
