@@ -30,7 +30,6 @@ from gnnsys.types import Block, PartitionShard
 __all__ = [
     "ChunkBlock",
     "LinearLayerRun",
-    "blocked_layer_outputs",
     "linear_layer_outputs",
     "HaloIndex",
     "LayerwiseModel",
@@ -41,6 +40,7 @@ __all__ = [
     "halo_index",
     "halo_spans",
     "linear_run",
+    "span_outputs",
     "restricted",
 ]
 
@@ -193,7 +193,7 @@ def _split_edges(col: np.ndarray, m: int, rowptr: np.ndarray) -> tuple[Tensor, .
     return tuple(out)
 
 
-def _span_outputs(
+def span_outputs(
     model: BlockModel,
     layer: int,
     run: LinearLayerRun,
@@ -268,7 +268,7 @@ def linear_layer_outputs(
         rowptr = indptr[start : end + 1] - e0
         ptr_own, col_own, ptr_halo, col_halo = _split_edges(col, m, rowptr)
         agg = aggregate(own, ptr_own, col_own, "sum") + aggregate(halo, ptr_halo, col_halo, "sum")
-        rows = _span_outputs(model, layer, run, agg, own_MF[start:end], rowptr, degree_S, start)
+        rows = span_outputs(model, layer, run, agg, own_MF[start:end], rowptr, degree_S, start)
         if out is None:
             width = int(rows.shape[1])
             out = into(width) if into else torch.empty(stop - first, width, dtype=rows.dtype)
@@ -276,156 +276,6 @@ def linear_layer_outputs(
         start = end
     assert out is not None  # a span holds at least one node
     return out
-
-
-_PIECE_EDGES = 1 << 20  # in-edges read from the shard at once while a span is bucketed
-
-
-def _bucketed(
-    local_E: np.ndarray,
-    rowptr: np.ndarray,
-    e0: int,
-    m: int,
-    index: HaloIndex,
-    block_rows: int,
-) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]], np.ndarray, np.ndarray]:
-    """One span's in-edges, owned sources bucketed by source block, halo sources sorted.
-
-    Read ``_PIECE_EDGES`` in-edges at a time; each edge is kept as two int32 (source, span
-    destination), so a span costs 8 bytes per in-edge. Returns per owned source block the
-    pieces of sources and destinations, and the halo edges' halo positions (sorted) and
-    destinations.
-    """
-    num_blocks = -(-m // block_rows)
-    own_src: list[list[np.ndarray]] = [[] for _ in range(num_blocks)]
-    own_dst: list[list[np.ndarray]] = [[] for _ in range(num_blocks)]
-    halo_src: list[np.ndarray] = []
-    halo_dst: list[np.ndarray] = []
-    total = int(rowptr[-1])
-    for p0 in range(0, total, _PIECE_EDGES):
-        p1 = min(total, p0 + _PIECE_EDGES)
-        col = np.asarray(local_E[e0 + p0 : e0 + p1], dtype=np.int64)
-        dst = np.searchsorted(rowptr, np.arange(p0, p1), side="right").astype(np.int32) - 1
-        mine = col < m
-        src = col[mine]
-        block = src // block_rows
-        order = np.argsort(block, kind="stable")
-        src, mine_dst, block = src[order].astype(np.int32), dst[mine][order], block[order]
-        bounds = np.searchsorted(block, np.arange(num_blocks + 1))
-        for b in np.flatnonzero(np.diff(bounds)):
-            own_src[b].append(src[bounds[b] : bounds[b + 1]])
-            own_dst[b].append(mine_dst[bounds[b] : bounds[b + 1]])
-        halo_src.append((index.source_of_K[col[~mine] - m] - m).astype(np.int32))
-        halo_dst.append(dst[~mine])
-    h_src = np.concatenate(halo_src) if halo_src else np.zeros(0, np.int32)
-    h_dst = np.concatenate(halo_dst) if halo_dst else np.zeros(0, np.int32)
-    order = np.argsort(h_src, kind="stable")
-    return own_src, own_dst, h_src[order], h_dst[order]
-
-
-@torch.no_grad()
-def blocked_layer_outputs(
-    model: BlockModel,
-    layer: int,
-    own_MF: Tensor,
-    shard: PartitionShard,
-    index: HaloIndex,
-    degree_S: np.ndarray | None,
-    run: LinearLayerRun,
-    halo_rows: Callable[[np.ndarray], Tensor],
-    into: Callable[[int], Tensor],
-    *,
-    span_rows: int,
-    block_rows: int,
-    willneed: Callable[[Tensor, int, int], None] | None = None,
-) -> None:
-    """A linear layer over every owned destination with its sources read in ascending blocks.
-
-    For tables larger than memory. The destinations are taken in spans of ``span_rows``
-    nodes, whose neighbour sums ``[span, F]`` are held in memory with the span's in-edges
-    (8 bytes each, bucketed by source block). Each span reads its sources in ascending order,
-    ``block_rows`` rows at a time: owned rows straight from ``own_MF`` (a memory map:
-    ``willneed(own_MF, first, stop)`` asks the kernel to read the next block ahead,
-    sequentially, while this one is summed), halo rows from ``halo_rows(positions)`` (sorted
-    positions into ``index.halo_gid``; the rows arrive in that order, ``block_rows`` at a
-    time). A span so reads each table page about once: a layer costs ``ceil(M / span_rows)``
-    sequential passes over the own table instead of one random read per edge, and a span's
-    distinct halo rows are fetched once for it.
-
-    Sums run in source order, not in-edge order: the outputs equal
-    :func:`linear_layer_outputs`'s up to float rounding.
-
-    Args:
-        model: The model; ``layer`` is a SAGE mean/sum or GCN layer (``run`` says which).
-        layer: The layer computed.
-        own_MF: The layer input of the owned nodes (``[M, F]``, usually memory-mapped).
-        shard: The rank's shard (its ``indptr`` and ``indices_local``).
-        index: Its :func:`halo_index`.
-        degree_S: ``[M + H]`` whole-graph in-degrees of ``[own; halo]`` (GCN), or ``None``.
-        run: :func:`linear_run` of the layer.
-        halo_rows: Float rows ``[len(positions), F]`` of the halo nodes at ``positions``.
-        into: Called once with the output width; returns the ``[M, H]`` output buffer.
-        span_rows: Destinations per span.
-        block_rows: Source rows per block (and rows gathered at once).
-        willneed: Read-ahead hint for rows ``[first, stop)`` of ``own_MF`` (optional).
-    """
-    m, width = int(own_MF.shape[0]), int(own_MF.shape[1])
-    indptr = np.asarray(shard.indptr, dtype=np.int64)
-    local_E = shard.indices_local
-    assert local_E is not None
-    span_rows, block_rows = max(1, span_rows), max(1, block_rows)
-    scale_S = None
-    if run.reduce == "gcn":
-        assert degree_S is not None  # the evaluator fetches degrees for GCN models
-        scale_S = torch.from_numpy(degree_S + 1).float().rsqrt()
-
-    def add(acc: Tensor, rows: Tensor, src_S: Tensor | None, dst: np.ndarray) -> None:
-        if scale_S is not None and src_S is not None:
-            rows *= scale_S[src_S, None]
-        acc.index_add_(0, torch.from_numpy(dst.astype(np.int64)), rows)
-
-    out: Tensor | None = None
-    for start in range(0, m, span_rows):
-        end = min(start + span_rows, m)
-        e0 = int(indptr[start])
-        rowptr = indptr[start : end + 1] - e0
-        own_src, own_dst, halo_src, halo_dst = _bucketed(local_E, rowptr, e0, m, index, block_rows)
-        acc = torch.zeros(end - start, width, dtype=torch.float32)
-        todo = [b for b in range(len(own_src)) if own_src[b]]
-        if willneed is not None and todo:
-            willneed(own_MF, todo[0] * block_rows, min(m, (todo[0] + 1) * block_rows))
-        for i, b in enumerate(todo):
-            if willneed is not None and i + 1 < len(todo):
-                nb = todo[i + 1]
-                willneed(own_MF, nb * block_rows, min(m, (nb + 1) * block_rows))
-            src = np.concatenate(own_src[b]).astype(np.int64)
-            dst = np.concatenate(own_dst[b])
-            own_src[b], own_dst[b] = [], []
-            for g in range(0, src.shape[0], block_rows):
-                src_S = torch.from_numpy(src[g : g + block_rows])
-                add(acc, own_MF[src_S].float(), src_S, dst[g : g + block_rows])
-            del src, dst
-        uniq, first_edge = np.unique(halo_src, return_index=True)
-        first_edge = np.append(first_edge, halo_src.shape[0])
-        for u0 in range(0, uniq.shape[0], block_rows):
-            u1 = min(u0 + block_rows, uniq.shape[0])
-            got = halo_rows(uniq[u0:u1].astype(np.int64))
-            lo, hi = int(first_edge[u0]), int(first_edge[u1])
-            pos = np.searchsorted(uniq[u0:u1], halo_src[lo:hi])
-            halo_S = (
-                None if scale_S is None else torch.from_numpy(m + halo_src[lo:hi].astype(np.int64))
-            )
-            add(acc, got[torch.from_numpy(pos)].float(), halo_S, halo_dst[lo:hi])
-            del got, pos
-        del halo_src, halo_dst
-        if willneed is not None:
-            willneed(own_MF, start, end)
-        own = own_MF[start:end].float()
-        rows_out = _span_outputs(model, layer, run, acc, own, rowptr, degree_S, start)
-        if out is None:
-            out = into(int(rows_out.shape[1]))
-        out[start:end] = rows_out
-        del acc, rows_out
 
 
 def halo_spans(

@@ -42,11 +42,11 @@ from torch import Tensor, nn
 from gnnsys.cache import HaloCache
 from gnnsys.cache.codecs import CODECS, Codec, make_codec
 from gnnsys.models import BlockModel, GCNLayer
-from gnnsys.store.pages import dense_range, release_pages
+from gnnsys.store.pages import release_pages
+from gnnsys.train.eval_blocked import blocked_layer
 from gnnsys.train.eval_blocks import (
     HaloIndex,
     LayerwiseModel,
-    blocked_layer_outputs,
     chunk_blocks,
     full_block,
     full_graph_logits,
@@ -63,7 +63,7 @@ from gnnsys.train.eval_memory import (
     LayerTables,
     release_free_memory,
     set_mmap_threshold,
-    willneed_rows,
+    table_rows,
 )
 from gnnsys.train.metrics import (
     LINK_METRICS,
@@ -136,13 +136,10 @@ class EvalConfig:
     0 (default) keeps every table in memory. Same values either way (``eval_memory``)."""
 
     block_mb: float = 0.0
-    """Source-blocked evaluation (``--eval-block-mb``), for tables larger than memory: SAGE
-    mean/sum and GCN layers take destinations in spans whose neighbour sums fit this many MiB
-    and read their sources in ascending blocks of a quarter of that, so the own table is read
-    in sequential passes (one per span) and a span's halo rows are fetched once, instead of
-    one random read per edge (``eval_blocks.blocked_layer_outputs``). ``halo_mb`` is then unused
-    for those layers. Same outputs up to float rounding (sums run in source order). 0
-    (default): off."""
+    """Source-blocked evaluation (``--eval-block-mb``, ``eval_blocked``) for tables larger than
+    memory: SAGE mean/sum and GCN layers sum neighbours for spans of nodes whose sums fit this
+    many MiB, reading sources in ascending blocks (``halo_mb`` unused). Same outputs up to float
+    rounding. 0 (default): off."""
 
     def __post_init__(self) -> None:
         if self.codec not in CODECS or self.codec in ("auto", "binary"):
@@ -336,11 +333,7 @@ class ShardEvaluator:
         if table not in self.tables:
             raise ValueError(f"table {table} is not computed on part {self.shard.part} yet")
         lid = self.book.lid_N[np.asarray(gid, dtype=np.int64)].astype(np.int64)
-        rows = self.tables[table]
-        span = dense_range(lid, int(rows.shape[1]) * rows.element_size())
-        if span is not None:  # a large share of a spilled table's range: one read-ahead
-            willneed_rows(rows, *span)
-        return rows[torch.from_numpy(lid)]
+        return table_rows(self.tables[table], lid)
 
     # ---- one step -----------------------------------------------------------------------------
     @torch.no_grad()
@@ -395,34 +388,17 @@ class ShardEvaluator:
         """Run layer ``layer`` source-blocked (``EvalConfig.block_mb``) if it applies."""
         if not self.config.block_mb or not self.config.in_place:
             return False
-        if not isinstance(self.model, BlockModel):
-            return False
-        run = linear_run(self.model.layers[layer])
-        if run is None:
-            return False
         m = int(own.shape[0])
-        span_rows = max(1, int(self.config.block_mb * 2**20) // (4 * width))
-
-        def halo_rows(pos: np.ndarray) -> Tensor:
-            return self._halo_rows(layer, pos, width)
-
         into = self.tables.span_buffer(layer + 1, m, (0, m))
-        blocked_layer_outputs(
-            self.model,
-            layer,
-            own,
-            self.shard,
-            self.index,
-            self._degree_S,
-            run,
-            halo_rows,
+        args = (self.model, layer, own, self.shard, self.index, self._degree_S)
+        done = blocked_layer(
+            *args,
+            lambda pos: self._halo_rows(layer, pos, width),
             into,
-            span_rows=span_rows,
-            block_rows=max(1, span_rows // 4),
-            willneed=willneed_rows,
+            block_mb=self.config.block_mb,
         )
         release_free_memory()
-        return True
+        return done
 
     def _spans(self, width: int) -> list[tuple[int, int, np.ndarray]]:
         """The runs of destinations for a layer input ``width`` wide (cached per width)."""

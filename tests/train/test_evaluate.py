@@ -22,7 +22,7 @@ from gnnsys.partitioners import partition
 from gnnsys.sampler import NeighborSampler
 from gnnsys.store import load_shard, write_partitions
 from gnnsys.store.source import DataConfig
-from gnnsys.train import eval_blocks, eval_memory, evaluate
+from gnnsys.train import eval_blocked, eval_blocks, eval_memory, evaluate
 from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.prepare import store_info
@@ -268,7 +268,7 @@ def test_ray_group_sharded_equals_full_graph(
 def test_in_place_path_in_small_chunks(
     sbm_graph: Graph, model: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gnnsys.train import eval_blocks, evaluate
+    from gnnsys.train import eval_blocks
 
     def tiny(layer: torch.nn.Module) -> eval_blocks.LinearLayerRun | None:
         run = eval_blocks.linear_run(layer)
@@ -430,13 +430,13 @@ def test_blocked_evaluation_equals_full_graph(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     calls: list[tuple[int, int]] = []
-    blocked = evaluate.blocked_layer_outputs
+    blocked = eval_blocked.blocked_layer_outputs
 
     def spy(*args: Any, **kwargs: Any) -> None:
         calls.append((int(args[1]), int(kwargs["span_rows"]), int(kwargs["block_rows"])))
         blocked(*args, **kwargs)
 
-    monkeypatch.setattr(evaluate, "blocked_layer_outputs", spy)
+    monkeypatch.setattr(eval_blocked, "blocked_layer_outputs", spy)
     block_mb = 40 * 12 * 4 / 2**20  # 40 rows of layer 0 (F = 12), 30 of layer 1 (H = 16)
     reports, reference = _sharded(sbm_graph, parts, model, tmp_path, block_mb=block_mb, **fetch)
     _check_equal(sbm_graph, reports, reference)
@@ -450,7 +450,7 @@ def test_blocked_layer_outputs_read_blocks_in_order(
     sbm_graph: Graph, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every span asks for its halo rows sorted, in blocks; in-edges read in small pieces."""
-    monkeypatch.setattr(eval_blocks, "_PIECE_EDGES", 7)
+    monkeypatch.setattr(eval_blocked, "_PIECE_EDGES", 7)
     store = tmp_path / "store"
     assignment = partition(sbm_graph, "metis", 2, seed=0)
     write_partitions(sbm_graph, assignment, store, num_hops=2, overwrite=True)
@@ -476,7 +476,7 @@ def test_blocked_layer_outputs_read_blocks_in_order(
         out.append(torch.full((m, width), float("nan")))
         return out[0]
 
-    eval_blocks.blocked_layer_outputs(
+    eval_blocked.blocked_layer_outputs(
         net, 0, own, shard, index, None, run, halo_rows, into,
         span_rows=60, block_rows=25, willneed=lambda t, a, b: read.append((a, b)),
     )  # fmt: skip

@@ -1,0 +1,223 @@
+"""Source-blocked exact evaluation: linear layers over tables larger than memory.
+
+The default evaluation path (``eval_blocks.linear_layer_outputs``) sums each destination's
+neighbours in in-edge order: one random row read per edge. When the layer input (the shard's
+memory-mapped features, a spilled table) does not fit in the page cache a run has, every one of
+those reads is a disk read. Here a rank takes its destinations in spans whose neighbour sums
+``[span, F]`` fit a budget (``EvalConfig.block_mb``, ``--eval-block-mb``); a span's in-edges are
+read once and bucketed by source block (8 bytes each); its owned sources are read in ascending
+blocks, each asked of the kernel ahead (``MADV_WILLNEED``) while the previous one is summed; its
+distinct halo rows are fetched once, in sorted blocks. A layer so costs ``ceil(M / span)``
+sequential passes over the own table.
+
+Sums run in source order, not in-edge order: the outputs equal the default path's up to float
+rounding. Shape legend as in ``eval_blocks``; ``D`` destinations of a span.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from gnnsys.models import BlockModel
+from gnnsys.train.eval_blocks import HaloIndex, LinearLayerRun, linear_run, span_outputs
+from gnnsys.train.eval_memory import willneed_rows
+from gnnsys.types import PartitionShard
+
+__all__ = ["blocked_layer", "blocked_layer_outputs"]
+
+_PIECE_EDGES = 1 << 20  # in-edges read from the shard at once while a span is bucketed
+
+Willneed = Callable[[Tensor, int, int], None]
+"""``willneed(table, first, stop)``: a read-ahead hint for rows ``[first, stop)``."""
+
+
+def blocked_layer(
+    model: object,
+    layer: int,
+    own_MF: Tensor,
+    shard: PartitionShard,
+    index: HaloIndex,
+    degree_S: np.ndarray | None,
+    halo_rows: Callable[[np.ndarray], Tensor],
+    into: Callable[[int], Tensor],
+    *,
+    block_mb: float,
+) -> bool:
+    """Run layer ``layer`` source-blocked when it is linear (SAGE mean/sum, GCN).
+
+    Spans of ``block_mb`` MiB of sums, source blocks of a quarter of that. Returns ``False``
+    (nothing done) for other layers, which keep the default path.
+    """
+    if not isinstance(model, BlockModel):
+        return False
+    run = linear_run(model.layers[layer])
+    if run is None:
+        return False
+    span_rows = max(1, int(block_mb * 2**20) // (4 * int(own_MF.shape[1])))
+    args = (model, layer, own_MF, shard, index, degree_S, run, halo_rows, into)
+    blocked_layer_outputs(
+        *args, span_rows=span_rows, block_rows=max(1, span_rows // 4), willneed=willneed_rows
+    )
+    return True
+
+
+def _bucketed(
+    local_E: np.ndarray,
+    rowptr: np.ndarray,
+    e0: int,
+    m: int,
+    index: HaloIndex,
+    block_rows: int,
+) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]], np.ndarray, np.ndarray]:
+    """One span's in-edges, owned sources bucketed by source block, halo sources sorted.
+
+    Read ``_PIECE_EDGES`` in-edges at a time; each edge is kept as two int32 (source, span
+    destination), so a span costs 8 bytes per in-edge. Returns per owned source block the
+    pieces of sources and destinations, and the halo edges' halo positions (sorted) and
+    destinations.
+    """
+    num_blocks = -(-m // block_rows)
+    own_src: list[list[np.ndarray]] = [[] for _ in range(num_blocks)]
+    own_dst: list[list[np.ndarray]] = [[] for _ in range(num_blocks)]
+    halo_src: list[np.ndarray] = []
+    halo_dst: list[np.ndarray] = []
+    total = int(rowptr[-1])
+    for p0 in range(0, total, _PIECE_EDGES):
+        p1 = min(total, p0 + _PIECE_EDGES)
+        col = np.asarray(local_E[e0 + p0 : e0 + p1], dtype=np.int64)
+        dst = np.searchsorted(rowptr, np.arange(p0, p1), side="right").astype(np.int32) - 1
+        mine = col < m
+        src = col[mine]
+        block = src // block_rows
+        order = np.argsort(block, kind="stable")
+        src, mine_dst, block = src[order].astype(np.int32), dst[mine][order], block[order]
+        bounds = np.searchsorted(block, np.arange(num_blocks + 1))
+        for b in np.flatnonzero(np.diff(bounds)):
+            own_src[b].append(src[bounds[b] : bounds[b + 1]])
+            own_dst[b].append(mine_dst[bounds[b] : bounds[b + 1]])
+        halo_src.append((index.source_of_K[col[~mine] - m] - m).astype(np.int32))
+        halo_dst.append(dst[~mine])
+    h_src = np.concatenate(halo_src) if halo_src else np.zeros(0, np.int32)
+    h_dst = np.concatenate(halo_dst) if halo_dst else np.zeros(0, np.int32)
+    order = np.argsort(h_src, kind="stable")
+    return own_src, own_dst, h_src[order], h_dst[order]
+
+
+class _Sums:
+    """The neighbour sums ``[D, F]`` of one span, added to a block of rows at a time."""
+
+    def __init__(self, num_dst: int, width: int, scale_S: Tensor | None, m: int) -> None:
+        self.acc = torch.zeros(num_dst, width, dtype=torch.float32)
+        self.scale_S, self.m = scale_S, m
+
+    def add(self, rows: Tensor, source: np.ndarray, dst: np.ndarray) -> None:
+        """Add ``rows`` (of sources ``source``: own lids, or ``M +`` halo positions)."""
+        if self.scale_S is not None:
+            rows *= self.scale_S[torch.from_numpy(source.astype(np.int64)), None]
+        self.acc.index_add_(0, torch.from_numpy(dst.astype(np.int64)), rows)
+
+    def own_blocks(
+        self,
+        own_MF: Tensor,
+        own_src: list[list[np.ndarray]],
+        own_dst: list[list[np.ndarray]],
+        block_rows: int,
+        willneed: Willneed | None,
+    ) -> None:
+        """Owned sources, block by block in ascending order, the next block asked ahead."""
+        m = int(own_MF.shape[0])
+        todo = [b for b in range(len(own_src)) if own_src[b]]
+        for i, b in enumerate(todo):
+            if willneed is not None:  # this block at the start, then always the next one
+                for ahead in todo[:2] if i == 0 else todo[i + 1 : i + 2]:
+                    willneed(own_MF, ahead * block_rows, min(m, (ahead + 1) * block_rows))
+            src = np.concatenate(own_src[b]).astype(np.int64)
+            dst = np.concatenate(own_dst[b])
+            own_src[b], own_dst[b] = [], []
+            for g in range(0, src.shape[0], block_rows):
+                pick = src[g : g + block_rows]
+                self.add(own_MF[torch.from_numpy(pick)].float(), pick, dst[g : g + block_rows])
+
+    def halo_blocks(
+        self,
+        halo_src: np.ndarray,
+        halo_dst: np.ndarray,
+        halo_rows: Callable[[np.ndarray], Tensor],
+        block_rows: int,
+    ) -> None:
+        """Halo sources: the distinct ones, fetched ``block_rows`` at a time, sorted."""
+        uniq, first_edge = np.unique(halo_src, return_index=True)
+        first_edge = np.append(first_edge, halo_src.shape[0])
+        for u0 in range(0, uniq.shape[0], block_rows):
+            u1 = min(u0 + block_rows, uniq.shape[0])
+            got = halo_rows(uniq[u0:u1].astype(np.int64))
+            lo, hi = int(first_edge[u0]), int(first_edge[u1])
+            pos = np.searchsorted(uniq[u0:u1], halo_src[lo:hi])
+            source = self.m + halo_src[lo:hi].astype(np.int64)
+            self.add(got[torch.from_numpy(pos)].float(), source, halo_dst[lo:hi])
+
+
+@torch.no_grad()
+def blocked_layer_outputs(
+    model: BlockModel,
+    layer: int,
+    own_MF: Tensor,
+    shard: PartitionShard,
+    index: HaloIndex,
+    degree_S: np.ndarray | None,
+    run: LinearLayerRun,
+    halo_rows: Callable[[np.ndarray], Tensor],
+    into: Callable[[int], Tensor],
+    *,
+    span_rows: int,
+    block_rows: int,
+    willneed: Willneed | None = None,
+) -> None:
+    """A linear layer over every owned destination, its sources read in ascending blocks.
+
+    Args:
+        model: The model; ``layer`` is a SAGE mean/sum or GCN layer (``run`` says which).
+        layer: The layer computed.
+        own_MF: The layer input of the owned nodes (``[M, F]``, usually memory-mapped).
+        shard: The rank's shard (its ``indptr`` and ``indices_local``).
+        index: Its ``eval_blocks.halo_index``.
+        degree_S: ``[M + H]`` whole-graph in-degrees of ``[own; halo]`` (GCN), or ``None``.
+        run: ``eval_blocks.linear_run`` of the layer.
+        halo_rows: Float rows ``[len(positions), F]`` of the halo nodes at sorted
+            ``positions`` (into ``index.halo_gid``).
+        into: Called once with the output width; returns the ``[M, H]`` output buffer.
+        span_rows: Destinations per span.
+        block_rows: Source rows per block (and rows gathered at once).
+        willneed: Read-ahead hint for rows of ``own_MF`` (optional).
+    """
+    m, width = int(own_MF.shape[0]), int(own_MF.shape[1])
+    indptr = np.asarray(shard.indptr, dtype=np.int64)
+    local_E = shard.indices_local
+    assert local_E is not None
+    span_rows, block_rows = max(1, span_rows), max(1, block_rows)
+    scale_S = None
+    if run.reduce == "gcn":
+        assert degree_S is not None  # the evaluator fetches degrees for GCN models
+        scale_S = torch.from_numpy(degree_S + 1).float().rsqrt()
+    out: Tensor | None = None
+    for start in range(0, m, span_rows):
+        end = min(start + span_rows, m)
+        e0 = int(indptr[start])
+        rowptr = indptr[start : end + 1] - e0
+        own_src, own_dst, halo_src, halo_dst = _bucketed(local_E, rowptr, e0, m, index, block_rows)
+        sums = _Sums(end - start, width, scale_S, m)
+        sums.own_blocks(own_MF, own_src, own_dst, block_rows, willneed)
+        sums.halo_blocks(halo_src, halo_dst, halo_rows, block_rows)
+        del halo_src, halo_dst
+        if willneed is not None:
+            willneed(own_MF, start, end)
+        own = own_MF[start:end].float()
+        rows = span_outputs(model, layer, run, sums.acc, own, rowptr, degree_S, start)
+        if out is None:
+            out = into(int(rows.shape[1]))
+        out[start:end] = rows
+        del sums, rows
