@@ -180,6 +180,16 @@ def test_identity_ignores_paths_and_logging() -> None:
     assert a.as_dict()["model.num_layers"] == "2"
 
 
+def test_identity_ignores_where_evaluation_keeps_its_memory() -> None:
+    """A run resumed under another memory limit may change how evaluation holds its tables."""
+    a = identity_of(_config(), STORE)
+    knobs = {"eval__halo_mb": 64.0, "eval__spill_mb": 16.0, "eval__block_mb": 48.0}
+    b = identity_of(_config(**knobs, eval__message_mb=4.0), STORE)
+    assert resume_differences(a, b) == []
+    c = identity_of(_config(eval__codec="int8"), STORE)  # changes the reported metrics
+    assert [d.field for d in resume_differences(a, c)] == ["eval.codec"]
+
+
 def test_differences_name_field_and_both_values() -> None:
     old = identity_of(_config(), STORE)
     new = identity_of(

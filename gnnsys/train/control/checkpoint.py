@@ -78,9 +78,15 @@ IGNORED = frozenset(
         "cluster.address",
         "data.root",
         "data.store",
+        "eval.halo_mb",
+        "eval.spill_mb",
+        "eval.block_mb",
+        "eval.message_mb",
     }
 )
-"""Fields that never matter for resuming (where Ray runs, logging, paths to the same data)."""
+"""Fields that never matter for resuming: where Ray runs, logging, paths to the same data, and
+where an evaluation keeps its memory (a run resumed under another memory limit changes these;
+the values are the same, or with ``block_mb`` equal up to float rounding)."""
 IGNORED_PREFIXES = ("failure.", "loop.resources.")
 NEVER_ALLOWED_PREFIXES = (
     "run.",
