@@ -33,7 +33,9 @@ import numpy as np
 __all__ = [
     "advise_random",
     "dense_range",
+    "glibc",
     "read_ahead_dense",
+    "read_ahead_rows",
     "release_pages",
     "willneed_range",
 ]
@@ -94,12 +96,11 @@ def release_pages(*arrays: object) -> int:
     return _advise(arrays, mmap.MADV_DONTNEED)
 
 
-def willneed_range(address: int, nbytes: int) -> None:
-    """``madvise(MADV_WILLNEED)`` over ``[address, address + nbytes)`` (page-aligned down).
+def glibc() -> ctypes.CDLL | None:
+    """The C library (glibc, loaded once, ``madvise`` typed), or ``None`` where there is none.
 
-    The kernel starts reading a file-mapped range at once, in large requests, whatever
-    read-around the mapping has; on anonymous memory it does nothing. A hint: errors and
-    platforms without glibc are ignored.
+    The one handle of the package: the page hints here and the heap calls of
+    ``gnnsys.train.eval_memory`` go through it; without glibc they are all no-ops.
     """
     global _LIBC
     if _LIBC is None:
@@ -108,10 +109,21 @@ def willneed_range(address: int, nbytes: int) -> None:
             _LIBC.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         except (OSError, AttributeError):
             _LIBC = False
-    if not isinstance(_LIBC, ctypes.CDLL) or nbytes <= 0:
+    return _LIBC if isinstance(_LIBC, ctypes.CDLL) else None
+
+
+def willneed_range(address: int, nbytes: int) -> None:
+    """``madvise(MADV_WILLNEED)`` over ``[address, address + nbytes)`` (page-aligned down).
+
+    The kernel starts reading a file-mapped range at once, in large requests, whatever
+    read-around the mapping has; on anonymous memory it does nothing. A hint: errors and
+    platforms without glibc are ignored.
+    """
+    libc = glibc()
+    if libc is None or nbytes <= 0:
         return
     aligned = address - address % mmap.PAGESIZE
-    _LIBC.madvise(aligned, nbytes + (address - aligned), _MADV_WILLNEED)
+    libc.madvise(aligned, nbytes + (address - aligned), _MADV_WILLNEED)
 
 
 def dense_range(
@@ -130,18 +142,25 @@ def dense_range(
     return (lo, hi) if needed >= min_fill * (hi - lo) * row_bytes else None
 
 
-def read_ahead_dense(table: np.ndarray, rows: np.ndarray, *, min_fill: float = 0.5) -> bool:
+def read_ahead_rows(address: int, row_bytes: int, rows: np.ndarray) -> bool:
+    """Read the range of ``rows`` of a table at ``address`` ahead when they are dense.
+
+    Dense as :func:`dense_range` says; returns whether it asked (:func:`willneed_range`).
+    """
+    span = dense_range(rows, row_bytes)
+    if span is None:
+        return False
+    willneed_range(address + span[0] * row_bytes, (span[1] - span[0]) * row_bytes)
+    return True
+
+
+def read_ahead_dense(table: np.ndarray, rows: np.ndarray) -> bool:
     """Read rows ``[min(rows), max(rows)]`` of a file-mapped table ahead if they are dense.
 
-    ``table`` is 2-D; dense as :func:`dense_range` says. Returns whether it asked. Sparse
-    requests (training's sampled rows) are left to their page faults; so are arrays that are
-    not file mappings.
+    ``table`` is 2-D (:func:`read_ahead_rows`). Returns whether it asked. Sparse requests
+    (training's sampled rows) are left to their page faults; so are arrays that are not file
+    mappings.
     """
     if table.ndim != 2 or _mapping(table) is None:
         return False
-    row_bytes = int(table.shape[1]) * table.itemsize
-    span = dense_range(rows, row_bytes, min_fill=min_fill)
-    if span is None:
-        return False
-    willneed_range(table.ctypes.data + span[0] * row_bytes, (span[1] - span[0]) * row_bytes)
-    return True
+    return read_ahead_rows(table.ctypes.data, int(table.shape[1]) * table.itemsize, rows)

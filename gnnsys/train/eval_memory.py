@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnnsys.store.pages import dense_range, willneed_range
+from gnnsys.store.pages import glibc, read_ahead_rows, willneed_range
 
 __all__ = [
     "EVAL_MMAP_THRESHOLD",
@@ -154,19 +154,14 @@ class LayerTables:
 
 # ---- the C heap ---------------------------------------------------------------------------------
 def _libc() -> ctypes.CDLL | None:
-    """glibc, or ``None`` where there is none (the heap calls below are then no-ops)."""
-    global _LIBC
-    if _LIBC is None:
-        try:
-            _LIBC = ctypes.CDLL("libc.so.6")
-            _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
-            _LIBC.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-        except (OSError, AttributeError):
-            _LIBC = False
-    return _LIBC if isinstance(_LIBC, ctypes.CDLL) else None
+    """The C library with its heap calls typed, or ``None`` (the heap calls are then no-ops)."""
+    libc = glibc()
+    if libc is not None and libc.malloc_trim.argtypes is None:
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    return libc
 
 
-_LIBC: ctypes.CDLL | bool | None = None
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 EVAL_MMAP_THRESHOLD = 4 << 20
 """While a rank evaluates, C allocations of this size or more are their own memory maps."""
@@ -218,7 +213,6 @@ def table_rows(table: Tensor, lid: np.ndarray) -> Tensor:
     for a large share of a spilled table), one sequential read-ahead replaces a 4 KiB fault
     per page of the ``MADV_RANDOM`` map.
     """
-    span = dense_range(lid, int(table.shape[1]) * table.element_size())
-    if span is not None:
-        willneed_rows(table, *span)
+    if table.is_contiguous() and table.dim() == 2:
+        read_ahead_rows(table.data_ptr(), int(table.shape[1]) * table.element_size(), lid)
     return table[torch.from_numpy(lid)]
