@@ -67,6 +67,21 @@ def add_parser(sub: Any) -> None:
         "this process (same code and files, no Ray; for small runs and debugging)",
     )
     p.add_argument(
+        "--threads",
+        type=int,
+        help="torch threads per trainer, also the CPUs it asks Ray for (default: this "
+        "machine's cores / --parts, at least 1; 1 with --executor local). On a cluster of "
+        "big nodes, give the cores each trainer should use",
+    )
+    p.add_argument(
+        "--prefetch",
+        type=int,
+        metavar="K",
+        help="batches each worker samples and fetches ahead on a second thread while the "
+        "current one computes (default 2; 0: one stage after the other). The result is "
+        "identical at every K; each batch ahead costs one batch of memory",
+    )
+    p.add_argument(
         "--resume",
         action="store_true",
         help="continue from RUN_DIR/checkpoint.pt (refused if the data, store, model shape, "
@@ -102,6 +117,7 @@ def add_parser(sub: Any) -> None:
     add_link_args(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--inject-fault", help=argparse.SUPPRESS)  # KIND:RANK:EPOCH:BATCH, tests
+    p.add_argument("--inject-delay-ms", type=float, help=argparse.SUPPRESS)  # owner latency
     p.set_defaults(func=run)
 
 
@@ -290,7 +306,9 @@ def build_config(args: argparse.Namespace) -> Any:
         cfg,
         data=data,
         cluster=replace(
-            cfg.cluster, **pick(parts=args.parts, topology=args.topology, address=args.address)
+            cfg.cluster,
+            **pick(parts=args.parts, topology=args.topology, address=args.address),
+            **pick(threads=args.threads),
         ),
         sampler=replace(cfg.sampler, **pick(fanouts=fanouts)),
         model=replace(cfg.model, **pick(name=model_name, hidden=args.hidden, dropout=args.dropout)),
@@ -298,6 +316,7 @@ def build_config(args: argparse.Namespace) -> Any:
             cfg.trainer,
             **pick(batch_size=args.batch_size, lr=args.lr, seed=args.seed),
             **pick(weight_decay=args.weight_decay, schedule=args.batch_schedule),
+            **pick(prefetch=args.prefetch),
         ),
         loop=replace(
             cfg.loop,
@@ -335,10 +354,13 @@ def _parse_fanouts(text: str) -> tuple[int, ...]:
         raise ValueError(f"--fanouts {text!r}; use comma-separated ints, e.g. 15,10") from err
 
 
-def _parse_fault(text: str | None) -> Any:
+def _parse_fault(text: str | None, delay_ms: float | None = None) -> Any:
+    from gnnsys.train.worker import FaultSpec
+
+    if delay_ms is not None:  # latency on every owner call (the pipeline benchmark)
+        return FaultSpec("delay", -1, -1, delay_s=delay_ms / 1000)
     if text is None:
         return None
-    from gnnsys.train.worker import FaultSpec
 
     try:
         kind, rank, epoch, batch = text.split(":")
@@ -356,7 +378,8 @@ def print_table(history: list[dict[str, Any]]) -> None:
     extra = "auc" if any("val_auc" in m for m in history) else "f1"
     head = (
         f"{'epoch':>5} {'loss':>8} {'train':>7} {'val':>7} {'val ' + extra:>7} {'test':>7} "
-        f"{'sec':>7} {'eval s':>7} {'MiB sent':>9} {'feat MiB':>9} {'hit rate':>8}"
+        f"{'sec':>7} {'stall s':>7} {'overlap':>7} {'eval s':>7} {'MiB sent':>9} "
+        f"{'feat MiB':>9} {'hit rate':>8}"
     )
     print(head)
     print("-" * len(head))
@@ -367,9 +390,13 @@ def print_table(history: list[dict[str, Any]]) -> None:
         cells = " ".join(
             _cell(m.get(k)) for k in ("train_acc", "val_acc", f"val_{extra}", "test_acc")
         )
+        secs = m["seconds"]
+        stall, overlap = secs.get("stall"), secs.get("overlap")  # absent in older runs' lines
         print(
-            f"{m['epoch']:>5} {m['loss']:>8.4f} {cells} {m['seconds']['total']:>7.1f} "
-            f"{m['seconds']['eval']:>7.2f} {mib:>9.1f} {feat / 2**20:>9.2f} {hit}"
+            f"{m['epoch']:>5} {m['loss']:>8.4f} {cells} {secs['total']:>7.1f} "
+            + ("      - " if stall is None else f"{stall:>7.2f} ")
+            + ("      - " if overlap is None else f"{overlap:>7.2f} ")
+            + f"{secs['eval']:>7.2f} {mib:>9.1f} {feat / 2**20:>9.2f} {hit}"
         )
 
 
@@ -381,7 +408,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_numbers(args)  # before anything: Ray, the store and the run directory
     config = build_config(args)
-    fault = _parse_fault(args.inject_fault)
+    fault = _parse_fault(args.inject_fault, args.inject_delay_ms)
     out = Path(args.out or f"runs/train-{time.strftime('%Y%m%d-%H%M%S')}")
     if config.hetero is not None:
         from gnnsys.commands._hetero_train import hetero_preflight

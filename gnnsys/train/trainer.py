@@ -45,6 +45,7 @@ from torch.nn import functional
 from gnnsys.cache.base import FeatureSource
 from gnnsys.models import BlockModel
 from gnnsys.sampler.base import Sampler
+from gnnsys.train.pipeline import Prefetcher, PreparedBatch, StageClock
 from gnnsys.types import SampledSubgraph
 
 if TYPE_CHECKING:
@@ -165,7 +166,9 @@ class EpochStats:
         loss_sum: Sum over seeds of the cross-entropy (divide by ``num_seeds``).
         num_correct: Train seeds predicted correctly (in training mode, dropout on).
         num_seeds: Seeds trained on.
-        seconds: Time split ``sample``, ``fetch``, ``compute``, ``sync`` (seconds).
+        seconds: Busy seconds per stage (``sample``, ``fetch``, ``transfer``, ``compute``,
+            ``sync``), the compute loop's ``stall``, its wall time ``loop`` and ``overlap``
+            (stage seconds / ``loop``; see ``gnnsys.train.pipeline.StageClock``).
     """
 
     loss_sum: float
@@ -194,6 +197,9 @@ class Trainer:
         (no batch above ``batch_size``; more, smaller steps on unbalanced parts)."""
         seed: int = 0
         """Run seed: fixes the seed order, every sampled batch and the model's initial weights."""
+        prefetch: int = 2
+        """Batches prepared (sampled, fetched) ahead of the step on a producer thread
+        (``--prefetch``; 0: the synchronous step). Results are identical at every depth."""
 
         def __post_init__(self) -> None:
             if not self.lr > 0:
@@ -204,6 +210,10 @@ class Trainer:
                 )
             if self.batch_size < 1:
                 raise ValueError(f"batch_size={self.batch_size}; choose batch_size >= 1")
+            if self.prefetch < 0:
+                raise ValueError(
+                    f"prefetch={self.prefetch}; choose 0 (synchronous) or more batches ahead"
+                )
             if self.schedule not in SCHEDULES:
                 raise ValueError(
                     f"schedule={self.schedule!r}; choose one of {', '.join(SCHEDULES)} "
@@ -261,19 +271,27 @@ class Trainer:
     def train_epoch(
         self, epoch: int, num_batches: int, hook: Callable[[int], None] | None = None
     ) -> EpochStats:
-        """Run ``num_batches`` steps of ``epoch``; ``hook(batch_index)`` runs before each step."""
+        """Run ``num_batches`` steps of ``epoch``; ``hook(batch_index)`` runs before each step.
+
+        Batches are prepared (sampled, fetched) ``config.prefetch`` ahead on a producer thread
+        (``gnnsys.train.pipeline``); the result is the same at every depth.
+        """
         self.model.train()
-        seconds = dict.fromkeys(("sample", "fetch", "compute", "sync"), 0.0)
+        clock = StageClock()
         loss_sum, correct, count = 0.0, 0, 0
-        batches = self._batches(epoch, num_batches)
-        for b, pos_B in enumerate(batches):
-            if hook is not None:
-                hook(b)
-            step = self._step(pos_B, batch_seed_for(self.config.seed, self.rank, epoch, b), seconds)
-            loss_sum += step[0]
-            correct += step[1]
-            count += int(pos_B.numel())
-        return EpochStats(loss_sum=loss_sum, num_correct=correct, num_seeds=count, seconds=seconds)
+        with self._feed(epoch, num_batches) as feed:
+            for batch in feed:
+                clock.absorb(batch)
+                if hook is not None:
+                    hook(batch.index)
+                step = self._step(batch, clock)
+                loss_sum += step[0]
+                correct += step[1]
+                count += int(batch.pos_B.numel())
+            clock.add("stall", feed.stall)
+        return EpochStats(
+            loss_sum=loss_sum, num_correct=correct, num_seeds=count, seconds=clock.finish()
+        )
 
     def _batches(self, epoch: int, num_batches: int) -> list[Tensor]:
         """This rank's seed positions per batch of ``epoch`` (see ``epoch_batches``)."""
@@ -285,6 +303,18 @@ class Trainer:
             epoch=epoch,
         )
 
+    def _feed(self, epoch: int, num_batches: int) -> Prefetcher[PreparedBatch]:
+        """The epoch's batches, prepared ``config.prefetch`` ahead: the one way batches form."""
+        batches = self._batches(epoch, num_batches)
+        seed, rank = self.config.seed, self.rank
+
+        def prepare(b: int) -> PreparedBatch:
+            return self._prepare(b, batches[b], batch_seed_for(seed, rank, epoch, b))
+
+        return Prefetcher(
+            prepare, len(batches), self.config.prefetch, name=f"gnnsys-prefetch-{rank}"
+        )
+
     def replay_epoch(self, epoch: int, num_batches: int) -> EpochStats:
         """The data path of ``train_epoch`` without the model: sample and fetch every batch.
 
@@ -292,59 +322,85 @@ class Trainer:
         and cache counters equal a training epoch's exactly (sampling and fetching never depend
         on the weights); ``gnnsys bench comm`` uses it to measure traffic per configuration.
         """
-        seconds = dict.fromkeys(("sample", "fetch", "compute", "sync"), 0.0)
+        clock = StageClock()
         count = 0
-        batches = self._batches(epoch, num_batches)
-        for b, pos_B in enumerate(batches):
-            if not pos_B.numel():
-                continue
-            t0 = time.perf_counter()
-            batch_seed = batch_seed_for(self.config.seed, self.rank, epoch, b)
-            sub = self.sampler.sample(self._seed_gid(pos_B, batch_seed), seed=batch_seed)
-            t1 = time.perf_counter()
-            self._inputs(sub)
-            seconds["sample"] += t1 - t0
-            seconds["fetch"] += time.perf_counter() - t1
-            count += int(pos_B.numel())
-        return EpochStats(loss_sum=0.0, num_correct=0, num_seeds=count, seconds=seconds)
+        with self._feed(epoch, num_batches) as feed:
+            for batch in feed:
+                clock.absorb(batch)
+                if batch.sub is not None:
+                    self._late_inputs(batch, clock)
+                count += int(batch.pos_B.numel())
+            clock.add("stall", feed.stall)
+        return EpochStats(loss_sum=0.0, num_correct=0, num_seeds=count, seconds=clock.finish())
 
     def _seed_gid(self, pos_B: Tensor, batch_seed: int) -> Tensor:
         """The distinct seed gids of the batch at ``pos_B`` (its train nodes here)."""
         del batch_seed  # a node batch's seeds are its positions' nodes
         return self.train_gid[pos_B]
 
-    def _step(self, pos_B: Tensor, batch_seed: int, seconds: dict[str, float]) -> tuple[float, int]:
+    def _sample(self, pos_B: Tensor, batch_seed: int) -> tuple[Any, SampledSubgraph]:
+        """The sample stage: ``(extra, subgraph)`` of a non-empty batch (no extra here)."""
+        return None, self.sampler.sample(self._seed_gid(pos_B, batch_seed), seed=batch_seed)
+
+    def _inputs_need_weights(self) -> bool:
+        """Whether layer 0's inputs depend on the weights (then the compute loop fetches them)."""
+        return False
+
+    def _prepare(self, index: int, pos_B: Tensor, batch_seed: int) -> PreparedBatch:
+        """The weight-free stages of one batch: sample, fetch, transfer (producer thread)."""
+        batch = PreparedBatch(index, pos_B, batch_seed)
+        if not pos_B.numel():
+            return batch
+        t0 = time.perf_counter()
+        batch.extra, batch.sub = self._sample(pos_B, batch_seed)
+        t1 = time.perf_counter()
+        batch.seconds["sample"] = t1 - t0
+        if not self._inputs_need_weights():
+            batch.forward = self._inputs(batch.sub)
+            t2 = time.perf_counter()
+            batch.seconds["fetch"] = t2 - t1
+            t1 = t2
+        self._transfer(batch)
+        batch.seconds["transfer"] = time.perf_counter() - t1
+        return batch
+
+    def _transfer(self, batch: PreparedBatch) -> None:
+        """Move a prepared batch to the step's device (CPU: already there, nothing to do)."""
+        del batch
+
+    def _late_inputs(self, batch: PreparedBatch, clock: StageClock) -> Callable[[], Tensor]:
+        """The batch's forward pass, fetching its inputs now if they depend on the weights."""
+        if batch.forward is None:
+            start = time.perf_counter()
+            batch.forward = self._inputs(batch.sub)
+            clock.add("fetch", time.perf_counter() - start)
+        return batch.forward
+
+    def _step(self, batch: PreparedBatch, clock: StageClock) -> tuple[float, int]:
         """One optimisation step; returns (summed loss, correct predictions)."""
         self.optimizer.zero_grad(set_to_none=False)
         loss_sum, correct = 0.0, 0
-        if pos_B.numel():
-            loss_sum, correct = self._forward_backward(pos_B, batch_seed, seconds)
+        if batch.sub is not None:
+            loss_sum, correct = self._forward_backward(batch, clock)
         t3 = time.perf_counter()
-        self._sync_grads(self._grad_weight(pos_B))
-        seconds["sync"] += time.perf_counter() - t3
+        self._sync_grads(self._grad_weight(batch.pos_B))
+        clock.add("sync", time.perf_counter() - t3)
         t4 = time.perf_counter()
         self.optimizer.step()
-        seconds["compute"] += time.perf_counter() - t4
+        clock.add("compute", time.perf_counter() - t4)
         return loss_sum, correct
 
-    def _forward_backward(
-        self, pos_B: Tensor, batch_seed: int, seconds: dict[str, float]
-    ) -> tuple[float, int]:
-        """Sample, fetch, forward and backward one non-empty batch; (summed loss, correct)."""
-        t0 = time.perf_counter()
-        sub = self.sampler.sample(self._seed_gid(pos_B, batch_seed), seed=batch_seed)
-        t1 = time.perf_counter()
-        forward = self._inputs(sub)
+    def _forward_backward(self, batch: PreparedBatch, clock: StageClock) -> tuple[float, int]:
+        """Forward and backward one non-empty prepared batch; (summed loss, correct)."""
+        forward = self._late_inputs(batch, clock)
         t2 = time.perf_counter()
-        y_B = self.train_y[pos_B]
+        y_B = self.train_y[batch.pos_B]
         with self._own_rng():
-            logits_BC = forward()[: sub.batch_size]
+            logits_BC = forward()[: batch.sub.batch_size]
             # summed over seeds: _sync_grads divides by the step's seeds over all ranks
             loss = functional.cross_entropy(logits_BC, y_B, reduction="sum")
             torch.autograd.backward(loss)
-        seconds["sample"] += t1 - t0
-        seconds["fetch"] += t2 - t1
-        seconds["compute"] += time.perf_counter() - t2
+        clock.add("compute", time.perf_counter() - t2)
         return float(loss.detach()), int((logits_BC.argmax(-1) == y_B).sum())
 
     @contextlib.contextmanager

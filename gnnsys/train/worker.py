@@ -40,12 +40,13 @@ from gnnsys.train.layer0.owner_sums import build_first_layer
 from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.link.scoring import score_links
 from gnnsys.train.link.trainer import LinkTrainer
-from gnnsys.train.remote.client import OwnerClient, RayOwnerClient
+from gnnsys.train.remote.client import DelayedOwnerClient, OwnerClient, RayOwnerClient
 from gnnsys.train.remote.degrees import RoutedDegreeSource
 from gnnsys.train.remote.features import RoutedFeatureSource, build_feature_source
 from gnnsys.train.remote.ledger import Ledger, LedgerSnapshot
 from gnnsys.train.remote.peers import LocalPeerClient, PeerClient, RayPeerClient
 from gnnsys.train.remote.routed import RoutedNeighborSource
+from gnnsys.train.threads import use_actor_threads
 from gnnsys.train.topology import assemble_graph
 from gnnsys.train.trainer import BatchPlan, EpochStats, GradSync, Trainer
 from gnnsys.types import PartitionBook, PartitionShard
@@ -73,17 +74,22 @@ class FaultSpec:
     clean; ``exit`` kills the process like ``ray.kill`` would, ``raise`` is a bug in user code,
     ``freeze`` stops the process (``SIGSTOP``: it holds its sockets and answers nothing).
     ``epoch == -1`` fires at the end of the constructor (start-up); ``batch == -1`` fires when
-    that epoch's evaluation starts.
+    that epoch's evaluation starts. ``delay`` is latency, not a failure: every rank, on every
+    attempt, waits ``delay_s`` before each batch of owner calls (``rank``, ``epoch`` and
+    ``batch`` are ignored); the pipeline benchmark uses it to make fetching slow.
     """
 
     kind: str
     rank: int
     epoch: int
     batch: int = 0
+    delay_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.kind not in ("raise", "exit", "freeze"):
-            raise ValueError(f"fault kind {self.kind!r}; use 'raise', 'exit' or 'freeze'")
+        if self.kind not in ("raise", "exit", "freeze", "delay"):
+            raise ValueError(f"fault kind {self.kind!r}; use 'raise', 'exit', 'freeze' or 'delay'")
+        if self.kind == "delay" and not self.delay_s > 0:
+            raise ValueError(f"delay_s={self.delay_s}; a delay fault needs a positive delay")
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,11 +384,13 @@ class TrainWorker:
         from gnnsys.store import load_book, load_links, load_shard
         from gnnsys.store.pages import advise_random
 
-        torch.set_num_threads(1)  # P workers share few cores; >1 thread only oversubscribes
+        use_actor_threads()  # the CPUs Ray assigned (gnnsys.train.threads)
         self.spec = spec
         self.ledger = Ledger()
         if client is None:
             client = RayOwnerClient(owners, spec.deadline_s)
+        if spec.fault is not None and spec.fault.kind == "delay":
+            client = DelayedOwnerClient(client, spec.fault.delay_s)
         self.client = client
         self.peers: PeerClient = peers if peers is not None else LocalPeerClient()
         self.shard, self.book = load_shard(spec.store, spec.rank), load_book(spec.store)
@@ -504,6 +512,8 @@ class TrainWorker:
         fault = self.spec.fault
         due = (self.spec.rank, epoch, batch)
         if fault is None or self.spec.attempt or (fault.rank, fault.epoch, fault.batch) != due:
+            return
+        if fault.kind == "delay":  # applied to the owner client instead
             return
         log.warning(
             "fault injection: rank %d %s at epoch %d batch %d", due[0], fault.kind, *due[1:]

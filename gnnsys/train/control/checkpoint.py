@@ -76,6 +76,8 @@ IGNORED = frozenset(
         "loop.heartbeat_s",
         "loop.startup_deadline_s",
         "cluster.address",
+        "cluster.threads",
+        "trainer.prefetch",
         "data.root",
         "data.store",
         "eval.halo_mb",

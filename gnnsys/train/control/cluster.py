@@ -27,6 +27,7 @@ and their addresses (the test that nothing listens beyond loopback uses it).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gnnsys.train.control import watchdog
+from gnnsys.train.control.resources import Resources, trainer_cpus
 
 if TYPE_CHECKING:
     from gnnsys.train.control.cluster_config import ClusterConfig
@@ -94,7 +96,8 @@ def connect(cluster: ClusterConfig, *, object_store_memory: int | None = None) -
         return True
     _end_stale_sessions()
     marker = watchdog.write_marker()
-    need = int(cluster.parts * 1.5 + 1)
+    per_part = trainer_cpus(cluster.threads, cluster.parts) + Resources().owner_cpus
+    need = math.ceil(cluster.parts * per_part) + 1
     _init_on_loopback(
         address="local",  # a new private instance, never someone else's running cluster
         num_cpus=max(os.cpu_count() or 1, need),

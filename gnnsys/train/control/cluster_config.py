@@ -17,9 +17,14 @@ class ClusterConfig:
     """``partitioned`` | ``replicated`` | ``auto`` (memory estimate; the choice is logged)."""
     address: str | None = None
     """Ray address to join (``ray start --head`` prints it); ``None`` starts Ray locally."""
+    threads: int | None = None
+    """torch threads per trainer, also the CPUs it asks Ray for (``--threads``); ``None``: the
+    machine's cores over ``parts`` with Ray (at least 1), 1 with the in-process executor."""
 
     def __post_init__(self) -> None:
         if self.parts < 1:
             raise ValueError(f"parts={self.parts}; choose parts >= 1")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads={self.threads}; choose threads >= 1 (or leave it unset)")
         if self.topology not in ("auto", "partitioned", "replicated"):
             raise ValueError(f"topology={self.topology!r}; choose auto, partitioned or replicated")

@@ -148,8 +148,9 @@ class LocalWorkerGroup:
         template: Spec of rank 0.
         deadline_s: How long a rank waits for the others at a gradient average.
         replay: Epochs replay sampling and fetching without the model (``Trainer.replay_epoch``).
-        threads: torch intra-op threads for the ranks' forward/backward (which run one at a
-            time); ``None`` keeps 1, as a Ray worker has (bit-equal results).
+        threads: torch intra-op threads of this process while the ranks run (their
+            forward/backward run one at a time); ``None``: 1, as a Ray worker of a machine
+            with no more cores than parts has.
         roles: The owner and trainer classes (``HOMOGENEOUS`` by default).
     """
 
@@ -188,8 +189,7 @@ class LocalWorkerGroup:
                 raise _raised(r, err) from err
             self.workers.append(worker)
         peers.peers = list(self.workers)
-        if self.threads is not None:
-            torch.set_num_threads(self.threads)  # after TrainWorker pinned 1
+        torch.set_num_threads(self.threads or 1)  # restored by stop()
         return steps_per_epoch([w.batch_plan() for w in self.workers])
 
     def load(self, ckpt: Checkpoint) -> None:

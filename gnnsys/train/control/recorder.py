@@ -26,13 +26,14 @@ from gnnsys.train.control.checkpoint import (
     save_checkpoint,
 )
 from gnnsys.train.evaluate import EvalResult
+from gnnsys.train.pipeline import STAGES
 from gnnsys.train.remote.ledger import CATEGORIES, LedgerSnapshot
 from gnnsys.train.worker import WorkerEpochReport
 
 __all__ = ["METRICS_NAME", "EpochMetrics", "Recorder", "epoch_metrics"]
 
 METRICS_NAME = "metrics.jsonl"
-_PHASES = ("sample", "fetch", "compute", "sync")
+_PHASES = (*STAGES, "stall", "overlap")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +46,11 @@ class EpochMetrics:
         batch_train_acc: Training accuracy of the mini-batches (dropout on).
         evaluation: ``{split}_{acc,f1,auc}`` of the sharded exact evaluation (empty when the
             epoch was not evaluated).
-        seconds: ``total`` epoch time, the mean per-rank ``sample/fetch/compute/sync`` split,
-            and ``eval`` (slowest rank's evaluation).
+        seconds: ``total`` epoch time; per rank, averaged over ranks: each stage's busy time
+            (``sample``, ``fetch``, ``transfer``, ``compute``, ``sync``), the compute loop's
+            ``stall`` (waiting for its next batch) and ``overlap`` (stage time / the rank's
+            loop time: above 1 when prefetching hid stages); ``eval`` (slowest rank's
+            evaluation).
         traffic: The epoch's training traffic summed over ranks.
         eval_traffic: Evaluation traffic summed over ranks.
         eval_cache: Layer-0 halo rows evaluation needed and those its caches served.
@@ -160,7 +164,7 @@ def epoch_metrics(
 ) -> EpochMetrics:
     """One epoch's record from the ranks' training reports and their combined evaluation."""
     seeds = max(sum(r.stats.num_seeds for r in reports), 1)
-    split = {k: sum(r.stats.seconds[k] for r in reports) / len(reports) for k in _PHASES}
+    split = {k: sum(r.stats.seconds.get(k, 0.0) for r in reports) / len(reports) for k in _PHASES}
     return EpochMetrics(
         epoch=epoch,
         loss=sum(r.stats.loss_sum for r in reports) / seeds,

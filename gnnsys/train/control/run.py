@@ -39,6 +39,7 @@ from gnnsys.train.control.prepare import PreparedStore, StoreInfo, feature_chunk
 from gnnsys.train.control.prepare import store_info as read_store_info
 from gnnsys.train.control.ray_group import RayWorkerGroup
 from gnnsys.train.control.recorder import Recorder
+from gnnsys.train.control.resources import trainer_cpus
 from gnnsys.train.hetero.embedding import LocalEmbeddingPeers
 from gnnsys.train.hetero.owner import HeteroShardOwner, HeteroStoreInfo, LocalHeteroOwnerClient
 from gnnsys.train.hetero.worker import HeteroTrainWorker, HeteroWorkerSpec, hetero_template
@@ -145,8 +146,8 @@ def train_local(
         run_dir: Output directory (created).
         traffic_only: Replay every epoch's sampling and fetching without the model
             (``Trainer.replay_epoch``): the same traffic and cache counters, no evaluation.
-        threads: torch intra-op threads for the ranks' forward/backward; ``None`` keeps 1, as
-            a Ray worker has (bit-equal results).
+        threads: torch intra-op threads of this process while the ranks run; ``None``:
+            ``config.cluster.threads``, else 1.
         allow_change: As for :func:`train`.
         fault: Test-only fault injection (``raise`` only: an ``exit`` would end this process).
     """
@@ -281,16 +282,18 @@ class _GroupPlan:
         spec = replace(self.template, attempt=attempt)
         loop = config.loop
         if self.executor == "ray":
+            cpus = trainer_cpus(config.cluster.threads, config.cluster.parts)
             return RayWorkerGroup(
                 spec,
-                loop.resources,
+                replace(loop.resources, worker_cpus=cpus),
                 loop.deadline_s,
                 self.roles,
                 heartbeat_s=Coordinator.heartbeat(loop),
                 startup_deadline_s=loop.startup_deadline_s,
             )
+        threads = self.threads if self.threads is not None else config.cluster.threads
         return LocalWorkerGroup(
-            spec, loop.deadline_s, replay=self.replay, threads=self.threads, roles=self.roles
+            spec, loop.deadline_s, replay=self.replay, threads=threads, roles=self.roles
         )
 
 

@@ -30,6 +30,7 @@ import torch
 from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.datasets.hetero import EdgeType
 from gnnsys.train.remote.client import SampleArrays, get_within
+from gnnsys.train.threads import use_actor_threads
 
 __all__ = [
     "HeteroOwnerClient",
@@ -127,7 +128,7 @@ class HeteroShardOwner:
         from gnnsys.sampler import CSRNeighborSource
         from gnnsys.store import read_hetero_shard
 
-        torch.set_num_threads(1)  # owners share the cores with the trainers
+        use_actor_threads()  # the CPUs Ray assigned (gnnsys.train.threads)
         shard = read_hetero_shard(root, part)
         books = load_books(root)
         self.part = part

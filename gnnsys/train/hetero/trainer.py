@@ -27,6 +27,7 @@ from gnnsys.models.sparse_embedding import SparseGrad, coalesce
 from gnnsys.sampler.hetero import HeteroNeighborSampler, HeteroSampledSubgraph
 from gnnsys.train.hetero.embedding import OwnedEmbeddings
 from gnnsys.train.hetero.owner import TypeBook
+from gnnsys.train.pipeline import PreparedBatch, StageClock
 from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import TypedLedger
 from gnnsys.train.trainer import Trainer
@@ -147,22 +148,27 @@ class HeteroTrainer(Trainer):
         self._leaves: dict[str, Tensor] = {}
         self._n_id: dict[str, Tensor] = {}
 
+    def _inputs_need_weights(self) -> bool:
+        """Embedding rows change every step: with them, the compute loop fetches the inputs."""
+        return self.embeddings is not None
+
     def _inputs(self, sub: Any) -> Callable[[], Tensor]:
         """Fetch every type's rows; returns the forward pass (the seed type's logits)."""
-        x_dict, self._leaves = self.inputs.fetch(sub)
-        self._n_id = sub.n_id
+        x_dict, leaves = self.inputs.fetch(sub)
+        if self.embeddings is not None:  # the compute loop's thread (see _inputs_need_weights)
+            self._leaves, self._n_id = leaves, sub.n_id
         blocks, model = sub.blocks, self.model
         return lambda: cast(Tensor, model(x_dict, blocks)[self.input_type])
 
-    def _step(self, pos_B: Tensor, batch_seed: int, seconds: dict[str, float]) -> tuple[float, int]:
+    def _step(self, batch: PreparedBatch, clock: StageClock) -> tuple[float, int]:
         """``Trainer._step``, then the embedding exchange and sparse step (timed as sync)."""
         self._leaves, self._n_id = {}, {}
-        out = super()._step(pos_B, batch_seed, seconds)
+        out = super()._step(batch, clock)
         start = time.perf_counter()
         if self.embeddings is not None:  # the dense step's divisor: the step's seeds, all ranks
             seeds = max(1, round(self.step_weight * self.world_size))
             self.embeddings.apply(self._exchange(), seeds)
-        seconds["sync"] += time.perf_counter() - start
+        clock.add("sync", time.perf_counter() - start)
         self._leaves, self._n_id = {}, {}
         return out
 

@@ -61,6 +61,7 @@ from gnnsys.train.hetero.trainer import BoundSampler, HeteroTrainer, TypedInputs
 from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import TypedLedger
 from gnnsys.train.remote.routed import RoutedNeighborSource
+from gnnsys.train.threads import use_actor_threads
 from gnnsys.train.trainer import Trainer
 from gnnsys.train.worker import FaultSpec, GlooSync, TrainWorker, peak_rss
 
@@ -270,7 +271,7 @@ class HeteroTrainWorker(TrainWorker):
     ) -> None:
         from gnnsys.store import read_hetero_shard
 
-        torch.set_num_threads(1)  # P workers share few cores; >1 thread only oversubscribes
+        use_actor_threads()  # the CPUs Ray assigned (gnnsys.train.threads)
         self.spec = cast(Any, spec)
         self.hspec = spec
         self.hshard = read_hetero_shard(spec.store, spec.rank)

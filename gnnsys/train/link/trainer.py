@@ -30,7 +30,9 @@ from torch.nn import functional
 
 from gnnsys.models import LinkModel
 from gnnsys.train.link.config import LinkConfig
+from gnnsys.train.pipeline import PreparedBatch, StageClock
 from gnnsys.train.trainer import Trainer, _mix
+from gnnsys.types import SampledSubgraph
 
 __all__ = ["LinkBatch", "LinkTrainer", "link_batch"]
 
@@ -123,22 +125,22 @@ class LinkTrainer(Trainer):
     def _seed_gid(self, pos_B: Tensor, batch_seed: int) -> Tensor:
         return self.batch(pos_B, batch_seed).seed_gid
 
-    def _forward_backward(
-        self, pos_B: Tensor, batch_seed: int, seconds: dict[str, float]
-    ) -> tuple[float, int]:
-        """One batch: loss summed over positives, and positives above all their negatives."""
-        t0 = time.perf_counter()
+    def _sample(self, pos_B: Tensor, batch_seed: int) -> tuple[LinkBatch, SampledSubgraph]:
+        """The batch's pairs and negatives, and the subgraph of their endpoints."""
         batch = self.batch(pos_B, batch_seed)
-        sub = self.sampler.sample(batch.seed_gid, seed=batch_seed)
-        t1 = time.perf_counter()
-        forward = self._inputs(sub)
+        return batch, self.sampler.sample(batch.seed_gid, seed=batch_seed)
+
+    def _forward_backward(self, batch: PreparedBatch, clock: StageClock) -> tuple[float, int]:
+        """One batch: loss summed over positives, and positives above all their negatives."""
+        forward = self._late_inputs(batch, clock)
         t2 = time.perf_counter()
+        pairs = cast(LinkBatch, batch.extra)
         model = cast(LinkModel, self.model)
         with self._own_rng():
-            h_UH = forward()[: sub.batch_size]
-            h_src = h_UH[batch.src_B]
-            score_B = model.score(h_src, h_UH[batch.dst_B])
-            neg_Bq = model.score(h_src.unsqueeze(1), h_UH[batch.neg_Bq])
+            h_UH = forward()[: batch.sub.batch_size]
+            h_src = h_UH[pairs.src_B]
+            score_B = model.score(h_src, h_UH[pairs.dst_B])
+            neg_Bq = model.score(h_src.unsqueeze(1), h_UH[pairs.neg_Bq])
             logits = torch.cat([score_B, neg_Bq.reshape(-1)])
             labels = torch.cat([torch.ones_like(score_B), torch.zeros_like(neg_Bq.reshape(-1))])
             # summed over pairs and divided by 1 + q: the sum over positives of each positive's
@@ -146,9 +148,7 @@ class LinkTrainer(Trainer):
             loss = functional.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
             loss = loss / (1 + neg_Bq.shape[1])
             torch.autograd.backward(loss)
-        seconds["sample"] += t1 - t0
-        seconds["fetch"] += t2 - t1
-        seconds["compute"] += time.perf_counter() - t2
+        clock.add("compute", time.perf_counter() - t2)
         above = int((score_B.detach().unsqueeze(1) > neg_Bq.detach()).all(dim=1).sum())
         return float(loss.detach()), above
 

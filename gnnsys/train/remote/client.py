@@ -8,6 +8,7 @@ Shape legend: ``M`` destinations, ``E`` drawn edges, ``K`` requested rows, ``F``
 
 from __future__ import annotations
 
+import time
 from typing import Any, Protocol
 
 import numpy as np
@@ -15,7 +16,7 @@ import numpy as np
 from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.errors import RemoteCallTimeoutError
 
-__all__ = ["OwnerClient", "RayOwnerClient", "SampleArrays", "get_within"]
+__all__ = ["DelayedOwnerClient", "OwnerClient", "RayOwnerClient", "SampleArrays", "get_within"]
 
 SampleArrays = tuple[np.ndarray, np.ndarray, np.ndarray]
 """``(count_M, src_gid_E, e_id_E)`` int64 arrays as an owner returns them."""
@@ -120,3 +121,42 @@ class RayOwnerClient:
             for p, (rowptr, gid, weight) in req_by_part.items()
         }
         return self._get(refs, "partial_sums")
+
+
+class DelayedOwnerClient:
+    """An :class:`OwnerClient` that waits ``delay_s`` before every batch of owner calls.
+
+    Test and benchmark only (``FaultSpec(kind="delay")``): network latency on demand, to check
+    that prefetching hides it.
+    """
+
+    def __init__(self, inner: OwnerClient, delay_s: float) -> None:
+        self.inner, self.delay_s = inner, delay_s
+
+    def sample_many(
+        self, dst_by_part: dict[int, np.ndarray], fanout: int, *, seed: int, hop: int, replace: bool
+    ) -> dict[int, SampleArrays]:
+        """``inner.sample_many`` after the delay."""
+        time.sleep(self.delay_s)
+        return self.inner.sample_many(dst_by_part, fanout, seed=seed, hop=hop, replace=replace)
+
+    def fetch_encoded_many(
+        self, gid_by_part: dict[int, np.ndarray], codec: Codec
+    ) -> dict[int, EncodedRows]:
+        """``inner.fetch_encoded_many`` after the delay."""
+        time.sleep(self.delay_s)
+        return self.inner.fetch_encoded_many(gid_by_part, codec)
+
+    def degree_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        """``inner.degree_many`` after the delay."""
+        time.sleep(self.delay_s)
+        return self.inner.degree_many(gid_by_part)
+
+    def partial_many(
+        self,
+        req_by_part: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]],
+        codec: Codec,
+    ) -> dict[int, EncodedRows]:
+        """``inner.partial_many`` after the delay."""
+        time.sleep(self.delay_s)
+        return self.inner.partial_many(req_by_part, codec)

@@ -12,6 +12,7 @@ pairs it sent, the partial sums it got back and the remote rows that did not tra
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -102,12 +103,16 @@ def _combine(
 
 
 class Ledger:
-    """Mutable counters owned by one worker; read them with :meth:`snapshot`."""
+    """Mutable counters owned by one worker; read them with :meth:`snapshot`.
+
+    Thread-safe: the prefetch thread counts fetches while the step counts the allreduce.
+    """
 
     def __init__(self) -> None:
         self._bytes = dict.fromkeys(CATEGORIES, 0)
         self._messages = dict.fromkeys(CATEGORIES, 0)
         self._counts = dict.fromkeys(COUNTERS, 0)
+        self._lock = threading.Lock()
 
     def record(self, category: str, *payload: np.ndarray | Tensor) -> None:
         """Count one message of ``category`` carrying ``payload``.
@@ -117,15 +122,18 @@ class Ledger:
         """
         if category not in self._bytes:
             raise ValueError(f"unknown ledger category {category!r}; use one of {CATEGORIES}")
-        self._bytes[category] += _nbytes(payload)
-        self._messages[category] += 1
+        nbytes = _nbytes(payload)
+        with self._lock:
+            self._bytes[category] += nbytes
+            self._messages[category] += 1
 
     def record_nbytes(self, category: str, nbytes: int) -> None:
         """Count one message of ``category`` whose payload size is already known (encoded rows)."""
         if category not in self._bytes:
             raise ValueError(f"unknown ledger category {category!r}; use one of {CATEGORIES}")
-        self._bytes[category] += int(nbytes)
-        self._messages[category] += 1
+        with self._lock:
+            self._bytes[category] += int(nbytes)
+            self._messages[category] += 1
 
     def count(self, counter: str, value: int) -> None:
         """Add ``value`` to a non-byte counter.
@@ -135,13 +143,15 @@ class Ledger:
         """
         if counter not in self._counts:
             raise ValueError(f"unknown ledger counter {counter!r}; use one of {COUNTERS}")
-        self._counts[counter] += int(value)
+        with self._lock:
+            self._counts[counter] += int(value)
 
     def snapshot(self) -> LedgerSnapshot:
         """A frozen copy of the counters."""
-        return LedgerSnapshot(
-            bytes=dict(self._bytes), messages=dict(self._messages), counts=dict(self._counts)
-        )
+        with self._lock:
+            return LedgerSnapshot(
+                bytes=dict(self._bytes), messages=dict(self._messages), counts=dict(self._counts)
+            )
 
 
 class TypedLedger:

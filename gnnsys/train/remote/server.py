@@ -11,6 +11,7 @@ import torch
 from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.store.pages import read_ahead_dense
 from gnnsys.train.remote.client import SampleArrays
+from gnnsys.train.threads import use_actor_threads
 
 __all__ = ["ShardOwner"]
 
@@ -30,7 +31,7 @@ class ShardOwner:
         from gnnsys.store import load_book, load_shard
         from gnnsys.store.pages import advise_random
 
-        torch.set_num_threads(1)  # owners share the cores with the trainers
+        use_actor_threads()  # the CPUs Ray assigned (gnnsys.train.threads)
         shard = load_shard(root, part)
         book = load_book(root)
         advise_random(shard.x, shard.indptr, shard.indices_gid, shard.e_id)  # requested rows
