@@ -66,21 +66,7 @@ def add_parser(sub: Any) -> None:
         help="ray (default): one actor per owner and trainer; local: the ranks as threads of "
         "this process (same code and files, no Ray; for small runs and debugging)",
     )
-    p.add_argument(
-        "--threads",
-        type=int,
-        help="torch threads per trainer, also the CPUs it asks Ray for (default: this "
-        "machine's cores / --parts, at least 1; 1 with --executor local). On a cluster of "
-        "big nodes, give the cores each trainer should use",
-    )
-    p.add_argument(
-        "--prefetch",
-        type=int,
-        metavar="K",
-        help="batches each worker samples and fetches ahead on a second thread while the "
-        "current one computes (default 2; 0: one stage after the other). The result is "
-        "identical at every K; each batch ahead costs one batch of memory",
-    )
+    _add_step_flags(p)
     p.add_argument(
         "--resume",
         action="store_true",
@@ -119,6 +105,25 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--inject-fault", help=argparse.SUPPRESS)  # KIND:RANK:EPOCH:BATCH, tests
     p.add_argument("--inject-delay-ms", type=float, help=argparse.SUPPRESS)  # owner latency
     p.set_defaults(func=run)
+
+
+def _add_step_flags(p: argparse.ArgumentParser) -> None:
+    """How each worker runs its steps: threads and prefetching."""
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="torch threads per trainer, also the CPUs it asks Ray for (default: this "
+        "machine's cores / --parts, at least 1; 1 with --executor local). On a cluster of "
+        "big nodes, give the cores each trainer should use",
+    )
+    p.add_argument(
+        "--prefetch",
+        type=int,
+        metavar="K",
+        help="batches each worker samples and fetches ahead on a second thread while the "
+        "current one computes (default 2; 0: one stage after the other). The result is "
+        "identical at every K; each batch ahead costs one batch of memory",
+    )
 
 
 def _add_optim_flags(p: argparse.ArgumentParser) -> None:

@@ -368,6 +368,15 @@ def _link_trainer(
     )
 
 
+def _owner_client(spec: WorkerSpec, owners: list[Any], client: OwnerClient | None) -> OwnerClient:
+    """``client``, or one over the owner actors; slowed down by a ``delay`` fault (benchmark)."""
+    if client is None:
+        client = RayOwnerClient(owners, spec.deadline_s)
+    if spec.fault is not None and spec.fault.kind == "delay":
+        client = DelayedOwnerClient(client, spec.fault.delay_s)
+    return client
+
+
 class TrainWorker:
     """Trainer of one rank, used as a Ray actor; see the module docstring."""
 
@@ -387,11 +396,7 @@ class TrainWorker:
         use_actor_threads()  # the CPUs Ray assigned (gnnsys.train.threads)
         self.spec = spec
         self.ledger = Ledger()
-        if client is None:
-            client = RayOwnerClient(owners, spec.deadline_s)
-        if spec.fault is not None and spec.fault.kind == "delay":
-            client = DelayedOwnerClient(client, spec.fault.delay_s)
-        self.client = client
+        self.client = _owner_client(spec, owners, client)
         self.peers: PeerClient = peers if peers is not None else LocalPeerClient()
         self.shard, self.book = load_shard(spec.store, spec.rank), load_book(spec.store)
         advise_random(self.shard.x, self.shard.indptr, self.shard.indices_gid, self.shard.e_id)
@@ -403,7 +408,7 @@ class TrainWorker:
         elif spec.world_size > 1:
             grad_sync = GlooSync(spec.world_size, self.ledger)
         built = _build_trainer(
-            spec, self.shard, self.book, client, self.ledger, grad_sync, rng_lock, self.links
+            spec, self.shard, self.book, self.client, self.ledger, grad_sync, rng_lock, self.links
         )
         self.trainer, self.features = built.trainer, built.features
         self.features.warm_up()  # before the first epoch's snapshot: reported as warm-up traffic
