@@ -1,30 +1,32 @@
-"""The training step's producer: batches ``i+1 .. i+K`` are prepared while batch ``i`` computes.
+"""The pipelined training step: batches ``i+1 .. i+K`` are prepared while batch ``i`` computes.
 
 A step has stages with typed records between them: *seeds -> sample -> fetch -> transfer ->
 compute -> sync*. The first three never depend on the weights (a batch's seeds and sampler
 seed are functions of the run seed and the batch's coordinates; feature rows, cache admission
 and owner partial sums depend only on the order of the fetches), so a :class:`Prefetcher` runs
-them on one producer thread, in batch order, up to ``depth`` batches ahead of the compute loop.
-The weights, losses, ledger and cache counters are therefore bit-identical at every depth:
-only the time at which a batch is prepared moves. ``depth == 0`` prepares each batch inline,
-the synchronous step.
+sampling on one thread and fetching (with the transfer) on another, each in batch order, up to
+``depth`` batches ahead of the next stage: batch ``i+2`` is sampled while ``i+1`` is fetched
+and ``i`` computes, so an owner's latency in one stage does not hold up the other. Each stage
+sees the batches in the same order as the synchronous step, so the weights, losses, ledger and
+cache counters are bit-identical at every depth: only the time at which a batch is prepared
+moves. ``depth == 0`` runs every stage inline, the synchronous step.
 
 Contract:
 
-* **Bounded.** At most ``depth`` prepared batches wait in the queue (plus the one the producer
-  is preparing), so prefetching costs at most ``depth + 1`` batches of memory.
-* **Errors travel.** An exception in the producer is re-raised by the compute loop at the batch
-  it failed on, with the producer's traceback (the same exception object).
+* **Bounded.** At most ``depth`` batches wait between two stages (plus the one each stage is
+  working on), so prefetching costs a few batches of memory, not an epoch's.
+* **Errors travel.** An exception in a stage is re-raised by the compute loop at the batch it
+  failed on, with the stage's traceback (the same exception object).
 * **Shutdown joins.** :meth:`Prefetcher.close` (also on leaving the ``with`` block, error or not)
-  tells the producer to stop after its current batch, drains the queue so it cannot block on a
-  full one, and joins it. A producer stuck in an owner call leaves when that call's deadline
-  fires; ``close`` waits ``join_s`` for it and logs if it is still running.
-* **No deadlock with collectives.** The producer only samples and fetches (owner calls with
+  tells every stage to stop after its current batch, drains the queues so none blocks on a
+  full one, and joins the threads. A stage stuck in an owner call leaves when that call's
+  deadline fires; ``close`` waits ``join_s`` for it and logs if it is still running.
+* **No deadlock with collectives.** The stages only sample and fetch (owner calls with
   deadlines); the collectives (gradient allreduce) stay on the compute loop, so a rank that
   raises leaves its peers' allreduce to its own timeout, as without prefetching.
 
 The compute loop's *stall* is the time it waited for its next batch: at ``depth == 0`` that is
-the whole sample and fetch time, with prefetching only what the producer had not yet hidden.
+the whole sample and fetch time, with prefetching only what the stages had not yet hidden.
 """
 
 from __future__ import annotations
@@ -33,9 +35,9 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from torch import Tensor
 
@@ -101,7 +103,7 @@ class StageClock:
 
 
 class _Failed:
-    """The producer's exception, carried through the queue to the compute loop."""
+    """A stage's exception, carried down the queues to the compute loop."""
 
     __slots__ = ("error",)
 
@@ -113,42 +115,60 @@ _DONE = object()
 
 
 class Prefetcher(Generic[T]):
-    """Yields ``prepare(i)`` for ``i`` in ``range(count)``, prepared up to ``depth`` ahead.
+    """Yields item ``i`` for ``i`` in ``range(count)``, prepared up to ``depth`` ahead.
 
-    Use as a context manager so the producer is joined whatever happens in the loop::
+    Item ``i`` is ``then[-1](...then[0](first(i)))``: a chain of stages. With ``depth > 0``
+    each stage runs on a thread of its own, joined to the next by a queue of ``depth`` items,
+    so a batch can be fetched while the next one is sampled and the one before computes. Every
+    stage handles the items in order, one at a time, so what a stage computes (and any state it
+    keeps, such as a cache) is the same as at ``depth == 0``, where the chain runs inline.
 
-        with Prefetcher(prepare, count, depth) as batches:
+    Use as a context manager so the threads are joined whatever happens in the loop::
+
+        with Prefetcher(sample, count, depth, then=(fetch,)) as batches:
             for batch in batches:
                 ...
 
     Args:
-        prepare: Makes item ``i``; runs on the producer thread (inline at ``depth == 0``).
+        first: Makes item ``i`` (the first stage).
         count: Items to make.
-        depth: Items prepared ahead of the consumer (0: none, prepared on demand).
-        name: Thread name, for tracebacks and ``py-spy``.
-        join_s: Seconds ``close`` waits for a producer still inside ``prepare``.
+        depth: Items each queue holds ahead of its consumer (0: none, made on demand).
+        then: Later stages, each taking the previous stage's item.
+        name: Prefix of the threads' names, for tracebacks and ``py-spy``.
+        join_s: Seconds ``close`` waits for a stage still inside its work.
     """
 
     def __init__(
         self,
-        prepare: Callable[[int], T],
+        first: Callable[[int], Any],
         count: int,
         depth: int,
         *,
+        then: Sequence[Callable[[Any], Any]] = (),
         name: str = "gnnsys-prefetch",
         join_s: float = 30.0,
     ) -> None:
         if depth < 0:
             raise ValueError(f"prefetch depth {depth}; choose 0 (synchronous) or more")
-        self.prepare, self.count, self.depth, self.join_s = prepare, count, depth, join_s
+        self.first, self.then, self.count, self.depth = first, tuple(then), count, depth
+        self.join_s = join_s
         self.stall = 0.0
         self._next = 0
         self._stop = threading.Event()
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(depth, 1))
-        self._thread: threading.Thread | None = None
+        stages = 1 + len(self.then)
+        self._queues: list[queue.Queue[Any]] = [
+            queue.Queue(maxsize=max(depth, 1)) for _ in range(stages)
+        ]
+        self._threads: list[threading.Thread] = []
         if depth > 0 and count > 0:
-            self._thread = threading.Thread(target=self._produce, name=name, daemon=True)
-            self._thread.start()
+            targets = [self._source, *(self._relay(k) for k in range(1, stages))]
+            self._threads = [
+                threading.Thread(target=fn, name=f"{name}-{k}", daemon=True)
+                for k, fn in enumerate(targets)
+            ]
+            self._feeders = tuple(self._threads)  # kept after close(): the relays read it
+            for thread in self._threads:
+                thread.start()
 
     def __enter__(self) -> Prefetcher[T]:
         return self
@@ -164,74 +184,97 @@ class Prefetcher(Generic[T]):
             raise StopIteration
         start = time.perf_counter()
         try:
-            if self._thread is None:
-                return self.prepare(self._next)
-            item = self._take()
+            if not self._threads:
+                item = self.first(self._next)
+                for stage in self.then:
+                    item = stage(item)
+                return cast(T, item)
+            item = self._take(self._queues[-1], self._threads[-1])
         finally:
             self.stall += time.perf_counter() - start
             self._next += 1
         if isinstance(item, _Failed):
             self._next = self.count  # nothing follows a failed batch
             raise item.error
-        return item  # type: ignore[no-any-return]
+        if item is _DONE:
+            self._next = self.count
+            raise RuntimeError(f"the prefetch threads stopped before item {self._next - 1}")
+        return cast(T, item)
 
-    def _take(self) -> Any:
-        """The next queued item; a producer that died without a word is an error here."""
-        assert self._thread is not None
+    def _take(self, source: queue.Queue[Any], feeder: threading.Thread) -> Any:
+        """The next item of ``source``; a feeder that died without a word is an error here."""
         while True:
             try:
-                item = self._queue.get(timeout=1.0)
+                return source.get(timeout=1.0)
             except queue.Empty:
-                if not self._thread.is_alive() and self._queue.empty():
-                    return _Failed(RuntimeError("the prefetch thread ended without a batch"))
-                continue
-            if item is _DONE:
-                return _Failed(RuntimeError(f"the prefetch thread stopped at {self._next}"))
-            return item
+                if not feeder.is_alive() and source.empty():
+                    return _Failed(RuntimeError(f"{feeder.name} ended without an item"))
 
-    def _produce(self) -> None:
+    def _source(self) -> None:
+        """The first stage's thread: items ``0 .. count - 1``."""
+        out = self._queues[0]
         try:
             for i in range(self.count):
-                if self._stop.is_set():
-                    return
-                if not self._put(self.prepare(i)):
+                if self._stop.is_set() or not self._put(out, self.first(i)):
                     return
         except BaseException as err:  # noqa: BLE001 - re-raised by the consumer, traceback kept
-            self._put(_Failed(err))
+            self._put(out, _Failed(err))
             return
-        self._put(_DONE)
+        self._put(out, _DONE)
 
-    def _put(self, item: Any) -> bool:
+    def _relay(self, k: int) -> Callable[[], None]:
+        """The thread body of stage ``k`` (>= 1): previous queue -> stage -> next queue."""
+        stage, source, out = self.then[k - 1], self._queues[k - 1], self._queues[k]
+
+        def run() -> None:
+            feeder = self._feeders[k - 1]
+            while not self._stop.is_set():
+                item = self._take(source, feeder)
+                if isinstance(item, _Failed) or item is _DONE:
+                    self._put(out, item)  # passed on: the consumer raises or stops
+                    return
+                try:
+                    item = stage(item)
+                except BaseException as err:  # noqa: BLE001 - re-raised by the consumer
+                    self._put(out, _Failed(err))
+                    return
+                if not self._put(out, item):
+                    return
+
+        return run
+
+    def _put(self, out: queue.Queue[Any], item: Any) -> bool:
         """Queue ``item`` unless told to stop; False when stopped."""
         while not self._stop.is_set():
             try:
-                self._queue.put(item, timeout=0.1)
+                out.put(item, timeout=0.1)
                 return True
             except queue.Full:
                 continue
         return False
 
     def close(self) -> None:
-        """Stop the producer after its current item, free the queue and join it."""
+        """Stop every stage after its current item, free the queues and join the threads."""
         self._stop.set()
-        thread, self._thread = self._thread, None
-        if thread is None:
-            return
+        threads, self._threads = self._threads, []
         deadline = time.monotonic() + self.join_s
-        while thread.is_alive() and time.monotonic() < deadline:
-            self._drain()
-            thread.join(timeout=0.05)
+        for thread in threads:
+            while thread.is_alive() and time.monotonic() < deadline:
+                self._drain()
+                thread.join(timeout=0.05)
         self._drain()
-        if thread.is_alive():
-            log.warning(
-                "prefetch thread %s still inside a batch after %.0f s; left to end on its own",
-                thread.name,
-                self.join_s,
-            )
+        for thread in threads:
+            if thread.is_alive():
+                log.warning(
+                    "prefetch thread %s still inside a batch after %.0f s; left to end on its own",
+                    thread.name,
+                    self.join_s,
+                )
 
     def _drain(self) -> None:
-        while True:
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                return
+        for q in self._queues:
+            while True:
+                try:
+                    q.get_nowait()
+                except queue.Empty:
+                    break

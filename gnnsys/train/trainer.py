@@ -304,15 +304,22 @@ class Trainer:
         )
 
     def _feed(self, epoch: int, num_batches: int) -> Prefetcher[PreparedBatch]:
-        """The epoch's batches, prepared ``config.prefetch`` ahead: the one way batches form."""
+        """The epoch's batches, prepared ``config.prefetch`` ahead: the one way batches form.
+
+        Two stages (``gnnsys.train.pipeline``): sampling, then fetching and transfer.
+        """
         batches = self._batches(epoch, num_batches)
         seed, rank = self.config.seed, self.rank
 
-        def prepare(b: int) -> PreparedBatch:
-            return self._prepare(b, batches[b], batch_seed_for(seed, rank, epoch, b))
+        def sample(b: int) -> PreparedBatch:
+            return self._sample_stage(b, batches[b], batch_seed_for(seed, rank, epoch, b))
 
         return Prefetcher(
-            prepare, len(batches), self.config.prefetch, name=f"gnnsys-prefetch-{rank}"
+            sample,
+            len(batches),
+            self.config.prefetch,
+            then=(self._fetch_stage,),
+            name=f"gnnsys-prefetch-{rank}",
         )
 
     def replay_epoch(self, epoch: int, num_batches: int) -> EpochStats:
@@ -346,15 +353,20 @@ class Trainer:
         """Whether layer 0's inputs depend on the weights (then the compute loop fetches them)."""
         return False
 
-    def _prepare(self, index: int, pos_B: Tensor, batch_seed: int) -> PreparedBatch:
-        """The weight-free stages of one batch: sample, fetch, transfer (producer thread)."""
+    def _sample_stage(self, index: int, pos_B: Tensor, batch_seed: int) -> PreparedBatch:
+        """The sample stage of one batch (nothing to sample for an empty one)."""
         batch = PreparedBatch(index, pos_B, batch_seed)
-        if not pos_B.numel():
+        if pos_B.numel():
+            t0 = time.perf_counter()
+            batch.extra, batch.sub = self._sample(pos_B, batch_seed)
+            batch.seconds["sample"] = time.perf_counter() - t0
+        return batch
+
+    def _fetch_stage(self, batch: PreparedBatch) -> PreparedBatch:
+        """The fetch and transfer stages: layer 0's inputs, unless they need the weights."""
+        if batch.sub is None:
             return batch
-        t0 = time.perf_counter()
-        batch.extra, batch.sub = self._sample(pos_B, batch_seed)
         t1 = time.perf_counter()
-        batch.seconds["sample"] = t1 - t0
         if not self._inputs_need_weights():
             batch.forward = self._inputs(batch.sub)
             t2 = time.perf_counter()

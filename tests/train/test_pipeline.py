@@ -86,6 +86,32 @@ def test_a_consumer_error_stops_and_joins_the_producer() -> None:
     assert len(made) <= 1 + 1 + 3 + 1  # taken, failed, queued, in hand: never the whole epoch
 
 
+@pytest.mark.parametrize("depth", [0, 1, 3])
+def test_a_chain_of_stages_sees_every_item_in_order(depth: int) -> None:
+    seen: dict[str, list[int]] = {"first": [], "second": []}
+
+    def first(i: int) -> int:
+        seen["first"].append(i)
+        return i
+
+    def second(i: int) -> int:
+        seen["second"].append(i)  # a stage with state (a cache) sees the synchronous order
+        if i == 7:
+            raise OSError("stage two failed at 7")
+        return -i
+
+    with pytest.raises(OSError, match="stage two failed at 7") as info:
+        with Prefetcher(first, 20, depth, then=(second,)) as feed:
+            got = [item for item in feed]
+    assert "in second" in "".join(traceback.format_exception(info.value))
+    assert seen["second"] == list(range(8))
+    assert seen["first"] == list(range(len(seen["first"])))
+    assert not _prefetch_threads()
+    with Prefetcher(first, 5, depth, then=(lambda i: i * 10, lambda i: i + 1)) as feed:
+        got = list(feed)
+    assert got == [1, 11, 21, 31, 41]
+
+
 def test_stall_is_the_wait_for_a_slow_producer() -> None:
     def prepare(i: int) -> int:
         time.sleep(0.02)

@@ -146,10 +146,13 @@ class RoutedFeatureSource:
     def fetch(self, gid: Tensor) -> Tensor:
         """Rows ``[K, F]`` float32 for ``gid`` in request order (one cache lookup per call)."""
         gid_np, local_pos, remote_pos = self._split(gid)
+        if not remote_pos.size:  # every row is own (one part, or no halo): one gather, no scatter
+            rows_KF = np.asarray(self.local_x[self.lid_N[gid_np]])
+            return torch.from_numpy(rows_KF.astype(np.float32, copy=False))
         out_KF = np.empty((gid_np.shape[0], self.local_x.shape[1]), dtype=np.float32)
         out_KF[local_pos] = self.local_x[self.lid_N[gid_np[local_pos]]]
-        if remote_pos.size:  # a batch without halo rows is no fetcher call (and no message)
-            out_KF[remote_pos] = self.fetcher.gather(torch.from_numpy(gid_np[remote_pos])).numpy()
+        # a batch without halo rows made no fetcher call (and no message) above
+        out_KF[remote_pos] = self.fetcher.gather(torch.from_numpy(gid_np[remote_pos])).numpy()
         return torch.from_numpy(out_KF)
 
     def fetch_split(self, gid: Tensor) -> SplitRows:
