@@ -85,6 +85,7 @@ def run_gnnsys(work: Path, config: str, epochs: int, tag: str) -> dict[str, Any]
     parts, prefetch, delay = fields[0], fields[1], fields[2] if len(fields) > 2 else 0
     out = work / f"run-{config.replace(':', '-')}-{tag}"
     cmd = [*GNNSYS, "train", "--store", str(write_store(work, parts)), "--out", str(out)]
+    cmd += ["--parts", str(parts)]
     cmd += ["--epochs", str(epochs), "--eval-every", "0", "--no-progress", "--lr", "0.01"]
     cmd += ["--dropout", "0", "--hidden", "128", "--fanouts", "15,10"]
     cmd += ["--batch-size", str(1024 // parts), "--prefetch", str(prefetch)]

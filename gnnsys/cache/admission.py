@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from gnnsys.sampler.base import Sampler
+from gnnsys.sampler.stages import Prefetcher
 
 __all__ = [
     "ADMISSION_POLICIES",
@@ -291,12 +292,20 @@ def presample_scores(
     for epoch in range(epochs):
         gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
         perm = train_gid[torch.randperm(train_gid.shape[0], generator=gen)]
-        for b, start in enumerate(range(0, perm.shape[0], batch_size)):
-            sub = sampler.sample(
-                perm[start : start + batch_size], seed=seed * 1_000_003 + epoch * 10_007 + b
-            )
-            remote = sub.n_id[~owned_N[sub.n_id]]
-            count.index_add_(0, remote, torch.ones(remote.shape, dtype=torch.float64))
+        chunks = torch.split(perm, batch_size)
+        base = seed * 1_000_003 + epoch * 10_007
+
+        def sample(b: int, chunks: tuple[Tensor, ...] = chunks, base: int = base) -> Tensor:
+            return sampler.sample(chunks[b], seed=base + b).n_id
+
+        # the training step's way of forming batches: sampled ahead on a thread, in order
+        feed: Prefetcher[Tensor] = Prefetcher(
+            sample, len(chunks), 2, name="gnnsys-prefetch-presample"
+        )
+        with feed:
+            for n_id in feed:
+                remote = n_id[~owned_N[n_id]]
+                count.index_add_(0, remote, torch.ones(remote.shape, dtype=torch.float64))
     return count / epochs
 
 

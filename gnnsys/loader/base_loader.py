@@ -25,7 +25,7 @@ from torch import Tensor
 
 from gnnsys.loader.graph_view import GraphView
 from gnnsys.sampler import batch_seed
-from gnnsys.sampler.ordered import OrderedMap
+from gnnsys.sampler.stages import Prefetcher
 
 __all__ = ["BatchLoader", "LoaderOptions", "to_pyg_batch"]
 
@@ -176,18 +176,13 @@ class BatchLoader:
         """One epoch of batches; each call starts the next epoch."""
         epoch, self.epoch = self.epoch, self.epoch + 1
         chunks = list(torch.split(self._epoch_order(epoch), self.batch_size))[: len(self)]
-        if self.prefetch == 0:
-            made: Iterator[Any] = (
-                self.make_batch(c, epoch=epoch, batch_index=i) for i, c in enumerate(chunks)
-            )
-        else:
-            made = OrderedMap(
-                lambda job: self.make_batch(job[1], epoch=epoch, batch_index=job[0]),
-                enumerate(chunks),
-                num_workers=max(1, self.num_workers),
-                capacity=self.prefetch,
-                name="gnnsys-prefetch",
-            )
+        made: Prefetcher[Any] = Prefetcher(  # the training step's way of forming batches
+            lambda i: self.make_batch(chunks[i], epoch=epoch, batch_index=i),
+            len(chunks),
+            self.prefetch,
+            workers=max(1, self.num_workers),
+            name="gnnsys-prefetch",
+        )
         return _Delivered(made, self._deliver)
 
 
