@@ -112,9 +112,10 @@ def _add_step_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--threads",
         type=int,
-        help="torch threads per trainer, also the CPUs it asks Ray for (default: this "
-        "machine's cores / --parts, at least 1; 1 with --executor local). On a cluster of "
-        "big nodes, give the cores each trainer should use",
+        help="CPUs per trainer, asked of Ray (default: this machine's cores / --parts, at "
+        "least 1; with --executor local, torch threads of the process, default 1). A trainer "
+        "computes on that many torch threads, one fewer when it prefetches (its sampling and "
+        "fetching threads take one). On a cluster of big nodes, give the cores per trainer",
     )
     p.add_argument(
         "--prefetch",

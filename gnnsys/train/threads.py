@@ -2,11 +2,12 @@
 
 The driver asks Ray for each trainer's CPUs (``--threads``, or the machine's cores over the
 parts: ``gnnsys.train.control.resources.trainer_cpus``); a trainer actor then runs torch's
-intra-op pool on exactly the CPUs it was assigned, so one worker on a 2-core machine computes on
-both cores and ``P`` workers on ``C`` cores do not oversubscribe them. A shard owner is assigned
-half a CPU and runs one thread: its work (row gathers for its peers) is memory-bound and runs
-while its own trainer waits or prefetches. Outside a Ray actor (the in-process executor, tests)
-nothing here changes the process: the caller decides.
+intra-op pool on the CPUs it was assigned (one of them left to its prefetching stages when it
+prefetches), so one worker on a 2-core machine uses both cores and ``P`` workers on ``C`` cores
+do not oversubscribe them. A shard owner is assigned half a CPU and runs one thread: its work
+(row gathers for its peers) is memory-bound and runs while its own trainer waits or prefetches.
+Outside a Ray actor (the in-process executor, tests) nothing here changes the process: the
+caller decides.
 """
 
 from __future__ import annotations
@@ -30,14 +31,17 @@ def actor_cpus() -> float | None:
     return float(context.get_assigned_resources().get("CPU", 1.0))
 
 
-def use_actor_threads() -> int | None:
-    """Inside a Ray actor: torch intra-op threads = its assigned CPUs (at least 1); returned.
+def use_actor_threads(reserve: int = 0) -> int | None:
+    """Inside a Ray actor: torch intra-op threads = its assigned CPUs less ``reserve`` (>= 1).
 
-    Outside a Ray actor the process is left as it is and ``None`` is returned.
+    A trainer that prefetches reserves one CPU for its stage threads (sampling and fetching run
+    beside the compute, mostly in single-threaded numpy): with every assigned CPU in torch's
+    pool as well, the threads oversubscribe the cores and the step slows down. Outside a Ray
+    actor the process is left as it is and ``None`` is returned.
     """
     cpus = actor_cpus()
     if cpus is None:
         return None
-    threads = max(1, math.floor(cpus + 1e-9))
+    threads = max(1, math.floor(cpus + 1e-9) - reserve)
     torch.set_num_threads(threads)
     return threads

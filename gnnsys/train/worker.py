@@ -393,7 +393,7 @@ class TrainWorker:
         from gnnsys.store import load_book, load_links, load_shard
         from gnnsys.store.pages import advise_random
 
-        use_actor_threads()  # the CPUs Ray assigned (gnnsys.train.threads)
+        use_actor_threads(reserve=1 if spec.trainer.prefetch else 0)  # gnnsys.train.threads
         self.spec = spec
         self.ledger = Ledger()
         self.client = _owner_client(spec, owners, client)

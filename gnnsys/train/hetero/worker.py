@@ -271,7 +271,7 @@ class HeteroTrainWorker(TrainWorker):
     ) -> None:
         from gnnsys.store import read_hetero_shard
 
-        use_actor_threads()  # the CPUs Ray assigned (gnnsys.train.threads)
+        use_actor_threads(reserve=1 if spec.trainer.prefetch else 0)  # gnnsys.train.threads
         self.spec = cast(Any, spec)
         self.hspec = spec
         self.hshard = read_hetero_shard(spec.store, spec.rank)
