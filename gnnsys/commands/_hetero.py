@@ -1,13 +1,13 @@
 """``gnnsys partition`` and ``gnnsys bench partition`` on heterogeneous datasets.
 
-``partition.run`` and ``bench_partition.run`` hand a dataset named in
-``gnnsys.datasets.HETERO_NAMES`` (``synthetic:mag``, ``ogb:ogbn-mag``) to ``run_partition`` /
-``run_bench`` here. Both assign every node type at once (``partition_hetero``); the partition
-command writes a heterogeneous store (``gnnsys.store.hetero_layout``), the bench reports per
-strategy its time, peak RSS, balance per node type, edge cut per relation, halo per node type,
-the k-hop remote-fetch bound per type and, with the typed sampler, the **simulated remote
-fetches per epoch per type** (each part's train seeds of the labelled type, batched and sampled
-with ``HeteroNeighborSampler``, counting sampled nodes another part owns).
+``partition.run`` and ``bench_partition.run`` hand a heterogeneous dataset (``synthetic:mag``, or
+any ``ogb:`` folder in OGB's heterogeneous layout: ``datasets.is_heterogeneous``) to
+``run_partition`` / ``run_bench`` here. Both assign every node type at once (``partition_hetero``);
+the partition command writes a heterogeneous store (``gnnsys.store.hetero_layout``), the bench
+reports per strategy its time, peak RSS, balance per node type, edge cut per relation, halo per
+node type, the k-hop remote-fetch bound per type and, with the typed sampler, the **simulated
+remote fetches per epoch per type** (each part's train seeds of the labelled type, batched and
+sampled with ``HeteroNeighborSampler``, counting sampled nodes another part owns).
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ logger = logging.getLogger(__name__)
 DEFAULT_METHODS = "random,hash,metis,ldg,fennel"
 
 
-def is_hetero(name: str) -> bool:
-    """Whether ``name`` is a heterogeneous registry dataset."""
-    from gnnsys.datasets import HETERO_NAMES
+def is_hetero(name: str, root: str | None = None) -> bool:
+    """Whether dataset ``name`` is heterogeneous (decided from its files: ``is_heterogeneous``)."""
+    from gnnsys.datasets import is_heterogeneous
 
-    return name in HETERO_NAMES
+    return is_heterogeneous(name, root)
 
 
 def load(args: argparse.Namespace) -> Any:

@@ -1,6 +1,6 @@
 """``gnnsys train`` on a heterogeneous dataset or store (``synthetic:mag``, ``ogb:ogbn-mag``).
 
-``train.run`` hands a run here when the dataset is in ``gnnsys.datasets.HETERO_NAMES`` or
+``train.run`` hands a run here when the dataset is heterogeneous (``datasets.is_heterogeneous``) or
 ``--store`` is a heterogeneous store. The run goes through the same coordinator, executors,
 failure policy, checkpoints, metrics lines and ledger as a homogeneous one
 (``gnnsys.train.control.run``, with ``RunConfig.hetero`` set). Options that have no meaning
@@ -66,12 +66,12 @@ def add_hetero_args(p: argparse.ArgumentParser) -> None:
 
 def is_hetero_run(args: argparse.Namespace, dataset: str) -> bool:
     """Whether ``gnnsys train`` got a heterogeneous dataset or store."""
-    from gnnsys.datasets import HETERO_NAMES
+    from gnnsys.datasets import is_heterogeneous
     from gnnsys.store import is_hetero_store
 
     if args.store is not None:
         return is_hetero_store(args.store)
-    return dataset in HETERO_NAMES
+    return is_heterogeneous(dataset, args.root)
 
 
 def check_kind(args: argparse.Namespace, dataset: str) -> bool:
@@ -158,7 +158,7 @@ def hetero_store_manifest(path: Path, parts: int) -> Any:
 def hetero_preflight(args: argparse.Namespace, config: Any, out: Path) -> Preflight:
     """The pre-flight of a heterogeneous run: out dir, store, dataset, identity, resume."""
     from gnnsys.commands._preflight import Preflight, check_cache, check_out, parse_allowed
-    from gnnsys.datasets import HETERO_NAMES
+    from gnnsys.datasets import is_heterogeneous
     from gnnsys.train.control.checkpoint import (
         check_resume,
         identity_of,
@@ -172,7 +172,7 @@ def hetero_preflight(args: argparse.Namespace, config: Any, out: Path) -> Prefli
     manifest = None
     if data.store is not None:
         manifest = hetero_store_manifest(Path(data.store), parts)
-    elif data.dataset not in HETERO_NAMES:
+    elif not is_heterogeneous(data.dataset, data.root):
         raise ValueError(f"unknown heterogeneous dataset {data.dataset!r}")
     elif config.loop.resume and (out / "store" / "manifest.json").exists():
         manifest = hetero_store_manifest(out / "store", parts)

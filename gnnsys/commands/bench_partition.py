@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     """Run every row, then write the JSONL, the markdown table and the plots."""
     from gnnsys.commands import _hetero
 
-    if _hetero.is_hetero(args.dataset):
+    if _hetero.is_hetero(args.dataset, args.root):
         return _hetero.run_bench(args)
     parts = [int(p) for p in args.parts.split(",")]
     fanouts = tuple(int(f) for f in args.fanouts.split(","))

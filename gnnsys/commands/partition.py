@@ -245,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
     _check_args(args)  # before the (possibly long) load
     from gnnsys.commands import _hetero
 
-    if _hetero.is_hetero(args.dataset):
+    if _hetero.is_hetero(args.dataset, args.root):
         return _hetero.run_partition(args)
     cfg = partitioner_options(args.method, args.balance, args.option)
     partitioner = make_partitioner(args.method, **cfg)

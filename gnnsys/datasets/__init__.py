@@ -11,14 +11,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gnnsys.datasets.base import DatasetSource, reading
+from gnnsys.datasets.base import DatasetSource, candidate_roots, reading
 from gnnsys.datasets.deezer import load_deezer
 from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.datasets.link_split import LinkSplit, LinkSplitConfig, edge_split
 from gnnsys.datasets.mag import load_synthetic_hetero
 from gnnsys.datasets.musae import load_musae
 from gnnsys.datasets.npz import load_npz
-from gnnsys.datasets.ogb import load_ogb
+from gnnsys.datasets.ogb import is_ogb_hetero_layout, load_ogb
 from gnnsys.datasets.ogb_hetero import load_ogb_hetero
 from gnnsys.datasets.ogb_link import load_ogb_link
 from gnnsys.datasets.planetoid import load_planetoid
@@ -37,6 +37,7 @@ __all__ = [
     "DATASETS",
     "HETERO_DATASETS",
     "HETERO_NAMES",
+    "is_heterogeneous",
     "KNOWN_NAMES",
     "LinkSplit",
     "LinkSplitConfig",
@@ -83,6 +84,25 @@ HETERO_NAMES: dict[str, str] = {
     "ogb:ogbn-mag": "ogbn-mag from OGB's raw files (736k papers, 1.1M authors, 21M edges)",
 }
 """Heterogeneous dataset names, with a one-line description each."""
+
+
+def is_heterogeneous(name: str, root: str | os.PathLike[str] | None = None) -> bool:
+    """Whether dataset ``name`` is heterogeneous, decided from its files where it has files.
+
+    ``HETERO_NAMES`` are; an ``ogb:`` dataset is when its folder holds OGB's heterogeneous
+    layout (``raw/num-node-dict.csv.gz``), whatever its name; any other name is homogeneous
+    (a missing dataset too: loading it says where it looked).
+    """
+    if name.replace("_", "-") in HETERO_NAMES:
+        return True
+    family, _, variant = name.partition(":")
+    if family != "ogb" or not variant:
+        return False
+    for candidate in candidate_roots(root):
+        folder = candidate / variant.replace("-", "_")
+        if folder.is_dir():
+            return is_ogb_hetero_layout(folder)
+    return False
 
 
 def load(name: str, root: str | os.PathLike[str] | None = None, **params: Any) -> Graph:

@@ -33,7 +33,7 @@ import numpy as np
 from gnnsys.datasets.base import find_dir, require_file
 from gnnsys.types import Graph
 
-__all__ = ["load_ogb"]
+__all__ = ["is_ogb_hetero_layout", "load_ogb"]
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,11 @@ def _num_nodes(raw: Path, edge_index: np.ndarray) -> int:
     return int(edge_index.max(initial=-1)) + 1
 
 
+def is_ogb_hetero_layout(folder: Path) -> bool:
+    """Whether an OGB dataset folder is in OGB's heterogeneous layout (node counts per type)."""
+    return (folder / "raw" / "num-node-dict.csv.gz").is_file()
+
+
 def load_ogb(
     variant: str,
     root: Path | None = None,
@@ -120,6 +125,12 @@ def load_ogb(
     name = f"ogb:{variant}"
     folder = find_dir(root, variant.replace("-", "_"), name)
     raw = folder / "raw"
+    if is_ogb_hetero_layout(folder):
+        raise ValueError(
+            f"{name} is heterogeneous ({raw / 'num-node-dict.csv.gz'} is OGB's heterogeneous "
+            "layout); load it with gnnsys.datasets.load_hetero (gnnsys train and partition "
+            "do so by themselves)"
+        )
     edges = _read_csv_gz(require_file(raw / "edge.csv.gz", name, HOW_TO_GET), np.int64, 2)
     if edges.shape[1] != 2:
         raise ValueError(f"{raw / 'edge.csv.gz'} has {edges.shape[1]} columns; expected 2")

@@ -161,3 +161,24 @@ def test_ogb_mag_reverse_and_missing(mag_root: Path, tmp_path: Path) -> None:
         load_hetero("ogb:ogbn-mag", root=tmp_path / "nowhere")
     with pytest.raises(ValueError, match="load_hetero"):
         load("ogb:ogbn-mag", root=mag_root)
+
+
+def test_the_kind_comes_from_the_files_not_the_name(mag_root: Path) -> None:
+    from gnnsys.commands.train import add_parser, build_config
+    from gnnsys.datasets import is_heterogeneous
+
+    # the same files under another name: OGB's heterogeneous layout, so heterogeneous
+    (mag_root / "ogbn_mag").rename(mag_root / "ogbn_mag_tiny")
+    assert is_heterogeneous("ogb:ogbn-mag-tiny", root=mag_root)
+    assert not is_heterogeneous("ogb:ogbn-arxiv", root=mag_root)  # not there: not decided here
+    assert is_heterogeneous("synthetic:mag") and not is_heterogeneous("synthetic:sbm")
+    g = load_hetero("ogb:ogbn-mag-tiny", root=mag_root)
+    assert g.node_types == ["author", "field_of_study", "institution", "paper"]
+    with pytest.raises(ValueError, match="heterogeneous.*load_hetero"):
+        load("ogb:ogbn-mag-tiny", root=mag_root)
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    args = parser.parse_args(["train", "ogb:ogbn-mag-tiny", "--root", str(mag_root)])
+    assert build_config(args).hetero is not None  # gnnsys train runs it as heterogeneous
