@@ -192,11 +192,20 @@ def _reference_steps(
     return model.state_dict(), {t: tables[t].table() for t in FEATURELESS}
 
 
-@pytest.mark.parametrize(("parts", "batch"), [(1, 2048), (2, 2048), (4, 2048), (2, 128), (4, 96)])
+@pytest.mark.parametrize(
+    ("parts", "batch", "prefetch"),
+    [(1, 2048, 2), (2, 2048, 2), (4, 2048, 2), (2, 128, 2), (4, 96, 2), (2, 128, 0), (4, 96, 4)],
+)
 def test_epoch_is_bit_identical_to_a_single_process_simulation(
-    mag: HeteroGraph, stores: dict[int, Path], parts: int, batch: int, tmp_path: Path
+    mag: HeteroGraph,
+    stores: dict[int, Path],
+    parts: int,
+    batch: int,
+    prefetch: int,
+    tmp_path: Path,
 ) -> None:
     cfg = _config(stores[parts], parts, batch=batch)
+    cfg = replace(cfg, trainer=replace(cfg.trainer, prefetch=prefetch))  # any depth, same steps
     train_local(replace(cfg, eval=replace(cfg.eval, every=0)), tmp_path)
     ckpt = load_checkpoint(tmp_path)
     assert ckpt is not None
