@@ -107,6 +107,7 @@ def run_gnnsys(work: Path, config: str, epochs: int, tag: str) -> dict[str, Any]
         "delay_ms": delay,
         "epoch_seconds": round(secs["total"], 3),
         "stages": {k: round(v, 3) for k, v in secs.items() if k not in ("total", "eval")},
+        "threads_per_rank": mid.get("threads"),
         "loss": round(mid["loss"], 4),
         "num_batches": mid["num_batches"],
         "wall_seconds": round(wall, 1),
@@ -126,6 +127,21 @@ def run_dgl(dgl_python: str, graph: Path, epochs: int, threads: int) -> dict[str
         "threads": threads,
         "epoch_seconds": round(_median_after_first(secs), 3),
     }
+
+
+def _delay_ratios(lines: list[dict[str, Any]], configs: list[str]) -> dict[str, float]:
+    """Per delayed config ``P:K:D``: its epoch over ``P:0``'s (no delay) in the same round."""
+    out: dict[str, float] = {}
+    for config in (c for c in configs if c.count(":") == 2):
+        base = config.split(":")[0] + ":0"
+        pairs = []
+        for rnd in {line["round"] for line in lines if "round" in line}:
+            got = {x.get("config"): x for x in lines if x.get("round") == rnd}
+            if config in got and base in got:
+                pairs.append(got[config]["epoch_seconds"] / got[base]["epoch_seconds"])
+        if pairs:
+            out[config] = round(statistics.median(pairs), 3)
+    return out
 
 
 def main() -> None:
@@ -160,6 +176,7 @@ def main() -> None:
         "bench": "e2e_dgl_summary",
         "rounds": args.rounds,
         "ratio_vs_dgl_median": {c: round(statistics.median(r), 3) for c, r in ratios.items() if r},
+        "delayed_vs_no_delay_k0_median": _delay_ratios(lines, configs),
     }
     lines.append(summary)
     print(json.dumps(summary), flush=True)

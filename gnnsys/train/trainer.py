@@ -169,12 +169,14 @@ class EpochStats:
         seconds: Busy seconds per stage (``sample``, ``fetch``, ``transfer``, ``compute``,
             ``sync``), the compute loop's ``stall``, its wall time ``loop`` and ``overlap``
             (stage seconds / ``loop``; see ``gnnsys.train.pipeline.StageClock``).
+        threads: torch intra-op threads the step computed with (``gnnsys.train.threads``).
     """
 
     loss_sum: float
     num_correct: int
     num_seeds: int
     seconds: dict[str, float]
+    threads: int = 1
 
 
 class Trainer:
@@ -290,7 +292,11 @@ class Trainer:
                 count += int(batch.pos_B.numel())
             clock.add("stall", feed.stall)
         return EpochStats(
-            loss_sum=loss_sum, num_correct=correct, num_seeds=count, seconds=clock.finish()
+            loss_sum=loss_sum,
+            num_correct=correct,
+            num_seeds=count,
+            seconds=clock.finish(),
+            threads=torch.get_num_threads(),
         )
 
     def _batches(self, epoch: int, num_batches: int) -> list[Tensor]:

@@ -58,6 +58,7 @@ class EpochMetrics:
         cache: Ranks' cache counters summed over the epoch (empty without a cache).
         num_batches: Batches per rank.
         peak_rss_bytes: Peak RSS of every rank's process so far (its evaluation included).
+        threads: torch threads each rank computed with (its CPUs, less one when prefetching).
         num_ray_nodes: Distinct nodes the ranks ran on.
         restarts: Group restarts so far.
     """
@@ -74,6 +75,7 @@ class EpochMetrics:
     cache: dict[str, float] = field(default_factory=dict)
     num_batches: int = 0
     peak_rss_bytes: tuple[int, ...] = ()
+    threads: tuple[int, ...] = ()
     num_ray_nodes: int = 1
     restarts: int = 0
 
@@ -94,6 +96,7 @@ class EpochMetrics:
             "warmup_bytes": self.warmup_bytes,
             "num_batches": self.num_batches,
             "peak_rss_bytes": list(self.peak_rss_bytes),
+            "threads": list(self.threads),
             "num_ray_nodes": self.num_ray_nodes,
             "restarts": self.restarts,
         }
@@ -127,6 +130,7 @@ class EpochMetrics:
             cache=dict(obj.get("cache", {})),
             num_batches=int(obj.get("num_batches", 0)),
             peak_rss_bytes=tuple(obj.get("peak_rss_bytes", ())),
+            threads=tuple(obj.get("threads", ())),
             num_ray_nodes=int(obj.get("num_ray_nodes", 1)),
             restarts=int(obj.get("restarts", 0)),
         )
@@ -177,6 +181,7 @@ def epoch_metrics(
         warmup_bytes=sum((r.warmup for r in reports), LedgerSnapshot()).bytes,
         cache=_cache_totals(reports),
         num_batches=num_batches,
+        threads=tuple(r.stats.threads for r in reports),
         peak_rss_bytes=tuple(
             max([r.peak_rss_bytes, *evaluation.peak_rss_bytes[i : i + 1]])
             for i, r in enumerate(reports)
