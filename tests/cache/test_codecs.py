@@ -209,3 +209,17 @@ def test_encoded_rows_pickle_as_numpy_and_come_back_equal_and_writable(name: str
     assert torch.equal(codec.decode(back), codec.decode(enc))
     back.data.add_(0)  # a private, writable copy: nothing aliases the sender's buffers
     assert back.data.data_ptr() != enc.data.data_ptr()
+
+
+def test_all_finite_is_exact_even_when_the_sum_overflows() -> None:
+    from gnnsys.cache.codecs.base import all_finite
+
+    x = torch.ones(4, 3)
+    assert all_finite(x)
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        y = x.clone()
+        y[2, 1] = bad
+        assert not all_finite(y)
+    big = torch.full((4, 3), 3e38)  # finite values whose float32 sum overflows
+    assert all_finite(big)
+    assert all_finite(torch.full((2, 2), 6e4, dtype=torch.float16))  # fp16 sum overflows

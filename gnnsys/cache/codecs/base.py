@@ -162,6 +162,18 @@ class Codec(Protocol):
         ...
 
 
+def all_finite(x: Tensor) -> bool:
+    """Whether every value of ``x`` is finite, exactly.
+
+    A NaN or inf makes the sum non-finite, so a finite sum settles it in one pass without a
+    mask (``torch.isfinite(x).all()`` costs ~25x more on CPU: it builds a bool tensor). Only
+    a non-finite sum (a bad value, or finite values whose sum overflows) takes the exact check.
+    """
+    if bool(torch.isfinite(x.sum())):
+        return True
+    return bool(torch.isfinite(x).all())
+
+
 def check_features(x_NF: Tensor, codec: str) -> None:
     """Raise ``TypeError``/``ValueError`` unless ``x_NF`` is a finite 2-D floating tensor."""
     if not isinstance(x_NF, Tensor):
@@ -171,7 +183,7 @@ def check_features(x_NF: Tensor, codec: str) -> None:
             f"{codec}.encode expects a floating [N, F] tensor, got {x_NF.dtype} "
             f"{tuple(x_NF.shape)}; pass features as x.float()"
         )
-    if x_NF.numel() and not bool(torch.isfinite(x_NF).all()):
+    if x_NF.numel() and not all_finite(x_NF):
         raise ValueError(
             f"{codec}.encode got a NaN or inf feature; clean the features (torch.nan_to_num)"
         )

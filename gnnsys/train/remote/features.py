@@ -46,7 +46,7 @@ from gnnsys.cache import (
     tie_break,
 )
 from gnnsys.cache.admission import AdmissionPolicy
-from gnnsys.cache.codecs import Codec, CodecConfig, EncodedRows, FP32Codec, concat, take
+from gnnsys.cache.codecs import Codec, CodecConfig, EncodedRows, FP32Codec, put
 from gnnsys.cache.config import MIB
 from gnnsys.sampler.base import Sampler
 from gnnsys.train.remote.client import OwnerClient
@@ -92,9 +92,19 @@ class _OwnerRows:
         answers = self.client.fetch_encoded_many(requests, codec)
         for p in requests:
             self.ledger.record_nbytes("feature_response", answers[p].nbytes)
-        stacked = concat([answers[p] for p in requests])
-        order = np.concatenate(list(by_part.values()))
-        return take(stacked, torch.from_numpy(np.argsort(order, kind="stable")))
+        if len(by_part) == 1:  # one owner: its answer is already in request order
+            return answers[next(iter(by_part))]
+        first = answers[next(iter(by_part))]
+        out = EncodedRows(  # each owner's rows written once, at their request positions
+            first.codec,
+            first.num_cols,
+            first.data.new_empty((gid_np.shape[0], *first.data.shape[1:])),
+            None if first.scale is None else first.scale.new_empty(gid_np.shape[0]),
+            None if first.zero is None else first.zero.new_empty(gid_np.shape[0]),
+        )
+        for p, pos in by_part.items():
+            put(out, torch.from_numpy(pos), answers[p])
+        return out
 
 
 class RoutedFeatureSource:
