@@ -42,6 +42,7 @@ NOT_FOR_HETERO: dict[str, str] = {
     "cache_decay": "--cache-decay",
     "cache_warm_weight": "--cache-warm-weight",
     "cache_margin": "--cache-margin",
+    "owner_reads": "--owner-reads (heterogeneous owners are called remotely only)",
 }
 """Flags (argparse dest -> how to name it) refused for heterogeneous runs."""
 

@@ -118,6 +118,13 @@ def _add_step_flags(p: argparse.ArgumentParser) -> None:
         "fetching threads take one). On a cluster of big nodes, give the cores per trainer",
     )
     p.add_argument(
+        "--owner-reads",
+        choices=("remote", "local"),
+        help="remote (default): a trainer asks other parts' owner actors for their rows and "
+        "neighbour lists; local: it runs the owners' code itself over their mapped shard files "
+        "(same results and traffic ledger, no call overhead; needs the store on every node)",
+    )
+    p.add_argument(
         "--prefetch",
         type=int,
         metavar="K",
@@ -314,7 +321,7 @@ def build_config(args: argparse.Namespace) -> Any:
         cluster=replace(
             cfg.cluster,
             **pick(parts=args.parts, topology=args.topology, address=args.address),
-            **pick(threads=args.threads),
+            **pick(threads=args.threads, owner_reads=args.owner_reads),
         ),
         sampler=replace(cfg.sampler, **pick(fanouts=fanouts)),
         model=replace(cfg.model, **pick(name=model_name, hidden=args.hidden, dropout=args.dropout)),

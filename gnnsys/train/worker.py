@@ -46,6 +46,7 @@ from gnnsys.train.remote.features import RoutedFeatureSource, build_feature_sour
 from gnnsys.train.remote.ledger import Ledger, LedgerSnapshot
 from gnnsys.train.remote.peers import LocalPeerClient, PeerClient, RayPeerClient
 from gnnsys.train.remote.routed import RoutedNeighborSource
+from gnnsys.train.remote.server import LocalOwnerClient, ShardOwner
 from gnnsys.train.threads import use_actor_threads
 from gnnsys.train.topology import assemble_graph
 from gnnsys.train.trainer import BatchPlan, EpochStats, GradSync, Trainer
@@ -113,6 +114,8 @@ class WorkerSpec:
         eval: How the ranks evaluate (sharded, exact).
         link: The link-prediction task (``None``: node classification); ``num_classes`` is
             then the embedding width.
+        owner_reads: ``remote`` (owner actors) or ``local`` (in-process ``ShardOwner`` objects
+            over the mapped store: ``ClusterConfig.owner_reads``).
         attempt: 0 for the first group, incremented on each restart.
         fault: Injected fault, for tests.
     """
@@ -132,6 +135,7 @@ class WorkerSpec:
     layer0: FirstLayerConfig = field(default_factory=FirstLayerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     link: LinkConfig | None = None
+    owner_reads: str = "remote"
     attempt: int = 0
     fault: FaultSpec | None = field(default=None)
 
@@ -370,6 +374,9 @@ def _link_trainer(
 
 def _owner_client(spec: WorkerSpec, owners: list[Any], client: OwnerClient | None) -> OwnerClient:
     """``client``, or one over the owner actors; slowed down by a ``delay`` fault (benchmark)."""
+    if client is None and spec.owner_reads == "local":  # the owners' code, in this process
+        parts = range(spec.world_size)
+        client = LocalOwnerClient([ShardOwner(spec.store, p, own_threads=False) for p in parts])
     if client is None:
         client = RayOwnerClient(owners, spec.deadline_s)
     if spec.fault is not None and spec.fault.kind == "delay":

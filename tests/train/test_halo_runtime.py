@@ -191,3 +191,24 @@ def test_cache_never_changes_what_the_model_sees(tmp_path: Path) -> None:
     assert [m["loss"] for m in plain] == [m["loss"] for m in with_cache]
     assert [m["test_acc"] for m in plain] == [m["test_acc"] for m in with_cache]
     assert with_cache[-1]["bytes"]["feature_response"] < plain[-1]["bytes"]["feature_response"]
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(240)
+def test_owner_reads_local_equals_remote(ray_session: Any, tmp_path: Path) -> None:
+    from gnnsys.train.control.checkpoint import load_checkpoint
+    from gnnsys.train.control.run import train
+
+    cfg = _config(parts=2, codec="int8", cache_policy="adaptive", cache_ratio=0.25)
+    remote = train(cfg, tmp_path / "remote").history
+    local_cfg = replace(cfg, cluster=replace(cfg.cluster, owner_reads="local"))
+    local = train(local_cfg, tmp_path / "local").history
+    for r, loc in zip(remote, local, strict=True):
+        assert r["bytes"] == loc["bytes"] and r["messages"] == loc["messages"]
+        assert r["cache"] == loc["cache"] and r["warmup_bytes"] == loc["warmup_bytes"]
+        assert r["loss"] == loc["loss"] and r["test_acc"] == loc["test_acc"]
+    a, b = load_checkpoint(tmp_path / "remote"), load_checkpoint(tmp_path / "local")
+    assert a is not None and b is not None
+    assert all(torch.equal(v, b.model_state[k]) for k, v in a.model_state.items())
+    with pytest.raises(ValueError, match="owner_reads='nearby'"):
+        replace(cfg.cluster, owner_reads="nearby")

@@ -346,6 +346,7 @@ def test_rank_that_raises_aborts_naming_it(stores: dict[int, Path], tmp_path: Pa
     [
         (["--topology", "replicated"], "--topology"),
         (["--aggregate-at", "owner"], "--aggregate-at"),
+        (["--owner-reads", "local"], "--owner-reads"),
         (["--eval-spill-mb", "64"], "--eval-spill-mb"),
         (["--task", "link"], "--task link"),
         (["--model", "gcn"], "--model gcn"),

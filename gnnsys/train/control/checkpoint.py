@@ -77,6 +77,7 @@ IGNORED = frozenset(
         "loop.startup_deadline_s",
         "cluster.address",
         "cluster.threads",
+        "cluster.owner_reads",
         "trainer.prefetch",
         "data.root",
         "data.store",

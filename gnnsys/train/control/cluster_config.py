@@ -21,7 +21,15 @@ class ClusterConfig:
     """torch threads per trainer, also the CPUs it asks Ray for (``--threads``); ``None``: the
     machine's cores over ``parts`` with Ray (at least 1), 1 with the in-process executor."""
 
+    owner_reads: str = "remote"
+    """How a trainer reads other parts' rows and neighbour lists: ``remote`` (a call to their
+    owner actor) or ``local`` (the owner's code over its mapped shard files, in the trainer's
+    process: same answers and ledger, none of a call's copies; every trainer needs the store's
+    files on its node, e.g. one machine or shared storage)."""
+
     def __post_init__(self) -> None:
+        if self.owner_reads not in ("remote", "local"):
+            raise ValueError(f"owner_reads={self.owner_reads!r}; choose remote or local")
         if self.parts < 1:
             raise ValueError(f"parts={self.parts}; choose parts >= 1")
         if self.threads is not None and self.threads < 1:

@@ -24,62 +24,22 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.train.control.checkpoint import Checkpoint
 from gnnsys.train.control.failure import FailureKind
 from gnnsys.train.control.group import EVAL_LAYER_LOG, GroupFailure, Roles
 from gnnsys.train.evaluate import RankEval
-from gnnsys.train.remote.client import SampleArrays
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.peers import LocalPeerClient
-from gnnsys.train.remote.server import ShardOwner
+from gnnsys.train.remote.server import LocalOwnerClient, ShardOwner
 from gnnsys.train.trainer import steps_per_epoch
 from gnnsys.train.worker import RankState, TrainWorker, WorkerEpochReport
 
 __all__ = ["HOMOGENEOUS", "LocalOwnerClient", "LocalWorkerGroup", "ThreadSync"]
 
 log = logging.getLogger(__name__)
-
-
-class LocalOwnerClient:
-    """``OwnerClient`` over in-process ``ShardOwner`` objects: every call returns at once."""
-
-    def __init__(self, owners: list[ShardOwner]) -> None:
-        self.owners = owners
-
-    def sample_many(
-        self, dst_by_part: dict[int, np.ndarray], fanout: int, *, seed: int, hop: int, replace: bool
-    ) -> dict[int, SampleArrays]:
-        """``ShardOwner.sample`` of every part in turn."""
-        return {
-            p: self.owners[p].sample(dst, fanout, seed, hop, replace)
-            for p, dst in dst_by_part.items()
-        }
-
-    def fetch_encoded_many(
-        self, gid_by_part: dict[int, np.ndarray], codec: Codec
-    ) -> dict[int, EncodedRows]:
-        """``ShardOwner.fetch_encoded`` of every part in turn."""
-        return {p: self.owners[p].fetch_encoded(gid, codec) for p, gid in gid_by_part.items()}
-
-    def degree_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
-        """``ShardOwner.degree`` of every part in turn."""
-        return {p: self.owners[p].degree(gid) for p, gid in gid_by_part.items()}
-
-    def partial_many(
-        self,
-        req_by_part: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]],
-        codec: Codec,
-    ) -> dict[int, EncodedRows]:
-        """``ShardOwner.partial_sums`` of every part in turn."""
-        return {
-            p: self.owners[p].partial_sums(rowptr, gid, weight, codec)
-            for p, (rowptr, gid, weight) in req_by_part.items()
-        }
 
 
 HOMOGENEOUS = Roles(

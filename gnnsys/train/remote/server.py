@@ -13,7 +13,7 @@ from gnnsys.store.pages import read_ahead_dense
 from gnnsys.train.remote.client import SampleArrays
 from gnnsys.train.threads import use_actor_threads
 
-__all__ = ["ShardOwner"]
+__all__ = ["LocalOwnerClient", "ShardOwner"]
 
 
 class ShardOwner:
@@ -24,14 +24,17 @@ class ShardOwner:
     Args:
         root: Partition store directory.
         part: The part this owner serves.
+        own_threads: Set torch's threads to the CPUs Ray assigned this actor (False when a
+            trainer builds it in-process to read a co-located shard: ``--owner-reads local``).
     """
 
-    def __init__(self, root: str, part: int) -> None:
+    def __init__(self, root: str, part: int, *, own_threads: bool = True) -> None:
         from gnnsys.sampler import CSRNeighborSource
         from gnnsys.store import load_book, load_shard
         from gnnsys.store.pages import advise_random
 
-        use_actor_threads()  # the CPUs Ray assigned (gnnsys.train.threads)
+        if own_threads:  # an actor of its own; not when a trainer reads through it in-process
+            use_actor_threads()  # the CPUs Ray assigned (gnnsys.train.threads)
         shard = load_shard(root, part)
         book = load_book(root)
         advise_random(shard.x, shard.indptr, shard.indices_gid, shard.e_id)  # requested rows
@@ -120,3 +123,46 @@ class ShardOwner:
         pos_K = torch.arange(rows_KF.shape[0], dtype=torch.int64)
         sums_GF = owner_partial_sums(rows_KF, pos_K, rowptr, weight).float().contiguous()
         return codec.encode(sums_GF)
+
+
+class LocalOwnerClient:
+    """``OwnerClient`` over in-process ``ShardOwner`` objects: every call returns at once.
+
+    The in-process executor's client, and a Ray trainer's with ``--owner-reads local``: the
+    same ``ShardOwner`` code over the same mapped files, so the answers (and the ledger, which
+    the routed sources keep) are those of the owner actors, without the copies and hand-offs
+    of a call.
+    """
+
+    def __init__(self, owners: list[ShardOwner]) -> None:
+        self.owners = owners
+
+    def sample_many(
+        self, dst_by_part: dict[int, np.ndarray], fanout: int, *, seed: int, hop: int, replace: bool
+    ) -> dict[int, SampleArrays]:
+        """``ShardOwner.sample`` of every part in turn."""
+        return {
+            p: self.owners[p].sample(dst, fanout, seed, hop, replace)
+            for p, dst in dst_by_part.items()
+        }
+
+    def fetch_encoded_many(
+        self, gid_by_part: dict[int, np.ndarray], codec: Codec
+    ) -> dict[int, EncodedRows]:
+        """``ShardOwner.fetch_encoded`` of every part in turn."""
+        return {p: self.owners[p].fetch_encoded(gid, codec) for p, gid in gid_by_part.items()}
+
+    def degree_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        """``ShardOwner.degree`` of every part in turn."""
+        return {p: self.owners[p].degree(gid) for p, gid in gid_by_part.items()}
+
+    def partial_many(
+        self,
+        req_by_part: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]],
+        codec: Codec,
+    ) -> dict[int, EncodedRows]:
+        """``ShardOwner.partial_sums`` of every part in turn."""
+        return {
+            p: self.owners[p].partial_sums(rowptr, gid, weight, codec)
+            for p, (rowptr, gid, weight) in req_by_part.items()
+        }
