@@ -8,12 +8,15 @@ configuration and DGL once, in turn, so the ratios come from runs seconds apart 
 machine; each run trains ``--epochs`` epochs and its figure is the median epoch after the
 first (start-up and first-touch faults excluded).
 
-gnnsys configurations (``--configs``, comma list of ``P:K`` or ``P:K:DELAY_MS``):
+gnnsys configurations (``--configs``, comma list of ``P:K``, ``P:K:DELAY_MS`` or
+``P:K:DELAY_MS:READS``):
 
 * ``1:K``: one part (replicated), batch 1024, prefetch ``K``;
 * ``2:K``: two parts (partitioned), 512 seeds per worker: the same global batch and 103 steps;
 * ``P:K:D``: as ``P:K`` with ``D`` milliseconds added to every owner call (the latency-hiding
-  check: choose ``D`` so that ``P:0:D`` takes about twice ``P:0``).
+  check: choose ``D`` so that ``P:0:D`` takes about twice ``P:0``);
+* ``P:K:0:local``: as ``P:K`` with ``--owner-reads local`` (trainers run the owners' code
+  over the mapped shards themselves instead of calling the owner actors).
 
 Every gnnsys line carries the epoch's stage times, the compute loop's stall and the overlap
 ratio (stage time / epoch time) from ``metrics.jsonl``. DGL runs in its own virtualenv
@@ -81,7 +84,9 @@ def _median_after_first(values: list[float]) -> float:
 
 def run_gnnsys(work: Path, config: str, epochs: int, tag: str) -> dict[str, Any]:
     """One ``gnnsys train`` run of ``config`` (``P:K[:DELAY_MS]``); its median epoch."""
-    fields = [int(v) for v in config.split(":")]
+    raw = config.split(":")
+    reads = raw[3] if len(raw) > 3 else "remote"
+    fields = [int(v) for v in raw[:3]]
     parts, prefetch, delay = fields[0], fields[1], fields[2] if len(fields) > 2 else 0
     out = work / f"run-{config.replace(':', '-')}-{tag}"
     cmd = [*GNNSYS, "train", "--store", str(write_store(work, parts)), "--out", str(out)]
@@ -92,6 +97,7 @@ def run_gnnsys(work: Path, config: str, epochs: int, tag: str) -> dict[str, Any]
     cmd += ["--topology", "replicated" if parts == 1 else "partitioned"]
     if delay:
         cmd += ["--inject-delay-ms", str(delay)]
+    cmd += ["--owner-reads", reads]
     start = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wall = time.perf_counter() - start
@@ -105,6 +111,7 @@ def run_gnnsys(work: Path, config: str, epochs: int, tag: str) -> dict[str, Any]
         "parts": parts,
         "prefetch": prefetch,
         "delay_ms": delay,
+        "owner_reads": reads,
         "epoch_seconds": round(secs["total"], 3),
         "stages": {k: round(v, 3) for k, v in secs.items() if k not in ("total", "eval")},
         "threads_per_rank": mid.get("threads"),
@@ -132,7 +139,7 @@ def run_dgl(dgl_python: str, graph: Path, epochs: int, threads: int) -> dict[str
 def _delay_ratios(lines: list[dict[str, Any]], configs: list[str]) -> dict[str, float]:
     """Per delayed config ``P:K:D``: its epoch over ``P:0``'s (no delay) in the same round."""
     out: dict[str, float] = {}
-    for config in (c for c in configs if c.count(":") == 2):
+    for config in (c for c in configs if c.count(":") == 2 and int(c.split(":")[2])):
         base = config.split(":")[0] + ":0"
         pairs = []
         for rnd in {line["round"] for line in lines if "round" in line}:
@@ -160,6 +167,8 @@ def main() -> None:
     configs = args.configs.split(",")
     for config in configs:
         write_store(args.work, int(config.split(":")[0]))
+    names = {c: c.replace(":", "-") for c in configs}
+    assert len(set(names.values())) == len(configs), "configs repeat"
     ratios: dict[str, list[float]] = {c: [] for c in configs}
     lines: list[dict[str, Any]] = []
     for rnd in range(args.rounds):
