@@ -228,3 +228,23 @@ def test_no_import_cycle() -> None:
     for mod in sorted(graph):
         if mod not in state:
             visit(mod, [])
+
+
+def test_train_tests_mirror_the_train_rooms() -> None:
+    """``tests/train/`` has a folder per package room of ``gnnsys/train`` and no other folder.
+
+    Module rooms (``trainer.py``, ``pipeline.py``, ...) keep their ``test_<room>.py`` files at
+    ``tests/train/``; a package room's tests live in ``tests/train/<room>/``.
+    """
+    tests = Path(__file__).parent / "train"
+    package_rooms = {p.name for p in (PKG / "train").iterdir() if (p / "__init__.py").exists()}
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders == package_rooms, (
+        f"tests/train folders {sorted(folders)} != gnnsys/train package rooms "
+        f"{sorted(package_rooms)}; put a room's tests in tests/train/<room>/"
+    )
+    for path in tests.glob("test_*.py"):
+        room = path.stem.removeprefix("test_")
+        assert (PKG / "train" / f"{room}.py").exists(), (
+            f"{path.name} names no module room of gnnsys/train; move it to its room's folder"
+        )

@@ -39,7 +39,7 @@ from gnnsys.train.metrics import accuracy, confusion_matrix, macro_f1
 from gnnsys.train.trainer import Trainer
 from gnnsys.types import Graph
 from tests.tmpfs import mount_tmpfs
-from tests.train.test_halo_runtime import feature_path
+from tests.train.remote.test_halo_runtime import feature_path
 
 SHARED = Path(
     os.environ.get("GNNSYS_DATA") or Path(__file__).resolve().parents[3] / "shared" / "datasets"

@@ -361,7 +361,7 @@ def test_gat_falls_back_through_actors(
 
 
 def _run_config(placement: str, model: str, **fetch: Any) -> Any:
-    from tests.train.test_halo_runtime import feature_path
+    from tests.train.remote.test_halo_runtime import feature_path
 
     return sbm_run(
         num_nodes=600, num_features=16, parts=2, fanouts=(4, 3), model=model, hidden=16,

@@ -23,7 +23,7 @@ from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.types import SampledSubgraph
 from tests.train.conftest import LocalOwnerClient
-from tests.train.test_halo_runtime import _config
+from tests.train.remote.test_halo_runtime import _config
 
 PART = 2
 F = 16

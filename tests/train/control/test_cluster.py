@@ -355,7 +355,7 @@ def test_stale_processes_of_a_dead_driver_are_reported_and_ended(tmp_path: Path)
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[3]))
     env.pop("RAY_AUTH_MODE", None)
     env.pop("RAY_ADDRESS", None)
     return env

@@ -40,7 +40,7 @@ from gnnsys.train.control.prepare import PreparedStore
 from gnnsys.train.control.recorder import EpochMetrics, Recorder
 from gnnsys.train.remote.ledger import LedgerSnapshot
 from tests.tmpfs import mount_tmpfs
-from tests.train.test_checkpoint import _ckpt
+from tests.train.control.test_checkpoint import _ckpt
 
 
 def _full(*args: object) -> Any:
