@@ -152,18 +152,21 @@ def test_train_cli_sets_the_feature_path_configs() -> None:
     assert not build_config(args).layer0.fused_dequant
 
 
+def _same_runs(first: list[dict[str, Any]], second: list[dict[str, Any]]) -> None:
+    """Two runs' metrics lines agree on traffic, cache counters, loss and accuracy, exactly."""
+    for a, b in zip(first, second, strict=True):
+        assert a["bytes"] == b["bytes"] and a["messages"] == b["messages"]
+        assert a["cache"] == b["cache"] and a["warmup_bytes"] == b["warmup_bytes"]
+        assert a["loss"] == b["loss"] and a["test_acc"] == b["test_acc"]
+
+
 @pytest.mark.ray
 @pytest.mark.timeout(240)
 def test_ray_and_local_executors_agree(ray_session: Any, tmp_path: Path) -> None:
     from gnnsys.train.control.run import train
 
     cfg = _config(parts=2, codec="int8", cache_policy="adaptive", cache_ratio=0.25)
-    ray_hist = train(cfg, tmp_path / "ray").history
-    local_hist = train_local(cfg, tmp_path / "local").history
-    for r, loc in zip(ray_hist, local_hist, strict=True):
-        assert r["bytes"] == loc["bytes"] and r["messages"] == loc["messages"]
-        assert r["cache"] == loc["cache"] and r["warmup_bytes"] == loc["warmup_bytes"]
-        assert r["loss"] == loc["loss"] and r["test_acc"] == loc["test_acc"]
+    _same_runs(train(cfg, tmp_path / "ray").history, train_local(cfg, tmp_path / "local").history)
     summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
     assert summary["config"]["cache"]["policy"] == "adaptive"
 
@@ -202,11 +205,7 @@ def test_owner_reads_local_equals_remote(ray_session: Any, tmp_path: Path) -> No
     cfg = _config(parts=2, codec="int8", cache_policy="adaptive", cache_ratio=0.25)
     remote = train(cfg, tmp_path / "remote").history
     local_cfg = replace(cfg, cluster=replace(cfg.cluster, owner_reads="local"))
-    local = train(local_cfg, tmp_path / "local").history
-    for r, loc in zip(remote, local, strict=True):
-        assert r["bytes"] == loc["bytes"] and r["messages"] == loc["messages"]
-        assert r["cache"] == loc["cache"] and r["warmup_bytes"] == loc["warmup_bytes"]
-        assert r["loss"] == loc["loss"] and r["test_acc"] == loc["test_acc"]
+    _same_runs(remote, train(local_cfg, tmp_path / "local").history)
     a, b = load_checkpoint(tmp_path / "remote"), load_checkpoint(tmp_path / "local")
     assert a is not None and b is not None
     assert all(torch.equal(v, b.model_state[k]) for k, v in a.model_state.items())
