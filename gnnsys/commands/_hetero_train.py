@@ -30,18 +30,24 @@ NOT_FOR_HETERO: dict[str, str] = {
     "topology": "--topology (heterogeneous runs are always partitioned: remote sampling)",
     "aggregate_at": "--aggregate-at (owner-side layer-0 sums are homogeneous only)",
     "decode_halo": "--decode-halo (fused int8 layer 0 is homogeneous only)",
-    "feature_norm": "--feature-norm",
+    "feature_norm": "--feature-norm (row normalisation of one feature table; typed tables "
+    "are written as the dataset gives them)",
     "eval_codec": "--eval-codec (heterogeneous evaluation is sampled; rows use --codec)",
-    "eval_halo_mb": "--eval-halo-mb",
-    "eval_spill_mb": "--eval-spill-mb",
-    "eval_block_mb": "--eval-block-mb",
-    "wire": "--wire",
-    "lossy_codec": "--lossy-codec",
+    "eval_halo_mb": "--eval-halo-mb (bounds the exact layer-wise evaluation; heterogeneous "
+    "evaluation is sampled)",
+    "eval_spill_mb": "--eval-spill-mb (exact layer-wise evaluation only; heterogeneous "
+    "evaluation is sampled)",
+    "eval_block_mb": "--eval-block-mb (exact layer-wise evaluation only; heterogeneous "
+    "evaluation is sampled)",
+    "wire": "--wire (typed owners measure no wire stage)",
+    "lossy_codec": "--lossy-codec (--codec auto is not resolved per node type; name a codec "
+    "per type, e.g. --codec paper=int8)",
     "num_nodes": "--num-nodes (size synthetic:mag with -D scale=...)",
     "presample_epochs": "--presample-epochs (only --cache-policy degree is built here)",
-    "cache_decay": "--cache-decay",
-    "cache_warm_weight": "--cache-warm-weight",
-    "cache_margin": "--cache-margin",
+    "cache_decay": "--cache-decay (only --cache-policy degree is built for typed caches)",
+    "cache_warm_weight": "--cache-warm-weight (only --cache-policy degree is built for typed "
+    "caches)",
+    "cache_margin": "--cache-margin (only --cache-policy degree is built for typed caches)",
     "owner_reads": "--owner-reads (heterogeneous owners are called remotely only)",
 }
 """Flags (argparse dest -> how to name it) refused for heterogeneous runs."""
