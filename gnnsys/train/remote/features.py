@@ -94,15 +94,8 @@ class _OwnerRows:
             self.ledger.record_nbytes("feature_response", answers[p].nbytes)
         if len(by_part) == 1:  # one owner: its answer is already in request order
             return answers[next(iter(by_part))]
-        first = answers[next(iter(by_part))]
-        out = EncodedRows(  # each owner's rows written once, at their request positions
-            first.codec,
-            first.num_cols,
-            first.data.new_empty((gid_np.shape[0], *first.data.shape[1:])),
-            None if first.scale is None else first.scale.new_empty(gid_np.shape[0]),
-            None if first.zero is None else first.zero.new_empty(gid_np.shape[0]),
-        )
-        for p, pos in by_part.items():
+        out = codec.empty(gid_np.shape[0], answers[next(iter(by_part))].num_cols)
+        for p, pos in by_part.items():  # each owner's rows written once, at their positions
             put(out, torch.from_numpy(pos), answers[p])
         return out
 
