@@ -96,7 +96,8 @@ def connect(cluster: ClusterConfig, *, object_store_memory: int | None = None) -
         return True
     _end_stale_sessions()
     marker = watchdog.write_marker()
-    per_part = trainer_cpus(cluster.threads, cluster.parts) + Resources().owner_cpus
+    owner_cpus = Resources().owner_cpus
+    per_part = trainer_cpus(cluster.threads, cluster.parts, owner_cpus) + owner_cpus
     need = math.ceil(cluster.parts * per_part) + 1
     _init_on_loopback(
         address="local",  # a new private instance, never someone else's running cluster

@@ -18,9 +18,9 @@ class ClusterConfig:
     address: str | None = None
     """Ray address to join (``ray start --head`` prints it); ``None`` starts Ray locally."""
     threads: int | None = None
-    """torch threads per trainer, also the CPUs it asks Ray for (``--threads``); ``None``: the
-    machine's cores over ``parts`` with Ray (at least 1), 1 with the in-process executor."""
-
+    """CPUs each trainer asks Ray for and computes on, less one when it prefetches
+    (``--threads``); ``None``: the machine's cores over ``parts`` with Ray (at least 1); with
+    the in-process executor, the process's torch threads (default 1)."""
     owner_reads: str = "remote"
     """How a trainer reads other parts' rows and neighbour lists: ``remote`` (a call to their
     owner actor) or ``local`` (the owner's code over its mapped shard files, in the trainer's

@@ -23,8 +23,8 @@ class Resources:
     owner_cpus: float = 0.5
 
 
-def trainer_cpus(threads: int | None, parts: int, owner_cpus: float = 0.5) -> int:
-    """Logical CPUs each trainer asks Ray for; the trainer computes on that many threads.
+def trainer_cpus(threads: int | None, parts: int, owner_cpus: float) -> int:
+    """Logical CPUs each trainer asks Ray for (it computes on them, less one when prefetching).
 
     ``threads`` (``--threads``) when given; else this machine's cores over the parts (at least
     1), and, when Ray is already running, no more than its CPUs over the parts less each

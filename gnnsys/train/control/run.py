@@ -282,7 +282,8 @@ class _GroupPlan:
         spec = replace(self.template, attempt=attempt)
         loop = config.loop
         if self.executor == "ray":
-            cpus = trainer_cpus(config.cluster.threads, config.cluster.parts)
+            cluster = config.cluster
+            cpus = trainer_cpus(cluster.threads, cluster.parts, loop.resources.owner_cpus)
             return RayWorkerGroup(
                 spec,
                 replace(loop.resources, worker_cpus=cpus),
