@@ -372,11 +372,15 @@ def _link_trainer(
     )
 
 
-def _owner_client(spec: WorkerSpec, owners: list[Any], client: OwnerClient | None) -> OwnerClient:
+def _owner_client(
+    spec: WorkerSpec, owners: list[Any], client: OwnerClient | None, book: PartitionBook
+) -> OwnerClient:
     """``client``, or one over the owner actors; slowed down by a ``delay`` fault (benchmark)."""
     if client is None and spec.owner_reads == "local":  # the owners' code, in this process
         parts = range(spec.world_size)
-        client = LocalOwnerClient([ShardOwner(spec.store, p, own_threads=False) for p in parts])
+        client = LocalOwnerClient(
+            [ShardOwner(spec.store, p, own_threads=False, book=book) for p in parts]
+        )
     if client is None:
         client = RayOwnerClient(owners, spec.deadline_s)
     if spec.fault is not None and spec.fault.kind == "delay":
@@ -403,9 +407,9 @@ class TrainWorker:
         use_actor_threads(reserve=1 if spec.trainer.prefetch else 0)  # gnnsys.train.threads
         self.spec = spec
         self.ledger = Ledger()
-        self.client = _owner_client(spec, owners, client)
-        self.peers: PeerClient = peers if peers is not None else LocalPeerClient()
         self.shard, self.book = load_shard(spec.store, spec.rank), load_book(spec.store)
+        self.client = _owner_client(spec, owners, client, self.book)
+        self.peers: PeerClient = peers if peers is not None else LocalPeerClient()
         advise_random(self.shard.x, self.shard.indptr, self.shard.indices_gid, self.shard.e_id)
         self.links = None if spec.link is None else load_links(spec.store, spec.rank)
         self._evaluator: ShardEvaluator | None = None
@@ -523,9 +527,9 @@ class TrainWorker:
         """Fire the injected fault if it is due at ``(epoch, batch)`` (see ``FaultSpec``)."""
         fault = self.spec.fault
         due = (self.spec.rank, epoch, batch)
-        if fault is None or self.spec.attempt or (fault.rank, fault.epoch, fault.batch) != due:
+        if fault is None or fault.kind == "delay" or self.spec.attempt:  # delay: see _owner_client
             return
-        if fault.kind == "delay":  # applied to the owner client instead
+        if (fault.rank, fault.epoch, fault.batch) != due:
             return
         log.warning(
             "fault injection: rank %d %s at epoch %d batch %d", due[0], fault.kind, *due[1:]

@@ -12,6 +12,7 @@ from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.store.pages import read_ahead_dense
 from gnnsys.train.remote.client import SampleArrays
 from gnnsys.train.threads import use_actor_threads
+from gnnsys.types import PartitionBook
 
 __all__ = ["LocalOwnerClient", "ShardOwner"]
 
@@ -26,9 +27,13 @@ class ShardOwner:
         part: The part this owner serves.
         own_threads: Set torch's threads to the CPUs Ray assigned this actor (False when a
             trainer builds it in-process to read a co-located shard: ``--owner-reads local``).
+        book: The store's partition book when the caller has loaded it already (a trainer
+            building every part's owner); ``None`` loads it.
     """
 
-    def __init__(self, root: str, part: int, *, own_threads: bool = True) -> None:
+    def __init__(
+        self, root: str, part: int, *, own_threads: bool = True, book: PartitionBook | None = None
+    ) -> None:
         from gnnsys.sampler import CSRNeighborSource
         from gnnsys.store import load_book, load_shard
         from gnnsys.store.pages import advise_random
@@ -36,7 +41,7 @@ class ShardOwner:
         if own_threads:  # an actor of its own; not when a trainer reads through it in-process
             use_actor_threads()  # the CPUs Ray assigned (gnnsys.train.threads)
         shard = load_shard(root, part)
-        book = load_book(root)
+        book = load_book(root) if book is None else book
         advise_random(shard.x, shard.indptr, shard.indices_gid, shard.e_id)  # requested rows
         self.part = part
         self._lid_N = book.lid_N
