@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gnnsys.datasets.base import DatasetSource, candidate_roots, reading
+from gnnsys.datasets.base import DatasetSource, find_dir, reading
 from gnnsys.datasets.deezer import load_deezer
 from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.datasets.link_split import LinkSplit, LinkSplitConfig, edge_split
@@ -23,6 +23,7 @@ from gnnsys.datasets.ogb_hetero import load_ogb_hetero
 from gnnsys.datasets.ogb_link import load_ogb_link
 from gnnsys.datasets.planetoid import load_planetoid
 from gnnsys.datasets.synthetic import load_synthetic
+from gnnsys.errors import DatasetNotFoundError
 from gnnsys.types import Graph
 
 
@@ -98,11 +99,11 @@ def is_heterogeneous(name: str, root: str | os.PathLike[str] | None = None) -> b
     family, _, variant = name.partition(":")
     if family != "ogb" or not variant:
         return False
-    for candidate in candidate_roots(root):
-        folder = candidate / variant.replace("-", "_")
-        if folder.is_dir():
-            return is_ogb_hetero_layout(folder)
-    return False
+    try:
+        folder = find_dir(root, variant.replace("-", "_"), name)  # the folder load_ogb reads
+    except DatasetNotFoundError:
+        return False
+    return is_ogb_hetero_layout(folder)
 
 
 def load(name: str, root: str | os.PathLike[str] | None = None, **params: Any) -> Graph:
