@@ -200,7 +200,7 @@ class Trainer:
         seed: int = 0
         """Run seed: fixes the seed order, every sampled batch and the model's initial weights."""
         prefetch: int = 2
-        """Batches prepared (sampled, fetched) ahead of the step on a producer thread
+        """Batches prepared (sampled, fetched) ahead of the step on two stage threads
         (``--prefetch``; 0: the synchronous step). Results are identical at every depth."""
 
         def __post_init__(self) -> None:
@@ -275,7 +275,7 @@ class Trainer:
     ) -> EpochStats:
         """Run ``num_batches`` steps of ``epoch``; ``hook(batch_index)`` runs before each step.
 
-        Batches are prepared (sampled, fetched) ``config.prefetch`` ahead on a producer thread
+        Batches are prepared (sampled, fetched) ``config.prefetch`` ahead on stage threads
         (``gnnsys.train.pipeline``); the result is the same at every depth.
         """
         self.model.train()
@@ -344,7 +344,13 @@ class Trainer:
                     self._late_inputs(batch, clock)
                 count += int(batch.pos_B.numel())
             clock.add("stall", feed.stall)
-        return EpochStats(loss_sum=0.0, num_correct=0, num_seeds=count, seconds=clock.finish())
+        return EpochStats(
+            loss_sum=0.0,
+            num_correct=0,
+            num_seeds=count,
+            seconds=clock.finish(),
+            threads=torch.get_num_threads(),
+        )
 
     def _seed_gid(self, pos_B: Tensor, batch_seed: int) -> Tensor:
         """The distinct seed gids of the batch at ``pos_B`` (its train nodes here)."""
