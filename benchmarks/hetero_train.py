@@ -57,7 +57,7 @@ def _config(args: argparse.Namespace) -> RunConfig:
         loop=Coordinator.Config(epochs=args.epochs, progress=False, deadline_s=args.deadline),
         codec=replace(base.codec, name=args.codec),
         cache=cache,
-        hetero=HeteroConfig(model=args.model, eval_train_seeds=args.eval_train),
+        hetero=HeteroConfig(model=args.model),
         eval=replace(base.eval, test_at_end=False),
     )
 
@@ -172,7 +172,6 @@ def main() -> None:
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--eval-train", type=int, default=2048, help="train nodes scored per rank")
     p.add_argument("--codec", default="fp32", help="e.g. paper=int8,author=fp16")
     p.add_argument("--cache-ratio", type=float, default=0.0, help="degree cache budget ratio")
     p.add_argument("--seed", type=int, default=0)

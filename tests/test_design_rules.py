@@ -120,6 +120,7 @@ TRAIN_ROOMS: dict[str, set[str]] = {
     "eval_memory": set(),
     "eval_blocked": {"eval_blocks", "eval_memory"},
     "evaluate": {"eval_blocked", "eval_blocks", "eval_memory", "metrics", "remote"},
+    "eval_typed": {"evaluate", "metrics", "remote"},
     "pipeline": set(),
     "threads": set(),
     "trainer": {"layer0", "pipeline"},
@@ -127,6 +128,7 @@ TRAIN_ROOMS: dict[str, set[str]] = {
     "models": set(),
     "topology": set(),
     "hetero": {
+        "eval_typed",
         "evaluate",
         "hetero",
         "metrics",

@@ -32,13 +32,12 @@ NOT_FOR_HETERO: dict[str, str] = {
     "decode_halo": "--decode-halo (fused int8 layer 0 is homogeneous only)",
     "feature_norm": "--feature-norm (row normalisation of one feature table; typed tables "
     "are written as the dataset gives them)",
-    "eval_codec": "--eval-codec (heterogeneous evaluation is sampled; rows use --codec)",
-    "eval_halo_mb": "--eval-halo-mb (bounds the exact layer-wise evaluation; heterogeneous "
-    "evaluation is sampled)",
-    "eval_spill_mb": "--eval-spill-mb (exact layer-wise evaluation only; heterogeneous "
-    "evaluation is sampled)",
-    "eval_block_mb": "--eval-block-mb (exact layer-wise evaluation only; heterogeneous "
-    "evaluation is sampled)",
+    "eval_halo_mb": "--eval-halo-mb (typed exact evaluation holds each layer's 1-hop halo "
+    "rows; a halo budget is built for homogeneous tables only)",
+    "eval_spill_mb": "--eval-spill-mb (typed exact evaluation keeps its tables in memory; "
+    "spilling is built for homogeneous tables only)",
+    "eval_block_mb": "--eval-block-mb (source-blocked evaluation is built for homogeneous "
+    "tables only)",
     "wire": "--wire (typed owners measure no wire stage)",
     "lossy_codec": "--lossy-codec (--codec auto is not resolved per node type; name a codec "
     "per type, e.g. --codec paper=int8)",

@@ -69,15 +69,15 @@ from gnnsys.train.metrics import (
     LINK_METRICS,
     METRICS,
     accuracy,
-    confusion_matrix,
     link_metrics,
     macro_f1,
     roc_auc,
+    split_counts,
 )
 from gnnsys.train.remote.client import OwnerClient
 from gnnsys.train.remote.ledger import Ledger, LedgerSnapshot
 from gnnsys.train.remote.peers import PeerClient
-from gnnsys.train.remote.routed import group_by_owner
+from gnnsys.train.remote.routed import group_by_owner, message_pieces
 from gnnsys.types import PartitionBook, PartitionShard
 
 __all__ = [
@@ -451,18 +451,9 @@ class ShardEvaluator:
         if self.shard.y is None:
             raise ValueError(f"part {self.shard.part} lacks y; node metrics need labels")
         logits_MC = self.tables[cast(LayerwiseModel, self.model).num_layers]
-        num_classes = int(logits_MC.shape[1])
-        pred_M = logits_MC.argmax(-1).numpy()
         y_M = np.asarray(self.shard.y, dtype=np.int64)
-        confusion, scores, labels = {}, {}, {}
-        for split in splits:
-            mask = getattr(self.shard, f"{split}_mask")
-            keep = np.zeros(y_M.shape[0], bool) if mask is None else np.array(mask, dtype=bool)
-            keep &= y_M >= 0  # unlabelled nodes (-1) count in no split
-            confusion[split] = confusion_matrix(y_M[keep], pred_M[keep], num_classes)
-            if num_classes == 2:
-                diff = (logits_MC[:, 1] - logits_MC[:, 0]).double().numpy()
-                scores[split], labels[split] = diff[keep], y_M[keep]
+        masks = {split: getattr(self.shard, f"{split}_mask") for split in splits}
+        confusion, scores, labels = split_counts(logits_MC, y_M, masks)
         out = self._rank_eval(confusion, scores, labels, with_logits=with_logits)
         del logits_MC  # a spilled table is unmapped with its last reference
         self.tables.clear()
@@ -560,17 +551,7 @@ class ShardEvaluator:
         return group_by_owner(self.book.part_N[gid_K], skip=self.shard.part)
 
     def _pieces(self, by_part: dict[int, np.ndarray], width: int) -> list[dict[int, np.ndarray]]:
-        """``by_part`` cut into rounds of at most ``Config.message_mb`` of rows per owner."""
-        max_rows = max(1, int(self.config.message_mb * 2**20) // (4 * width))
-        rounds = max((-(-pos.shape[0] // max_rows) for pos in by_part.values()), default=0)
-        return [
-            {
-                p: pos[r * max_rows : (r + 1) * max_rows]
-                for p, pos in by_part.items()
-                if pos.shape[0] > r * max_rows
-            }
-            for r in range(rounds)
-        ]
+        return message_pieces(by_part, width, self.config.message_mb)
 
     def _record(self, gid_K: np.ndarray, response_nbytes: int) -> None:
         """Count one row request of ``gid_K`` and its answer of ``response_nbytes``."""

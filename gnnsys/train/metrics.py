@@ -18,6 +18,7 @@ Shape legend: ``C`` classes, ``K`` nodes of one split.
 from __future__ import annotations
 
 import numpy as np
+from torch import Tensor
 
 __all__ = [
     "HITS_AT",
@@ -30,6 +31,7 @@ __all__ = [
     "link_sums",
     "macro_f1",
     "roc_auc",
+    "split_counts",
 ]
 
 METRICS = ("acc", "auc", "f1")
@@ -140,3 +142,24 @@ def link_metrics(sums: np.ndarray) -> dict[str, float | None]:
     if count == 0:
         return dict.fromkeys(names, None)
     return {name: float(sums[i]) / count for i, name in enumerate(names)}
+
+
+def split_counts(
+    logits_MC: Tensor, y_M: np.ndarray, masks: dict[str, np.ndarray | None]
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Per split: the confusion matrix, and the scores and labels of two-class tasks.
+
+    ``RankEval``'s fields, over the split's labelled nodes. A missing mask selects nothing;
+    unlabelled nodes (-1) count in no split.
+    """
+    num_classes = int(logits_MC.shape[1])
+    pred_M = logits_MC.argmax(-1).numpy()
+    confusion, scores, labels = {}, {}, {}
+    for split, mask in masks.items():
+        keep = np.zeros(y_M.shape[0], bool) if mask is None else np.array(mask, dtype=bool)
+        keep &= y_M >= 0
+        confusion[split] = confusion_matrix(y_M[keep], pred_M[keep], num_classes)
+        if num_classes == 2:
+            diff = (logits_MC[:, 1] - logits_MC[:, 0]).double().numpy()
+            scores[split], labels[split] = diff[keep], y_M[keep]
+    return confusion, scores, labels

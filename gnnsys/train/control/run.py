@@ -40,9 +40,9 @@ from gnnsys.train.control.prepare import store_info as read_store_info
 from gnnsys.train.control.ray_group import RayWorkerGroup
 from gnnsys.train.control.recorder import Recorder
 from gnnsys.train.control.resources import trainer_cpus
-from gnnsys.train.hetero.embedding import LocalEmbeddingPeers
 from gnnsys.train.hetero.owner import HeteroShardOwner, HeteroStoreInfo, LocalHeteroOwnerClient
 from gnnsys.train.hetero.worker import HeteroTrainWorker, HeteroWorkerSpec, hetero_template
+from gnnsys.train.remote.peers import LocalPeerClient
 from gnnsys.train.topology import choose_topology
 from gnnsys.train.worker import FaultSpec, WorkerSpec
 
@@ -65,7 +65,7 @@ HETERO = Roles(
     owner=HeteroShardOwner,
     worker=HeteroTrainWorker,
     local_client=LocalHeteroOwnerClient,
-    local_peers=LocalEmbeddingPeers,
+    local_peers=LocalPeerClient,
 )
 """The actors of a heterogeneous run (``RunConfig.hetero`` set): typed owners and trainers."""
 

@@ -35,9 +35,6 @@ class HeteroConfig:
     ``sparse_adagrad`` (DGL's); see ``gnnsys.models.sparse_embedding``."""
     embedding_lr: float = 0.0
     """Learning rate of the embeddings; 0: the trainer's ``lr``."""
-    eval_train_seeds: int = 4096
-    """Train nodes per rank that evaluation scores (a seeded subset; 0: all of them). Val and
-    test are always scored in full."""
 
     def __post_init__(self) -> None:
         if self.model not in HETERO_MODELS:
@@ -51,10 +48,9 @@ class HeteroConfig:
             )
         if not self.embedding_lr >= 0:
             raise ValueError(f"embedding_lr={self.embedding_lr}; choose >= 0 (0: the run's lr)")
-        if self.embedding_dim < 0 or self.eval_train_seeds < 0:
+        if self.embedding_dim < 0:
             raise ValueError(
-                f"embedding_dim={self.embedding_dim}, eval_train_seeds={self.eval_train_seeds}; "
-                "choose values >= 0"
+                f"embedding_dim={self.embedding_dim}; choose >= 0 (0: the featured width)"
             )
         for name, fanouts in self.fanouts:
             if len(name.split("__")) != 3 or any(f < -1 for f in fanouts):

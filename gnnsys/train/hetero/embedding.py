@@ -3,14 +3,14 @@
 Rank ``p`` keeps, per featureless type, the rows of the nodes part ``p`` owns: one
 ``gnnsys.models.sparse_embedding.EmbeddingShard`` (initial rows a function of ``(seed, type, id)``
 only, so any part count starts alike; SparseAdam or SparseAdagrad on the touched rows). A batch
-reads its own rows from the table and the others from their owners (``serve_embedding`` through
-a peer client, like any remote row, in the type's codec), as a leaf tensor; after backward every
-rank sends the gradient rows of the embeddings it does not own to every rank (one
-variable-length ``all_gather`` of ids and one of rows over the gloo group), and each owner calls
-``EmbeddingShard.apply`` once with every rank's contribution **in rank order** (its own at its
-rank), divided by the step's seeds over all ranks as the dense allreduce does (the losses are
-summed over seeds). Every owner therefore applies the same sums in the same order on any
-executor: the update is deterministic.
+reads its own rows from the table and the others from their owners (``serve_embedding``
+through the run's ``PeerClient``, like any remote row, in the type's codec), as a leaf tensor;
+after backward every rank sends the gradient rows of the embeddings it does not own to every
+rank (one variable-length ``all_gather`` of ids and one of rows over the gloo group), and each
+owner calls ``EmbeddingShard.apply`` once with every rank's contribution **in rank order** (its
+own at its rank), divided by the step's seeds over all ranks as the dense allreduce does (the
+losses are summed over seeds). Every owner therefore applies the same sums in the same order on
+any executor: the update is deterministic.
 
 **Consistency.** A row request carries the requester's step count ``s``; the owner answers only
 once it has applied ``s`` steps (:meth:`OwnedEmbeddings.rows`). It cannot have applied more:
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,9 +34,9 @@ from torch import Tensor
 
 from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.models.sparse_embedding import EmbeddingConfig, EmbeddingShard, SparseGrad
-from gnnsys.train.remote.client import get_within
+from gnnsys.train.remote.peers import PeerClient
 
-__all__ = ["EmbeddingPeers", "LocalEmbeddingPeers", "OwnedEmbeddings", "RayEmbeddingPeers"]
+__all__ = ["OwnedEmbeddings", "embedding_client"]
 
 
 class OwnedEmbeddings:
@@ -116,64 +116,11 @@ class OwnedEmbeddings:
             self._cond.notify_all()
 
 
-class EmbeddingServer(Protocol):
-    """What a peer answers (``HeteroTrainWorker`` implements it)."""
-
-    def serve_embedding(
-        self, node_type: str, lid: np.ndarray, step: int, codec: Codec
-    ) -> EncodedRows:
-        """Rows of owned type-local ``lid`` after ``step`` updates, encoded with ``codec``."""
-        ...
-
-
-class EmbeddingPeers(Protocol):
-    """Sends one embedding-row request to each owning peer, answers keyed by part."""
-
-    def rows_many(
-        self, node_type: str, step: int, lid_by_part: dict[int, np.ndarray], codec: Codec
-    ) -> dict[int, EncodedRows]:
-        """Rows of ``lid_by_part[p]`` from peer ``p`` after ``step`` updates, every ``p``."""
-        ...
-
-
-class LocalEmbeddingPeers:
-    """:class:`EmbeddingPeers` over in-process ranks (filled in after they are built)."""
-
-    def __init__(self, peers: list[EmbeddingServer] | None = None) -> None:
-        self.peers: list[EmbeddingServer] = peers if peers is not None else []
-
-    def rows_many(
-        self, node_type: str, step: int, lid_by_part: dict[int, np.ndarray], codec: Codec
-    ) -> dict[int, EncodedRows]:
-        """Each peer's ``serve_embedding``, in turn."""
-        return {
-            p: self.peers[p].serve_embedding(node_type, lid, step, codec)
-            for p, lid in lid_by_part.items()
-        }
-
-
-class RayEmbeddingPeers:
-    """:class:`EmbeddingPeers` over trainer actor handles, a deadline on every wait."""
-
-    def __init__(self, peers: list[Any], deadline_s: float) -> None:
-        self.peers, self.deadline_s = peers, deadline_s
-
-    def rows_many(
-        self, node_type: str, step: int, lid_by_part: dict[int, np.ndarray], codec: Codec
-    ) -> dict[int, EncodedRows]:
-        """One ``serve_embedding`` call per peer, all in flight together."""
-        refs = {
-            p: self.peers[p].serve_embedding.remote(node_type, lid, step, codec)
-            for p, lid in lid_by_part.items()
-        }
-        return get_within(refs, self.deadline_s, "serve_embedding to ranks", "workers'")
-
-
 class _EmbeddingClient:
     """The homogeneous ``OwnerClient.fetch_encoded_many`` of one type's embedding rows."""
 
     def __init__(
-        self, peers: Callable[[], EmbeddingPeers], node_type: str, step: Callable[[], int]
+        self, peers: Callable[[], PeerClient], node_type: str, step: Callable[[], int]
     ) -> None:
         self.peers, self.node_type, self.step = peers, node_type, step
 
@@ -181,11 +128,11 @@ class _EmbeddingClient:
         self, gid_by_part: dict[int, np.ndarray], codec: Codec
     ) -> dict[int, EncodedRows]:
         """Rows from their owning peers, at the requester's current step."""
-        return self.peers().rows_many(self.node_type, self.step(), gid_by_part, codec)
+        return self.peers().embedding_many(self.node_type, self.step(), gid_by_part, codec)
 
 
 def embedding_client(
-    peers: Callable[[], EmbeddingPeers], node_type: str, step: Callable[[], int]
+    peers: Callable[[], PeerClient], node_type: str, step: Callable[[], int]
 ) -> Any:
     """The current ``peers()`` bound to ``node_type`` and the step count ``step()``.
 

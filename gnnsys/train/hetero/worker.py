@@ -39,16 +39,10 @@ from gnnsys.models.sparse_embedding import EmbeddingConfig
 from gnnsys.sampler import CSRNeighborSource
 from gnnsys.sampler.hetero import HeteroNeighborSampler
 from gnnsys.store.hetero_shard import HeteroShard
+from gnnsys.train.eval_typed import TypedShardEvaluator, TypeInput
 from gnnsys.train.evaluate import EvalConfig, RankEval
 from gnnsys.train.hetero.config import HeteroConfig
-from gnnsys.train.hetero.embedding import (
-    EmbeddingPeers,
-    LocalEmbeddingPeers,
-    OwnedEmbeddings,
-    RayEmbeddingPeers,
-    embedding_client,
-)
-from gnnsys.train.hetero.evaluate import EvalSeeds, evaluate_rank
+from gnnsys.train.hetero.embedding import OwnedEmbeddings, embedding_client
 from gnnsys.train.hetero.owner import (
     HeteroOwnerClient,
     RayHeteroOwnerClient,
@@ -60,6 +54,7 @@ from gnnsys.train.hetero.owner import (
 from gnnsys.train.hetero.trainer import BoundSampler, HeteroTrainer, TypedInputs
 from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import TypedLedger
+from gnnsys.train.remote.peers import LocalPeerClient, PeerClient
 from gnnsys.train.remote.routed import RoutedNeighborSource
 from gnnsys.train.threads import use_actor_threads
 from gnnsys.train.trainer import Trainer
@@ -120,8 +115,8 @@ class HeteroWorkerSpec:
 
     @property
     def eval_steps(self) -> int:
-        """Layer steps of the group's evaluation: none (``eval_report`` does it all, sampled)."""
-        return 0
+        """Layer steps of the group's sharded evaluation (one per model layer)."""
+        return len(next(iter(self.fanouts.values())))
 
 
 def embedding_config(spec: HeteroWorkerSpec) -> EmbeddingConfig:
@@ -205,12 +200,11 @@ def build_sources(
     shard: HeteroShard,
     books: dict[str, TypeBook],
     client: HeteroOwnerClient,
-    peers: Callable[[], EmbeddingPeers],
+    peers: Callable[[], PeerClient],
     ledger: TypedLedger,
     embeddings: OwnedEmbeddings | None,
     *,
     step: Callable[[], int],
-    cached: bool,
 ) -> _Sources:
     """The typed sampler and per-type row sources of one rank (see the module docstring)."""
     rank = spec.rank
@@ -230,14 +224,14 @@ def build_sources(
         node_types=list(shard.nodes),
     )
     codecs = TypedCodecConfig.from_config(spec.codec, list(shard.nodes)).codecs()
-    caches = typed_cache(spec, shard, codecs) if cached else None
+    caches = typed_cache(spec, shard, codecs)
     features, rows = {}, {}
     for t, nodes in shard.nodes.items():
         book = books[t]
         if t in spec.featured:
             features[t] = RoutedFeatureSource(
                 rank, book.part_N, book.lid_N, nodes.data["x"], type_client(client, t),
-                ledger.of(t), codec=codecs[t], cache=None if caches is None else caches.of(t),
+                ledger.of(t), codec=codecs[t], cache=caches.of(t),
             )  # fmt: skip
         elif embeddings is not None:
             rows[t] = RoutedFeatureSource(
@@ -256,7 +250,7 @@ class HeteroTrainWorker(TrainWorker):
         client: Owner client (the in-process executor passes its own).
         sync: Makes the allreduce + all_gather for this rank's ledger (in-process executor).
         rng_lock: As for ``TrainWorker``.
-        peers: Embedding row client of the peer ranks (in-process executor).
+        peers: Client of the peer ranks (in-process executor): embedding rows, evaluation.
     """
 
     def __init__(
@@ -267,7 +261,7 @@ class HeteroTrainWorker(TrainWorker):
         client: HeteroOwnerClient | None = None,
         sync: Callable[[Any], Any] | None = None,
         rng_lock: threading.Lock | None = None,
-        peers: EmbeddingPeers | None = None,
+        peers: PeerClient | None = None,
     ) -> None:
         from gnnsys.store import read_hetero_shard
 
@@ -280,7 +274,7 @@ class HeteroTrainWorker(TrainWorker):
         self.ledger = cast(Any, self.typed_ledger)  # TrainWorker's epoch reports read it
         self.eval_ledger = TypedLedger(list(self.hshard.nodes))
         self.hclient = client or RayHeteroOwnerClient(owners, spec.deadline_s)
-        self.embedding_peers: EmbeddingPeers = peers or LocalEmbeddingPeers()
+        self.peers: PeerClient = peers if peers is not None else LocalPeerClient()
         self.embeddings = self._embeddings()
         grad_sync = sync(self.typed_ledger) if sync is not None else None
         if grad_sync is None and spec.world_size > 1:
@@ -290,7 +284,7 @@ class HeteroTrainWorker(TrainWorker):
         self.features = cast(Any, self.htrainer.inputs)
         self.features.warm_up()  # before the first epoch's snapshot: reported as warm-up traffic
         self.warmup = self.ledger.snapshot()
-        self._eval: _Sources | None = None
+        self._typed_eval: TypedShardEvaluator | None = None
         self._progress = 0
         self._lock = threading.Lock()
 
@@ -302,10 +296,10 @@ class HeteroTrainWorker(TrainWorker):
             return None
         return OwnedEmbeddings(featureless, embedding_config(self.hspec))
 
-    def _sources(self, ledger: TypedLedger, *, cached: bool) -> _Sources:
+    def _sources(self, ledger: TypedLedger) -> _Sources:
         return build_sources(
-            self.hspec, self.hshard, self.books, self.hclient, lambda: self.embedding_peers, ledger,
-            self.embeddings, step=self._step_count, cached=cached,
+            self.hspec, self.hshard, self.books, self.hclient, lambda: self.peers, ledger,
+            self.embeddings, step=self._step_count,
         )  # fmt: skip
 
     def _step_count(self) -> int:
@@ -320,7 +314,7 @@ class HeteroTrainWorker(TrainWorker):
                 "train_mask; partition a dataset with labels on that type"
             )
         pos = np.flatnonzero(np.asarray(seeds.data["train_mask"]))
-        sources = self._sources(self.typed_ledger, cached=True)
+        sources = self._sources(self.typed_ledger)
         return HeteroTrainer(
             spec.trainer,
             model=build_hetero_model(spec),
@@ -338,10 +332,6 @@ class HeteroTrainWorker(TrainWorker):
         )
 
     # ---- peers: embedding rows and evaluation ---------------------------------------------
-    def set_peers(self, peers: list[Any]) -> None:
-        """Actor handles of every rank (Ray executor), for their embedding rows."""
-        self.embedding_peers = RayEmbeddingPeers(peers, self.hspec.deadline_s)
-
     def serve_embedding(
         self, node_type: str, lid: np.ndarray, step: int, codec: Codec
     ) -> EncodedRows:
@@ -351,26 +341,46 @@ class HeteroTrainWorker(TrainWorker):
         rows = self.embeddings.rows(node_type, lid, step, self.hspec.deadline_s)
         return codec.encode(rows)
 
+    def serve_rows(self, table: int, gid: np.ndarray, codec: Codec) -> EncodedRows:
+        """Rows of owned type-local ids ``gid`` of evaluation table ``table``, for the wire.
+
+        A table is a layer input of one node type (``TypedShardEvaluator.table``).
+        """
+        if self._typed_eval is None:
+            raise ValueError(f"rank {self.hspec.rank} has not started evaluating")
+        return codec.encode(self._typed_eval.serve_rows(table, gid))
+
     def eval_layer(self, layer: int) -> None:
-        """Unused: heterogeneous evaluation is one sampled pass (``eval_steps`` is 0)."""
-        raise ValueError(f"heterogeneous evaluation has no layer steps (asked for {layer})")
+        """One step of the sharded exact evaluation (``gnnsys.train.eval_typed``)."""
+        if layer == 0 or self._typed_eval is None:
+            self._typed_eval = TypedShardEvaluator(
+                self.hspec.eval,
+                shard=self.hshard,
+                books=cast(dict[str, Any], self.books),
+                layers=cast(nn.ModuleList, self.htrainer.model.layers),
+                input_type=self.hspec.hetero.input_type,
+                inputs=self._eval_inputs(),
+                peers=self.peers,
+                ledger=self.eval_ledger,
+            )
+        self._typed_eval.run_layer(layer)
+
+    def _eval_inputs(self) -> dict[str, TypeInput]:
+        """Layer-0 rows per type: features from the owners, embeddings from their ranks."""
+        codecs = TypedCodecConfig.from_config(self.hspec.codec, list(self.hshard.nodes)).codecs()
+        out = {}
+        for t, nodes in self.hshard.nodes.items():
+            if t in self.hspec.featured:
+                out[t] = TypeInput(nodes.data["x"], type_client(self.hclient, t), codecs[t])
+            elif self.embeddings is not None:
+                client = embedding_client(lambda: self.peers, t, self._step_count)
+                out[t] = TypeInput(self.embeddings.local_rows(t), client, codecs[t])
+        return out
 
     def eval_report(self, splits: tuple[str, ...], with_logits: bool = False) -> RankEval:
-        """Sampled evaluation of this rank's own labelled nodes (``hetero.evaluate``)."""
-        del with_logits  # sampled evaluation keeps no logits
-        spec = self.hspec
-        if self._eval is None:
-            self._eval = self._sources(self.eval_ledger, cached=False)
-        nodes = self.hshard.nodes[spec.hetero.input_type]
-        seeds = EvalSeeds.of(
-            nodes.data, nodes.owned_lid, train_cap=spec.hetero.eval_train_seeds,
-            seed=spec.trainer.seed * 7919 + spec.rank,
-        )  # fmt: skip
-        report = evaluate_rank(
-            self.htrainer.model, self._eval.sampler, self._eval.inputs, seeds, splits,
-            ledger=self.eval_ledger, num_classes=spec.num_classes,
-            batch_size=spec.trainer.batch_size, seed=spec.trainer.seed, rank=spec.rank,
-        )  # fmt: skip
+        """This rank's confusion matrices after the last layer step; frees the tables."""
+        assert self._typed_eval is not None  # the group ran eval_layer for every layer first
+        report = self._typed_eval.report(splits, with_logits=with_logits)
         return replace(report, peak_rss_bytes=peak_rss())
 
 

@@ -1,9 +1,16 @@
-"""Rank-to-rank row requests of sharded evaluation: ``PeerClient`` and its two executors.
+"""Rank-to-rank row requests: ``PeerClient`` and its two executors.
 
-During evaluation the rows a rank needs for layer ``l >= 1`` are embeddings its peers computed a
-moment ago, so they are served by the peer trainers (``TrainWorker.serve_rows``), not by the
-shard owners. As with the owners, a request carries one gid array per peer, every peer's call is
-in flight before any is awaited, and every wait has a deadline.
+Two kinds of rows are served by the peer trainers, not by the shard owners:
+
+* during evaluation, the rows a rank needs for layer ``l >= 1`` are embeddings its peers
+  computed a moment ago (``serve_rows``; a table is a layer input, and for typed graphs a
+  layer input of one node type: ``gnnsys.train.eval_typed``);
+* during training on a graph with featureless node types, the learnable embedding rows that a
+  peer owns (``serve_embedding``, answered once the owner has applied the requester's step:
+  ``gnnsys.train.hetero.embedding``).
+
+As with the owners, a request carries one id array per peer, every peer's call is in flight
+before any is awaited, and every wait has a deadline.
 
 Shape legend: ``K`` requested rows, ``H`` embedding width.
 """
@@ -31,6 +38,12 @@ class RowServer(Protocol):
         """``[K]`` int64 in-degrees of owned ``gid`` in the whole graph."""
         ...
 
+    def serve_embedding(
+        self, node_type: str, lid: np.ndarray, step: int, codec: Codec
+    ) -> EncodedRows:
+        """Learnable rows of owned type-local ``lid`` after ``step`` updates."""
+        ...
+
 
 class PeerClient(Protocol):
     """Sends one batched request to each peer and returns the answers keyed by part."""
@@ -43,6 +56,12 @@ class PeerClient(Protocol):
 
     def degree_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
         """In-degrees of ``gid_by_part[p]`` from peer ``p``, for every ``p``."""
+        ...
+
+    def embedding_many(
+        self, node_type: str, step: int, lid_by_part: dict[int, np.ndarray], codec: Codec
+    ) -> dict[int, EncodedRows]:
+        """Embedding rows of ``lid_by_part[p]`` from peer ``p`` after ``step`` updates."""
         ...
 
 
@@ -65,6 +84,15 @@ class LocalPeerClient:
     def degree_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
         """Each peer's ``serve_degree``, called in turn."""
         return {p: self.peers[p].serve_degree(g) for p, g in gid_by_part.items()}
+
+    def embedding_many(
+        self, node_type: str, step: int, lid_by_part: dict[int, np.ndarray], codec: Codec
+    ) -> dict[int, EncodedRows]:
+        """Each peer's ``serve_embedding``, called in turn."""
+        return {
+            p: self.peers[p].serve_embedding(node_type, lid, step, codec)
+            for p, lid in lid_by_part.items()
+        }
 
 
 class RayPeerClient:
@@ -94,3 +122,13 @@ class RayPeerClient:
         """One ``serve_degree`` call per peer, all in flight together."""
         refs = {p: self.peers[p].serve_degree.remote(g) for p, g in gid_by_part.items()}
         return self._get(refs, "serve_degree")
+
+    def embedding_many(
+        self, node_type: str, step: int, lid_by_part: dict[int, np.ndarray], codec: Codec
+    ) -> dict[int, EncodedRows]:
+        """One ``serve_embedding`` call per peer, all in flight together."""
+        refs = {
+            p: self.peers[p].serve_embedding.remote(node_type, lid, step, codec)
+            for p, lid in lid_by_part.items()
+        }
+        return self._get(refs, "serve_embedding")

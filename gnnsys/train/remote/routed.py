@@ -26,7 +26,7 @@ from gnnsys.train.remote.client import OwnerClient, SampleArrays
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.types import NeighborSample
 
-__all__ = ["RoutedNeighborSource", "group_by_owner"]
+__all__ = ["RoutedNeighborSource", "group_by_owner", "message_pieces"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,25 @@ def group_by_owner(part_M: np.ndarray, skip: int) -> dict[int, np.ndarray]:
     parts, starts = np.unique(part_M[order], return_index=True)
     groups = np.split(order, starts[1:])
     return {int(p): g for p, g in zip(parts, groups, strict=True) if int(p) != skip}
+
+
+def message_pieces(
+    by_part: dict[int, np.ndarray], width: int, message_mb: float
+) -> list[dict[int, np.ndarray]]:
+    """``by_part`` (positions per owner) cut into rounds of bounded messages.
+
+    Each round asks each owner for at most ``message_mb`` of float32 rows of ``width``.
+    """
+    max_rows = max(1, int(message_mb * 2**20) // (4 * width))
+    rounds = max((-(-pos.shape[0] // max_rows) for pos in by_part.values()), default=0)
+    return [
+        {
+            p: pos[r * max_rows : (r + 1) * max_rows]
+            for p, pos in by_part.items()
+            if pos.shape[0] > r * max_rows
+        }
+        for r in range(rounds)
+    ]
 
 
 class RoutedNeighborSource:

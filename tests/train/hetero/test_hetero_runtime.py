@@ -80,7 +80,7 @@ def _config(store: Path, parts: int, *, epochs: int = 1, batch: int = 1024, **kw
         model=ModelConfig(hidden=16, dropout=0.0),
         trainer=Trainer.Config(lr=0.01, batch_size=batch, seed=3),
         loop=Coordinator.Config(epochs=epochs, progress=False, deadline_s=60.0, **kw),
-        hetero=HeteroConfig(eval_train_seeds=64),
+        hetero=HeteroConfig(),
     )
 
 
