@@ -250,3 +250,64 @@ def test_train_tests_mirror_the_train_rooms() -> None:
         assert (PKG / "train" / f"{room}.py").exists(), (
             f"{path.name} names no module room of gnnsys/train; move it to its room's folder"
         )
+
+
+# ---- branches on the graph's kind ----------------------------------------------------------------
+KIND_BRANCHES: dict[str, tuple[int, str]] = {
+    # module -> (most branches on the graph's kind, why the kind is a real parameter there)
+    "commands/_hetero_train.py": (3, "the one place that refuses flags for typed runs"),
+    "commands/train.py": (6, "the CLI's switch from flags to a RunConfig of either kind"),
+    "commands/partition.py": (1, "the dataset's kind is read from its files"),
+    "commands/bench_partition.py": (1, "the dataset's kind is read from its files"),
+    "commands/store.py": (1, "a store's kind is read from its manifest"),
+    "datasets/__init__.py": (3, "the dataset's kind is read from its files"),
+    "datasets/ogb.py": (1, "OGB's two folder layouts"),
+    "store/hetero_layout.py": (2, "a store's kind is read from its manifest"),
+    "store/hetero_reader.py": (1, "a store's kind is read from its manifest"),
+    "partitioners/hetero.py": (1, "users pass a HeteroGraph or PyG's HeteroData"),
+    "loader/node_loader.py": (1, "PyG's NeighborLoader takes Data or HeteroData"),
+    "loader/link_loader.py": (1, "PyG's LinkNeighborLoader takes Data or HeteroData"),
+    "loader/hetero_loader.py": (8, "PyG's loaders take Data or HeteroData"),
+    "loader/hetero_link_loader.py": (1, "PyG's loaders take Data or HeteroData"),
+    "train/control/prepare.py": (3, "the store is written from a dataset of either kind"),
+    "train/control/run.py": (4, "the run's one dispatch to its worker roles"),
+    "train/hetero/config.py": (1, "the typed run's own config"),
+}
+"""The rule: a branch whose condition names the graph's kind (an identifier containing
+``hetero``: ``config.hetero is None``, ``is_hetero_store(...)``, ``isinstance(x, HeteroData)``)
+stands only where the kind is a real parameter: where files or user objects are read and their
+kind decided, and at the run's one dispatch. Everywhere else the runtime is keyed by node type.
+The counts are ceilings: lower one when a branch goes."""
+
+
+def _kind_branches(path: Path) -> int:
+    """``if``/``while``/conditional expressions whose test names the graph's kind."""
+    count = 0
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.If | ast.IfExp | ast.While):
+            continue
+        inner = {id(sub.value) for sub in ast.walk(node.test) if isinstance(sub, ast.Attribute)}
+        for sub in ast.walk(node.test):
+            name = sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", None)
+            if name and "hetero" in name.lower() and id(sub) not in inner:
+                count += 1
+                break
+    return count
+
+
+def test_kind_branches_only_where_the_kind_is_a_parameter() -> None:
+    found = {str(p.relative_to(PKG)): _kind_branches(p) for p in modules()}
+    over = {
+        rel: (n, KIND_BRANCHES.get(rel, (0, ""))[0])
+        for rel, n in found.items()
+        if n > KIND_BRANCHES.get(rel, (0, ""))[0]
+    }
+    assert not over, (
+        f"branches on the graph's kind (found, allowed): {over}; key the code by node type "
+        "(a homogeneous graph is the one-type case) or add the module to KIND_BRANCHES with the "
+        "reason the kind is a real parameter there"
+    )
+    stale = {
+        rel: n for rel, n in found.items() if rel in KIND_BRANCHES and n < KIND_BRANCHES[rel][0]
+    }
+    assert not stale, f"lower these ceilings in KIND_BRANCHES to the counts found: {stale}"
