@@ -89,6 +89,7 @@ class Setup:
             "--batch-size", str(self.batch_size), "--epochs", str(self.epochs), "--no-progress",
             "--deadline", str(self.deadline_s), "--heartbeat-timeout", str(self.heartbeat_s),
             "--startup-deadline", str(self.startup_s), "--max-restarts", "8",
+            "--owner-reads", "remote",  # the faults hit owner actors, so trainers call them
             "--out", str(run_dir), *extra,
         ]  # fmt: skip
 

@@ -15,8 +15,10 @@ gnnsys configurations (``--configs``, comma list of ``P:K``, ``P:K:DELAY_MS`` or
 * ``2:K``: two parts (partitioned), 512 seeds per worker: the same global batch and 103 steps;
 * ``P:K:D``: as ``P:K`` with ``D`` milliseconds added to every owner call (the latency-hiding
   check: choose ``D`` so that ``P:0:D`` takes about twice ``P:0``);
-* ``P:K:0:local``: as ``P:K`` with ``--owner-reads local`` (trainers run the owners' code
-  over the mapped shards themselves instead of calling the owner actors).
+* ``P:K:D:READS``: with ``--owner-reads READS``: ``remote`` (trainers call the owner actors),
+  ``local`` (they run the owners' code over the mapped shards themselves) or ``auto`` (the
+  default when omitted: ``local`` here, as gnnsys starts its own Ray instance). The delay
+  applies to either kind of owner call.
 
 Every gnnsys line carries the epoch's stage times, the compute loop's stall and the overlap
 ratio (stage time / epoch time) from ``metrics.jsonl``. DGL runs in its own virtualenv
@@ -85,7 +87,7 @@ def _median_after_first(values: list[float]) -> float:
 def run_gnnsys(work: Path, config: str, epochs: int, tag: str) -> dict[str, Any]:
     """One ``gnnsys train`` run of ``config`` (``P:K[:DELAY_MS]``); its median epoch."""
     raw = config.split(":")
-    reads = raw[3] if len(raw) > 3 else "remote"
+    reads = raw[3] if len(raw) > 3 else "auto"
     fields = [int(v) for v in raw[:3]]
     parts, prefetch, delay = fields[0], fields[1], fields[2] if len(fields) > 2 else 0
     out = work / f"run-{config.replace(':', '-')}-{tag}"
@@ -97,7 +99,7 @@ def run_gnnsys(work: Path, config: str, epochs: int, tag: str) -> dict[str, Any]
     cmd += ["--topology", "replicated" if parts == 1 else "partitioned"]
     if delay:
         cmd += ["--inject-delay-ms", str(delay)]
-    cmd += ["--owner-reads", reads]
+    cmd += ["--owner-reads", reads]  # auto: local, as gnnsys starts Ray itself here
     start = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wall = time.perf_counter() - start

@@ -119,10 +119,11 @@ def _add_step_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--owner-reads",
-        choices=("remote", "local"),
-        help="remote (default): a trainer asks other parts' owner actors for their rows and "
-        "neighbour lists; local: it runs the owners' code itself over their mapped shard files "
-        "(same results and traffic ledger, no call overhead; needs the store on every node)",
+        choices=("auto", "remote", "local"),
+        help="remote: a trainer asks other parts' owner actors for their rows and neighbour "
+        "lists; local: it runs the owners' code itself over their mapped shard files (same "
+        "results and traffic ledger, no call overhead; needs the store on every node); auto "
+        "(default): local when gnnsys starts Ray itself (one machine), remote with --address",
     )
     p.add_argument(
         "--prefetch",

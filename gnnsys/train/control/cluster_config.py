@@ -21,15 +21,24 @@ class ClusterConfig:
     """CPUs each trainer asks Ray for and computes on, less one when it prefetches
     (``--threads``); ``None``: the machine's cores over ``parts`` with Ray (at least 1); with
     the in-process executor, the process's torch threads (default 1)."""
-    owner_reads: str = "remote"
+    owner_reads: str = "auto"
     """How a trainer reads other parts' rows and neighbour lists: ``remote`` (a call to their
-    owner actor) or ``local`` (the owner's code over its mapped shard files, in the trainer's
+    owner actor), ``local`` (the owner's code over its mapped shard files, in the trainer's
     process: same answers and ledger, none of a call's copies; every trainer needs the store's
-    files on its node, e.g. one machine or shared storage)."""
+    files on its node, e.g. one machine or shared storage), or ``auto`` (default): ``local``
+    when gnnsys starts its own Ray instance (one machine: every file is on the node, as
+    DistDGL reads a machine's own partitions through shared memory), ``remote`` when it joins
+    a cluster (``address``)."""
+
+    def reads(self) -> str:
+        """``owner_reads`` with ``auto`` resolved (see the field)."""
+        if self.owner_reads != "auto":
+            return self.owner_reads
+        return "remote" if self.address is not None else "local"
 
     def __post_init__(self) -> None:
-        if self.owner_reads not in ("remote", "local"):
-            raise ValueError(f"owner_reads={self.owner_reads!r}; choose remote or local")
+        if self.owner_reads not in ("auto", "remote", "local"):
+            raise ValueError(f"owner_reads={self.owner_reads!r}; choose auto, remote or local")
         if self.parts < 1:
             raise ValueError(f"parts={self.parts}; choose parts >= 1")
         if self.threads is not None and self.threads < 1:

@@ -401,7 +401,7 @@ def worker_template(config: RunConfig, store: Path, info: StoreInfo, topology: s
         layer0=config.layer0,
         eval=config.eval,
         link=config.link,
-        owner_reads=config.cluster.owner_reads,
+        owner_reads=config.cluster.reads(),
     )
 
 

@@ -203,7 +203,8 @@ def test_owner_reads_local_equals_remote(ray_session: Any, tmp_path: Path) -> No
     from gnnsys.train.control.run import train
 
     cfg = _config(parts=2, codec="int8", cache_policy="adaptive", cache_ratio=0.25)
-    remote = train(cfg, tmp_path / "remote").history
+    remote_cfg = replace(cfg, cluster=replace(cfg.cluster, owner_reads="remote"))
+    remote = train(remote_cfg, tmp_path / "remote").history
     local_cfg = replace(cfg, cluster=replace(cfg.cluster, owner_reads="local"))
     _same_runs(remote, train(local_cfg, tmp_path / "local").history)
     a, b = load_checkpoint(tmp_path / "remote"), load_checkpoint(tmp_path / "local")
@@ -211,3 +212,6 @@ def test_owner_reads_local_equals_remote(ray_session: Any, tmp_path: Path) -> No
     assert all(torch.equal(v, b.model_state[k]) for k, v in a.model_state.items())
     with pytest.raises(ValueError, match="owner_reads='nearby'"):
         replace(cfg.cluster, owner_reads="nearby")
+    # auto: local on a Ray instance gnnsys starts itself, remote on a cluster it joins
+    assert cfg.cluster.owner_reads == "auto" and cfg.cluster.reads() == "local"
+    assert replace(cfg.cluster, address="10.0.0.1:6379").reads() == "remote"
