@@ -87,20 +87,34 @@ def check_kind(args: argparse.Namespace, dataset: str) -> bool:
         ValueError: ``--model rgcn`` or ``--embedding-dim`` on a homogeneous dataset.
     """
     hetero = is_hetero_run(args, dataset)
-    if args.model == "rgcn" and not hetero:
+    if not hetero:
+        _refuse_typed_flags(args)
+    return hetero
+
+
+def _refuse_typed_flags(args: argparse.Namespace) -> None:
+    """The flags that only a typed graph gives a meaning, on a homogeneous dataset."""
+    if args.model == "rgcn":
         raise ValueError(
             "--model rgcn takes a heterogeneous dataset (e.g. synthetic:mag); choose sage, gcn "
             "or gat for this one"
         )
-    if getattr(args, "embedding_dim", None) is not None and not hetero:
+    if getattr(args, "embedding_dim", None) is not None:
         raise ValueError("--embedding-dim applies to heterogeneous datasets only; drop it")
-    return hetero
+    if getattr(args, "target_edge", None) is not None:
+        raise ValueError(
+            "--target-edge names a relation of a heterogeneous dataset; a homogeneous graph's "
+            "links are its edges: drop it"
+        )
 
 
 def _refuse_flags(args: argparse.Namespace) -> None:
     given = [name for dest, name in NOT_FOR_HETERO.items() if _given(args, dest)]
-    if args.task != "node":
-        given.append("--task link (heterogeneous link prediction is not built)")
+    if args.task == "link" and not args.target_edge:
+        raise ValueError(
+            "--task link on a heterogeneous dataset needs the relation to predict: add "
+            "--target-edge SRC__REL__DST, e.g. paper__cites__paper"
+        )
     if args.model in ("gcn", "gat"):
         given.append(f"--model {args.model} (heterogeneous models: sage, rgcn)")
     if args.codec is not None and "auto" in args.codec:

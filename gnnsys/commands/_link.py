@@ -15,11 +15,22 @@ from typing import Any
 
 __all__ = ["add_link_args", "apply_link_args", "link_split_of", "print_link_table"]
 
-_LINK_FLAGS = ("val_edges", "test_edges", "eval_negatives", "split_seed", "decoder", "neg_per_pos")
+_LINK_FLAGS = (
+    "val_edges",
+    "test_edges",
+    "eval_negatives",
+    "split_seed",
+    "decoder",
+    "neg_per_pos",
+    "target_edge",
+)
 
 
-def add_link_args(p: argparse.ArgumentParser) -> None:
-    """Register ``--task`` and the link-prediction flags."""
+def add_link_args(p: argparse.ArgumentParser, *, typed: bool = False) -> None:
+    """Register ``--task`` and the link-prediction flags.
+
+    ``typed``: also ``--target-edge``, for commands that take heterogeneous datasets.
+    """
     p.add_argument(
         "--task",
         choices=("node", "link"),
@@ -34,6 +45,14 @@ def add_link_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split-seed", type=int, help="link: seed of the held-out split (0)")
     p.add_argument("--decoder", help="link: pair scorer, dot (default) or mlp")
     p.add_argument("--neg-per-pos", type=int, help="link: training negatives per positive (1)")
+    if not typed:
+        return
+    p.add_argument(
+        "--target-edge",
+        metavar="SRC__REL__DST",
+        help="link, heterogeneous datasets: the relation to predict, e.g. paper__cites__paper "
+        "or author__writes__paper (its held-out links and their reverses leave the graph)",
+    )
 
 
 def _pick(**kw: Any) -> dict[str, Any]:
@@ -60,7 +79,7 @@ def link_split_of(args: argparse.Namespace, base: Any = None) -> Any:
     return replace(
         base or LinkSplitConfig(),
         **_pick(val=args.val_edges, test=args.test_edges, num_neg=args.eval_negatives),
-        **_pick(seed=args.split_seed),
+        **_pick(seed=args.split_seed, edge_type=getattr(args, "target_edge", None)),
     )
 
 

@@ -100,7 +100,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--num-nodes", type=int, help="nodes of a synthetic dataset")
     add_feature_path_args(p)
     _add_eval_flags(p)
-    add_link_args(p)
+    add_link_args(p, typed=True)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--inject-fault", help=argparse.SUPPRESS)  # KIND:RANK:EPOCH:BATCH, tests
     p.add_argument("--inject-delay-ms", type=float, help=argparse.SUPPRESS)  # owner latency

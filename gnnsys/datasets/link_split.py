@@ -18,13 +18,21 @@ per held-out link.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from gnnsys.datasets.hetero import EdgeType, HeteroGraph, Relation
 from gnnsys.types import Graph
 
-__all__ = ["LinkSplit", "LinkSplitConfig", "edge_split", "undirected_pairs"]
+__all__ = [
+    "LinkSplit",
+    "LinkSplitConfig",
+    "TypedLinkSplit",
+    "edge_split",
+    "typed_edge_split",
+    "undirected_pairs",
+]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -39,8 +47,16 @@ class LinkSplitConfig:
     """Fixed negative destinations per held-out link (OGB ``ogbl-citation2`` uses 1000)."""
     seed: int = 0
     """Seed of the split, the orientations and the negatives."""
+    edge_type: str = ""
+    """Target relation of a heterogeneous graph, ``src__rel__dst`` (``--target-edge``); empty
+    for a homogeneous graph."""
 
     def __post_init__(self) -> None:
+        if self.edge_type and len(self.edge_type.split("__")) != 3:
+            raise ValueError(
+                f"--target-edge {self.edge_type!r}: name a relation as src__rel__dst, "
+                "e.g. paper__cites__paper"
+            )
         for name in ("val", "test"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and 0.0 <= value < 1.0):
@@ -54,6 +70,12 @@ class LinkSplitConfig:
             raise ValueError(f"--eval-negatives {self.num_neg}: choose >= 1, e.g. 1000")
         if self.seed < 0:
             raise ValueError(f"link split seed={self.seed}; choose a seed >= 0")
+
+    @property
+    def target(self) -> tuple[str, str, str]:
+        """``edge_type`` as a triple (a heterogeneous run's target relation)."""
+        src, rel, dst = self.edge_type.split("__")
+        return src, rel, dst
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -171,3 +193,104 @@ def edge_split(graph: Graph, config: LinkSplitConfig) -> LinkSplit:
         test_2K=np.ascontiguousarray(test),
         test_neg_KQ=rng.integers(0, n, size=(num_test, config.num_neg), dtype=np.int64),
     )
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TypedLinkSplit:
+    """A link-prediction split of one relation of a heterogeneous graph.
+
+    Attributes:
+        graph: The training graph: held-out links removed from the target relation, and their
+            reverses from every relation that leads back (``rev_`` relations, symmetrized
+            same-type relations), so message passing never sees a held-out link.
+        edge_type: The target relation ``(src, rel, dst)``; links are ``src -> dst`` pairs of
+            type-local ids.
+        train_2E: ``[2, E]`` int64 train links (row 0: ``src`` ids, row 1: ``dst`` ids).
+        val_2K: ``[2, K]`` int64 validation links; ``val_neg_KQ`` ``[K, Q]`` int64 negative
+            ``dst`` ids of each.
+        val_neg_KQ: See ``val_2K``.
+        test_2K: ``[2, K]`` int64 test links; ``test_neg_KQ`` likewise.
+        test_neg_KQ: See ``test_2K``.
+    """
+
+    graph: HeteroGraph
+    edge_type: EdgeType
+    train_2E: np.ndarray
+    val_2K: np.ndarray
+    val_neg_KQ: np.ndarray
+    test_2K: np.ndarray
+    test_neg_KQ: np.ndarray
+
+
+def typed_edge_split(
+    graph: HeteroGraph, edge_type: EdgeType, config: LinkSplitConfig
+) -> TypedLinkSplit:
+    """Hold out ``config.val`` and ``config.test`` of ``edge_type``'s links (see the module doc).
+
+    Candidates are the relation's distinct ``(src, dst)`` pairs; for a same-type relation,
+    its distinct undirected pairs without self-loops, each oriented by a seeded coin flip (as
+    ``edge_split``). Negatives are ``dst`` ids uniform over the destination type.
+
+    Raises:
+        ValueError: ``edge_type`` is not a relation of ``graph``, or it has no links.
+    """
+    if edge_type not in graph.relations:
+        names = sorted("__".join(et) for et in graph.relations)
+        raise ValueError(
+            f"--target-edge {'__'.join(edge_type)} is not a relation; choose one of {names}"
+        )
+    src, _, dst = edge_type
+    rel = graph.relations[edge_type]
+    n_dst = graph.num_nodes(dst)
+    src_E = np.asarray(rel.indices, dtype=np.int64)
+    dst_E = np.repeat(np.arange(n_dst, dtype=np.int64), np.diff(rel.indptr))
+    rng = np.random.default_rng(config.seed)
+    if src == dst:
+        lo, hi = np.minimum(src_E, dst_E), np.maximum(src_E, dst_E)
+        keys = np.unique((lo * n_dst + hi)[lo != hi])
+        pairs = _oriented(np.stack([keys // n_dst, keys % n_dst]), rng)
+    else:
+        keys = np.unique(src_E * n_dst + dst_E)
+        pairs = np.stack([keys // n_dst, keys % n_dst])
+    if pairs.shape[1] == 0:
+        raise ValueError(f"relation {'__'.join(edge_type)} has no links to split")
+    perm = rng.permutation(pairs.shape[1])
+    k_val, k_test = (round(pairs.shape[1] * f) for f in (config.val, config.test))
+    val, test = np.sort(perm[:k_val]), np.sort(perm[k_val : k_val + k_test])
+    train = np.sort(perm[k_val + k_test :])
+    held = pairs[:, np.concatenate([val, test])]
+    relations = dict(graph.relations)
+    for et, r in graph.relations.items():
+        if et == edge_type or (et[0] == dst and et[2] == src):
+            relations[et] = _without(
+                r, held, forward=et[0] == src and et[2] == dst, same=src == dst
+            )
+    return TypedLinkSplit(
+        graph=replace(graph, relations=relations),
+        edge_type=edge_type,
+        train_2E=pairs[:, train],
+        val_2K=pairs[:, val],
+        val_neg_KQ=rng.integers(0, n_dst, (val.shape[0], config.num_neg), dtype=np.int64),
+        test_2K=pairs[:, test],
+        test_neg_KQ=rng.integers(0, n_dst, (test.shape[0], config.num_neg), dtype=np.int64),
+    )
+
+
+def _without(rel: Relation, held_2K: np.ndarray, *, forward: bool, same: bool) -> Relation:
+    """``rel`` less the held-out links.
+
+    ``s -> d`` pairs when ``forward``, their reverses ``d -> s`` when the relation leads back,
+    both when the types are the same.
+    """
+    num_dst = int(rel.indptr.shape[0]) - 1
+    src_E = np.asarray(rel.indices, dtype=np.int64)
+    dst_E = np.repeat(np.arange(num_dst, dtype=np.int64), np.diff(rel.indptr))
+    drop: list[np.ndarray] = []
+    if forward:
+        drop.append(held_2K[0] * num_dst + held_2K[1])
+    if same or not forward:
+        drop.append(held_2K[1] * num_dst + held_2K[0])
+    keep = ~np.isin(src_E * num_dst + dst_E, np.concatenate(drop))
+    indptr = np.zeros(num_dst + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dst_E[keep], minlength=num_dst), out=indptr[1:])
+    return Relation(indptr=indptr, indices=rel.indices[keep], num_src=rel.num_src)

@@ -118,6 +118,9 @@ class HeteroManifest:
     relations: tuple[RelationEntry, ...]
     parts: tuple[HeteroPartEntry, ...]
     files: dict[str, FileEntry] = field(default_factory=dict)
+    link_edge_type: EdgeType | None = None
+    """The relation whose links the store holds per part (``part-<p>/link_*.npy``, sources
+    owned by the part), or ``None``: written by ``write_hetero_partitions(links=...)``."""
 
     @property
     def num_nodes(self) -> int:
@@ -161,6 +164,9 @@ class HeteroManifest:
                 for p in self.parts
             ],
             "files": {path: _file_json(e) for path, e in sorted(self.files.items())},
+            **(
+                {} if self.link_edge_type is None else {"link_edge_type": list(self.link_edge_type)}
+            ),
         }
         out["checksum"] = manifest_checksum(out)
         return out
@@ -185,7 +191,9 @@ class HeteroManifest:
                 f"(this gnnsys reads {HETERO_VERSION}); {_FIX} using this gnnsys version",
                 path,
             )
-        _check_keys(obj, _KEYS, "manifest", path)
+        _check_keys(
+            {k: v for k, v in obj.items() if k != "link_edge_type"}, _KEYS, "manifest", path
+        )
         if obj["checksum"] != manifest_checksum(obj):
             raise PartitionStoreError(
                 f"{path}: manifest checksum mismatch; the manifest was edited or corrupted "
@@ -288,6 +296,10 @@ def _parse(obj: dict[str, Any]) -> HeteroManifest:
         for p in obj["parts"]
     )
     files = {str(k): _file_entry(e, f"files[{k!r}]") for k, e in obj["files"].items()}
+    link = obj.get("link_edge_type")
+    if link is not None and not (isinstance(link, list) and len(link) == 3):
+        raise TypeError(f"link_edge_type is {link!r}, expected [src, rel, dst]")
     return HeteroManifest(
-        **scalars, node_types=types, relations=relations, parts=parts, files=files
-    )
+        **scalars, node_types=types, relations=relations, parts=parts, files=files,
+        link_edge_type=None if link is None else (str(link[0]), str(link[1]), str(link[2])),
+    )  # fmt: skip

@@ -14,11 +14,13 @@ import hashlib
 import json
 import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from gnnsys.datasets.hetero import HeteroGraph
+from gnnsys.datasets.link_split import TypedLinkSplit
 from gnnsys.store.hetero_layout import (
     REL_ARRAYS,
     TYPE_ARRAYS,
@@ -31,7 +33,8 @@ from gnnsys.store.hetero_layout import (
     type_file,
 )
 from gnnsys.store.hetero_shard import HeteroShard, build_hetero_shard, data_arrays
-from gnnsys.store.layout import MANIFEST, NODE_TO_PART, FileEntry
+from gnnsys.store.layout import MANIFEST, NODE_TO_PART, FileEntry, shard_file
+from gnnsys.store.links import links_of_part
 from gnnsys.store.writer import ProgressFn, _save, _save_rows, package_version, staged
 from gnnsys.types import Assignment
 
@@ -88,6 +91,7 @@ def write_hetero_partitions(
     num_hops: int = 2,
     overwrite: bool = False,
     progress: ProgressFn | None = None,
+    links: TypedLinkSplit | None = None,
 ) -> HeteroManifest:
     """Write the heterogeneous partition directory of ``assignment`` at ``root``.
 
@@ -98,6 +102,9 @@ def write_hetero_partitions(
         num_hops: ``k`` of each part's k-hop halo (the number of GNN layers).
         overwrite: Replace an existing directory (still atomically: rename, then delete).
         progress: Called with each part id once that part is written.
+        links: A link split of one relation (``graph`` is its training graph): each part also
+            gets the links whose source it owns (``gnnsys.store.links.LINK_DATA``), and the
+            manifest names the relation (``link_edge_type``).
 
     Returns:
         The manifest written.
@@ -125,13 +132,30 @@ def write_hetero_partitions(
             )
             part_files, summary = _write_part(tmp, graph, shard)
             files |= part_files
+            if links is not None:
+                files |= _write_links(tmp, graph, assignment, links, part)
             parts.append(summary)
             if progress is not None:
                 progress(part)
         manifest = _manifest(graph, assignment, num_hops, files, tuple(parts))
+        if links is not None:
+            manifest = replace(manifest, link_edge_type=links.edge_type)
         (tmp / MANIFEST).write_text(json.dumps(manifest.to_json(), indent=1) + "\n")
     logger.info("wrote %d parts of %s to %s", assignment.num_parts, graph.name, root)
     return manifest
+
+
+def _write_links(
+    tmp: Path, graph: HeteroGraph, assignment: Assignment, links: TypedLinkSplit, part: int
+) -> dict[str, FileEntry]:
+    """Part ``part``'s link arrays: the links whose source node (of the source type) it owns."""
+    src = links.edge_type[0]
+    offset = graph.node_offsets()[src]
+    part_N = assignment.part_N[offset : offset + graph.num_nodes(src)]
+    return {
+        shard_file(part, key): _save(tmp, shard_file(part, key), arr)
+        for key, arr in links_of_part(links, part_N, part).items()
+    }
 
 
 def _check_args(

@@ -25,12 +25,19 @@ from pathlib import Path
 
 import numpy as np
 
-from gnnsys.datasets.link_split import LinkSplit
+from gnnsys.datasets.link_split import LinkSplit, TypedLinkSplit
 from gnnsys.errors import PartitionStoreError
 from gnnsys.store.layout import NODE_TO_PART, shard_file
 from gnnsys.store.reader import load_array, read_manifest
 
-__all__ = ["LINK_DATA", "ShardLinks", "has_links", "links_of_part", "load_links"]
+__all__ = [
+    "LINK_DATA",
+    "ShardLinks",
+    "has_links",
+    "links_of_part",
+    "load_links",
+    "load_typed_links",
+]
 
 LINK_DATA = ("link_train", "link_val", "link_val_neg", "link_test", "link_test_neg")
 """Per-part link arrays of a link-prediction store."""
@@ -67,7 +74,9 @@ class ShardLinks:
         return pair
 
 
-def links_of_part(split: LinkSplit, part_N: np.ndarray, part: int) -> dict[str, np.ndarray]:
+def links_of_part(
+    split: LinkSplit | TypedLinkSplit, part_N: np.ndarray, part: int
+) -> dict[str, np.ndarray]:
     """The arrays of :data:`LINK_DATA` for ``part``: links whose source ``part`` owns."""
 
     def own(links_2K: np.ndarray) -> np.ndarray:
@@ -110,12 +119,51 @@ def load_links(root: str | os.PathLike[str], part: int, *, verify: bool = True) 
     }
     if verify:
         part_N = load_array(root, manifest, NODE_TO_PART, verify=True)
-        _check(root, part, arrays, part_N, manifest.num_nodes)
+        _check(root, part, arrays, part_N, manifest.num_nodes, manifest.num_nodes)
     return ShardLinks(*(np.asarray(arrays[k], dtype=np.int64) for k in LINK_DATA))
 
 
+def load_typed_links(
+    root: str | os.PathLike[str], part: int, *, verify: bool = True
+) -> tuple[tuple[str, str, str], ShardLinks]:
+    """A heterogeneous store's target relation and part ``part``'s links of it.
+
+    Ids are type-local: sources of the relation's source type, destinations and negatives of
+    its destination type. Checksummed and checked as :func:`load_links` does.
+
+    Raises:
+        PartitionStoreError: The store holds no links, or they are corrupt or inconsistent.
+    """
+    from gnnsys.store.hetero_reader import read_hetero_manifest
+
+    root = Path(root)
+    manifest = read_hetero_manifest(root)
+    edge_type = manifest.link_edge_type
+    if edge_type is None:
+        raise PartitionStoreError(
+            f"{root}: the store holds no links; re-create it with `gnnsys train --task link "
+            "--target-edge SRC__REL__DST`",
+            str(root),
+        )
+    arrays = {
+        k: load_array(root, manifest, shard_file(part, k), mmap=False, verify=verify)
+        for k in LINK_DATA
+    }
+    if verify:
+        src, dst = manifest.node_type(edge_type[0]), manifest.node_type(edge_type[2])
+        part_N = load_array(root, manifest, NODE_TO_PART, verify=True)
+        part_N = part_N[src.offset : src.offset + src.num_nodes]
+        _check(root, part, arrays, part_N, src.num_nodes, dst.num_nodes)
+    return edge_type, ShardLinks(*(np.asarray(arrays[k], dtype=np.int64) for k in LINK_DATA))
+
+
 def _check(
-    root: Path, part: int, arrays: dict[str, np.ndarray], part_N: np.ndarray, num_nodes: int
+    root: Path,
+    part: int,
+    arrays: dict[str, np.ndarray],
+    part_N: np.ndarray,
+    num_src: int,
+    num_dst: int,
 ) -> None:
     """Ids in range, sources owned by ``part``, one negative row per held-out link."""
     for key, arr in arrays.items():
@@ -125,11 +173,19 @@ def _check(
             raise PartitionStoreError(
                 f"{path}: {arr.dtype} {arr.shape} is not a link array; {_FIX}"
             )
-        if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= num_nodes):
-            raise PartitionStoreError(f"{path}: node ids outside [0, {num_nodes}); {_FIX}")
+        for ids, bound in _bounds(key, arr, num_src, num_dst):
+            if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= bound):
+                raise PartitionStoreError(f"{path}: node ids outside [0, {bound}); {_FIX}")
         if not key.endswith("_neg") and arr.size and np.any(part_N[arr[0]] != part):
             raise PartitionStoreError(f"{path}: a link's source is not owned by part {part}")
     for split in ("val", "test"):
         if arrays[f"link_{split}_neg"].shape[0] != arrays[f"link_{split}"].shape[1]:
             path = root / shard_file(part, f"link_{split}_neg")
             raise PartitionStoreError(f"{path}: not one negative row per {split} link; {_FIX}")
+
+
+def _bounds(key: str, arr: np.ndarray, num_src: int, num_dst: int) -> list[tuple[np.ndarray, int]]:
+    """The id arrays of a link array and their bounds (negatives are destinations)."""
+    if key.endswith("_neg"):
+        return [(arr, num_dst)]
+    return [(arr[0], num_src), (arr[1], num_dst)]

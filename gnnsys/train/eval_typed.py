@@ -169,6 +169,47 @@ class TypedShardEvaluator:
                 del answers[p]
         return out
 
+    def rows_of(self, layer: int, node_type: str, lid_K: np.ndarray) -> Tensor:
+        """``[K, H]`` rows of table ``layer`` of ``node_type`` for any type-local ``lid_K``.
+
+        Owned rows come from this rank's table, the rest from their owning peers (one request
+        per peer and message piece, counted in the type's evaluation ledger).
+        """
+        own = self.tables[layer][node_type]
+        book: _Book = self.books[node_type]
+        part_K = np.asarray(book.part_N[lid_K])
+        out_KH = torch.empty(lid_K.shape[0], int(own.shape[1]), dtype=own.dtype)
+        mine = np.flatnonzero(part_K == self.shard.part)
+        pos = np.asarray(book.lid_N[lid_K[mine]], dtype=np.int64)
+        out_KH[torch.from_numpy(mine)] = own[torch.from_numpy(pos)]
+        by_part = group_by_owner(part_K, skip=self.shard.part)
+        ledger = self.ledger.of(node_type)
+        for piece in message_pieces(by_part, int(own.shape[1]), self.config.message_mb):
+            requests = {p: lid_K[at] for p, at in piece.items()}
+            answers = self.peers.rows_many(self.table(layer, node_type), requests, self.codec)
+            for p, at in piece.items():
+                ledger.record("feature_request", requests[p])
+                ledger.record_nbytes("feature_response", answers[p].nbytes)
+                out_KH[torch.from_numpy(at)] = self.codec.decode(answers[p])
+        return out_KH
+
+    def link_report(self, sums: dict[str, np.ndarray]) -> RankEval:
+        """A ``RankEval`` of link sums; keeps the tables.
+
+        Peers may still read the last table while they score; the next layer 0 drops it.
+        """
+        return RankEval(
+            rank=self.shard.part,
+            confusion={},
+            scores={},
+            labels={},
+            traffic=self.ledger.snapshot(),
+            cache_hits=0,
+            halo_rows=sum(int(h.shape[0]) for h in self.halo_lid.values()),
+            seconds=self._seconds,
+            link=sums,
+        )
+
     def _fetch(
         self, layer: int, node_type: str, requests: dict[int, np.ndarray]
     ) -> tuple[dict[int, Any], Codec]:

@@ -44,6 +44,7 @@ __all__ = [
     "StoreInfo",
     "feature_chunks",
     "prepare_store",
+    "store_has_links",
     "store_info",
 ]
 
@@ -171,11 +172,11 @@ def prepare_store(
         return PreparedStore(Path(spec.store))
     target = run_dir / "store"
     if reuse and (target / "manifest.json").exists():
-        from gnnsys.store import has_links, is_hetero_store
+        from gnnsys.store import is_hetero_store
 
         same_task = hetero == is_hetero_store(target)
-        if same_task and not hetero:
-            same_task = (spec.link_split is not None) == has_links(target)
+        if same_task:
+            same_task = (spec.link_split is not None) == store_has_links(target)
         if reader(target).num_parts == num_parts and same_task:
             log.info("reusing the partition store %s", target)
             return PreparedStore(target)
@@ -296,6 +297,15 @@ def _write_store(spec: DataConfig, num_parts: int, num_hops: int, seed: int, tar
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
 
 
+def store_has_links(target: Path) -> bool:
+    """Whether the store at ``target`` holds a link split (either kind of store)."""
+    from gnnsys.store import has_links, is_hetero_store, read_hetero_manifest
+
+    if is_hetero_store(target):
+        return read_hetero_manifest(target).link_edge_type is not None
+    return has_links(target)
+
+
 def _write_hetero_store(
     spec: DataConfig, num_parts: int, num_hops: int, seed: int, target: Path
 ) -> int:
@@ -305,6 +315,18 @@ def _write_hetero_store(
     from gnnsys.store import write_hetero_partitions
 
     graph = load_hetero(spec.dataset, root=spec.root, **dict(spec.dataset_params))
+    links = None
+    if spec.link_split is not None:  # held-out links leave the graph before partitioning
+        from gnnsys.datasets.link_split import typed_edge_split
+
+        if not spec.link_split.edge_type:
+            names = sorted("__".join(e) for e in graph.edge_types)
+            raise ValueError(
+                f"{spec.dataset} is heterogeneous: name the relation to predict with "
+                f"--target-edge SRC__REL__DST, one of {names}"
+            )
+        links = typed_edge_split(graph, spec.link_split.target, spec.link_split)
+        graph = links.graph
     log.info(
         "partitioning %s (%d nodes, %d edges) into %d parts with %s",
         graph.name,
@@ -314,5 +336,7 @@ def _write_hetero_store(
         spec.partitioner,
     )
     assignment = partition_hetero(graph, spec.partitioner, num_parts, seed)
-    write_hetero_partitions(graph, assignment, target, num_hops=num_hops, overwrite=True)
+    write_hetero_partitions(
+        graph, assignment, target, num_hops=num_hops, overwrite=True, links=links
+    )
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux

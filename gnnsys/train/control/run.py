@@ -35,7 +35,13 @@ from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.failure import FailurePolicy
 from gnnsys.train.control.group import Roles, WorkerGroup
 from gnnsys.train.control.local_group import HOMOGENEOUS, LocalWorkerGroup
-from gnnsys.train.control.prepare import PreparedStore, StoreInfo, feature_chunks, prepare_store
+from gnnsys.train.control.prepare import (
+    PreparedStore,
+    StoreInfo,
+    feature_chunks,
+    prepare_store,
+    store_has_links,
+)
 from gnnsys.train.control.prepare import store_info as read_store_info
 from gnnsys.train.control.ray_group import RayWorkerGroup
 from gnnsys.train.control.recorder import Recorder
@@ -186,8 +192,7 @@ def _prepare(config: RunConfig, run_path: Path, allow_change: Iterable[str] = ()
         reuse=config.loop.resume,
         hetero=config.hetero is not None,
     )
-    if config.hetero is None:
-        _check_task(config, prepared.path)
+    _check_task(config, prepared.path)
     _check_identity(config, run_path, prepared.path, frozenset(allow_change))
     return prepared
 
@@ -217,15 +222,27 @@ def _check_identity(
 
 
 def _check_task(config: RunConfig, store: Path) -> None:
-    """Refuse a store written for the other task (link files present or missing)."""
-    from gnnsys.store import has_links
+    """Refuse a store written for the other task, or for another relation's links.
 
-    if (config.link is not None) != has_links(store):
+    Link files present or missing; a heterogeneous store's links of another relation than
+    ``--target-edge``.
+    """
+    from gnnsys.store import is_hetero_store, read_hetero_manifest
+
+    if (config.link is not None) != store_has_links(store):
         what = "has no link split" if config.link is not None else "was written for --task link"
         raise ValueError(
             f"store {store} {what}; partition the dataset for this task (omit --store) or "
             "pass the matching --task"
         )
+    split = config.data.link_split
+    if split is not None and split.edge_type and is_hetero_store(store):
+        held = read_hetero_manifest(store).link_edge_type
+        if held != split.target:
+            raise ValueError(
+                f"store {store} holds links of {'__'.join(held or ())}, not of --target-edge "
+                f"{split.edge_type}; pass --target-edge {'__'.join(held or ())} or omit --store"
+            )
 
 
 def _run(
@@ -374,6 +391,7 @@ def hetero_worker_template(
         codec=config.codec,
         cache=config.cache,
         evaluation=config.eval,
+        link=config.link,
     )
 
 

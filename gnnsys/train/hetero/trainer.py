@@ -17,22 +17,35 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 import torch
 from torch import Tensor, nn
 
 from gnnsys.cache import CacheCounters
+from gnnsys.datasets.hetero import EdgeType
+from gnnsys.models import LinkModel
 from gnnsys.models.sparse_embedding import SparseGrad, coalesce
 from gnnsys.sampler.hetero import HeteroNeighborSampler, HeteroSampledSubgraph
 from gnnsys.train.hetero.embedding import OwnedEmbeddings
 from gnnsys.train.hetero.owner import TypeBook
+from gnnsys.train.link.config import LinkConfig
+from gnnsys.train.link.trainer import link_loss
 from gnnsys.train.pipeline import PreparedBatch, StageClock
 from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import TypedLedger
-from gnnsys.train.trainer import Trainer
+from gnnsys.train.trainer import Trainer, _mix
 
-__all__ = ["BoundSampler", "GatherSync", "HeteroTrainer", "TypedInputs"]
+__all__ = [
+    "BoundSampler",
+    "GatherSync",
+    "HeteroLinkTrainer",
+    "HeteroTrainer",
+    "TypedInputs",
+    "TypedLinkBatch",
+    "typed_link_batch",
+]
 
 
 class GatherSync(Protocol):
@@ -243,3 +256,123 @@ class HeteroTrainer(Trainer):
                 raise ValueError("checkpoint has no embedding rows; resume a heterogeneous run")
             self.embeddings.load(owned)
         super().load_state(model_state, optimizer_state, rng)
+
+
+@dataclass(frozen=True, slots=True)
+class TypedLinkBatch:
+    """One batch of scored pairs of a typed relation ``src -> dst``, as seed positions.
+
+    Attributes:
+        seeds: Node type -> ``[U_t]`` distinct type-local seed ids (ascending): the sources'
+            type holds the positive links' sources, the destinations' type their
+            destinations and the negatives (one entry when the types are the same).
+        src_B: ``[B]`` positions of the sources in ``seeds[src]``.
+        dst_B: ``[B]`` positions of the destinations in ``seeds[dst]``.
+        neg_Bq: ``[B, q]`` positions of each positive's negative destinations in ``seeds[dst]``.
+    """
+
+    seeds: dict[str, Tensor]
+    src_B: Tensor
+    dst_B: Tensor
+    neg_Bq: Tensor
+
+
+def typed_link_batch(
+    links_2B: Tensor, edge_type: EdgeType, *, num_dst: int, neg_per_pos: int, seed: int
+) -> TypedLinkBatch:
+    """The pairs of one batch of ``edge_type`` links plus seeded uniform negative destinations.
+
+    The negatives are drawn as ``gnnsys.train.link.trainer.link_batch`` draws them (a function
+    of the batch seed alone), uniform over the destination type.
+    """
+    src, _, dst = edge_type
+    b = int(links_2B.shape[1])
+    gen = torch.Generator().manual_seed(_mix(seed, 0x4E67))
+    neg = torch.randint(0, num_dst, (b * neg_per_pos,), generator=gen, dtype=torch.int64)
+    if src == dst:
+        nodes = torch.cat([links_2B[0], links_2B[1], neg])
+        ids, inverse = torch.unique(nodes, sorted=True, return_inverse=True)
+        src_B, rest = inverse[:b], inverse[b:]
+        seeds = {src: ids}
+    else:
+        src_ids, src_B = torch.unique(links_2B[0], sorted=True, return_inverse=True)
+        dst_ids, rest = torch.unique(
+            torch.cat([links_2B[1], neg]), sorted=True, return_inverse=True
+        )
+        seeds = {src: src_ids, dst: dst_ids}
+    return TypedLinkBatch(seeds, src_B, rest[:b], rest[b:].view(b, neg_per_pos))
+
+
+class HeteroLinkTrainer(HeteroTrainer):
+    """Link prediction on one relation of a typed graph: ``LinkTrainer``'s loss, typed batches.
+
+    A batch is a :class:`TypedLinkBatch`; the sampler starts from the seeds of both endpoint
+    types; the encoder's outputs of the sources' and destinations' types are scored by the
+    decoder; BCE-with-logits over ``[positives; negatives]``, summed and divided by ``1 + q``;
+    ranks weigh the gradient by positives (``LinkTrainer``'s rules, and the embedding step's
+    divisor follows).
+
+    Args:
+        config: Optimisation settings (``batch_size`` = positive links per step per rank).
+        link: Negatives per positive.
+        edge_type: The target relation.
+        train_2E: ``[2, E]`` this rank's train links (sources it owns), type-local ids.
+        num_dst: Nodes of the destination type.
+        **handles: As for ``HeteroTrainer`` (``train_lid`` and ``train_y`` are not taken).
+    """
+
+    def __init__(
+        self,
+        config: Trainer.Config,
+        link: LinkConfig,
+        *,
+        edge_type: EdgeType,
+        train_2E: Tensor,
+        num_dst: int,
+        **handles: Any,
+    ) -> None:
+        none = torch.zeros(0, dtype=torch.int64)
+        super().__init__(config, train_lid=none, train_y=none, **handles)
+        self.link, self.edge_type = link, edge_type
+        self.train_2E, self.num_dst = train_2E.long(), int(num_dst)
+
+    def _num_items(self) -> int:
+        return int(self.train_2E.shape[1])
+
+    def batch(self, pos_B: Tensor, batch_seed: int) -> TypedLinkBatch:
+        """The :class:`TypedLinkBatch` of the links at ``pos_B``."""
+        return typed_link_batch(
+            self.train_2E[:, pos_B], self.edge_type, num_dst=self.num_dst,
+            neg_per_pos=self.link.neg_per_pos, seed=batch_seed,
+        )  # fmt: skip
+
+    def _sample(self, pos_B: Tensor, batch_seed: int) -> tuple[TypedLinkBatch, Any]:
+        """The batch's pairs, and the typed subgraph of their endpoints."""
+        batch = self.batch(pos_B, batch_seed)
+        sampler = cast(BoundSampler, self.sampler).sampler
+        return batch, sampler.sample_types(batch.seeds, seed=batch_seed)
+
+    def _inputs(self, sub: Any) -> Callable[[], Tensor]:
+        """``HeteroTrainer._inputs``, with the forward pass returning every type's outputs."""
+        x_dict, leaves = self.inputs.fetch(sub)
+        if self.embeddings is not None:
+            self._leaves, self._n_id = leaves, sub.n_id
+        blocks, model = sub.blocks, self.model
+        return lambda: cast(Tensor, model(x_dict, blocks))
+
+    def _forward_backward(self, batch: PreparedBatch, clock: StageClock) -> tuple[float, int]:
+        """One batch: loss summed over positives, and positives above all their negatives."""
+        forward = self._late_inputs(batch, clock)
+        t2 = time.perf_counter()
+        pairs = cast(TypedLinkBatch, batch.extra)
+        model = cast(LinkModel, self.model)
+        src, _, dst = self.edge_type
+        with self._own_rng():
+            out = cast(dict[str, Tensor], forward())
+            h_src = out[src][: pairs.seeds[src].numel()][pairs.src_B]
+            h_dst = out[dst][: pairs.seeds[dst].numel()]
+            loss, score_B, neg_Bq = link_loss(model, h_src, h_dst[pairs.dst_B], h_dst[pairs.neg_Bq])
+            torch.autograd.backward(loss)
+        clock.add("compute", time.perf_counter() - t2)
+        above = int((score_B.detach().unsqueeze(1) > neg_Bq.detach()).all(dim=1).sum())
+        return float(loss.detach()), above

@@ -35,6 +35,7 @@ from gnnsys.cache.admission import make_policy
 from gnnsys.cache.codecs import Codec, EncodedRows, TypedCodecConfig
 from gnnsys.cache.typed import TypeDemand, TypedHaloCache, split_budget
 from gnnsys.datasets.hetero import EdgeType
+from gnnsys.models import LinkModel, build_decoder
 from gnnsys.models.sparse_embedding import EmbeddingConfig
 from gnnsys.sampler import CSRNeighborSource
 from gnnsys.sampler.hetero import HeteroNeighborSampler
@@ -51,7 +52,14 @@ from gnnsys.train.hetero.owner import (
     relation_client,
     type_client,
 )
-from gnnsys.train.hetero.trainer import BoundSampler, HeteroTrainer, TypedInputs
+from gnnsys.train.hetero.trainer import (
+    BoundSampler,
+    HeteroLinkTrainer,
+    HeteroTrainer,
+    TypedInputs,
+)
+from gnnsys.train.link.config import LinkConfig
+from gnnsys.train.link.scoring import score_typed_links
 from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import TypedLedger
 from gnnsys.train.remote.peers import LocalPeerClient, PeerClient
@@ -91,6 +99,8 @@ class HeteroWorkerSpec:
         codec: One codec, or a per-type spec (``TypedCodecConfig``: ``paper=int8,*=fp16``).
         cache: Halo cache budget and policy of the featured types.
         eval: Evaluation schedule (``every``, ``test_at_end``, ``metric``).
+        link: Link prediction on the store's target relation (``num_classes`` is then the
+            embedding width), or ``None`` for node classification of the seed type.
         attempt: 0 for the first group, incremented on each restart.
         fault: Injected fault, for tests.
     """
@@ -110,6 +120,7 @@ class HeteroWorkerSpec:
     codec: CodecConfig = field(default_factory=CodecConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    link: LinkConfig | None = None
     attempt: int = 0
     fault: FaultSpec | None = None
 
@@ -132,7 +143,17 @@ def embedding_config(spec: HeteroWorkerSpec) -> EmbeddingConfig:
 
 
 def build_hetero_model(spec: HeteroWorkerSpec) -> nn.Module:
-    """``HeteroSAGE`` or ``RGCN`` for the spec (same initial weights on every rank)."""
+    """``HeteroSAGE`` or ``RGCN`` for the spec (same initial weights on every rank).
+
+    For a link task: that encoder plus the run's decoder (``LinkModel``).
+    """
+    encoder = _encoder(spec)
+    if spec.link is None:
+        return encoder
+    return LinkModel(cast(Any, encoder), build_decoder(spec.link.decoder, spec.num_classes))
+
+
+def _encoder(spec: HeteroWorkerSpec) -> nn.Module:
     from gnnsys.models.hetero import RGCN, HeteroSAGE
 
     edge_types = list(spec.fanouts)
@@ -307,6 +328,22 @@ class HeteroTrainWorker(TrainWorker):
 
     def _trainer(self, sync: Any, rng_lock: threading.Lock | None) -> HeteroTrainer:
         spec = self.hspec
+        sources = self._sources(self.typed_ledger)
+        handles: dict[str, Any] = {
+            "model": build_hetero_model(spec), "sampler": sources.sampler,
+            "inputs": sources.inputs, "books": self.books, "embeddings": self.embeddings,
+            "ledger": self.typed_ledger, "rank": spec.rank, "world_size": spec.world_size,
+            "sync": sync, "rng_lock": rng_lock,
+        }  # fmt: skip
+        if spec.link is not None:
+            from gnnsys.store.links import load_typed_links
+
+            self.edge_type, self.links = load_typed_links(spec.store, spec.rank)
+            return HeteroLinkTrainer(
+                spec.trainer, spec.link, edge_type=self.edge_type,
+                train_2E=torch.from_numpy(self.links.train_2E),
+                num_dst=self.hshard.nodes[self.edge_type[2]].num_nodes, **handles,
+            )  # fmt: skip
         seeds = self.hshard.nodes[spec.hetero.input_type]
         if "y" not in seeds.data or "train_mask" not in seeds.data:
             raise ValueError(
@@ -314,21 +351,11 @@ class HeteroTrainWorker(TrainWorker):
                 "train_mask; partition a dataset with labels on that type"
             )
         pos = np.flatnonzero(np.asarray(seeds.data["train_mask"]))
-        sources = self._sources(self.typed_ledger)
         return HeteroTrainer(
             spec.trainer,
-            model=build_hetero_model(spec),
-            sampler=sources.sampler,
-            inputs=sources.inputs,
             train_lid=torch.from_numpy(np.asarray(seeds.owned_lid, dtype=np.int64)[pos]),
             train_y=torch.from_numpy(np.asarray(seeds.data["y"], dtype=np.int64)[pos]),
-            books=self.books,
-            embeddings=self.embeddings,
-            ledger=self.typed_ledger,
-            rank=spec.rank,
-            world_size=spec.world_size,
-            sync=sync,
-            rng_lock=rng_lock,
+            **handles,
         )
 
     # ---- peers: embedding rows and evaluation ---------------------------------------------
@@ -357,13 +384,18 @@ class HeteroTrainWorker(TrainWorker):
                 self.hspec.eval,
                 shard=self.hshard,
                 books=cast(dict[str, Any], self.books),
-                layers=cast(nn.ModuleList, self.htrainer.model.layers),
+                layers=cast(nn.ModuleList, self._encoder().layers),
                 input_type=self.hspec.hetero.input_type,
                 inputs=self._eval_inputs(),
                 peers=self.peers,
                 ledger=self.eval_ledger,
             )
         self._typed_eval.run_layer(layer)
+
+    def _encoder(self) -> nn.Module:
+        """The model's message-passing stack (a link model's encoder)."""
+        model = self.htrainer.model
+        return cast(nn.Module, model.encoder) if isinstance(model, LinkModel) else model
 
     def _eval_inputs(self) -> dict[str, TypeInput]:
         """Layer-0 rows per type: features from the owners, embeddings from their ranks."""
@@ -380,7 +412,15 @@ class HeteroTrainWorker(TrainWorker):
     def eval_report(self, splits: tuple[str, ...], with_logits: bool = False) -> RankEval:
         """This rank's confusion matrices after the last layer step; frees the tables."""
         assert self._typed_eval is not None  # the group ran eval_layer for every layer first
-        report = self._typed_eval.report(splits, with_logits=with_logits)
+        link = self.hspec.link
+        if link is not None:
+            model = cast(LinkModel, self.htrainer.model)
+            assert self.links is not None  # loaded with the link trainer
+            report = score_typed_links(
+                self._typed_eval, self.links, self.edge_type, model, splits, chunk=link.score_chunk
+            )
+        else:
+            report = self._typed_eval.report(splits, with_logits=with_logits)
         return replace(report, peak_rss_bytes=peak_rss())
 
 
@@ -398,6 +438,7 @@ def hetero_template(
     codec: CodecConfig,
     cache: CacheConfig,
     evaluation: EvalConfig,
+    link: LinkConfig | None = None,
 ) -> HeteroWorkerSpec:
     """Rank 0's ``HeteroWorkerSpec`` for a store (``HeteroStoreInfo`` ``info``).
 
@@ -405,7 +446,8 @@ def hetero_template(
         ValueError: The seed type has no features or labels, or an override names an unknown
             relation.
     """
-    if hetero.input_type not in info.feature_dims or not info.num_classes:
+    labelled = bool(info.num_classes) or link is not None  # links need no labels
+    if hetero.input_type not in info.feature_dims or not labelled:
         raise ValueError(
             f"node type {hetero.input_type!r} of {store} needs features and labels to be the "
             f"seed type; featured types: {sorted(info.feature_dims)}"
@@ -423,9 +465,10 @@ def hetero_template(
         dropout=dropout,
         in_dims={t: info.feature_dims.get(t, dim) for t in info.node_types},
         featured=tuple(t for t in info.node_types if t in info.feature_dims),
-        num_classes=info.num_classes,
+        num_classes=info.num_classes if link is None else hidden,  # link: embedding width
         deadline_s=deadline_s,
         codec=codec,
         cache=cache,
         eval=evaluation,
+        link=link,
     )

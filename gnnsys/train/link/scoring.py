@@ -27,10 +27,11 @@ from torch import Tensor
 
 from gnnsys.models import LinkModel
 from gnnsys.store import ShardLinks
+from gnnsys.train.eval_typed import TypedShardEvaluator
 from gnnsys.train.evaluate import RankEval, ShardEvaluator
 from gnnsys.train.metrics import link_ranks, link_sums
 
-__all__ = ["HELD_OUT", "score_links", "split_ranks"]
+__all__ = ["HELD_OUT", "score_links", "score_typed_links", "split_ranks"]
 
 HELD_OUT = ("val", "test")
 """Splits with held-out links (train links have no fixed negatives)."""
@@ -103,3 +104,40 @@ def score_links(
         )
         sums[split] = link_sums(ranks)
     return evaluator.link_report(sums, with_logits=with_logits)
+
+
+def score_typed_links(
+    evaluator: TypedShardEvaluator,
+    links: ShardLinks,
+    edge_type: tuple[str, str, str],
+    model: LinkModel,
+    splits: tuple[str, ...],
+    *,
+    chunk: int,
+) -> RankEval:
+    """:func:`score_links` for one relation of a typed graph (type-local ids).
+
+    Sources are this rank's own nodes of the relation's source type; destinations and
+    negatives are rows of the destination type's last table, from their owners.
+    """
+    src, _, dst = edge_type
+    table = len(evaluator.layers)
+    held = [s for s in HELD_OUT if s in splits]
+    pairs = {s: links.held_out(s) for s in held}
+    parts = [np.concatenate([p[0][1], p[1].reshape(-1)]) for p in pairs.values()]
+    need_U = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+    rows_UH = evaluator.rows_of(table, dst, need_U)
+    own = evaluator.tables[table][src]
+    sums = {}
+    for split, (links_2K, neg_KQ) in pairs.items():
+        lid = np.asarray(evaluator.books[src].lid_N[links_2K[0]], dtype=np.int64)
+        ranks = split_ranks(
+            model,
+            own[torch.from_numpy(lid)],
+            rows_UH[torch.from_numpy(np.searchsorted(need_U, links_2K[1]))],
+            None,
+            lookup=(rows_UH, torch.from_numpy(np.searchsorted(need_U, neg_KQ))),
+            chunk=chunk,
+        )
+        sums[split] = link_sums(ranks)
+    return evaluator.link_report(sums)

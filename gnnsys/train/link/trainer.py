@@ -34,7 +34,7 @@ from gnnsys.train.pipeline import PreparedBatch, StageClock
 from gnnsys.train.trainer import Trainer, _mix
 from gnnsys.types import SampledSubgraph
 
-__all__ = ["LinkBatch", "LinkTrainer", "link_batch"]
+__all__ = ["LinkBatch", "LinkTrainer", "link_batch", "link_loss"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +74,22 @@ def link_batch(links_2B: Tensor, *, num_nodes: int, neg_per_pos: int, seed: int)
         dst_B=inverse[b : 2 * b],
         neg_Bq=inverse[2 * b :].view(b, neg_per_pos),
     )
+
+
+def link_loss(
+    model: LinkModel, h_src_BH: Tensor, h_dst_BH: Tensor, h_neg_BqH: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``(loss, score_B, neg_Bq)``: BCE-with-logits over positives (label 1) and negatives (0).
+
+    Summed over pairs and divided by ``1 + q``: the sum over positives of each positive's mean
+    pair loss; ``Trainer._sync_grads`` divides by the step's positives over all ranks.
+    """
+    score_B = model.score(h_src_BH, h_dst_BH)
+    neg_Bq = model.score(h_src_BH.unsqueeze(1), h_neg_BqH)
+    logits = torch.cat([score_B, neg_Bq.reshape(-1)])
+    labels = torch.cat([torch.ones_like(score_B), torch.zeros_like(neg_Bq.reshape(-1))])
+    loss = functional.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
+    return loss / (1 + neg_Bq.shape[1]), score_B, neg_Bq
 
 
 class LinkTrainer(Trainer):
@@ -139,14 +155,7 @@ class LinkTrainer(Trainer):
         with self._own_rng():
             h_UH = forward()[: batch.sub.batch_size]
             h_src = h_UH[pairs.src_B]
-            score_B = model.score(h_src, h_UH[pairs.dst_B])
-            neg_Bq = model.score(h_src.unsqueeze(1), h_UH[pairs.neg_Bq])
-            logits = torch.cat([score_B, neg_Bq.reshape(-1)])
-            labels = torch.cat([torch.ones_like(score_B), torch.zeros_like(neg_Bq.reshape(-1))])
-            # summed over pairs and divided by 1 + q: the sum over positives of each positive's
-            # mean pair loss; _sync_grads divides by the step's positives over all ranks
-            loss = functional.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
-            loss = loss / (1 + neg_Bq.shape[1])
+            loss, score_B, neg_Bq = link_loss(model, h_src, h_UH[pairs.dst_B], h_UH[pairs.neg_Bq])
             torch.autograd.backward(loss)
         clock.add("compute", time.perf_counter() - t2)
         above = int((score_B.detach().unsqueeze(1) > neg_Bq.detach()).all(dim=1).sum())

@@ -348,7 +348,6 @@ def test_rank_that_raises_aborts_naming_it(stores: dict[int, Path], tmp_path: Pa
         (["--aggregate-at", "owner"], "--aggregate-at"),
         (["--owner-reads", "local"], "--owner-reads"),
         (["--eval-spill-mb", "64"], "--eval-spill-mb"),
-        (["--task", "link"], "--task link"),
         (["--model", "gcn"], "--model gcn"),
         (["--cache-policy", "adaptive", "--cache-ratio", "0.1"], "--cache-policy adaptive"),
         (["--num-nodes", "100"], "-D scale"),
@@ -364,6 +363,23 @@ def test_cli_names_options_that_do_not_apply(
     assert code == 2
     err = capsys.readouterr().err
     assert "do not apply to heterogeneous" in err and named in err
+
+
+@pytest.mark.parametrize(
+    ("dataset", "flags", "named"),
+    [
+        ("synthetic:mag", ["--task", "link"], "--target-edge SRC__REL__DST"),
+        ("synthetic:sbm", ["--task", "link", "--target-edge", "a__b__c"], "homogeneous graph"),
+        ("synthetic:mag", ["--target-edge", "paper__cites__paper"], "add --task link"),
+    ],
+)
+def test_cli_link_task_names_its_relation(
+    dataset: str, flags: list[str], named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gnnsys.cli import main
+
+    assert main(["train", dataset, "--out", str(tmp_path), *flags]) == 2
+    assert named in capsys.readouterr().err
 
 
 def test_cli_rgcn_needs_a_hetero_dataset(
