@@ -39,8 +39,6 @@ NOT_FOR_HETERO: dict[str, str] = {
     "eval_block_mb": "--eval-block-mb (source-blocked evaluation is built for homogeneous "
     "tables only)",
     "wire": "--wire (typed owners measure no wire stage)",
-    "lossy_codec": "--lossy-codec (--codec auto is not resolved per node type; name a codec "
-    "per type, e.g. --codec paper=int8)",
     "num_nodes": "--num-nodes (size synthetic:mag with -D scale=...)",
     "presample_epochs": "--presample-epochs (only --cache-policy degree is built here)",
     "cache_decay": "--cache-decay (only --cache-policy degree is built for typed caches)",
@@ -117,8 +115,6 @@ def _refuse_flags(args: argparse.Namespace) -> None:
         )
     if args.model in ("gcn", "gat"):
         given.append(f"--model {args.model} (heterogeneous models: sage, rgcn)")
-    if args.codec is not None and "auto" in args.codec:
-        given.append(f"--codec {args.codec} (auto is not resolved per type; name the codecs)")
     if args.cache_policy not in (None, "none", "degree"):
         given.append(f"--cache-policy {args.cache_policy} (use degree)")
     if given:

@@ -87,15 +87,40 @@ class StoreInfo:
     num_classes: int
 
 
-def _part_array(store: Path, part: int, name: str) -> np.ndarray | None:
-    """One part's ``name`` array, memory-mapped (``None`` when the store has none)."""
+def _part_array(
+    store: Path, part: int, name: str, node_type: str | None = None
+) -> np.ndarray | None:
+    """One part's ``name`` array, memory-mapped; ``None`` when the store has none.
+
+    ``node_type``: the array of that node type in a typed store.
+    """
+    from gnnsys.store.hetero_layout import type_file
     from gnnsys.store.layout import shard_file
 
-    path = store / shard_file(part, name)
+    rel = shard_file(part, name) if node_type is None else type_file(part, node_type, name)
+    path = store / rel
     if not path.exists():
         return None
     arr: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
     return arr
+
+
+def feature_chunks(
+    store: str | Path, rows: int = 1 << 16, *, node_type: str | None = None
+) -> Iterator[Tensor]:
+    """Every part's feature rows as float32 chunks of ``rows`` rows (one chunk in memory).
+
+    ``node_type``: the rows of that node type in a typed store.
+    """
+    root = Path(store)
+    parts = len(list(root.glob("part-*")))
+    for part in range(parts):
+        x = _part_array(root, part, "x", node_type)
+        if x is None:
+            continue
+        for start in range(0, int(x.shape[0]), rows):
+            yield torch.from_numpy(np.array(x[start : start + rows], dtype=np.float32))
+        del x  # unmap before the next part, so at most one part's pages stay resident
 
 
 def store_info(store: str | Path) -> StoreInfo:
@@ -117,20 +142,6 @@ def store_info(store: str | Path) -> StoreInfo:
         num_features=0 if x0 is None else int(x0.shape[1]),
         num_classes=num_classes,
     )
-
-
-def feature_chunks(store: str | Path, rows: int = 1 << 16) -> Iterator[Tensor]:
-    """Every part's feature rows as float32 chunks of ``rows`` rows (one chunk in memory)."""
-    from gnnsys.store import read_manifest
-
-    root = Path(store)
-    for part in range(read_manifest(root).num_parts):
-        x = _part_array(root, part, "x")
-        if x is None:
-            continue
-        for start in range(0, int(x.shape[0]), rows):
-            yield torch.from_numpy(np.array(x[start : start + rows], dtype=np.float32))
-        del x  # unmap before the next part, so at most one part's pages stay resident
 
 
 def prepare_store(

@@ -18,6 +18,7 @@ import platform
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -367,6 +368,7 @@ def _run_hetero(
     """``_run`` of a heterogeneous run: typed owners and trainers, the same coordinator."""
     assert config.hetero is not None  # the caller checked
     info = HeteroStoreInfo.read(str(prepared.path))
+    config = replace(config, codec=resolved_typed_codec(config, prepared.path, info))
     template = replace(hetero_worker_template(config, prepared.path, info), fault=fault)
     group = _GroupPlan(executor, template, HETERO, replay=replay, threads=threads)
     coordinator = _coordinator(config, run_path, group, info.num_classes)
@@ -393,6 +395,22 @@ def hetero_worker_template(
         evaluation=config.eval,
         link=config.link,
     )
+
+
+def resolved_typed_codec(config: RunConfig, store: Path, info: HeteroStoreInfo) -> CodecConfig:
+    """``config.codec`` of a typed run with ``auto`` resolved per type (a canonical spec).
+
+    A featured type's ``auto`` is resolved from its rows (streamed); a featureless type's is
+    ``fp32`` (``TypedCodecConfig.resolve_chunks``).
+    """
+    from gnnsys.cache.codecs import TypedCodecConfig
+
+    typed = TypedCodecConfig.from_config(config.codec, list(info.node_types))
+    chunks = {t: partial(feature_chunks, store, node_type=t) for t in info.feature_dims}
+    resolved = typed.resolve_chunks(chunks)
+    if resolved.spec != typed.spec:
+        log.info("codec %s -> %s", config.codec.name, resolved.spec)
+    return replace(config.codec, name=resolved.spec)
 
 
 def resolved_codec(config: RunConfig, store: Path) -> CodecConfig:

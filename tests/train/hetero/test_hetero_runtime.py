@@ -351,7 +351,6 @@ def test_rank_that_raises_aborts_naming_it(stores: dict[int, Path], tmp_path: Pa
         (["--model", "gcn"], "--model gcn"),
         (["--cache-policy", "adaptive", "--cache-ratio", "0.1"], "--cache-policy adaptive"),
         (["--num-nodes", "100"], "-D scale"),
-        (["--codec", "paper=auto"], "--codec paper=auto"),
     ],
 )
 def test_cli_names_options_that_do_not_apply(
@@ -380,6 +379,22 @@ def test_cli_link_task_names_its_relation(
 
     assert main(["train", dataset, "--out", str(tmp_path), *flags]) == 2
     assert named in capsys.readouterr().err
+
+
+def test_codec_auto_is_resolved_per_type(stores: dict[int, Path]) -> None:
+    from gnnsys.cache.codecs import TypedCodecConfig
+    from gnnsys.train.control.run import resolved_typed_codec
+
+    base = _config(stores[2], 2)
+    info = HeteroStoreInfo.read(str(stores[2]))
+    for spec, want in (("auto", "int4"), ("paper=auto,*=fp16", "int4"), ("paper=int8", "int8")):
+        cfg = replace(base, codec=replace(base.codec, name=spec, lossy="int4"))
+        got = TypedCodecConfig.parse(
+            resolved_typed_codec(cfg, stores[2], info).name, info.node_types
+        )
+        assert got.for_type("paper").name == want, spec  # the features fit no lossless codec
+        other = "fp16" if "*=fp16" in spec else "fp32"  # featureless: auto is fp32
+        assert {got.for_type(t).name for t in FEATURELESS} == {other}, spec
 
 
 def test_cli_rgcn_needs_a_hetero_dataset(
