@@ -113,8 +113,11 @@ def _refuse_flags(args: argparse.Namespace) -> None:
             "--task link on a heterogeneous dataset needs the relation to predict: add "
             "--target-edge SRC__REL__DST, e.g. paper__cites__paper"
         )
-    if args.model in ("gcn", "gat"):
-        given.append(f"--model {args.model} (heterogeneous models: sage, rgcn)")
+    if args.model == "gcn":
+        given.append(
+            "--model gcn (GCN normalises over one node set; a relation joins two types, and "
+            "PyG's GCNConv cannot run on it either: use sage, gat or rgcn)"
+        )
     if args.cache_policy not in (None, "none", "degree"):
         given.append(f"--cache-policy {args.cache_policy} (use degree)")
     if given:
@@ -130,7 +133,7 @@ def build_hetero_config(args: argparse.Namespace, cfg: Any) -> Any:
     """``cfg`` (the homogeneous ``build_config`` result) turned into a heterogeneous run.
 
     ``--fanouts`` may be one list or ``src__rel__dst=...`` entries; ``--codec`` one name or
-    ``type=name`` pairs; ``--model sage|rgcn``; ``-D key=value`` go to the dataset.
+    ``type=name`` pairs; ``--model sage|gat|rgcn``; ``-D key=value`` go to the dataset.
 
     Raises:
         ValueError: A flag that does not apply (named), or a malformed value.
@@ -138,7 +141,7 @@ def build_hetero_config(args: argparse.Namespace, cfg: Any) -> Any:
     from gnnsys.train.hetero.config import HeteroConfig, parse_relation_fanouts
 
     _refuse_flags(args)
-    hetero = HeteroConfig(model=args.model if args.model == "rgcn" else "sage")
+    hetero = HeteroConfig(model=args.model if args.model in ("rgcn", "gat") else "sage")
     sampler = cfg.sampler
     if args.fanouts is not None:
         default, named = parse_relation_fanouts(args.fanouts)

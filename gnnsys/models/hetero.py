@@ -9,6 +9,12 @@ output has one entry per destination type: ``[M_t, H]`` for its first ``M_t`` no
 * ``HeteroSAGELayer`` equals PyG's ``HeteroConv({et: SAGEConv((-1, -1), H)}, aggr="sum")``:
   ``out[t]_i = sum over relations r into t of lin_l_r(mean_{j in N_r(i)} x_j) + lin_r_r(x_i)``,
   with PyG 2.8's parameter names (``convs.<src___rel___dst>.lin_l.weight``, ...).
+* ``HeteroGATLayer`` equals PyG's ``to_hetero`` of a GAT:
+  ``HeteroConv({et: GATConv((-1, -1), C, heads=K, concat=, add_self_loops=False)}, aggr="sum")``
+  (attention over each relation's in-edges, no self loops: the endpoints may differ in type; a
+  destination without in-edges of a relation gets that relation's bias), with PyG's parameter
+  names (``convs.<src___rel___dst>.lin_src.weight``, ``lin_dst``, ``att_src``, ``att_dst``,
+  ``bias``).
 * ``RGCNLayer`` equals PyG's ``RGCNConv(F, H, num_relations, aggr="mean")`` on the
   homogeneous graph (``HeteroData.to_homogeneous()``, relation index = position in
   ``edge_types``): ``out_i = x_i root + sum_r (mean_{j in N_r(i)} x_j) W_r + bias``; every type
@@ -26,11 +32,22 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional
 
 from gnnsys.kernels import aggregate
+from gnnsys.kernels.csr import dst_of_edges
 from gnnsys.types import Block
 
-__all__ = ["RGCN", "EdgeType", "HeteroSAGE", "HeteroSAGELayer", "RGCNLayer", "TypedBlocks"]
+__all__ = [
+    "RGCN",
+    "EdgeType",
+    "HeteroGAT",
+    "HeteroGATLayer",
+    "HeteroSAGE",
+    "HeteroSAGELayer",
+    "RGCNLayer",
+    "TypedBlocks",
+]
 
 EdgeType = tuple[str, str, str]
 TypedBlocks = dict[EdgeType, Block]
@@ -104,6 +121,87 @@ class HeteroSAGELayer(nn.Module):
             agg_MF = aggregate(x_dict[src][: block.num_src], block.rowptr, block.col, self.reduce)
             h_MH: Tensor = conv.lin_l(agg_MF) + conv.lin_r(x_dict[dst][: block.num_dst])
             out[dst] = h_MH if dst not in out else out[dst] + h_MH
+        return out
+
+
+class _RelationGAT(nn.Module):
+    """One relation's ``GATConv((F_src, F_dst), C, heads=K, add_self_loops=False)``."""
+
+    def __init__(self, src_dim: int, dst_dim: int, out_dim: int, heads: int, concat: bool) -> None:
+        super().__init__()
+        self.heads, self.out_dim, self.concat = heads, out_dim, concat
+        self.att_src = nn.Parameter(torch.empty(1, heads, out_dim))
+        self.att_dst = nn.Parameter(torch.empty(1, heads, out_dim))
+        self.bias = nn.Parameter(torch.zeros(heads * out_dim if concat else out_dim))
+        self.lin_src = nn.Linear(src_dim, heads * out_dim, bias=False)
+        self.lin_dst = nn.Linear(dst_dim, heads * out_dim, bias=False)
+        nn.init.xavier_uniform_(self.att_src)
+        nn.init.xavier_uniform_(self.att_dst)
+
+    def forward(self, x_src: Tensor, x_dst: Tensor, block: Block, dropout: float) -> Tensor:
+        """``[N, F_src], [M, F_dst] -> [M, K * C]`` (concat) or ``[M, C]``."""
+        m, k, c = block.num_dst, self.heads, self.out_dim
+        h_src = self.lin_src(x_src).view(-1, k, c)
+        logit_src = (h_src * self.att_src).sum(-1)
+        logit_dst = (self.lin_dst(x_dst).view(-1, k, c) * self.att_dst).sum(-1)
+        src, dst = block.col.long(), dst_of_edges(block.rowptr)
+        logit = functional.leaky_relu(logit_src[src] + logit_dst[dst], 0.2)
+        idx = dst[:, None].expand_as(logit)  # softmax per destination, max-shifted
+        top = logit.new_zeros(m, k).scatter_reduce(0, idx, logit, "amax", include_self=False)
+        w = torch.exp(logit - top[dst])
+        alpha = w / logit.new_zeros(m, k).index_add(0, dst, w)[dst]
+        alpha = functional.dropout(alpha, dropout, self.training)
+        out = h_src.new_zeros(m, k, c).index_add(0, dst, h_src[src] * alpha[..., None])
+        result: Tensor = (out.reshape(m, k * c) if self.concat else out.mean(1)) + self.bias
+        return result
+
+
+class HeteroGATLayer(nn.Module):
+    """One ``GATConv`` per relation, summed per destination type (PyG's ``to_hetero``).
+
+    Args:
+        in_dims: Node type -> input width ``F_t``.
+        out_dim: Channels per head ``C``.
+        edge_types: The relations.
+        heads: ``K``.
+        concat: Concatenate the heads (``K * C`` outputs) or average them (``C``).
+        attn_dropout: Dropout on the attention weights while training.
+    """
+
+    def __init__(
+        self,
+        in_dims: dict[str, int],
+        out_dim: int,
+        edge_types: list[EdgeType],
+        heads: int = 1,
+        concat: bool = True,
+        attn_dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.edge_types: list[EdgeType] = [(et[0], et[1], et[2]) for et in edge_types]
+        self.attn_dropout = attn_dropout
+        self.convs = nn.ModuleDict(
+            {
+                _key(et): _RelationGAT(in_dims[et[0]], in_dims[et[2]], out_dim, heads, concat)
+                for et in self.edge_types
+            }
+        )
+
+    def forward(self, x_dict: dict[str, Tensor], blocks: TypedBlocks) -> dict[str, Tensor]:
+        """``{t: [N_t, F_t]} -> {t: [M_t, K * C or C]}`` for every destination type."""
+        out: dict[str, Tensor] = {}
+        _dst_rows(blocks, x_dict)
+        for edge_type in self.edge_types:
+            src, _, dst = edge_type
+            block = blocks.get(edge_type)
+            if block is None or src not in x_dict or dst not in x_dict:
+                continue
+            conv = self.convs[_key(edge_type)]
+            assert isinstance(conv, _RelationGAT)
+            h = conv(
+                x_dict[src][: block.num_src], x_dict[dst][: block.num_dst], block, self.attn_dropout
+            )
+            out[dst] = h if dst not in out else out[dst] + h
         return out
 
 
@@ -247,4 +345,57 @@ class RGCN(nn.Module):
         self, x_dict: dict[str, Tensor], blocks: tuple[TypedBlocks, ...]
     ) -> dict[str, Tensor]:
         """``{t: [N_t, F]}`` and one typed block layer per layer -> every reached type's output."""
+        return _stack_forward(self.layers, x_dict, blocks, self.dropout, self.training)
+
+
+class HeteroGAT(nn.Module):
+    """``HeteroGATLayer`` stack with ReLU and dropout between layers.
+
+    Hidden layers concatenate ``heads`` heads, the last averages one (as ``gnnsys.models.GAT``).
+
+    Args:
+        in_dims: Node type -> input width.
+        hidden_dim: ``H`` (all heads together); a multiple of ``heads``.
+        out_dim: Output width (classes) of the last layer.
+        edge_types: The relations.
+        num_layers: Layers (= typed block layers per batch).
+        dropout: Dropout after each hidden layer and on the attention weights.
+        heads: Attention heads of the hidden layers.
+
+    Raises:
+        ValueError: ``num_layers < 1``, dropout outside ``[0, 1)``, or ``hidden_dim`` not a
+            multiple of ``heads``.
+    """
+
+    def __init__(
+        self,
+        in_dims: dict[str, int],
+        hidden_dim: int,
+        out_dim: int,
+        edge_types: list[EdgeType],
+        num_layers: int = 2,
+        dropout: float = 0.5,
+        heads: int = 4,
+    ) -> None:
+        super().__init__()
+        if num_layers < 1 or not 0.0 <= dropout < 1.0:
+            raise ValueError(
+                f"need num_layers >= 1 and dropout in [0, 1); got {num_layers}, {dropout}"
+            )
+        if heads < 1 or hidden_dim % heads:
+            raise ValueError(f"hidden_dim={hidden_dim} must be a multiple of heads={heads} >= 1")
+        self.dropout = dropout
+        dims = [in_dims] + [dict.fromkeys(in_dims, hidden_dim)] * (num_layers - 1)
+        layers = []
+        for i, d_in in enumerate(dims):
+            last = i == num_layers - 1
+            k = 1 if last else heads
+            width = out_dim if last else hidden_dim // heads
+            layers.append(HeteroGATLayer(d_in, width, edge_types, k, not last, dropout))
+        self.layers = nn.ModuleList(layers)
+
+    def forward(
+        self, x_dict: dict[str, Tensor], blocks: tuple[TypedBlocks, ...]
+    ) -> dict[str, Tensor]:
+        """``{t: [N_t, F_t]}`` and one typed block layer per layer -> every reached output."""
         return _stack_forward(self.layers, x_dict, blocks, self.dropout, self.training)

@@ -95,3 +95,34 @@ def test_two_layer_model_on_sampled_blocks_equals_full_graph(graph: HeteroGraph)
     got = model(x_batch, sub.blocks)["paper"][: sub.batch_size]
     diff = (got - want[seeds]).abs().max().item()
     assert diff < 1e-5, f"max diff {diff:.2e}"
+
+
+@pytest.mark.parametrize(("heads", "concat"), [(1, True), (3, True), (2, False)])
+def test_hetero_gat_layer_equals_pyg_to_hetero_gat(
+    graph: HeteroGraph, heads: int, concat: bool
+) -> None:
+    from torch_geometric.nn import GATConv
+
+    from gnnsys.models.hetero import HeteroGATLayer
+
+    torch.manual_seed(0)
+    pyg = HeteroConv(
+        {
+            et: GATConv(
+                (WIDTHS[et[0]], WIDTHS[et[2]]), 4, heads=heads, concat=concat, add_self_loops=False
+            )
+            for et in graph.edge_types
+        },
+        aggr="sum",
+    )
+    for p in pyg.parameters():  # PyG starts biases at zero; make them count
+        torch.nn.init.normal_(p, std=0.3)
+    ours = HeteroGATLayer(WIDTHS, 4, graph.edge_types, heads, concat)
+    ours.load_state_dict(pyg.state_dict())  # strict: PyG's parameter names
+    x = features(graph, WIDTHS)
+    want = pyg(x, edge_index_dict(graph))
+    got = ours(x, full_blocks(graph))
+    assert set(got) == set(want)
+    for node_type in want:
+        diff = (got[node_type] - want[node_type]).abs().max().item()
+        assert diff < 1e-5, f"{node_type}: max diff {diff:.2e}"

@@ -5,7 +5,7 @@ featureless with learnable rows) written as 1, 2 and 4 random parts:
 
 * after a trained epoch, every rank's logits of its own papers equal one process's
   full-neighbourhood forward of the same weights and embedding rows on the whole graph
-  (:func:`full_typed_outputs`) to 1e-5, for HeteroSAGE and R-GCN, at P = 1, 2, 4;
+  (:func:`full_typed_outputs`) to 1e-5, for HeteroSAGE, HeteroGAT and R-GCN, at P = 1, 2, 4;
 * the metrics the driver combines equal the metrics of those whole-graph logits exactly;
 * evaluation traffic is counted in its own ledger (per type), none at P = 1.
 """
@@ -85,7 +85,7 @@ def _whole_inputs(mag: HeteroGraph, group: LocalWorkerGroup, store: Path) -> dic
     return x_dict
 
 
-@pytest.mark.parametrize("model", ["sage", "rgcn"])
+@pytest.mark.parametrize("model", ["sage", "gat", "rgcn"])
 @pytest.mark.parametrize("parts", [1, 2, 4])
 def test_exact_evaluation_equals_a_whole_graph_forward(
     mag: HeteroGraph, stores: dict[int, Path], parts: int, model: str

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 __all__ = ["HETERO_MODELS", "HeteroConfig", "parse_relation_fanouts"]
 
-HETERO_MODELS = ("sage", "rgcn")
-"""Heterogeneous models: ``HeteroSAGE`` (default) and ``RGCN`` (``gnnsys.models.hetero``)."""
+HETERO_MODELS = ("sage", "gat", "rgcn")
+"""Heterogeneous models: ``HeteroSAGE`` (default), ``HeteroGAT`` and ``RGCN``
+(``gnnsys.models.hetero``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -143,7 +143,7 @@ def embedding_config(spec: HeteroWorkerSpec) -> EmbeddingConfig:
 
 
 def build_hetero_model(spec: HeteroWorkerSpec) -> nn.Module:
-    """``HeteroSAGE`` or ``RGCN`` for the spec (same initial weights on every rank).
+    """``HeteroSAGE``, ``HeteroGAT`` or ``RGCN`` for the spec (same weights on every rank).
 
     For a link task: that encoder plus the run's decoder (``LinkModel``).
     """
@@ -154,7 +154,7 @@ def build_hetero_model(spec: HeteroWorkerSpec) -> nn.Module:
 
 
 def _encoder(spec: HeteroWorkerSpec) -> nn.Module:
-    from gnnsys.models.hetero import RGCN, HeteroSAGE
+    from gnnsys.models.hetero import RGCN, HeteroGAT, HeteroSAGE
 
     edge_types = list(spec.fanouts)
     layers = len(next(iter(spec.fanouts.values())))
@@ -164,6 +164,10 @@ def _encoder(spec: HeteroWorkerSpec) -> nn.Module:
         if len(widths) != 1:
             raise ValueError(f"rgcn needs one input width for every type, got {spec.in_dims}")
         return RGCN(widths.pop(), spec.hidden, spec.num_classes, edge_types, layers, spec.dropout)
+    if spec.hetero.model == "gat":
+        return HeteroGAT(
+            spec.in_dims, spec.hidden, spec.num_classes, edge_types, layers, spec.dropout
+        )
     return HeteroSAGE(spec.in_dims, spec.hidden, spec.num_classes, edge_types, layers, spec.dropout)
 
 

@@ -299,16 +299,18 @@ def test_same_seed_same_run_and_resume_equals_uninterrupted(
             assert ta["steps"] == tc["steps"] == 2 * full[0]["num_batches"]
 
 
-def test_rgcn_trains_and_metrics_line_has_every_type(
-    stores: dict[int, Path], tmp_path: Path
+@pytest.mark.parametrize("model", ["rgcn", "gat"])
+def test_other_models_train_and_metrics_line_has_every_type(
+    stores: dict[int, Path], tmp_path: Path, model: str
 ) -> None:
     cfg = _config(stores[2], 2, epochs=2, batch=256)
-    cfg = replace(cfg, hetero=replace(cfg.hetero, model="rgcn"))
+    cfg = replace(cfg, hetero=replace(cfg.hetero, model=model))
     history = train_local(cfg, tmp_path).history
     assert history[1]["loss"] < history[0]["loss"]
     assert set(history[0]["bytes_by_type"]) == {"paper", *FEATURELESS}
     assert {"val_acc", "test_acc", "train_acc"} <= set(history[-1])
-    assert "rgcn" in json.dumps(json.loads((tmp_path / "summary.json").read_text())["config"])
+    config = json.loads((tmp_path / "summary.json").read_text())["config"]
+    assert config["hetero"]["model"] == model
 
 
 def test_per_type_codecs_and_cache_cut_the_typed_bytes(
