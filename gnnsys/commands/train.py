@@ -50,8 +50,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--model",
         choices=("sage", "gcn", "gat", "rgcn"),
-        help="sage (default), gcn, gat; heterogeneous datasets: sage (HeteroSAGE), gat "
-        "(one GATConv per relation, as PyG's to_hetero) or rgcn",
+        help="sage (default), gcn, gat; heterogeneous datasets: sage, gat (per relation) or rgcn",
     )
     add_hetero_args(p)
     p.add_argument("--hidden", type=int, help="hidden width")

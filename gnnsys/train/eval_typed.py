@@ -67,7 +67,8 @@ class TypeInput:
 
     Attributes:
         own: ``[M_t, F]`` rows of the owned nodes (features, or the live embedding table).
-        client: ``fetch_encoded_many(lid_by_part, codec)`` of halo rows from their owners.
+        client: ``OwnerClient.fetch_encoded_many(lid_by_part, codec, node_type)`` of halo rows
+            from their owners.
         codec: The codec those rows travel in (the type's run codec).
     """
 
@@ -216,7 +217,8 @@ class TypedShardEvaluator:
         """One request per owner: layer 0 from the type's owners, later layers from peers."""
         if layer == 0:
             source = self.inputs[node_type]
-            return source.client.fetch_encoded_many(requests, source.codec), source.codec
+            answers = source.client.fetch_encoded_many(requests, source.codec, node_type)
+            return answers, source.codec
         table = self.table(layer, node_type)
         return self.peers.rows_many(table, requests, self.codec), self.codec
 

@@ -31,8 +31,16 @@ class LocalOwnerClient:
         self.calls: list[tuple[str, int]] = []
 
     def sample_many(
-        self, dst_by_part: dict[int, np.ndarray], fanout: int, *, seed: int, hop: int, replace: bool
+        self,
+        dst_by_part: dict[int, np.ndarray],
+        fanout: int,
+        *,
+        seed: int,
+        hop: int,
+        replace: bool,
+        edge_type: tuple[str, str, str] | None = None,
     ) -> dict[int, SampleArrays]:
+        assert edge_type is None  # one relation
         self.calls += [("sample", p) for p in dst_by_part]
         return {
             p: self.owners[p].sample(dst, fanout, seed, hop, replace)
@@ -48,7 +56,8 @@ class LocalOwnerClient:
         return {p: self.owners[p].fetch(gid) for p, gid in gid_by_part.items()}
 
     def fetch_encoded_many(
-        self, gid_by_part: dict[int, np.ndarray], codec: Codec
+        self, gid_by_part: dict[int, np.ndarray], codec: Codec, node_type: str | None = None
     ) -> dict[int, EncodedRows]:
+        assert node_type is None  # one node type
         self.calls += [("fetch", p) for p in gid_by_part]
         return {p: self.owners[p].fetch_encoded(gid, codec) for p, gid in gid_by_part.items()}

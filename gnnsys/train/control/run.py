@@ -47,9 +47,10 @@ from gnnsys.train.control.prepare import store_info as read_store_info
 from gnnsys.train.control.ray_group import RayWorkerGroup
 from gnnsys.train.control.recorder import Recorder
 from gnnsys.train.control.resources import trainer_cpus
-from gnnsys.train.hetero.owner import HeteroShardOwner, HeteroStoreInfo, LocalHeteroOwnerClient
+from gnnsys.train.hetero.owner import HeteroShardOwner, HeteroStoreInfo
 from gnnsys.train.hetero.worker import HeteroTrainWorker, HeteroWorkerSpec, hetero_template
 from gnnsys.train.remote.peers import LocalPeerClient
+from gnnsys.train.remote.server import LocalOwnerClient
 from gnnsys.train.topology import choose_topology
 from gnnsys.train.worker import FaultSpec, WorkerSpec
 
@@ -71,7 +72,7 @@ log = logging.getLogger(__name__)
 HETERO = Roles(
     owner=HeteroShardOwner,
     worker=HeteroTrainWorker,
-    local_client=LocalHeteroOwnerClient,
+    local_client=LocalOwnerClient,
     local_peers=LocalPeerClient,
 )
 """The actors of a heterogeneous run (``RunConfig.hetero`` set): typed owners and trainers."""

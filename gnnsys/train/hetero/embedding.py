@@ -117,26 +117,25 @@ class OwnedEmbeddings:
 
 
 class _EmbeddingClient:
-    """The homogeneous ``OwnerClient.fetch_encoded_many`` of one type's embedding rows."""
+    """The ``OwnerClient.fetch_encoded_many`` of embedding rows, answered by their ranks."""
 
-    def __init__(
-        self, peers: Callable[[], PeerClient], node_type: str, step: Callable[[], int]
-    ) -> None:
-        self.peers, self.node_type, self.step = peers, node_type, step
+    def __init__(self, peers: Callable[[], PeerClient], step: Callable[[], int]) -> None:
+        self.peers, self.step = peers, step
 
     def fetch_encoded_many(
-        self, gid_by_part: dict[int, np.ndarray], codec: Codec
+        self, gid_by_part: dict[int, np.ndarray], codec: Codec, node_type: str | None = None
     ) -> dict[int, EncodedRows]:
-        """Rows from their owning peers, at the requester's current step."""
-        return self.peers().embedding_many(self.node_type, self.step(), gid_by_part, codec)
+        """Rows of ``node_type`` from their owning peers, at the requester's current step."""
+        if node_type is None:
+            raise ValueError("embedding rows are asked per node type; name it")
+        return self.peers().embedding_many(node_type, self.step(), gid_by_part, codec)
 
 
-def embedding_client(
-    peers: Callable[[], PeerClient], node_type: str, step: Callable[[], int]
-) -> Any:
-    """The current ``peers()`` bound to ``node_type`` and the step count ``step()``.
+def embedding_client(peers: Callable[[], PeerClient], step: Callable[[], int]) -> Any:
+    """An owner client whose owners are the ranks holding the embedding rows.
 
-    Presents the ``OwnerClient.fetch_encoded_many`` that ``RoutedFeatureSource`` calls; the
-    peer client is looked up per call (the Ray executor hands it over after construction).
+    Presents the ``OwnerClient.fetch_encoded_many`` that ``RoutedFeatureSource`` calls (with the
+    row source's node type), at the step count ``step()``; the peer client ``peers()`` is looked
+    up per call (the Ray executor hands it over after construction).
     """
-    return _EmbeddingClient(peers, node_type, step)
+    return _EmbeddingClient(peers, step)

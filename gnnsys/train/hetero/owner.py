@@ -11,10 +11,9 @@ for the nodes it owns, ``sample(edge type, dst, ...)`` from that relation's in-e
 the relation's CSR order with global edge ids, so the typed sampler's randomness contract holds)
 and ``fetch_encoded(node type, lid, codec)`` of its feature rows.
 
-**Clients.** :class:`HeteroOwnerClient` is the owner protocol; :func:`relation_client` and
-:func:`type_client` bind an edge or node type and present the homogeneous ``OwnerClient``
-methods the routed sources call. The Ray client issues every owner's call before waiting on
-any, with the run deadline on every wait (``remote.client.get_within``).
+**Clients.** The owner protocol is the homogeneous one (``gnnsys.train.remote.client.
+OwnerClient``, its Ray and in-process clients): each call names the relation or node type it
+asks for, which a homogeneous owner, with one of each, is asked with ``None``.
 
 Shape legend: ``N_t`` nodes of type ``t``, ``M`` destinations, ``K`` requested rows.
 """
@@ -22,26 +21,16 @@ Shape legend: ``N_t`` nodes of type ``t``, ``M`` destinations, ``K`` requested r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.datasets.hetero import EdgeType
-from gnnsys.train.remote.client import SampleArrays, get_within
+from gnnsys.train.remote.client import SampleArrays
 from gnnsys.train.threads import use_actor_threads
 
-__all__ = [
-    "HeteroOwnerClient",
-    "HeteroStoreInfo",
-    "HeteroShardOwner",
-    "LocalHeteroOwnerClient",
-    "RayHeteroOwnerClient",
-    "TypeBook",
-    "relation_client",
-    "type_client",
-]
+__all__ = ["HeteroShardOwner", "HeteroStoreInfo", "TypeBook", "load_books"]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -151,15 +140,25 @@ class HeteroShardOwner:
 
     def sample(
         self,
-        edge_type: EdgeType,
         dst_lid: np.ndarray,
         fanout: int,
         seed: int,
         hop: int,
         replace: bool,
+        edge_type: EdgeType | None = None,
     ) -> SampleArrays:
-        """Draw in-neighbors over ``edge_type`` of owned ``dst_lid`` (type-local ids)."""
-        got = self._sources[tuple(edge_type)].sample_neighbors(  # type: ignore[index]
+        """Draw in-neighbors over ``edge_type`` of owned ``dst_lid`` (type-local ids).
+
+        Raises:
+            ValueError: ``edge_type`` is not a relation of the store (or not given).
+        """
+        key = None if edge_type is None else tuple(edge_type)
+        if key not in self._sources:
+            raise ValueError(
+                f"part {self.part}: relation {edge_type!r} is not in the store; name one of "
+                f"{sorted(self._sources)}"
+            )
+        got = self._sources[key].sample_neighbors(
             torch.from_numpy(np.array(dst_lid, dtype=np.int64)),
             fanout,
             seed=seed,
@@ -168,147 +167,18 @@ class HeteroShardOwner:
         )
         return (got.count_M.numpy(), got.src_gid_E.numpy(), got.e_id_E.numpy())
 
-    def fetch_encoded(self, node_type: str, lid: np.ndarray, codec: Codec) -> EncodedRows:
+    def fetch_encoded(
+        self, lid: np.ndarray, codec: Codec, node_type: str | None = None
+    ) -> EncodedRows:
         """Feature rows of owned ``lid`` of ``node_type``, encoded with ``codec``.
 
         Raises:
-            ValueError: ``node_type`` has no features in the store.
+            ValueError: ``node_type`` has no features in the store (or is not given).
         """
-        if node_type not in self._x:
+        if node_type is None or node_type not in self._x:
             raise ValueError(
                 f"part {self.part}: node type {node_type!r} has no features; its rows are "
                 "learnable embeddings served by the trainers"
             )
         rows = np.asarray(self._x[node_type][self._lid[node_type][lid]], dtype=np.float32)
         return codec.encode(torch.from_numpy(rows))
-
-
-class HeteroOwnerClient(Protocol):
-    """Sends one batched request to each heterogeneous owner, answers keyed by part."""
-
-    def sample_many(
-        self,
-        edge_type: EdgeType,
-        dst_by_part: dict[int, np.ndarray],
-        fanout: int,
-        *,
-        seed: int,
-        hop: int,
-        replace: bool,
-    ) -> dict[int, SampleArrays]:
-        """``HeteroShardOwner.sample`` at every part of ``dst_by_part`` at once."""
-        ...
-
-    def fetch_encoded_many(
-        self, node_type: str, lid_by_part: dict[int, np.ndarray], codec: Codec
-    ) -> dict[int, EncodedRows]:
-        """``HeteroShardOwner.fetch_encoded`` at every part of ``lid_by_part`` at once."""
-        ...
-
-
-class LocalHeteroOwnerClient:
-    """:class:`HeteroOwnerClient` over in-process owners (the in-process executor)."""
-
-    def __init__(self, owners: list[HeteroShardOwner]) -> None:
-        self.owners = owners
-
-    def sample_many(
-        self,
-        edge_type: EdgeType,
-        dst_by_part: dict[int, np.ndarray],
-        fanout: int,
-        *,
-        seed: int,
-        hop: int,
-        replace: bool,
-    ) -> dict[int, SampleArrays]:
-        """Every owner's ``sample``, in turn."""
-        return {
-            p: self.owners[p].sample(edge_type, dst, fanout, seed, hop, replace)
-            for p, dst in dst_by_part.items()
-        }
-
-    def fetch_encoded_many(
-        self, node_type: str, lid_by_part: dict[int, np.ndarray], codec: Codec
-    ) -> dict[int, EncodedRows]:
-        """Every owner's ``fetch_encoded``, in turn."""
-        return {
-            p: self.owners[p].fetch_encoded(node_type, lid, codec) for p, lid in lid_by_part.items()
-        }
-
-
-class RayHeteroOwnerClient:
-    """:class:`HeteroOwnerClient` over owner actor handles, a deadline on every wait.
-
-    Args:
-        owners: Actor handle of each part's owner, indexed by part.
-        deadline_s: Seconds a batch of calls may take before ``RemoteCallTimeoutError``.
-    """
-
-    def __init__(self, owners: list[Any], deadline_s: float) -> None:
-        self.owners, self.deadline_s = owners, deadline_s
-
-    def sample_many(
-        self,
-        edge_type: EdgeType,
-        dst_by_part: dict[int, np.ndarray],
-        fanout: int,
-        *,
-        seed: int,
-        hop: int,
-        replace: bool,
-    ) -> dict[int, SampleArrays]:
-        """One ``sample`` call per part, all in flight together."""
-        refs = {
-            p: self.owners[p].sample.remote(edge_type, dst, fanout, seed, hop, replace)
-            for p, dst in dst_by_part.items()
-        }
-        return get_within(refs, self.deadline_s, "sample_neighbors to parts", "owners'")
-
-    def fetch_encoded_many(
-        self, node_type: str, lid_by_part: dict[int, np.ndarray], codec: Codec
-    ) -> dict[int, EncodedRows]:
-        """One ``fetch_encoded`` call per part, all in flight together."""
-        refs = {
-            p: self.owners[p].fetch_encoded.remote(node_type, lid, codec)
-            for p, lid in lid_by_part.items()
-        }
-        return get_within(refs, self.deadline_s, "fetch_encoded to parts", "owners'")
-
-
-class _RelationClient:
-    """The homogeneous ``OwnerClient.sample_many`` of one relation."""
-
-    def __init__(self, client: HeteroOwnerClient, edge_type: EdgeType) -> None:
-        self.client, self.edge_type = client, edge_type
-
-    def sample_many(
-        self, dst_by_part: dict[int, np.ndarray], fanout: int, *, seed: int, hop: int, replace: bool
-    ) -> dict[int, SampleArrays]:
-        """``HeteroOwnerClient.sample_many`` of the bound relation."""
-        return self.client.sample_many(
-            self.edge_type, dst_by_part, fanout, seed=seed, hop=hop, replace=replace
-        )
-
-
-class _TypeClient:
-    """The homogeneous ``OwnerClient.fetch_encoded_many`` of one node type."""
-
-    def __init__(self, client: HeteroOwnerClient, node_type: str) -> None:
-        self.client, self.node_type = client, node_type
-
-    def fetch_encoded_many(
-        self, gid_by_part: dict[int, np.ndarray], codec: Codec
-    ) -> dict[int, EncodedRows]:
-        """``HeteroOwnerClient.fetch_encoded_many`` of the bound type (ids are type-local)."""
-        return self.client.fetch_encoded_many(self.node_type, gid_by_part, codec)
-
-
-def relation_client(client: HeteroOwnerClient, edge_type: EdgeType) -> Any:
-    """``client`` bound to ``edge_type``, as the ``OwnerClient`` ``RoutedNeighborSource`` calls."""
-    return _RelationClient(client, edge_type)
-
-
-def type_client(client: HeteroOwnerClient, node_type: str) -> Any:
-    """``client`` bound to ``node_type``, as the ``OwnerClient`` ``RoutedFeatureSource`` calls."""
-    return _TypeClient(client, node_type)

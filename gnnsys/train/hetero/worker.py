@@ -44,14 +44,7 @@ from gnnsys.train.eval_typed import TypedShardEvaluator, TypeInput
 from gnnsys.train.evaluate import EvalConfig, RankEval
 from gnnsys.train.hetero.config import HeteroConfig
 from gnnsys.train.hetero.embedding import OwnedEmbeddings, embedding_client
-from gnnsys.train.hetero.owner import (
-    HeteroOwnerClient,
-    RayHeteroOwnerClient,
-    TypeBook,
-    load_books,
-    relation_client,
-    type_client,
-)
+from gnnsys.train.hetero.owner import TypeBook, load_books
 from gnnsys.train.hetero.trainer import (
     BoundSampler,
     HeteroLinkTrainer,
@@ -60,6 +53,7 @@ from gnnsys.train.hetero.trainer import (
 )
 from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.link.scoring import score_typed_links
+from gnnsys.train.remote.client import OwnerClient, RayOwnerClient
 from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import TypedLedger
 from gnnsys.train.remote.peers import LocalPeerClient, PeerClient
@@ -224,7 +218,7 @@ def build_sources(
     spec: HeteroWorkerSpec,
     shard: HeteroShard,
     books: dict[str, TypeBook],
-    client: HeteroOwnerClient,
+    client: OwnerClient,
     peers: Callable[[], PeerClient],
     ledger: TypedLedger,
     embeddings: OwnedEmbeddings | None,
@@ -241,7 +235,7 @@ def build_sources(
             owned_gid=shard.nodes[dst].owned_lid,
         )  # fmt: skip
         relation_sources[et] = RoutedNeighborSource(
-            rank, books[dst].part_N, local, relation_client(client, et), ledger.of(dst)
+            rank, books[dst].part_N, local, client, ledger.of(dst), edge_type=et
         )
     sampler = HeteroNeighborSampler(
         HeteroNeighborSampler.Config(fanouts=spec.fanouts),
@@ -255,13 +249,13 @@ def build_sources(
         book = books[t]
         if t in spec.featured:
             features[t] = RoutedFeatureSource(
-                rank, book.part_N, book.lid_N, nodes.data["x"], type_client(client, t),
-                ledger.of(t), codec=codecs[t], cache=caches.of(t),
+                rank, book.part_N, book.lid_N, nodes.data["x"], client, ledger.of(t),
+                codec=codecs[t], cache=caches.of(t), node_type=t,
             )  # fmt: skip
         elif embeddings is not None:
             rows[t] = RoutedFeatureSource(
                 rank, book.part_N, book.lid_N, embeddings.local_rows(t),
-                embedding_client(peers, t, step), ledger.of(t), codec=codecs[t],
+                embedding_client(peers, step), ledger.of(t), codec=codecs[t], node_type=t,
             )  # fmt: skip
     return _Sources(BoundSampler(sampler, spec.hetero.input_type), TypedInputs(features, rows))
 
@@ -283,7 +277,7 @@ class HeteroTrainWorker(TrainWorker):
         spec: HeteroWorkerSpec,
         owners: list[Any],
         *,
-        client: HeteroOwnerClient | None = None,
+        client: OwnerClient | None = None,
         sync: Callable[[Any], Any] | None = None,
         rng_lock: threading.Lock | None = None,
         peers: PeerClient | None = None,
@@ -298,7 +292,7 @@ class HeteroTrainWorker(TrainWorker):
         self.typed_ledger = TypedLedger(list(self.hshard.nodes))
         self.ledger = cast(Any, self.typed_ledger)  # TrainWorker's epoch reports read it
         self.eval_ledger = TypedLedger(list(self.hshard.nodes))
-        self.hclient = client or RayHeteroOwnerClient(owners, spec.deadline_s)
+        self.hclient: OwnerClient = client or RayOwnerClient(owners, spec.deadline_s)
         self.peers: PeerClient = peers if peers is not None else LocalPeerClient()
         self.embeddings = self._embeddings()
         grad_sync = sync(self.typed_ledger) if sync is not None else None
@@ -407,9 +401,9 @@ class HeteroTrainWorker(TrainWorker):
         out = {}
         for t, nodes in self.hshard.nodes.items():
             if t in self.hspec.featured:
-                out[t] = TypeInput(nodes.data["x"], type_client(self.hclient, t), codecs[t])
+                out[t] = TypeInput(nodes.data["x"], self.hclient, codecs[t])
             elif self.embeddings is not None:
-                client = embedding_client(lambda: self.peers, t, self._step_count)
+                client = embedding_client(lambda: self.peers, self._step_count)
                 out[t] = TypeInput(self.embeddings.local_rows(t), client, codecs[t])
         return out
 

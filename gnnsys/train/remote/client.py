@@ -16,23 +16,46 @@ import numpy as np
 from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.errors import RemoteCallTimeoutError
 
-__all__ = ["DelayedOwnerClient", "OwnerClient", "RayOwnerClient", "SampleArrays", "get_within"]
+__all__ = [
+    "DelayedOwnerClient",
+    "EdgeType",
+    "OwnerClient",
+    "RayOwnerClient",
+    "SampleArrays",
+    "get_within",
+]
+
+EdgeType = tuple[str, str, str]
+"""``(src, rel, dst)`` of a typed store's relation."""
 
 SampleArrays = tuple[np.ndarray, np.ndarray, np.ndarray]
 """``(count_M, src_gid_E, e_id_E)`` int64 arrays as an owner returns them."""
 
 
 class OwnerClient(Protocol):
-    """Sends one batched request to each owner and returns the answers keyed by part."""
+    """Sends one batched request to each owner and returns the answers keyed by part.
+
+    One protocol for every store: ``edge_type`` and ``node_type`` name the relation and the
+    node type of a typed store (ids are then type-local); ``None`` is the one relation and the
+    one node type of a homogeneous store (ids are gids). ``degree_many`` and ``partial_many``
+    are answered by homogeneous owners only.
+    """
 
     def sample_many(
-        self, dst_by_part: dict[int, np.ndarray], fanout: int, *, seed: int, hop: int, replace: bool
+        self,
+        dst_by_part: dict[int, np.ndarray],
+        fanout: int,
+        *,
+        seed: int,
+        hop: int,
+        replace: bool,
+        edge_type: EdgeType | None = None,
     ) -> dict[int, SampleArrays]:
         """Sample in-neighbors of ``dst_by_part[p]`` at owner ``p``, for every ``p`` at once."""
         ...
 
     def fetch_encoded_many(
-        self, gid_by_part: dict[int, np.ndarray], codec: Codec
+        self, gid_by_part: dict[int, np.ndarray], codec: Codec, node_type: str | None = None
     ) -> dict[int, EncodedRows]:
         """Rows of ``gid_by_part[p]`` encoded by owner ``p`` with ``codec`` before sending."""
         ...
@@ -87,21 +110,29 @@ class RayOwnerClient:
         return get_within(refs, self.deadline_s, f"{what} to parts", "owners'")
 
     def sample_many(
-        self, dst_by_part: dict[int, np.ndarray], fanout: int, *, seed: int, hop: int, replace: bool
+        self,
+        dst_by_part: dict[int, np.ndarray],
+        fanout: int,
+        *,
+        seed: int,
+        hop: int,
+        replace: bool,
+        edge_type: EdgeType | None = None,
     ) -> dict[int, SampleArrays]:
-        """One ``ShardOwner.sample`` call per part, all in flight together."""
+        """One ``sample`` call per part, all in flight together."""
         refs = {
-            p: self.owners[p].sample.remote(dst, fanout, seed, hop, replace)
+            p: self.owners[p].sample.remote(dst, fanout, seed, hop, replace, edge_type)
             for p, dst in dst_by_part.items()
         }
         return self._get(refs, "sample_neighbors")
 
     def fetch_encoded_many(
-        self, gid_by_part: dict[int, np.ndarray], codec: Codec
+        self, gid_by_part: dict[int, np.ndarray], codec: Codec, node_type: str | None = None
     ) -> dict[int, EncodedRows]:
-        """One ``ShardOwner.fetch_encoded`` call per part, all in flight together."""
+        """One ``fetch_encoded`` call per part, all in flight together."""
         refs = {
-            p: self.owners[p].fetch_encoded.remote(gid, codec) for p, gid in gid_by_part.items()
+            p: self.owners[p].fetch_encoded.remote(gid, codec, node_type)
+            for p, gid in gid_by_part.items()
         }
         return self._get(refs, "fetch_encoded")
 
@@ -134,18 +165,27 @@ class DelayedOwnerClient:
         self.inner, self.delay_s = inner, delay_s
 
     def sample_many(
-        self, dst_by_part: dict[int, np.ndarray], fanout: int, *, seed: int, hop: int, replace: bool
+        self,
+        dst_by_part: dict[int, np.ndarray],
+        fanout: int,
+        *,
+        seed: int,
+        hop: int,
+        replace: bool,
+        edge_type: EdgeType | None = None,
     ) -> dict[int, SampleArrays]:
         """``inner.sample_many`` after the delay."""
         time.sleep(self.delay_s)
-        return self.inner.sample_many(dst_by_part, fanout, seed=seed, hop=hop, replace=replace)
+        return self.inner.sample_many(
+            dst_by_part, fanout, seed=seed, hop=hop, replace=replace, edge_type=edge_type
+        )
 
     def fetch_encoded_many(
-        self, gid_by_part: dict[int, np.ndarray], codec: Codec
+        self, gid_by_part: dict[int, np.ndarray], codec: Codec, node_type: str | None = None
     ) -> dict[int, EncodedRows]:
         """``inner.fetch_encoded_many`` after the delay."""
         time.sleep(self.delay_s)
-        return self.inner.fetch_encoded_many(gid_by_part, codec)
+        return self.inner.fetch_encoded_many(gid_by_part, codec, node_type)
 
     def degree_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
         """``inner.degree_many`` after the delay."""

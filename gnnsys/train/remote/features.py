@@ -67,8 +67,16 @@ class _OwnerRows:
     Counts ``feature_request`` (the gids sent) and ``feature_response`` (encoded bytes).
     """
 
-    def __init__(self, part: int, part_N: np.ndarray, client: OwnerClient, ledger: Ledger) -> None:
+    def __init__(
+        self,
+        part: int,
+        part_N: np.ndarray,
+        client: OwnerClient,
+        ledger: Ledger,
+        node_type: str | None = None,
+    ) -> None:
         self.part, self.part_N, self.client, self.ledger = part, part_N, client, ledger
+        self.node_type = node_type
 
     def fetch(self, gid: Tensor) -> Tensor:
         """Float32 rows ``[K, F]`` of remote ``gid`` (through the fp32 codec), request order."""
@@ -89,7 +97,7 @@ class _OwnerRows:
         requests = {p: gid_np[pos] for p, pos in by_part.items()}
         for req in requests.values():
             self.ledger.record("feature_request", req)
-        answers = self.client.fetch_encoded_many(requests, codec)
+        answers = self.client.fetch_encoded_many(requests, codec, self.node_type)
         for p in requests:
             self.ledger.record_nbytes("feature_response", answers[p].nbytes)
         if len(by_part) == 1:  # one owner: its answer is already in request order
@@ -113,6 +121,8 @@ class RoutedFeatureSource:
         codec: Owners encode halo rows with it; the cache keeps them so (``FP32Codec`` default).
         cache: This worker's halo cache in ``codec``; ``None`` is a cache of capacity 0.
         wire: Optional lossless wire stage measured over fetched rows (``zstd`` / ``lz4``).
+        node_type: The node type asked for in a typed store (ids type-local); ``None`` for a
+            homogeneous store's one type.
     """
 
     def __init__(
@@ -127,12 +137,13 @@ class RoutedFeatureSource:
         codec: Codec = FP32,
         cache: HaloCache | None = None,
         wire: str | None = None,
+        node_type: str | None = None,
     ) -> None:
         self.part, self.part_N, self.lid_N, self.local_x = part, part_N, lid_N, local_x
         self.codec = codec
         if cache is None:
             cache = HaloCache(HaloCache.Config(), feature_dim=int(local_x.shape[1]), codec=codec)
-        owners = _OwnerRows(part, part_N, client, ledger)
+        owners = _OwnerRows(part, part_N, client, ledger, node_type)
         self.fetcher = HaloFetcher(cache, owners, codec, wire=wire)
 
     @property

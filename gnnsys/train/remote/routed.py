@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from gnnsys.sampler.base import NeighborSource
-from gnnsys.train.remote.client import OwnerClient, SampleArrays
+from gnnsys.train.remote.client import EdgeType, OwnerClient, SampleArrays
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.types import NeighborSample
 
@@ -69,6 +69,8 @@ class RoutedNeighborSource:
         local: Source over this part's shard (answers only owned gids).
         client: Executor for the remote calls.
         ledger: Counts ``structure_request`` / ``structure_response``.
+        edge_type: The relation asked for in a typed store (ids type-local); ``None`` for a
+            homogeneous store's one relation.
     """
 
     def __init__(
@@ -78,9 +80,10 @@ class RoutedNeighborSource:
         local: NeighborSource,
         client: OwnerClient,
         ledger: Ledger,
+        edge_type: EdgeType | None = None,
     ) -> None:
         self.part, self.part_N, self.local = part, part_N, local
-        self.client, self.ledger = client, ledger
+        self.client, self.ledger, self.edge_type = client, ledger, edge_type
 
     def sample_neighbors(
         self, dst_gid: Tensor, fanout: int, *, seed: int, hop: int, replace: bool = False
@@ -94,7 +97,9 @@ class RoutedNeighborSource:
         for req in requests.values():
             self.ledger.record("structure_request", req)
         answers = (
-            self.client.sample_many(requests, fanout, seed=seed, hop=hop, replace=replace)
+            self.client.sample_many(
+                requests, fanout, seed=seed, hop=hop, replace=replace, edge_type=self.edge_type
+            )
             if requests
             else {}
         )

@@ -10,7 +10,7 @@ import torch
 
 from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.store.pages import read_ahead_dense
-from gnnsys.train.remote.client import SampleArrays
+from gnnsys.train.remote.client import EdgeType, SampleArrays
 from gnnsys.train.threads import use_actor_threads
 from gnnsys.types import PartitionBook
 
@@ -54,9 +54,19 @@ class ShardOwner:
         return self.part
 
     def sample(
-        self, dst_gid: np.ndarray, fanout: int, seed: int, hop: int, replace: bool
+        self,
+        dst_gid: np.ndarray,
+        fanout: int,
+        seed: int,
+        hop: int,
+        replace: bool,
+        edge_type: EdgeType | None = None,
     ) -> SampleArrays:
-        """Draw in-neighbors of owned ``dst_gid`` (see ``NeighborSource.sample_neighbors``)."""
+        """Draw in-neighbors of owned ``dst_gid`` (see ``NeighborSource.sample_neighbors``).
+
+        ``edge_type`` must be ``None``: a homogeneous store has one relation.
+        """
+        _one_kind("relation", edge_type, self.part)
         got = self._source.sample_neighbors(
             torch.from_numpy(np.array(dst_gid, dtype=np.int64)),
             fanout,
@@ -86,8 +96,14 @@ class ShardOwner:
         out: np.ndarray = np.asarray(self._x[lid], dtype=np.float32)
         return out
 
-    def fetch_encoded(self, gid: np.ndarray, codec: Codec) -> EncodedRows:
-        """Rows of owned ``gid`` encoded with ``codec`` (what travels instead of float32)."""
+    def fetch_encoded(
+        self, gid: np.ndarray, codec: Codec, node_type: str | None = None
+    ) -> EncodedRows:
+        """Rows of owned ``gid`` encoded with ``codec`` (what travels instead of float32).
+
+        ``node_type`` must be ``None``: a homogeneous store has one node type.
+        """
+        _one_kind("node type", node_type, self.part)
         return codec.encode(torch.from_numpy(self.fetch(gid)))
 
     def partial_sums(
@@ -143,19 +159,28 @@ class LocalOwnerClient:
         self.owners = owners
 
     def sample_many(
-        self, dst_by_part: dict[int, np.ndarray], fanout: int, *, seed: int, hop: int, replace: bool
+        self,
+        dst_by_part: dict[int, np.ndarray],
+        fanout: int,
+        *,
+        seed: int,
+        hop: int,
+        replace: bool,
+        edge_type: EdgeType | None = None,
     ) -> dict[int, SampleArrays]:
-        """``ShardOwner.sample`` of every part in turn."""
+        """Every owner's ``sample``, in turn."""
         return {
-            p: self.owners[p].sample(dst, fanout, seed, hop, replace)
+            p: self.owners[p].sample(dst, fanout, seed, hop, replace, edge_type)
             for p, dst in dst_by_part.items()
         }
 
     def fetch_encoded_many(
-        self, gid_by_part: dict[int, np.ndarray], codec: Codec
+        self, gid_by_part: dict[int, np.ndarray], codec: Codec, node_type: str | None = None
     ) -> dict[int, EncodedRows]:
-        """``ShardOwner.fetch_encoded`` of every part in turn."""
-        return {p: self.owners[p].fetch_encoded(gid, codec) for p, gid in gid_by_part.items()}
+        """Every owner's ``fetch_encoded``, in turn."""
+        return {
+            p: self.owners[p].fetch_encoded(gid, codec, node_type) for p, gid in gid_by_part.items()
+        }
 
     def degree_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
         """``ShardOwner.degree`` of every part in turn."""
@@ -171,3 +196,11 @@ class LocalOwnerClient:
             p: self.owners[p].partial_sums(rowptr, gid, weight, codec)
             for p, (rowptr, gid, weight) in req_by_part.items()
         }
+
+
+def _one_kind(what: str, key: object, part: int) -> None:
+    """Refuse a relation or node type named to a homogeneous owner (it has one of each)."""
+    if key is not None:
+        raise ValueError(
+            f"part {part} holds a homogeneous shard: one {what}, so ask it with none (got {key!r})"
+        )
