@@ -240,7 +240,30 @@ class RGCNLayer(nn.Module):
         return out
 
 
-class HeteroSAGE(nn.Module):
+class _TypedStack(nn.Module):
+    """Typed layers in order (input layer first), ReLU and dropout between them.
+
+    Raises:
+        ValueError: ``num_layers < 1`` or dropout outside ``[0, 1)``.
+    """
+
+    def __init__(self, num_layers: int, dropout: float) -> None:
+        super().__init__()
+        if num_layers < 1 or not 0.0 <= dropout < 1.0:
+            raise ValueError(
+                f"need num_layers >= 1 and dropout in [0, 1); got {num_layers}, {dropout}"
+            )
+        self.dropout = dropout
+        self.layers = nn.ModuleList()
+
+    def forward(
+        self, x_dict: dict[str, Tensor], blocks: tuple[TypedBlocks, ...]
+    ) -> dict[str, Tensor]:
+        """``{t: [N_t, F_t]}`` and one typed block layer per layer -> every reached output."""
+        return _stack_forward(self.layers, x_dict, blocks, self.dropout, self.training)
+
+
+class HeteroSAGE(_TypedStack):
     """``HeteroSAGELayer`` stack with ReLU and dropout between layers (input layer first).
 
     Args:
@@ -264,24 +287,13 @@ class HeteroSAGE(nn.Module):
         num_layers: int = 2,
         dropout: float = 0.5,
     ) -> None:
-        super().__init__()
-        if num_layers < 1 or not 0.0 <= dropout < 1.0:
-            raise ValueError(
-                f"need num_layers >= 1 and dropout in [0, 1); got {num_layers}, {dropout}"
-            )
-        self.dropout = dropout
+        super().__init__(num_layers, dropout)
         dims = [in_dims] + [dict.fromkeys(in_dims, hidden_dim)] * (num_layers - 1)
         widths = [hidden_dim] * (num_layers - 1) + [out_dim]
-        self.layers = nn.ModuleList(
+        self.layers.extend(
             HeteroSAGELayer(d_in, width, edge_types)
             for d_in, width in zip(dims, widths, strict=True)
         )
-
-    def forward(
-        self, x_dict: dict[str, Tensor], blocks: tuple[TypedBlocks, ...]
-    ) -> dict[str, Tensor]:
-        """``{t: [N_t, F_t]}`` and one typed block layer per layer -> the seeds' types' outputs."""
-        return _stack_forward(self.layers, x_dict, blocks, self.dropout, self.training)
 
 
 def _stack_forward(
@@ -303,7 +315,7 @@ def _stack_forward(
     return x_dict
 
 
-class RGCN(nn.Module):
+class RGCN(_TypedStack):
     """``RGCNLayer`` stack with ReLU and dropout between layers (input layer first).
 
     Every node type enters with width ``in_dim`` (features, or embeddings as wide).
@@ -329,26 +341,15 @@ class RGCN(nn.Module):
         num_layers: int = 2,
         dropout: float = 0.5,
     ) -> None:
-        super().__init__()
-        if num_layers < 1 or not 0.0 <= dropout < 1.0:
-            raise ValueError(
-                f"need num_layers >= 1 and dropout in [0, 1); got {num_layers}, {dropout}"
-            )
-        self.dropout = dropout
+        super().__init__(num_layers, dropout)
         dims = [in_dim] + [hidden_dim] * (num_layers - 1)
         widths = [hidden_dim] * (num_layers - 1) + [out_dim]
-        self.layers = nn.ModuleList(
+        self.layers.extend(
             RGCNLayer(d_in, width, edge_types) for d_in, width in zip(dims, widths, strict=True)
         )
 
-    def forward(
-        self, x_dict: dict[str, Tensor], blocks: tuple[TypedBlocks, ...]
-    ) -> dict[str, Tensor]:
-        """``{t: [N_t, F]}`` and one typed block layer per layer -> every reached type's output."""
-        return _stack_forward(self.layers, x_dict, blocks, self.dropout, self.training)
 
-
-class HeteroGAT(nn.Module):
+class HeteroGAT(_TypedStack):
     """``HeteroGATLayer`` stack with ReLU and dropout between layers.
 
     Hidden layers concatenate ``heads`` heads, the last averages one (as ``gnnsys.models.GAT``).
@@ -377,25 +378,12 @@ class HeteroGAT(nn.Module):
         dropout: float = 0.5,
         heads: int = 4,
     ) -> None:
-        super().__init__()
-        if num_layers < 1 or not 0.0 <= dropout < 1.0:
-            raise ValueError(
-                f"need num_layers >= 1 and dropout in [0, 1); got {num_layers}, {dropout}"
-            )
+        super().__init__(num_layers, dropout)
         if heads < 1 or hidden_dim % heads:
             raise ValueError(f"hidden_dim={hidden_dim} must be a multiple of heads={heads} >= 1")
-        self.dropout = dropout
         dims = [in_dims] + [dict.fromkeys(in_dims, hidden_dim)] * (num_layers - 1)
-        layers = []
         for i, d_in in enumerate(dims):
             last = i == num_layers - 1
             k = 1 if last else heads
             width = out_dim if last else hidden_dim // heads
-            layers.append(HeteroGATLayer(d_in, width, edge_types, k, not last, dropout))
-        self.layers = nn.ModuleList(layers)
-
-    def forward(
-        self, x_dict: dict[str, Tensor], blocks: tuple[TypedBlocks, ...]
-    ) -> dict[str, Tensor]:
-        """``{t: [N_t, F_t]}`` and one typed block layer per layer -> every reached output."""
-        return _stack_forward(self.layers, x_dict, blocks, self.dropout, self.training)
+            self.layers.append(HeteroGATLayer(d_in, width, edge_types, k, not last, dropout))
