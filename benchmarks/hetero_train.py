@@ -4,8 +4,8 @@ Two kinds of measurement on heterogeneous stores written beforehand by ``gnnsys 
 (e.g. ``synthetic:mag -D scale=0.52 -D reverse=true``, 1,008,666 nodes):
 
 - ``--mode train``: ``gnnsys train``'s code path (``gnnsys.train.control.run.train`` on Ray, or
-  ``train_local`` with ``--executor local``) for ``--epochs`` epochs with sampled sharded
-  evaluation after each; prints one ``hetero_epoch`` line per epoch (loss, accuracies, epoch
+  ``train_local`` with ``--executor local``) for ``--epochs`` epochs with exact sharded
+  evaluation after each (``gnnsys.train.eval_typed``); prints one ``hetero_epoch`` line per epoch (loss, accuracies, epoch
   and evaluation seconds, training bytes by node type and category, peak RSS per worker) and a
   ``hetero_train`` summary (test accuracy at the best validation epoch);
 - ``--mode bytes``: a traffic replay of epoch 0 (``train_local(traffic_only=True)``: the same
@@ -165,7 +165,7 @@ def main() -> None:
     p.add_argument("--parts", type=int, required=True)
     p.add_argument("--mode", choices=("train", "bytes"), default="train")
     p.add_argument("--executor", choices=("ray", "local"), default="ray")
-    p.add_argument("--model", choices=("sage", "rgcn"), default="sage")
+    p.add_argument("--model", choices=("sage", "gat", "rgcn"), default="sage")
     p.add_argument("--fanouts", default="10,5")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--hidden", type=int, default=64)
