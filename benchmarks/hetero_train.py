@@ -5,9 +5,10 @@ Two kinds of measurement on heterogeneous stores written beforehand by ``gnnsys 
 
 - ``--mode train``: ``gnnsys train``'s code path (``gnnsys.train.control.run.train`` on Ray, or
   ``train_local`` with ``--executor local``) for ``--epochs`` epochs with exact sharded
-  evaluation after each (``gnnsys.train.eval_typed``); prints one ``hetero_epoch`` line per epoch (loss, accuracies, epoch
-  and evaluation seconds, training bytes by node type and category, peak RSS per worker) and a
-  ``hetero_train`` summary (test accuracy at the best validation epoch);
+  evaluation after each (``gnnsys.train.eval_typed``); prints one ``hetero_epoch`` line per
+  epoch (loss, accuracies, epoch and evaluation seconds, training bytes by node type and
+  category, peak RSS per worker) and a ``hetero_train`` summary (test accuracy at the best
+  validation epoch);
 - ``--mode bytes``: a traffic replay of epoch 0 (``train_local(traffic_only=True)``: the same
   sampling and fetching as training, no model), so bytes per epoch by node type can be compared
   across codecs and caches cheaply; prints one ``hetero_bytes`` line.

@@ -109,6 +109,7 @@ class TypedShardEvaluator:
         self.codec = make_codec(config.codec)
         self.types = list(shard.nodes)
         self.halo_lid, self.blocks = _one_hop(shard)
+        self.spans = _spans(self.blocks, {t: n.num_owned for t, n in shard.nodes.items()}, config)
         self.tables: dict[int, dict[str, Tensor]] = {}
         self._seconds = 0.0
 
@@ -140,11 +141,50 @@ class TypedShardEvaluator:
         self.tables.pop(layer - 1, None)  # every peer finished reading it before this step
         present = list(self.inputs) if layer == 0 else list(self.tables[layer])
         x_dict = {t: self._rows(layer, t) for t in present}
-        out: dict[str, Tensor] = self.layers[layer](x_dict, self.blocks)
+        out: dict[str, Tensor] = {}
+        for node_type, spans in self.spans.items():
+            pieces = []
+            for first, stop in spans:
+                x_span, blocks = self._span(x_dict, node_type, first, stop)
+                got = self.layers[layer](x_span, blocks)
+                if node_type in got:
+                    pieces.append(got[node_type])
+            if pieces:
+                out[node_type] = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
         if layer < len(self.layers) - 1:
             out = {t: h.relu() for t, h in out.items()}
         self.tables[layer + 1] = out
         self._seconds += time.perf_counter() - start
+
+    def _span(
+        self, x_dict: dict[str, Tensor], node_type: str, first: int, stop: int
+    ) -> tuple[dict[str, Tensor], dict[EdgeType, Block]]:
+        """The layer's inputs for owned ``node_type`` rows ``[first, stop)``.
+
+        The relations into the type are cut to those rows, which become the type's first
+        (destination) rows. A relation from the type to itself reads the whole table after
+        them (its columns shift by ``stop - first``): one copy of the type's table per span.
+        """
+        m = stop - first
+        selfloop = any(et[0] == node_type for et in self.blocks if et[2] == node_type)
+        x_span = dict(x_dict)
+        if node_type in x_dict:
+            own = x_dict[node_type][first:stop]
+            x_span[node_type] = torch.cat([own, x_dict[node_type]]) if selfloop else own
+        blocks = {}
+        for et, block in self.blocks.items():
+            if et[2] != node_type:
+                continue
+            lo, hi = int(block.rowptr[first]), int(block.rowptr[stop])
+            shift = m if et[0] == node_type else 0
+            blocks[et] = Block(
+                num_src=block.num_src + shift,
+                num_dst=m,
+                rowptr=block.rowptr[first : stop + 1] - lo,
+                col=block.col[lo:hi] + shift,
+                e_id=block.e_id[lo:hi],
+            )
+        return x_span, blocks
 
     def _rows(self, layer: int, node_type: str) -> Tensor:
         """``[M_t + H_t, F]``: the owned rows of table ``layer``, then the halo rows."""
@@ -252,6 +292,32 @@ class TypedShardEvaluator:
         )
         self.tables.clear()
         return out
+
+
+def _spans(
+    blocks: dict[EdgeType, Block], owned: dict[str, int], config: EvalConfig
+) -> dict[str, list[tuple[int, int]]]:
+    """Per destination type, runs of owned rows of at most ``config.chunk_edges`` in-edges.
+
+    In-edges of every relation count; a run has at least one row. Runs bound a layer's
+    temporaries (its gathered messages) as the homogeneous evaluator's chunks do.
+    """
+    out: dict[str, list[tuple[int, int]]] = {}
+    for t, m in owned.items():
+        into = [b for et, b in blocks.items() if et[2] == t]
+        if not into:
+            continue  # no relation leads here: the layer gives the type no output
+        degree = sum(np.diff(b.rowptr.numpy()) for b in into)
+        ends = np.cumsum(degree) if m else np.zeros(0, dtype=np.int64)
+        runs, first = [], 0
+        while first < m:
+            base = int(ends[first - 1]) if first else 0
+            stop = int(np.searchsorted(ends, base + config.chunk_edges, side="right"))
+            stop = max(stop, first + 1)
+            runs.append((first, stop))
+            first = stop
+        out[t] = runs or [(0, 0)]
+    return out
 
 
 def _one_hop(shard: HeteroShard) -> tuple[dict[str, np.ndarray], dict[EdgeType, Block]]:

@@ -7,6 +7,7 @@ featureless with learnable rows) written as 1, 2 and 4 random parts:
   full-neighbourhood forward of the same weights and embedding rows on the whole graph
   (:func:`full_typed_outputs`) to 1e-5, for HeteroSAGE, HeteroGAT and R-GCN, at P = 1, 2, 4;
 * the metrics the driver combines equal the metrics of those whole-graph logits exactly;
+* the same holds when a layer runs over many runs of destination rows (``chunk_edges``);
 * evaluation traffic is counted in its own ledger (per type), none at P = 1.
 """
 
@@ -55,7 +56,7 @@ def stores(mag: HeteroGraph, tmp_path_factory: pytest.TempPathFactory) -> dict[i
     return out
 
 
-def _group(store: Path, parts: int, model: str) -> LocalWorkerGroup:
+def _group(store: Path, parts: int, model: str, chunk: int) -> LocalWorkerGroup:
     cfg = RunConfig(
         data=DataConfig(dataset="synthetic:mag", store=str(store)),
         cluster=replace(RunConfig().cluster, parts=parts),
@@ -64,6 +65,7 @@ def _group(store: Path, parts: int, model: str) -> LocalWorkerGroup:
         trainer=Trainer.Config(lr=0.01, batch_size=256, seed=3),
         loop=Coordinator.Config(epochs=1, progress=False, deadline_s=60.0),
         hetero=HeteroConfig(model=model),
+        eval=replace(RunConfig().eval, chunk_edges=chunk),
     )
     template = hetero_worker_template(cfg, store, HeteroStoreInfo.read(str(store)))
     group = LocalWorkerGroup(template, 60.0, roles=HETERO)
@@ -85,12 +87,13 @@ def _whole_inputs(mag: HeteroGraph, group: LocalWorkerGroup, store: Path) -> dic
     return x_dict
 
 
+@pytest.mark.parametrize("chunk", [1 << 20, 300])  # one run of rows per type, or many
 @pytest.mark.parametrize("model", ["sage", "gat", "rgcn"])
 @pytest.mark.parametrize("parts", [1, 2, 4])
 def test_exact_evaluation_equals_a_whole_graph_forward(
-    mag: HeteroGraph, stores: dict[int, Path], parts: int, model: str
+    mag: HeteroGraph, stores: dict[int, Path], parts: int, model: str, chunk: int
 ) -> None:
-    group = _group(stores[parts], parts, model)
+    group = _group(stores[parts], parts, model, chunk)
     try:
         group.run_epoch(0, 2, lambda _: None)  # two steps: weights and embeddings move
         reports = group.evaluate(SPLITS, with_logits=True)
