@@ -1,4 +1,4 @@
-"""Fixtures of the training tests: a small partitioned store on disk."""
+"""Fixtures of the training tests: small partitioned stores on disk (homogeneous and typed)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,30 @@ import numpy as np
 import pytest
 
 from gnnsys.cache.codecs import Codec, EncodedRows
-from gnnsys.partitioners import partition
-from gnnsys.store import write_partitions
+from gnnsys.datasets.hetero import HeteroGraph
+from gnnsys.datasets.mag import synthetic_mag
+from gnnsys.partitioners import partition, partition_hetero
+from gnnsys.store import write_hetero_partitions, write_partitions
 from gnnsys.train.remote.client import SampleArrays
 from gnnsys.train.remote.server import ShardOwner
 from gnnsys.types import Graph
+
+
+@pytest.fixture(scope="session")
+def mag() -> HeteroGraph:
+    """A small ``synthetic:mag`` (scale 0.002, reverse relations: 3.9 k nodes, 4 types)."""
+    return synthetic_mag(0.002, reverse=True)
+
+
+@pytest.fixture(scope="session")
+def stores(mag: HeteroGraph, tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    """``mag`` written as 1, 2 and 4 random parts (2-hop halo); read-only for the tests."""
+    out = {}
+    for parts in (1, 2, 4):
+        root = tmp_path_factory.mktemp(f"mag{parts}") / "store"
+        write_hetero_partitions(mag, partition_hetero(mag, "random", parts, 0), root, num_hops=2)
+        out[parts] = root
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -22,11 +22,9 @@ import torch
 
 from gnnsys.config import RunConfig
 from gnnsys.datasets.hetero import HeteroGraph
-from gnnsys.datasets.mag import synthetic_mag
 from gnnsys.models import ModelConfig
-from gnnsys.partitioners import partition_hetero
 from gnnsys.sampler import NeighborSampler
-from gnnsys.store import read_hetero_shard, write_hetero_partitions
+from gnnsys.store import read_hetero_shard
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.local_group import LocalWorkerGroup
@@ -39,21 +37,6 @@ from gnnsys.train.metrics import accuracy, confusion_matrix
 from gnnsys.train.trainer import Trainer
 
 SPLITS = ("train", "val", "test")
-
-
-@pytest.fixture(scope="module")
-def mag() -> HeteroGraph:
-    return synthetic_mag(0.002, reverse=True)
-
-
-@pytest.fixture(scope="module")
-def stores(mag: HeteroGraph, tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
-    out = {}
-    for parts in (1, 2, 4):
-        root = tmp_path_factory.mktemp(f"mag{parts}") / "store"
-        write_hetero_partitions(mag, partition_hetero(mag, "random", parts, 0), root, num_hops=2)
-        out[parts] = root
-    return out
 
 
 def _group(store: Path, parts: int, model: str, chunk: int) -> LocalWorkerGroup:

@@ -25,7 +25,6 @@ import torch
 from gnnsys.config import RunConfig
 from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.datasets.link_split import LinkSplitConfig, TypedLinkSplit, typed_edge_split
-from gnnsys.datasets.mag import synthetic_mag
 from gnnsys.models import ModelConfig
 from gnnsys.partitioners import partition_hetero
 from gnnsys.sampler import NeighborSampler
@@ -45,11 +44,6 @@ from gnnsys.train.trainer import Trainer
 
 CITES = ("paper", "cites", "paper")
 WRITES = ("author", "writes", "paper")
-
-
-@pytest.fixture(scope="module")
-def mag() -> HeteroGraph:
-    return synthetic_mag(0.002, reverse=True)
 
 
 def _split(mag: HeteroGraph, et: tuple[str, str, str]) -> TypedLinkSplit:

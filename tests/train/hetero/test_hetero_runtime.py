@@ -31,14 +31,12 @@ from torch.nn import functional
 
 from gnnsys.config import RunConfig
 from gnnsys.datasets.hetero import HeteroGraph
-from gnnsys.datasets.mag import synthetic_mag
 from gnnsys.errors import WorkerFailedError
 from gnnsys.models import ModelConfig
 from gnnsys.models.sparse_embedding import EmbeddingConfig, LocalEmbeddingGroup, init_rows
-from gnnsys.partitioners import partition_hetero
 from gnnsys.sampler import NeighborSampler
 from gnnsys.sampler.hetero import HeteroNeighborSampler, csr_sources
-from gnnsys.store import read_hetero_shard, write_hetero_partitions
+from gnnsys.store import read_hetero_shard
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.checkpoint import load_checkpoint
 from gnnsys.train.control.coordinator import Coordinator
@@ -54,22 +52,6 @@ SCALE = 0.002
 PARAMS = (("reverse", True), ("scale", SCALE))
 FEATURELESS = ("author", "field_of_study", "institution")
 EMB = EmbeddingConfig(dim=128, lr=0.01, seed=3)
-
-
-@pytest.fixture(scope="module")
-def mag() -> HeteroGraph:
-    return synthetic_mag(SCALE, reverse=True)
-
-
-@pytest.fixture(scope="module")
-def stores(mag: HeteroGraph, tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
-    """The graph written as 1, 2 and 4 random parts (2-hop halo)."""
-    out = {}
-    for parts in (1, 2, 4):
-        root = tmp_path_factory.mktemp(f"mag{parts}") / "store"
-        write_hetero_partitions(mag, partition_hetero(mag, "random", parts, 0), root, num_hops=2)
-        out[parts] = root
-    return out
 
 
 def _config(store: Path, parts: int, *, epochs: int = 1, batch: int = 1024, **kw: Any) -> RunConfig:
