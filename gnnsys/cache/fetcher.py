@@ -146,9 +146,15 @@ class HaloFetcher:
         if found.miss_pos.shape[0]:
             uniq, inverse = torch.unique(found.miss_gid, return_inverse=True)
             enc, received, wire_bytes = self._fetch(uniq)
-            values[found.miss_pos] = self.codec.decode(enc)[inverse]
+            if found.miss_pos.shape[0] == gid.shape[0]:  # nothing cached: no scatter
+                values = self.codec.decode(enc)[inverse]
+            else:
+                values[found.miss_pos] = self.codec.decode(enc)[inverse]
             self.cache.insert(uniq, enc)
-        self._count(gid, int(found.miss_pos.shape[0]), int(uniq.shape[0]), received, wire_bytes)
+        distinct = int(uniq.shape[0]) if found.miss_pos.shape[0] == gid.shape[0] else None
+        self._count(
+            gid, int(found.miss_pos.shape[0]), int(uniq.shape[0]), received, wire_bytes, distinct
+        )
         return values
 
     def gather_encoded(self, gid: Tensor) -> EncodedRows:
@@ -172,7 +178,18 @@ class HaloFetcher:
         self._count(gid, int(found.miss_pos.shape[0]), int(uniq.shape[0]), received, wire_bytes)
         return out
 
-    def _count(self, gid: Tensor, misses: int, fetched: int, received: int, wire: int) -> None:
+    def _count(
+        self,
+        gid: Tensor,
+        misses: int,
+        fetched: int,
+        received: int,
+        wire: int,
+        distinct: int | None = None,
+    ) -> None:
+        """Add one batch to the stats; ``distinct``: ``gid``'s distinct count when known."""
+        if distinct is None:
+            distinct = int(torch.unique(gid).shape[0])
         s = self._stats
         self._stats = FetchStats(
             batches=s.batches + 1,
@@ -181,7 +198,7 @@ class HaloFetcher:
             rows_fetched=s.rows_fetched + fetched,
             bytes_received=s.bytes_received + received,
             bytes_wire=s.bytes_wire + wire,
-            bytes_fp32=s.bytes_fp32 + int(torch.unique(gid).shape[0]) * self.cache.feature_dim * 4,
+            bytes_fp32=s.bytes_fp32 + distinct * self.cache.feature_dim * 4,
             prefetch_rows=s.prefetch_rows,
             prefetch_bytes=s.prefetch_bytes,
         )

@@ -180,5 +180,6 @@ class HeteroShardOwner:
                 f"part {self.part}: node type {node_type!r} has no features; its rows are "
                 "learnable embeddings served by the trainers"
             )
-        rows = np.asarray(self._x[node_type][self._lid[node_type][lid]], dtype=np.float32)
+        rows = np.take(self._x[node_type], self._lid[node_type][lid], axis=0)
+        rows = rows.astype(np.float32, copy=False)
         return codec.encode(torch.from_numpy(rows))

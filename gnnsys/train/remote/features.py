@@ -161,10 +161,10 @@ class RoutedFeatureSource:
         """Rows ``[K, F]`` float32 for ``gid`` in request order (one cache lookup per call)."""
         gid_np, local_pos, remote_pos = self._split(gid)
         if not remote_pos.size:  # every row is own (one part, or no halo): one gather, no scatter
-            rows_KF = np.asarray(self.local_x[self.lid_N[gid_np]])
+            rows_KF = np.take(self.local_x, self.lid_N[gid_np], axis=0)
             return torch.from_numpy(rows_KF.astype(np.float32, copy=False))
         out_KF = np.empty((gid_np.shape[0], self.local_x.shape[1]), dtype=np.float32)
-        out_KF[local_pos] = self.local_x[self.lid_N[gid_np[local_pos]]]
+        out_KF[local_pos] = np.take(self.local_x, self.lid_N[gid_np[local_pos]], axis=0)
         # a batch without halo rows made no fetcher call (and no message) above
         out_KF[remote_pos] = self.fetcher.gather(torch.from_numpy(gid_np[remote_pos])).numpy()
         return torch.from_numpy(out_KF)
@@ -172,7 +172,8 @@ class RoutedFeatureSource:
     def fetch_split(self, gid: Tensor) -> SplitRows:
         """Own rows as float32; halo rows through the cache, left in the codec's format."""
         gid_np, local_pos, remote_pos = self._split(gid)
-        rows_LF = np.asarray(self.local_x[self.lid_N[gid_np[local_pos]]], dtype=np.float32)
+        own = np.take(self.local_x, self.lid_N[gid_np[local_pos]], axis=0)
+        rows_LF = own.astype(np.float32, copy=False)
         if remote_pos.size:  # as in fetch
             remote = self.fetcher.gather_encoded(torch.from_numpy(gid_np[remote_pos]))
         else:
