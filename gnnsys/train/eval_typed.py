@@ -35,6 +35,7 @@ nodes of type ``t`` in the graph, ``F`` a layer's input width, ``C`` classes.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -190,10 +191,14 @@ class TypedShardEvaluator:
         """``[M_t + H_t, F]``: the owned rows of table ``layer``, then the halo rows."""
         if layer == 0:
             own = self.inputs[node_type].own
-            own_MF = torch.from_numpy(np.asarray(own, dtype=np.float32))
+            with warnings.catch_warnings():  # a read-only memory map; evaluation never writes it
+                warnings.simplefilter("ignore", UserWarning)
+                own_MF = torch.from_numpy(np.asarray(own, dtype=np.float32))
         else:
             own_MF = self.tables[layer][node_type]
         lid_H = self.halo_lid[node_type]
+        if not lid_H.shape[0]:  # no halo (one part): the owned rows as they are, no copy
+            return own_MF
         m, width = int(own_MF.shape[0]), int(own_MF.shape[1])
         out = torch.empty(m + lid_H.shape[0], width, dtype=torch.float32)
         out[:m] = own_MF
