@@ -143,15 +143,16 @@ class HaloFetcher:
         values = found.values_NF
         uniq = torch.empty(0, dtype=torch.int64)
         received = wire_bytes = 0
+        all_missed = found.miss_pos.shape[0] == gid.shape[0]  # nothing cached: uniq is gid's
         if found.miss_pos.shape[0]:
             uniq, inverse = torch.unique(found.miss_gid, return_inverse=True)
             enc, received, wire_bytes = self._fetch(uniq)
-            if found.miss_pos.shape[0] == gid.shape[0]:  # nothing cached: no scatter
+            if all_missed:  # no scatter into the zeros
                 values = self.codec.decode(enc)[inverse]
             else:
                 values[found.miss_pos] = self.codec.decode(enc)[inverse]
             self.cache.insert(uniq, enc)
-        distinct = int(uniq.shape[0]) if found.miss_pos.shape[0] == gid.shape[0] else None
+        distinct = int(uniq.shape[0]) if all_missed else None
         self._count(
             gid, int(found.miss_pos.shape[0]), int(uniq.shape[0]), received, wire_bytes, distinct
         )

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -113,14 +114,7 @@ def load_links(root: str | os.PathLike[str], part: int, *, verify: bool = True) 
             f"link prediction. {_FIX}",
             str(root),
         )
-    arrays = {
-        k: load_array(root, manifest, shard_file(part, k), mmap=False, verify=verify)
-        for k in LINK_DATA
-    }
-    if verify:
-        part_N = load_array(root, manifest, NODE_TO_PART, verify=True)
-        _check(root, part, arrays, part_N, manifest.num_nodes, manifest.num_nodes)
-    return ShardLinks(*(np.asarray(arrays[k], dtype=np.int64) for k in LINK_DATA))
+    return _load_part(root, manifest, part, verify, (0, manifest.num_nodes, manifest.num_nodes))
 
 
 def load_typed_links(
@@ -145,16 +139,28 @@ def load_typed_links(
             "--target-edge SRC__REL__DST`",
             str(root),
         )
+    src, dst = manifest.node_type(edge_type[0]), manifest.node_type(edge_type[2])
+    ids = (src.offset, src.num_nodes, dst.num_nodes)
+    return edge_type, _load_part(root, manifest, part, verify, ids)
+
+
+def _load_part(
+    root: Path, manifest: Any, part: int, verify: bool, ids: tuple[int, int, int]
+) -> ShardLinks:
+    """Part ``part``'s link arrays, checked when ``verify``.
+
+    ``ids``: the sources' first global id (their slice of ``node_to_part``), the number of
+    sources and the number of destinations (a homogeneous store: ``(0, N, N)``).
+    """
     arrays = {
         k: load_array(root, manifest, shard_file(part, k), mmap=False, verify=verify)
         for k in LINK_DATA
     }
     if verify:
-        src, dst = manifest.node_type(edge_type[0]), manifest.node_type(edge_type[2])
+        offset, num_src, num_dst = ids
         part_N = load_array(root, manifest, NODE_TO_PART, verify=True)
-        part_N = part_N[src.offset : src.offset + src.num_nodes]
-        _check(root, part, arrays, part_N, src.num_nodes, dst.num_nodes)
-    return edge_type, ShardLinks(*(np.asarray(arrays[k], dtype=np.int64) for k in LINK_DATA))
+        _check(root, part, arrays, part_N[offset : offset + num_src], num_src, num_dst)
+    return ShardLinks(*(np.asarray(arrays[k], dtype=np.int64) for k in LINK_DATA))
 
 
 def _check(

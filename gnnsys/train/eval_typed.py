@@ -199,20 +199,10 @@ class TypedShardEvaluator:
         lid_H = self.halo_lid[node_type]
         if not lid_H.shape[0]:  # no halo (one part): the owned rows as they are, no copy
             return own_MF
-        m, width = int(own_MF.shape[0]), int(own_MF.shape[1])
-        out = torch.empty(m + lid_H.shape[0], width, dtype=torch.float32)
+        m = int(own_MF.shape[0])
+        out = torch.empty(m + lid_H.shape[0], int(own_MF.shape[1]), dtype=torch.float32)
         out[:m] = own_MF
-        book: _Book = self.books[node_type]
-        by_part = group_by_owner(np.asarray(book.part_N[lid_H]), skip=self.shard.part)
-        for piece in message_pieces(by_part, width, self.config.message_mb):
-            requests = {p: lid_H[pos] for p, pos in piece.items()}
-            answers, codec = self._fetch(layer, node_type, requests)
-            ledger = self.ledger.of(node_type)
-            for p, pos in piece.items():
-                ledger.record("feature_request", requests[p])
-                ledger.record_nbytes("feature_response", answers[p].nbytes)
-                out[torch.from_numpy(m + pos)] = codec.decode(answers[p])
-                del answers[p]
+        self._fill_remote(out[m:], layer, node_type, lid_H)
         return out
 
     def rows_of(self, layer: int, node_type: str, lid_K: np.ndarray) -> Tensor:
@@ -223,37 +213,58 @@ class TypedShardEvaluator:
         """
         own = self.tables[layer][node_type]
         book: _Book = self.books[node_type]
-        part_K = np.asarray(book.part_N[lid_K])
         out_KH = torch.empty(lid_K.shape[0], int(own.shape[1]), dtype=own.dtype)
-        mine = np.flatnonzero(part_K == self.shard.part)
+        mine = np.flatnonzero(np.asarray(book.part_N[lid_K]) == self.shard.part)
         pos = np.asarray(book.lid_N[lid_K[mine]], dtype=np.int64)
         out_KH[torch.from_numpy(mine)] = own[torch.from_numpy(pos)]
-        by_part = group_by_owner(part_K, skip=self.shard.part)
+        self._fill_remote(out_KH, layer, node_type, lid_K)
+        return out_KH
+
+    def _fill_remote(self, out_KF: Tensor, layer: int, node_type: str, lid_K: np.ndarray) -> None:
+        """Write the rows of ``lid_K`` that other parts own into ``out_KF`` (request order).
+
+        One request per owner and message piece (``_fetch``), counted in the type's ledger;
+        rows this rank owns are left as they are.
+        """
+        book: _Book = self.books[node_type]
+        by_part = group_by_owner(np.asarray(book.part_N[lid_K]), skip=self.shard.part)
         ledger = self.ledger.of(node_type)
-        for piece in message_pieces(by_part, int(own.shape[1]), self.config.message_mb):
+        for piece in message_pieces(by_part, int(out_KF.shape[1]), self.config.message_mb):
             requests = {p: lid_K[at] for p, at in piece.items()}
-            answers = self.peers.rows_many(self.table(layer, node_type), requests, self.codec)
+            answers, codec = self._fetch(layer, node_type, requests)
             for p, at in piece.items():
                 ledger.record("feature_request", requests[p])
                 ledger.record_nbytes("feature_response", answers[p].nbytes)
-                out_KH[torch.from_numpy(at)] = self.codec.decode(answers[p])
-        return out_KH
+                out_KF[torch.from_numpy(at)] = codec.decode(answers[p])
+                del answers[p]
 
     def link_report(self, sums: dict[str, np.ndarray]) -> RankEval:
         """A ``RankEval`` of link sums; keeps the tables.
 
         Peers may still read the last table while they score; the next layer 0 drops it.
         """
+        return self._rank_eval({}, {}, {}, link=sums)
+
+    def _rank_eval(
+        self,
+        confusion: dict[str, np.ndarray],
+        scores: dict[str, np.ndarray],
+        labels: dict[str, np.ndarray],
+        *,
+        logits: tuple[np.ndarray, np.ndarray] | None = None,
+        link: dict[str, np.ndarray] | None = None,
+    ) -> RankEval:
         return RankEval(
             rank=self.shard.part,
-            confusion={},
-            scores={},
-            labels={},
+            confusion=confusion,
+            scores=scores,
+            labels=labels,
             traffic=self.ledger.snapshot(),
             cache_hits=0,
             halo_rows=sum(int(h.shape[0]) for h in self.halo_lid.values()),
             seconds=self._seconds,
-            link=sums,
+            logits=logits,
+            link=link or {},
         )
 
     def _fetch(
@@ -284,17 +295,8 @@ class TypedShardEvaluator:
         y_M = np.asarray(nodes.data["y"], dtype=np.int64)
         confusion, scores, labels = split_counts(logits_MC, y_M, masks)
         lid_M = np.asarray(nodes.owned_lid, dtype=np.int64)
-        out = RankEval(
-            rank=self.shard.part,
-            confusion=confusion,
-            scores=scores,
-            labels=labels,
-            traffic=self.ledger.snapshot(),
-            cache_hits=0,
-            halo_rows=sum(int(h.shape[0]) for h in self.halo_lid.values()),
-            seconds=self._seconds,
-            logits=(lid_M, logits_MC.numpy().copy()) if with_logits else None,
-        )
+        logits = (lid_M, logits_MC.numpy().copy()) if with_logits else None
+        out = self._rank_eval(confusion, scores, labels, logits=logits)
         self.tables.clear()
         return out
 
