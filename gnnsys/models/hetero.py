@@ -70,13 +70,41 @@ def _dst_rows(blocks: TypedBlocks, x_dict: dict[str, Tensor]) -> dict[str, int]:
     return rows
 
 
+def _sum_relations(
+    convs: nn.ModuleDict, edge_types: list[EdgeType], x_dict: dict[str, Tensor], blocks: TypedBlocks
+) -> dict[str, Tensor]:
+    """Each relation's ``conv(x_src, x_dst, block)``, summed per destination type.
+
+    PyG's ``HeteroConv(aggr="sum")``; a relation whose block or endpoint rows are missing is
+    skipped.
+    """
+    out: dict[str, Tensor] = {}
+    _dst_rows(blocks, x_dict)
+    for edge_type in edge_types:
+        src, _, dst = edge_type
+        block = blocks.get(edge_type)
+        if block is None or src not in x_dict or dst not in x_dict:
+            continue
+        conv = convs[_key(edge_type)]
+        h = conv(x_dict[src][: block.num_src], x_dict[dst][: block.num_dst], block)
+        out[dst] = h if dst not in out else out[dst] + h
+    return out
+
+
 class _RelationSAGE(nn.Module):
     """One relation's ``SAGEConv((F_src, F_dst), H)`` parameters (PyG's names)."""
 
-    def __init__(self, src_dim: int, dst_dim: int, out_dim: int) -> None:
+    def __init__(self, src_dim: int, dst_dim: int, out_dim: int, reduce: str) -> None:
         super().__init__()
+        self.reduce = reduce
         self.lin_l = nn.Linear(src_dim, out_dim, bias=True)
         self.lin_r = nn.Linear(dst_dim, out_dim, bias=False)
+
+    def forward(self, x_src: Tensor, x_dst: Tensor, block: Block) -> Tensor:
+        """``[N, F_src], [M, F_dst] -> [M, H]``."""
+        agg_MF = aggregate(x_src, block.rowptr, block.col, self.reduce)
+        h_MH: Tensor = self.lin_l(agg_MF) + self.lin_r(x_dst)
+        return h_MH
 
 
 class HeteroSAGELayer(nn.Module):
@@ -100,36 +128,25 @@ class HeteroSAGELayer(nn.Module):
         self.reduce = reduce
         self.edge_types: list[EdgeType] = [(et[0], et[1], et[2]) for et in edge_types]
         self.convs = nn.ModuleDict(
-            {_key(et): self._conv(in_dims, out_dim, et) for et in edge_types}
+            {
+                _key(et): _RelationSAGE(in_dims[et[0]], in_dims[et[2]], out_dim, reduce)
+                for et in edge_types
+            }
         )
-
-    @staticmethod
-    def _conv(in_dims: dict[str, int], out_dim: int, edge_type: EdgeType) -> _RelationSAGE:
-        return _RelationSAGE(in_dims[edge_type[0]], in_dims[edge_type[2]], out_dim)
 
     def forward(self, x_dict: dict[str, Tensor], blocks: TypedBlocks) -> dict[str, Tensor]:
         """``{t: [N_t, F_t]} -> {t: [M_t, H]}`` for every destination type."""
-        out: dict[str, Tensor] = {}
-        _dst_rows(blocks, x_dict)
-        for edge_type in self.edge_types:
-            src, _, dst = edge_type
-            block = blocks.get(edge_type)
-            if block is None or src not in x_dict or dst not in x_dict:
-                continue
-            conv = self.convs[_key(edge_type)]
-            assert isinstance(conv, _RelationSAGE)
-            agg_MF = aggregate(x_dict[src][: block.num_src], block.rowptr, block.col, self.reduce)
-            h_MH: Tensor = conv.lin_l(agg_MF) + conv.lin_r(x_dict[dst][: block.num_dst])
-            out[dst] = h_MH if dst not in out else out[dst] + h_MH
-        return out
+        return _sum_relations(self.convs, self.edge_types, x_dict, blocks)
 
 
 class _RelationGAT(nn.Module):
     """One relation's ``GATConv((F_src, F_dst), C, heads=K, add_self_loops=False)``."""
 
-    def __init__(self, src_dim: int, dst_dim: int, out_dim: int, heads: int, concat: bool) -> None:
+    def __init__(
+        self, src_dim: int, dst_dim: int, out_dim: int, heads: int, concat: bool, dropout: float
+    ) -> None:
         super().__init__()
-        self.heads, self.out_dim, self.concat = heads, out_dim, concat
+        self.heads, self.out_dim, self.concat, self.dropout = heads, out_dim, concat, dropout
         self.att_src = nn.Parameter(torch.empty(1, heads, out_dim))
         self.att_dst = nn.Parameter(torch.empty(1, heads, out_dim))
         self.bias = nn.Parameter(torch.zeros(heads * out_dim if concat else out_dim))
@@ -138,7 +155,7 @@ class _RelationGAT(nn.Module):
         nn.init.xavier_uniform_(self.att_src)
         nn.init.xavier_uniform_(self.att_dst)
 
-    def forward(self, x_src: Tensor, x_dst: Tensor, block: Block, dropout: float) -> Tensor:
+    def forward(self, x_src: Tensor, x_dst: Tensor, block: Block) -> Tensor:
         """``[N, F_src], [M, F_dst] -> [M, K * C]`` (concat) or ``[M, C]``."""
         m, k, c = block.num_dst, self.heads, self.out_dim
         h_src = self.lin_src(x_src).view(-1, k, c)
@@ -150,7 +167,7 @@ class _RelationGAT(nn.Module):
         top = logit.new_zeros(m, k).scatter_reduce(0, idx, logit, "amax", include_self=False)
         w = torch.exp(logit - top[dst])
         alpha = w / logit.new_zeros(m, k).index_add(0, dst, w)[dst]
-        alpha = functional.dropout(alpha, dropout, self.training)
+        alpha = functional.dropout(alpha, self.dropout, self.training)
         out = h_src.new_zeros(m, k, c).index_add(0, dst, h_src[src] * alpha[..., None])
         result: Tensor = (out.reshape(m, k * c) if self.concat else out.mean(1)) + self.bias
         return result
@@ -179,30 +196,18 @@ class HeteroGATLayer(nn.Module):
     ) -> None:
         super().__init__()
         self.edge_types: list[EdgeType] = [(et[0], et[1], et[2]) for et in edge_types]
-        self.attn_dropout = attn_dropout
         self.convs = nn.ModuleDict(
             {
-                _key(et): _RelationGAT(in_dims[et[0]], in_dims[et[2]], out_dim, heads, concat)
+                _key(et): _RelationGAT(
+                    in_dims[et[0]], in_dims[et[2]], out_dim, heads, concat, attn_dropout
+                )
                 for et in self.edge_types
             }
         )
 
     def forward(self, x_dict: dict[str, Tensor], blocks: TypedBlocks) -> dict[str, Tensor]:
         """``{t: [N_t, F_t]} -> {t: [M_t, K * C or C]}`` for every destination type."""
-        out: dict[str, Tensor] = {}
-        _dst_rows(blocks, x_dict)
-        for edge_type in self.edge_types:
-            src, _, dst = edge_type
-            block = blocks.get(edge_type)
-            if block is None or src not in x_dict or dst not in x_dict:
-                continue
-            conv = self.convs[_key(edge_type)]
-            assert isinstance(conv, _RelationGAT)
-            h = conv(
-                x_dict[src][: block.num_src], x_dict[dst][: block.num_dst], block, self.attn_dropout
-            )
-            out[dst] = h if dst not in out else out[dst] + h
-        return out
+        return _sum_relations(self.convs, self.edge_types, x_dict, blocks)
 
 
 class RGCNLayer(nn.Module):
