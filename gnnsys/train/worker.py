@@ -18,14 +18,12 @@ import os
 import signal
 import socket
 import threading
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-import psutil
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -54,6 +52,7 @@ from gnnsys.types import PartitionBook, PartitionShard
 
 if TYPE_CHECKING:
     from gnnsys.sampler import DegreeSource, NeighborSampler
+    from gnnsys.train.hetero.config import HeteroConfig
 
 __all__ = [
     "FaultSpec",
@@ -61,6 +60,7 @@ __all__ = [
     "TrainWorker",
     "WorkerEpochReport",
     "WorkerSpec",
+    "owner_client",
     "peak_rss",
 ]
 
@@ -95,17 +95,21 @@ class FaultSpec:
 
 @dataclass(frozen=True, slots=True)
 class WorkerSpec:
-    """Everything one trainer needs; pickled to the actor, so frozen.
+    """Everything one trainer needs, for a graph of any kind; pickled to the actor, so frozen.
+
+    The stages' own configs travel untouched. A heterogeneous run sets ``hetero``; its typed
+    worker derives each relation's fanouts and each type's input width from ``sampler``,
+    ``model`` and the store (``gnnsys.train.hetero.worker.TypedLayout``).
 
     Attributes:
         rank: This worker's rank = the part it trains on.
         world_size: ``P``.
         store: Partition store directory (visible to every node).
-        topology: ``partitioned`` or ``replicated`` (``auto`` is resolved by the coordinator).
+        topology: ``partitioned`` or ``replicated`` (``auto`` is resolved by the driver).
         trainer: Optimisation settings.
         sampler: ``NeighborSampler.Config``.
         model: Model architecture.
-        num_features: ``F`` of the input features.
+        num_features: ``F`` of the input features (typed: of the seed type).
         num_classes: ``C``, the model's output width.
         deadline_s: Deadline of every remote call and of the gloo collectives.
         codec: Codec of remote feature rows (resolved: never ``auto``).
@@ -114,8 +118,10 @@ class WorkerSpec:
         eval: How the ranks evaluate (sharded, exact).
         link: The link-prediction task (``None``: node classification); ``num_classes`` is
             then the embedding width.
-        owner_reads: ``remote`` (owner actors) or ``local`` (in-process ``ShardOwner`` objects
-            over the mapped store: ``ClusterConfig.owner_reads``).
+        owner_reads: ``remote`` (owner actors) or ``local`` (in-process owner objects over the
+            mapped store: ``ClusterConfig.owner_reads``).
+        hetero: Typed model, per-relation fanouts and embeddings of a heterogeneous run;
+            ``None`` for a graph of one node type and one relation.
         attempt: 0 for the first group, incremented on each restart.
         fault: Injected fault, for tests.
     """
@@ -136,6 +142,7 @@ class WorkerSpec:
     eval: EvalConfig = field(default_factory=EvalConfig)
     link: LinkConfig | None = None
     owner_reads: str = "remote"
+    hetero: HeteroConfig | None = None
     attempt: int = 0
     fault: FaultSpec | None = field(default=None)
 
@@ -372,15 +379,19 @@ def _link_trainer(
     )
 
 
-def _owner_client(
-    spec: WorkerSpec, owners: list[Any], client: OwnerClient | None, book: PartitionBook
+def owner_client(
+    spec: WorkerSpec,
+    owners: list[Any],
+    client: OwnerClient | None,
+    local_owner: Callable[[int], Any],
 ) -> OwnerClient:
-    """``client``, or one over the owner actors; slowed down by a ``delay`` fault (benchmark)."""
-    if client is None and spec.owner_reads == "local":  # the owners' code, in this process
-        parts = range(spec.world_size)
-        client = LocalOwnerClient(
-            [ShardOwner(spec.store, p, own_threads=False, book=book) for p in parts]
-        )
+    """``client``, or one over the owner actors; slowed down by a ``delay`` fault (benchmark).
+
+    With ``owner_reads == "local"`` the owners' code runs in this process: ``local_owner(p)``
+    makes part ``p``'s owner over the mapped store.
+    """
+    if client is None and spec.owner_reads == "local":
+        client = LocalOwnerClient([local_owner(p) for p in range(spec.world_size)])
     if client is None:
         client = RayOwnerClient(owners, spec.deadline_s)
     if spec.fault is not None and spec.fault.kind == "delay":
@@ -408,7 +419,10 @@ class TrainWorker:
         self.spec = spec
         self.ledger = Ledger()
         self.shard, self.book = load_shard(spec.store, spec.rank), load_book(spec.store)
-        self.client = _owner_client(spec, owners, client, self.book)
+        book = self.book
+        self.client = owner_client(
+            spec, owners, client, lambda p: ShardOwner(spec.store, p, own_threads=False, book=book)
+        )
         self.peers: PeerClient = peers if peers is not None else LocalPeerClient()
         advise_random(self.shard.x, self.shard.indptr, self.shard.indices_gid, self.shard.e_id)
         self.links = None if spec.link is None else load_links(spec.store, spec.rank)
@@ -527,7 +541,7 @@ class TrainWorker:
         """Fire the injected fault if it is due at ``(epoch, batch)`` (see ``FaultSpec``)."""
         fault = self.spec.fault
         due = (self.spec.rank, epoch, batch)
-        if fault is None or fault.kind == "delay" or self.spec.attempt:  # delay: see _owner_client
+        if fault is None or fault.kind == "delay" or self.spec.attempt:  # delay: see owner_client
             return
         if (fault.rank, fault.epoch, fault.batch) != due:
             return
@@ -581,16 +595,3 @@ class TrainWorker:
         """Leave the gloo group."""
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-def format_exception(err: BaseException) -> str:
-    """Traceback text of ``err`` (for ``WorkerFailedError``)."""
-    return "".join(traceback.format_exception(type(err), err, err.__traceback__))
-
-
-def rss_of_pid(pid: int) -> int:
-    """Current RSS of a process in bytes (0 when it is gone)."""
-    try:
-        return int(psutil.Process(pid).memory_info().rss)
-    except psutil.Error:
-        return 0

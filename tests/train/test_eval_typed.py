@@ -28,7 +28,7 @@ from gnnsys.store import read_hetero_shard
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.local_group import LocalWorkerGroup
-from gnnsys.train.control.run import HETERO, hetero_worker_template
+from gnnsys.train.control.run import HETERO, worker_template
 from gnnsys.train.eval_typed import full_typed_outputs
 from gnnsys.train.evaluate import combine_evals
 from gnnsys.train.hetero.config import HeteroConfig
@@ -50,7 +50,7 @@ def _group(store: Path, parts: int, model: str, chunk: int) -> LocalWorkerGroup:
         hetero=HeteroConfig(model=model),
         eval=replace(RunConfig().eval, chunk_edges=chunk),
     )
-    template = hetero_worker_template(cfg, store, HeteroStoreInfo.read(str(store)))
+    template = worker_template(cfg, store, HeteroStoreInfo.read(str(store)), "partitioned")
     group = LocalWorkerGroup(template, 60.0, roles=HETERO)
     group.start()
     return group

@@ -48,7 +48,7 @@ from gnnsys.train.control.ray_group import RayWorkerGroup
 from gnnsys.train.control.recorder import Recorder
 from gnnsys.train.control.resources import trainer_cpus
 from gnnsys.train.hetero.owner import HeteroShardOwner, HeteroStoreInfo
-from gnnsys.train.hetero.worker import HeteroTrainWorker, HeteroWorkerSpec, hetero_template
+from gnnsys.train.hetero.worker import HeteroTrainWorker, TypedLayout
 from gnnsys.train.remote.peers import LocalPeerClient
 from gnnsys.train.remote.server import LocalOwnerClient
 from gnnsys.train.topology import choose_topology
@@ -259,29 +259,23 @@ def _run(
 ) -> TrainResult:
     """Prepare, resolve, coordinate and summarise one run on either executor."""
     wall = time.perf_counter() - prepared.seconds
-    if config.hetero is not None:
-        return _run_hetero(
-            config,
-            run_path,
-            prepared,
-            executor=executor,
-            fault=fault,
-            wall=wall,
-            replay=replay,
-            threads=threads,
-        )
-    info = read_store_info(prepared.path)
-    topology = "partitioned"
-    if executor == "ray":
-        topology = choose_topology(
-            config.cluster.topology,
-            num_nodes=info.num_nodes,
-            num_edges=info.num_edges,
-            num_parts=config.cluster.parts,
-        )
-    config = replace(config, codec=resolved_codec(config, prepared.path))
+    info: Any
+    if config.hetero is not None:  # the run's one dispatch on the graph's kind
+        info, roles, topology = HeteroStoreInfo.read(str(prepared.path)), HETERO, "partitioned"
+        codec = resolved_typed_codec(config, prepared.path, info)
+    else:
+        info, roles = read_store_info(prepared.path), HOMOGENEOUS
+        codec, topology = resolved_codec(config, prepared.path), "partitioned"
+        if executor == "ray":
+            topology = choose_topology(
+                config.cluster.topology,
+                num_nodes=info.num_nodes,
+                num_edges=info.num_edges,
+                num_parts=config.cluster.parts,
+            )
+    config = replace(config, codec=codec)
     template = replace(worker_template(config, prepared.path, info, topology), fault=fault)
-    group = _GroupPlan(executor, template, HOMOGENEOUS, replay=replay, threads=threads)
+    group = _GroupPlan(executor, template, roles, replay=replay, threads=threads)
     coordinator = _coordinator(config, run_path, group, info.num_classes)
     return _finish(config, run_path, prepared, coordinator, topology, executor, wall)
 
@@ -355,49 +349,6 @@ def _finish(
     return TrainResult(history=history, summary=summary, run_dir=run_path)
 
 
-def _run_hetero(
-    config: RunConfig,
-    run_path: Path,
-    prepared: PreparedStore,
-    *,
-    executor: str,
-    fault: FaultSpec | None,
-    wall: float,
-    replay: bool = False,
-    threads: int | None = None,
-) -> TrainResult:
-    """``_run`` of a heterogeneous run: typed owners and trainers, the same coordinator."""
-    assert config.hetero is not None  # the caller checked
-    info = HeteroStoreInfo.read(str(prepared.path))
-    config = replace(config, codec=resolved_typed_codec(config, prepared.path, info))
-    template = replace(hetero_worker_template(config, prepared.path, info), fault=fault)
-    group = _GroupPlan(executor, template, HETERO, replay=replay, threads=threads)
-    coordinator = _coordinator(config, run_path, group, info.num_classes)
-    return _finish(config, run_path, prepared, coordinator, "partitioned", executor, wall)
-
-
-def hetero_worker_template(
-    config: RunConfig, store: Path, info: HeteroStoreInfo
-) -> HeteroWorkerSpec:
-    """Rank 0's ``HeteroWorkerSpec`` of a heterogeneous run."""
-    assert config.hetero is not None  # the caller checked
-    return hetero_template(
-        str(store),
-        info,
-        world_size=config.cluster.parts,
-        trainer=config.trainer,
-        hetero=config.hetero,
-        default_fanouts=config.sampler.fanouts,
-        hidden=config.model.hidden,
-        dropout=config.model.dropout,
-        deadline_s=config.loop.deadline_s,
-        codec=config.codec,
-        cache=config.cache,
-        evaluation=config.eval,
-        link=config.link,
-    )
-
-
 def resolved_typed_codec(config: RunConfig, store: Path, info: HeteroStoreInfo) -> CodecConfig:
     """``config.codec`` of a typed run with ``auto`` resolved per type (a canonical spec).
 
@@ -419,9 +370,20 @@ def resolved_codec(config: RunConfig, store: Path) -> CodecConfig:
     return config.codec.resolve_chunks(lambda: feature_chunks(store))
 
 
-def worker_template(config: RunConfig, store: Path, info: StoreInfo, topology: str) -> WorkerSpec:
-    """Rank 0's ``WorkerSpec`` (both executors derive every rank's spec from it)."""
-    return WorkerSpec(
+def worker_template(
+    config: RunConfig, store: Path, info: StoreInfo | HeteroStoreInfo, topology: str
+) -> WorkerSpec:
+    """Rank 0's ``WorkerSpec`` (both executors derive every rank's spec from it).
+
+    ``info``: the store's sizes (``StoreInfo``, or ``HeteroStoreInfo`` for a typed store).
+
+    Raises:
+        ValueError: A typed run whose seed type has no features or labels, or whose fanouts
+            or codec name a relation or type the store lacks (``TypedLayout.of``).
+    """
+    # a link encoder's output is the embedding, as wide as its hidden layers
+    classes = info.num_classes if config.link is None else config.model.hidden
+    spec = WorkerSpec(
         rank=0,
         world_size=config.cluster.parts,
         store=str(store),
@@ -429,9 +391,8 @@ def worker_template(config: RunConfig, store: Path, info: StoreInfo, topology: s
         trainer=config.trainer,
         sampler=config.sampler,
         model=config.model,
-        num_features=info.num_features,
-        # a link encoder's output is the embedding, as wide as its hidden layers
-        num_classes=info.num_classes if config.link is None else config.model.hidden,
+        num_features=0,
+        num_classes=classes,
         deadline_s=config.loop.deadline_s,
         codec=config.codec,
         cache=config.cache,
@@ -439,7 +400,12 @@ def worker_template(config: RunConfig, store: Path, info: StoreInfo, topology: s
         eval=config.eval,
         link=config.link,
         owner_reads=config.cluster.reads(),
+        hetero=config.hetero,
     )
+    if isinstance(info, StoreInfo):
+        return replace(spec, num_features=info.num_features)
+    layout = TypedLayout.of(spec, info)  # refuses what the typed worker could not build
+    return replace(spec, num_features=layout.in_dims[layout.hetero.input_type])
 
 
 def summary_of(

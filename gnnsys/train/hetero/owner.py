@@ -111,13 +111,16 @@ class HeteroShardOwner:
     Args:
         root: Heterogeneous partition store directory.
         part: The part this owner serves.
+        own_threads: Set the process's torch threads (an actor of its own); ``False`` when a
+            trainer reads through it in-process (``WorkerSpec.owner_reads == "local"``).
     """
 
-    def __init__(self, root: str, part: int) -> None:
+    def __init__(self, root: str, part: int, *, own_threads: bool = True) -> None:
         from gnnsys.sampler import CSRNeighborSource
         from gnnsys.store import read_hetero_shard
 
-        use_actor_threads()  # the CPUs Ray assigned (gnnsys.train.threads)
+        if own_threads:
+            use_actor_threads()  # the CPUs Ray assigned (gnnsys.train.threads)
         shard = read_hetero_shard(root, part)
         books = load_books(root)
         self.part = part

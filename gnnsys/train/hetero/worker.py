@@ -1,4 +1,4 @@
-"""One rank of a heterogeneous run: ``HeteroWorkerSpec`` and ``HeteroTrainWorker``.
+"""One rank of a heterogeneous run: ``TypedLayout`` and ``HeteroTrainWorker``.
 
 Per part ``p`` there are two actors, as for homogeneous runs: a ``HeteroShardOwner``
 (``owner.py``: part ``p``'s per-relation in-edges and feature rows) and a
@@ -23,14 +23,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import numpy as np
 import torch
 from torch import nn
 
-from gnnsys.cache import CacheConfig, CodecConfig
 from gnnsys.cache.admission import make_policy
 from gnnsys.cache.codecs import Codec, EncodedRows, TypedCodecConfig
 from gnnsys.cache.typed import TypeDemand, TypedHaloCache, split_budget
@@ -41,128 +40,116 @@ from gnnsys.sampler import CSRNeighborSource
 from gnnsys.sampler.hetero import HeteroNeighborSampler
 from gnnsys.store.hetero_shard import HeteroShard
 from gnnsys.train.eval_typed import TypedShardEvaluator, TypeInput
-from gnnsys.train.evaluate import EvalConfig, RankEval
+from gnnsys.train.evaluate import RankEval
 from gnnsys.train.hetero.config import HeteroConfig
 from gnnsys.train.hetero.embedding import OwnedEmbeddings, embedding_client
-from gnnsys.train.hetero.owner import TypeBook, load_books
+from gnnsys.train.hetero.owner import HeteroShardOwner, HeteroStoreInfo, TypeBook, load_books
 from gnnsys.train.hetero.trainer import (
     BoundSampler,
     HeteroLinkTrainer,
     HeteroTrainer,
     TypedInputs,
 )
-from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.link.scoring import score_typed_links
-from gnnsys.train.remote.client import OwnerClient, RayOwnerClient
+from gnnsys.train.remote.client import OwnerClient
 from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import TypedLedger
 from gnnsys.train.remote.peers import LocalPeerClient, PeerClient
 from gnnsys.train.remote.routed import RoutedNeighborSource
 from gnnsys.train.threads import use_actor_threads
-from gnnsys.train.trainer import Trainer
-from gnnsys.train.worker import FaultSpec, GlooSync, TrainWorker, peak_rss
+from gnnsys.train.worker import GlooSync, TrainWorker, WorkerSpec, owner_client, peak_rss
 
 __all__ = [
     "HeteroTrainWorker",
-    "HeteroWorkerSpec",
+    "TypedLayout",
     "build_hetero_model",
     "embedding_config",
-    "hetero_template",
 ]
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class HeteroWorkerSpec:
-    """Everything one heterogeneous trainer needs; pickled to the actor, so frozen.
+class TypedLayout:
+    """What a typed worker derives from its ``WorkerSpec`` and the store's manifest.
 
     Attributes:
-        rank: This worker's rank = the part it trains on.
-        world_size: ``P``.
-        store: Heterogeneous partition store directory.
-        trainer: Optimisation settings.
-        hetero: Model, fanout overrides, embeddings, evaluation subset.
-        fanouts: Relation -> fanouts per hop (resolved for the store's relations).
-        hidden: ``H``.
-        dropout: Dropout after each hidden layer.
+        hetero: The run's ``HeteroConfig`` (``spec.hetero``).
+        fanouts: Relation -> fanouts per hop (``spec.sampler.fanouts`` unless overridden).
         in_dims: Node type -> input width (features, or the embedding width).
         featured: Node types with stored features.
-        num_classes: ``C``.
-        deadline_s: Deadline of every remote call and of the gloo collectives.
-        codec: One codec, or a per-type spec (``TypedCodecConfig``: ``paper=int8,*=fp16``).
-        cache: Halo cache budget and policy of the featured types.
-        eval: Evaluation schedule (``every``, ``test_at_end``, ``metric``).
-        link: Link prediction on the store's target relation (``num_classes`` is then the
-            embedding width), or ``None`` for node classification of the seed type.
-        attempt: 0 for the first group, incremented on each restart.
-        fault: Injected fault, for tests.
     """
 
-    rank: int
-    world_size: int
-    store: str
-    trainer: Trainer.Config
     hetero: HeteroConfig
     fanouts: dict[EdgeType, tuple[int, ...]]
-    hidden: int
-    dropout: float
     in_dims: dict[str, int]
     featured: tuple[str, ...]
-    num_classes: int
-    deadline_s: float
-    codec: CodecConfig = field(default_factory=CodecConfig)
-    cache: CacheConfig = field(default_factory=CacheConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    link: LinkConfig | None = None
-    attempt: int = 0
-    fault: FaultSpec | None = None
 
-    @property
-    def eval_steps(self) -> int:
-        """Layer steps of the group's sharded evaluation (one per model layer)."""
-        return len(next(iter(self.fanouts.values())))
+    @classmethod
+    def of(cls, spec: WorkerSpec, info: HeteroStoreInfo | None = None) -> TypedLayout:
+        """The layout of ``spec`` over its store (``info``: the store's, read when ``None``).
+
+        Raises:
+            ValueError: The seed type has no features or labels, an
+                override names an unknown relation, or the codec an unknown type.
+        """
+        hetero = spec.hetero
+        assert hetero is not None, "the driver sets spec.hetero for a typed store"
+        info = HeteroStoreInfo.read(spec.store) if info is None else info
+        labelled = bool(info.num_classes) or spec.link is not None  # links need no labels
+        if hetero.input_type not in info.feature_dims or not labelled:
+            raise ValueError(
+                f"node type {hetero.input_type!r} of {spec.store} needs features and labels to "
+                f"be the seed type; featured types: {sorted(info.feature_dims)}"
+            )
+        TypedCodecConfig.from_config(spec.codec, list(info.node_types)).codecs()  # unknown types
+        dim = hetero.embedding_dim or info.feature_dims[hetero.input_type]
+        return cls(
+            hetero=hetero,
+            fanouts=hetero.fanouts_of(list(info.edge_types), tuple(spec.sampler.fanouts)),
+            in_dims={t: info.feature_dims.get(t, dim) for t in info.node_types},
+            featured=tuple(t for t in info.node_types if t in info.feature_dims),
+        )
 
 
-def embedding_config(spec: HeteroWorkerSpec) -> EmbeddingConfig:
-    """The embeddings of the spec's featureless types (width, seed, sparse optimizer, lr)."""
-    featureless = [t for t in spec.in_dims if t not in spec.featured]
-    dim = spec.in_dims[featureless[0]] if featureless else 1
+def embedding_config(spec: WorkerSpec, layout: TypedLayout) -> EmbeddingConfig:
+    """The embeddings of the featureless types (width, seed, sparse optimizer, lr)."""
+    featureless = [t for t in layout.in_dims if t not in layout.featured]
+    dim = layout.in_dims[featureless[0]] if featureless else 1
     return EmbeddingConfig(
         dim=dim,
-        optimizer=spec.hetero.embedding_optimizer,
-        lr=spec.hetero.embedding_lr or spec.trainer.lr,
+        optimizer=layout.hetero.embedding_optimizer,
+        lr=layout.hetero.embedding_lr or spec.trainer.lr,
         seed=spec.trainer.seed,
     )
 
 
-def build_hetero_model(spec: HeteroWorkerSpec) -> nn.Module:
+def build_hetero_model(spec: WorkerSpec, layout: TypedLayout | None = None) -> nn.Module:
     """``HeteroSAGE``, ``HeteroGAT`` or ``RGCN`` for the spec (same weights on every rank).
 
     For a link task: that encoder plus the run's decoder (``LinkModel``).
     """
-    encoder = _encoder(spec)
+    encoder = _encoder(spec, TypedLayout.of(spec) if layout is None else layout)
     if spec.link is None:
         return encoder
     return LinkModel(cast(Any, encoder), build_decoder(spec.link.decoder, spec.num_classes))
 
 
-def _encoder(spec: HeteroWorkerSpec) -> nn.Module:
+def _encoder(spec: WorkerSpec, layout: TypedLayout) -> nn.Module:
     from gnnsys.models.hetero import RGCN, HeteroGAT, HeteroSAGE
 
-    edge_types = list(spec.fanouts)
-    layers = len(next(iter(spec.fanouts.values())))
+    edge_types, in_dims = list(layout.fanouts), layout.in_dims
+    layers = len(next(iter(layout.fanouts.values())))
+    hidden, dropout, classes = spec.model.hidden, spec.model.dropout, spec.num_classes
     torch.manual_seed(spec.trainer.seed)
-    if spec.hetero.model == "rgcn":
-        widths = set(spec.in_dims.values())
+    if layout.hetero.model == "rgcn":
+        widths = set(in_dims.values())
         if len(widths) != 1:
-            raise ValueError(f"rgcn needs one input width for every type, got {spec.in_dims}")
-        return RGCN(widths.pop(), spec.hidden, spec.num_classes, edge_types, layers, spec.dropout)
-    if spec.hetero.model == "gat":
-        return HeteroGAT(
-            spec.in_dims, spec.hidden, spec.num_classes, edge_types, layers, spec.dropout
-        )
-    return HeteroSAGE(spec.in_dims, spec.hidden, spec.num_classes, edge_types, layers, spec.dropout)
+            raise ValueError(f"rgcn needs one input width for every type, got {in_dims}")
+        return RGCN(widths.pop(), hidden, classes, edge_types, layers, dropout)
+    if layout.hetero.model == "gat":
+        return HeteroGAT(in_dims, hidden, classes, edge_types, layers, dropout)
+    return HeteroSAGE(in_dims, hidden, classes, edge_types, layers, dropout)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -186,7 +173,7 @@ def _degree_score(shard: HeteroShard, node_type: str) -> torch.Tensor:
 
 
 def typed_cache(
-    spec: HeteroWorkerSpec, shard: HeteroShard, codecs: dict[str, Codec]
+    spec: WorkerSpec, layout: TypedLayout, shard: HeteroShard, codecs: dict[str, Codec]
 ) -> TypedHaloCache:
     """The featured types' halo caches under one byte budget (``gnnsys.cache.typed``).
 
@@ -197,8 +184,8 @@ def typed_cache(
     Raises:
         ValueError: A cache policy other than ``degree``.
     """
-    dims = {t: spec.in_dims[t] for t in spec.featured}
-    featured = {t: codecs[t] for t in spec.featured}
+    dims = {t: layout.in_dims[t] for t in layout.featured}
+    featured = {t: codecs[t] for t in layout.featured}
     if not spec.cache.enabled:
         return TypedHaloCache.disabled(feature_dims=dims, codecs=featured)
     if spec.cache.policy != "degree":
@@ -215,7 +202,8 @@ def typed_cache(
 
 
 def build_sources(
-    spec: HeteroWorkerSpec,
+    spec: WorkerSpec,
+    layout: TypedLayout,
     shard: HeteroShard,
     books: dict[str, TypeBook],
     client: OwnerClient,
@@ -238,16 +226,16 @@ def build_sources(
             rank, books[dst].part_N, local, client, ledger.of(dst), edge_type=et
         )
     sampler = HeteroNeighborSampler(
-        HeteroNeighborSampler.Config(fanouts=spec.fanouts),
+        HeteroNeighborSampler.Config(fanouts=layout.fanouts),
         sources=relation_sources,
         node_types=list(shard.nodes),
     )
     codecs = TypedCodecConfig.from_config(spec.codec, list(shard.nodes)).codecs()
-    caches = typed_cache(spec, shard, codecs)
+    caches = typed_cache(spec, layout, shard, codecs)
     features, rows = {}, {}
     for t, nodes in shard.nodes.items():
         book = books[t]
-        if t in spec.featured:
+        if t in layout.featured:
             features[t] = RoutedFeatureSource(
                 rank, book.part_N, book.lid_N, nodes.data["x"], client, ledger.of(t),
                 codec=codecs[t], cache=caches.of(t), node_type=t,
@@ -257,7 +245,7 @@ def build_sources(
                 rank, book.part_N, book.lid_N, embeddings.local_rows(t),
                 embedding_client(peers, step), ledger.of(t), codec=codecs[t], node_type=t,
             )  # fmt: skip
-    return _Sources(BoundSampler(sampler, spec.hetero.input_type), TypedInputs(features, rows))
+    return _Sources(BoundSampler(sampler, layout.hetero.input_type), TypedInputs(features, rows))
 
 
 class HeteroTrainWorker(TrainWorker):
@@ -274,7 +262,7 @@ class HeteroTrainWorker(TrainWorker):
 
     def __init__(
         self,
-        spec: HeteroWorkerSpec,
+        spec: WorkerSpec,
         owners: list[Any],
         *,
         client: OwnerClient | None = None,
@@ -285,14 +273,16 @@ class HeteroTrainWorker(TrainWorker):
         from gnnsys.store import read_hetero_shard
 
         use_actor_threads(reserve=1 if spec.trainer.prefetch else 0)  # gnnsys.train.threads
-        self.spec = cast(Any, spec)
-        self.hspec = spec
+        self.spec = spec
+        self.layout = TypedLayout.of(spec)
         self.hshard = read_hetero_shard(spec.store, spec.rank)
         self.books = load_books(spec.store)
         self.typed_ledger = TypedLedger(list(self.hshard.nodes))
         self.ledger = cast(Any, self.typed_ledger)  # TrainWorker's epoch reports read it
         self.eval_ledger = TypedLedger(list(self.hshard.nodes))
-        self.hclient: OwnerClient = client or RayOwnerClient(owners, spec.deadline_s)
+        self.client = owner_client(
+            spec, owners, client, lambda p: HeteroShardOwner(spec.store, p, own_threads=False)
+        )
         self.peers: PeerClient = peers if peers is not None else LocalPeerClient()
         self.embeddings = self._embeddings()
         grad_sync = sync(self.typed_ledger) if sync is not None else None
@@ -309,15 +299,16 @@ class HeteroTrainWorker(TrainWorker):
 
     def _embeddings(self) -> OwnedEmbeddings | None:
         featureless = {
-            t: s.owned_lid for t, s in self.hshard.nodes.items() if t not in self.hspec.featured
+            t: s.owned_lid for t, s in self.hshard.nodes.items() if t not in self.layout.featured
         }
         if not featureless:
             return None
-        return OwnedEmbeddings(featureless, embedding_config(self.hspec))
+        return OwnedEmbeddings(featureless, embedding_config(self.spec, self.layout))
 
     def _sources(self, ledger: TypedLedger) -> _Sources:
         return build_sources(
-            self.hspec, self.hshard, self.books, self.hclient, lambda: self.peers, ledger,
+            self.spec, self.layout, self.hshard, self.books, self.client, lambda: self.peers,
+            ledger,
             self.embeddings, step=self._step_count,
         )  # fmt: skip
 
@@ -325,10 +316,10 @@ class HeteroTrainWorker(TrainWorker):
         return 0 if self.embeddings is None else self.embeddings.steps
 
     def _trainer(self, sync: Any, rng_lock: threading.Lock | None) -> HeteroTrainer:
-        spec = self.hspec
+        spec, input_type = self.spec, self.layout.hetero.input_type
         sources = self._sources(self.typed_ledger)
         handles: dict[str, Any] = {
-            "model": build_hetero_model(spec), "sampler": sources.sampler,
+            "model": build_hetero_model(spec, self.layout), "sampler": sources.sampler,
             "inputs": sources.inputs, "books": self.books, "embeddings": self.embeddings,
             "ledger": self.typed_ledger, "rank": spec.rank, "world_size": spec.world_size,
             "sync": sync, "rng_lock": rng_lock,
@@ -342,10 +333,10 @@ class HeteroTrainWorker(TrainWorker):
                 train_2E=torch.from_numpy(self.links.train_2E),
                 num_dst=self.hshard.nodes[self.edge_type[2]].num_nodes, **handles,
             )  # fmt: skip
-        seeds = self.hshard.nodes[spec.hetero.input_type]
+        seeds = self.hshard.nodes[input_type]
         if "y" not in seeds.data or "train_mask" not in seeds.data:
             raise ValueError(
-                f"part {spec.rank}: node type {spec.hetero.input_type!r} has no y or "
+                f"part {spec.rank}: node type {input_type!r} has no y or "
                 "train_mask; partition a dataset with labels on that type"
             )
         pos = np.flatnonzero(np.asarray(seeds.data["train_mask"]))
@@ -362,8 +353,8 @@ class HeteroTrainWorker(TrainWorker):
     ) -> EncodedRows:
         """Rows of owned type-local ``lid`` after ``step`` updates, encoded for the wire."""
         if self.embeddings is None:
-            raise ValueError(f"rank {self.hspec.rank} holds no embeddings")
-        rows = self.embeddings.rows(node_type, lid, step, self.hspec.deadline_s)
+            raise ValueError(f"rank {self.spec.rank} holds no embeddings")
+        rows = self.embeddings.rows(node_type, lid, step, self.spec.deadline_s)
         return codec.encode(rows)
 
     def serve_rows(self, table: int, gid: np.ndarray, codec: Codec) -> EncodedRows:
@@ -372,18 +363,18 @@ class HeteroTrainWorker(TrainWorker):
         A table is a layer input of one node type (``TypedShardEvaluator.table``).
         """
         if self._typed_eval is None:
-            raise ValueError(f"rank {self.hspec.rank} has not started evaluating")
+            raise ValueError(f"rank {self.spec.rank} has not started evaluating")
         return codec.encode(self._typed_eval.serve_rows(table, gid))
 
     def eval_layer(self, layer: int) -> None:
         """One step of the sharded exact evaluation (``gnnsys.train.eval_typed``)."""
         if layer == 0 or self._typed_eval is None:
             self._typed_eval = TypedShardEvaluator(
-                self.hspec.eval,
+                self.spec.eval,
                 shard=self.hshard,
                 books=cast(dict[str, Any], self.books),
                 layers=cast(nn.ModuleList, self._encoder().layers),
-                input_type=self.hspec.hetero.input_type,
+                input_type=self.layout.hetero.input_type,
                 inputs=self._eval_inputs(),
                 peers=self.peers,
                 ledger=self.eval_ledger,
@@ -397,11 +388,11 @@ class HeteroTrainWorker(TrainWorker):
 
     def _eval_inputs(self) -> dict[str, TypeInput]:
         """Layer-0 rows per type: features from the owners, embeddings from their ranks."""
-        codecs = TypedCodecConfig.from_config(self.hspec.codec, list(self.hshard.nodes)).codecs()
+        codecs = TypedCodecConfig.from_config(self.spec.codec, list(self.hshard.nodes)).codecs()
         out = {}
         for t, nodes in self.hshard.nodes.items():
-            if t in self.hspec.featured:
-                out[t] = TypeInput(nodes.data["x"], self.hclient, codecs[t])
+            if t in self.layout.featured:
+                out[t] = TypeInput(nodes.data["x"], self.client, codecs[t])
             elif self.embeddings is not None:
                 client = embedding_client(lambda: self.peers, self._step_count)
                 out[t] = TypeInput(self.embeddings.local_rows(t), client, codecs[t])
@@ -410,7 +401,7 @@ class HeteroTrainWorker(TrainWorker):
     def eval_report(self, splits: tuple[str, ...], with_logits: bool = False) -> RankEval:
         """This rank's confusion matrices after the last layer step; frees the tables."""
         assert self._typed_eval is not None  # the group ran eval_layer for every layer first
-        link = self.hspec.link
+        link = self.spec.link
         if link is not None:
             model = cast(LinkModel, self.htrainer.model)
             assert self.links is not None  # loaded with the link trainer
@@ -420,53 +411,3 @@ class HeteroTrainWorker(TrainWorker):
         else:
             report = self._typed_eval.report(splits, with_logits=with_logits)
         return replace(report, peak_rss_bytes=peak_rss())
-
-
-def hetero_template(
-    store: str,
-    info: Any,
-    *,
-    world_size: int,
-    trainer: Trainer.Config,
-    hetero: HeteroConfig,
-    default_fanouts: tuple[int, ...],
-    hidden: int,
-    dropout: float,
-    deadline_s: float,
-    codec: CodecConfig,
-    cache: CacheConfig,
-    evaluation: EvalConfig,
-    link: LinkConfig | None = None,
-) -> HeteroWorkerSpec:
-    """Rank 0's ``HeteroWorkerSpec`` for a store (``HeteroStoreInfo`` ``info``).
-
-    Raises:
-        ValueError: The seed type has no features or labels, or an override names an unknown
-            relation.
-    """
-    labelled = bool(info.num_classes) or link is not None  # links need no labels
-    if hetero.input_type not in info.feature_dims or not labelled:
-        raise ValueError(
-            f"node type {hetero.input_type!r} of {store} needs features and labels to be the "
-            f"seed type; featured types: {sorted(info.feature_dims)}"
-        )
-    dim = hetero.embedding_dim or info.feature_dims[hetero.input_type]
-    TypedCodecConfig.from_config(codec, list(info.node_types)).codecs()  # refuses unknown types
-    return HeteroWorkerSpec(
-        rank=0,
-        world_size=world_size,
-        store=store,
-        trainer=trainer,
-        hetero=hetero,
-        fanouts=hetero.fanouts_of(list(info.edge_types), default_fanouts),
-        hidden=hidden,
-        dropout=dropout,
-        in_dims={t: info.feature_dims.get(t, dim) for t in info.node_types},
-        featured=tuple(t for t in info.node_types if t in info.feature_dims),
-        num_classes=info.num_classes if link is None else hidden,  # link: embedding width
-        deadline_s=deadline_s,
-        codec=codec,
-        cache=cache,
-        eval=evaluation,
-        link=link,
-    )

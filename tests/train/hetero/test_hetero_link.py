@@ -33,7 +33,7 @@ from gnnsys.store.links import load_typed_links
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.local_group import LocalWorkerGroup
-from gnnsys.train.control.run import HETERO, hetero_worker_template, train_local
+from gnnsys.train.control.run import HETERO, train_local, worker_template
 from gnnsys.train.eval_typed import full_typed_outputs
 from gnnsys.train.evaluate import combine_evals
 from gnnsys.train.hetero.config import HeteroConfig
@@ -136,7 +136,9 @@ def test_exact_link_evaluation_equals_a_whole_graph_ranking(
     write_hetero_partitions(
         split.graph, partition_hetero(split.graph, "random", 2, 0), store, num_hops=2, links=split
     )
-    template = hetero_worker_template(_config(2, store), store, HeteroStoreInfo.read(str(store)))
+    template = worker_template(
+        _config(2, store), store, HeteroStoreInfo.read(str(store)), "partitioned"
+    )
     group = LocalWorkerGroup(template, 60.0, roles=HETERO)
     group.start()
     try:

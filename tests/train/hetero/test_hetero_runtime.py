@@ -41,7 +41,7 @@ from gnnsys.store.source import DataConfig
 from gnnsys.train.control.checkpoint import load_checkpoint
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.local_group import LocalWorkerGroup
-from gnnsys.train.control.run import HETERO, hetero_worker_template, train_local
+from gnnsys.train.control.run import HETERO, train_local, worker_template
 from gnnsys.train.hetero.config import HeteroConfig
 from gnnsys.train.hetero.owner import HeteroStoreInfo
 from gnnsys.train.hetero.worker import build_hetero_model
@@ -68,7 +68,7 @@ def _config(store: Path, parts: int, *, epochs: int = 1, batch: int = 1024, **kw
 
 def _group(store: Path, parts: int) -> LocalWorkerGroup:
     cfg = _config(store, parts)
-    template = hetero_worker_template(cfg, store, HeteroStoreInfo.read(str(store)))
+    template = worker_template(cfg, store, HeteroStoreInfo.read(str(store)), "partitioned")
     group = LocalWorkerGroup(template, 60.0, roles=HETERO)
     group.start()
     return group
@@ -123,7 +123,7 @@ def _reference_steps(
     """Epoch 0 of ``parts`` ranks simulated in one process on the whole graph."""
     torch.set_num_threads(1)  # as every rank (matmul blocking can depend on threads)
     cfg = _config(store, parts, batch=batch)
-    spec = hetero_worker_template(cfg, store, HeteroStoreInfo.read(str(store)))
+    spec = worker_template(cfg, store, HeteroStoreInfo.read(str(store)), "partitioned")
     model = build_hetero_model(spec)
     tables = {
         t: LocalEmbeddingGroup(EMB, node_type=t, owner_of=torch.zeros(mag.num_nodes(t)).long())
