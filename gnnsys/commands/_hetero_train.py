@@ -45,7 +45,6 @@ NOT_FOR_HETERO: dict[str, str] = {
     "cache_warm_weight": "--cache-warm-weight (only --cache-policy degree is built for typed "
     "caches)",
     "cache_margin": "--cache-margin (only --cache-policy degree is built for typed caches)",
-    "owner_reads": "--owner-reads (heterogeneous owners are called remotely only)",
 }
 """Flags (argparse dest -> how to name it) refused for heterogeneous runs."""
 

@@ -330,7 +330,6 @@ def test_rank_that_raises_aborts_naming_it(stores: dict[int, Path], tmp_path: Pa
     [
         (["--topology", "replicated"], "--topology"),
         (["--aggregate-at", "owner"], "--aggregate-at"),
-        (["--owner-reads", "local"], "--owner-reads"),
         (["--eval-spill-mb", "64"], "--eval-spill-mb"),
         (["--model", "gcn"], "--model gcn"),
         (["--cache-policy", "adaptive", "--cache-ratio", "0.1"], "--cache-policy adaptive"),
@@ -417,6 +416,23 @@ def test_cli_config_of_per_relation_fanouts_and_type_codecs() -> None:
     assert cfg.hetero.fanouts == (("paper__cites__paper", (3, 2)),)
     assert cfg.codec.name == "paper=int8,author=fp16"
     assert dict(cfg.data.dataset_params)["scale"] == 0.01
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_owner_reads_local_equals_remote_on_ray(
+    ray_session: Any, stores: dict[int, Path], tmp_path: Path
+) -> None:
+    from gnnsys.train.control.run import train
+
+    cfg = _config(stores[2], 2, batch=512)
+    runs = {}
+    for reads in ("remote", "local"):
+        run_cfg = replace(cfg, cluster=replace(cfg.cluster, owner_reads=reads))
+        runs[reads] = train(run_cfg, tmp_path / reads).history
+    for a, b in zip(runs["remote"], runs["local"], strict=True):
+        assert a["loss"] == b["loss"] and a["test_acc"] == b["test_acc"]
+        assert a["bytes_by_type"] == b["bytes_by_type"]
 
 
 @pytest.mark.ray
