@@ -17,9 +17,12 @@ Shape legend: ``S`` inputs of an epoch, ``B`` inputs per batch.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -27,7 +30,16 @@ from gnnsys.loader.graph_view import GraphView
 from gnnsys.sampler import batch_seed
 from gnnsys.sampler.stages import Prefetcher
 
-__all__ = ["BatchLoader", "LoaderOptions", "to_pyg_batch"]
+__all__ = [
+    "BatchLoader",
+    "LoaderOptions",
+    "Sampling",
+    "Seeds",
+    "input_gid",
+    "per_input",
+    "subgraph_type_of",
+    "to_pyg_batch",
+]
 
 _SHUFFLE_SALT = 0x5EED5EED
 _CALL_SALT = 0xCA11CA11
@@ -77,14 +89,50 @@ class LoaderOptions:
         """``Data`` subclass for batches built from a ``(FeatureStore, GraphStore)``."""
 
 
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    """PyG's sampling arguments of a loader, read by the seeds of either graph kind.
+
+    ``num_neighbors`` is as the user gave it (a list, a dict by edge type or PyG's
+    ``NumNeighbors``); ``subgraph_type`` is resolved (``directed=False`` folded in);
+    ``num_threads`` is the sampler's intra-batch threads (``None``: torch's).
+    """
+
+    num_neighbors: Any
+    replace: bool
+    subgraph_type: str
+    disjoint: bool
+    temporal_strategy: str
+    time_attr: str | None
+    weight_attr: str | None
+    num_threads: int | None = None
+
+
+class Seeds(Protocol):
+    """What a loader iterates: its inputs, how one batch of them is sampled and joined.
+
+    One implementation per graph kind (``Data``/``Graph`` batches, ``HeteroData`` batches);
+    the loader class is the same.
+    """
+
+    num_inputs: int
+
+    def collate(self, index: Tensor, seed: int) -> Any:
+        """PyG's sampler output for the inputs at positions ``index``."""
+        ...
+
+    def join(self, out: Any, custom_cls: Any) -> Any:
+        """PyG's ``filter_fn``: the batch with features joined and its fields set."""
+        ...
+
+
 class BatchLoader:
     """Base of the loaders: iterate positions of ``num_inputs`` inputs in batches.
 
-    Subclasses set ``self.view`` and implement ``collate(index, seed)`` (sampling) and
-    ``filter(out)`` (joining features into a ``Data``).
+    Subclasses implement ``collate(index, seed)`` (sampling) and ``filter(out)`` (joining
+    features into a ``Data`` or ``HeteroData``).
     """
 
-    view: GraphView
     transform_sampler_output: Callable[[Any], Any] | None = None
     """PyG's hook: called on every ``SamplerOutput`` before features are joined."""
 
@@ -126,12 +174,6 @@ class BatchLoader:
     def filter(self, out: Any) -> Any:
         """Join features into a PyG ``Data`` (subclass hook)."""
         raise NotImplementedError
-
-    def _joined(self, out: Any) -> Any:
-        """``transform_sampler_output``, then PyG's homogeneous ``filter_fn`` fields."""
-        if self.transform_sampler_output is not None:
-            out = self.transform_sampler_output(out)
-        return to_pyg_batch(self.view, out, self.custom_cls)
 
     def __repr__(self) -> str:
         """``'NeighborLoader()'``, as PyG's loaders print."""
@@ -251,3 +293,56 @@ def _workers_and_prefetch(num_workers: int, prefetch: int | None) -> tuple[int, 
             f"{max(1, num_workers)} or leave it None (2 * num_workers)"
         )
     return num_workers, prefetch
+
+
+def input_gid(input_nodes: Any, num_nodes: int) -> Tensor:
+    """``[S]`` int64 ids from ``None`` (all), a bool mask, an index tensor/array or a range."""
+    if input_nodes is None:
+        return torch.arange(num_nodes, dtype=torch.int64)
+    if isinstance(input_nodes, tuple | str):
+        raise TypeError(
+            f"input_nodes={input_nodes!r} names a node type, but the graph has one node type: "
+            "pass None, a bool mask or an index tensor"
+        )
+    if isinstance(input_nodes, np.ndarray | range | list):
+        input_nodes = torch.as_tensor(np.asarray(input_nodes))
+    if not isinstance(input_nodes, Tensor) or input_nodes.dim() != 1:
+        raise TypeError(
+            "input_nodes must be None, a 1-D bool mask or a 1-D index tensor, got "
+            f"{type(input_nodes).__name__}"
+        )
+    if input_nodes.dtype == torch.bool:
+        if input_nodes.shape[0] != num_nodes:
+            raise ValueError(
+                f"input_nodes mask has {input_nodes.shape[0]} entries; need {num_nodes}"
+            )
+        return torch.nonzero(input_nodes).squeeze(1)
+    gid = input_nodes.long()
+    if gid.numel() and (int(gid.min()) < 0 or int(gid.max()) >= num_nodes):
+        raise ValueError(f"input_nodes has ids outside [0, {num_nodes}); pass valid node ids")
+    return gid
+
+
+def per_input(name: str, values: Tensor | None, input_gid: Tensor) -> Tensor | None:
+    """``values`` checked to hold one entry per input node (``None`` passes through)."""
+    if values is None:
+        return None
+    values = torch.as_tensor(values)
+    if values.dim() != 1 or values.shape[0] != input_gid.shape[0]:
+        raise ValueError(
+            f"{name} must have one entry per input node ({input_gid.shape[0]}), "
+            f"got shape {tuple(values.shape)}"
+        )
+    return values
+
+
+def subgraph_type_of(subgraph_type: Any, directed: bool, cls_name: str) -> str:
+    """PyG's deprecated ``directed=False`` means ``subgraph_type='induced'`` (with a warning)."""
+    if not directed:
+        warnings.warn(
+            f"The usage of the 'directed' argument in '{cls_name}' is deprecated. "
+            "Use `subgraph_type='induced'` instead.",
+            stacklevel=3,
+        )
+        return "induced"
+    return str(getattr(subgraph_type, "value", subgraph_type))

@@ -1,6 +1,6 @@
 """``LinkNeighborLoader`` on heterogeneous graphs: seed links of one relation, typed batches.
 
-``gnnsys.loader.LinkNeighborLoader(data, ...)`` builds a ``HeteroLinkNeighborLoader`` when
+``gnnsys.loader.LinkNeighborLoader(data, ...)`` iterates :class:`TypedLinkSeeds` when
 ``data`` is a ``HeteroData``, a gnnsys ``HeteroGraph``, or a ``(FeatureStore, GraphStore)`` pair
 with ``edge_label_index`` naming an edge type. Arguments keep PyG's meaning:
 
@@ -24,26 +24,24 @@ Shape legend: ``L`` seed links of an epoch, ``B`` per batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from gnnsys.datasets.hetero import EdgeType, HeteroGraph
-from gnnsys.loader.base_loader import BatchLoader, LoaderOptions
+from gnnsys.loader.base_loader import Sampling
 from gnnsys.loader.hetero_loader import (
     HeteroGraphView,
-    _fanouts,
     bidirectional,
     hetero_output,
-    hetero_subgraph_type,
     join_hetero,
     typed_sampler,
+    typed_subgraph_type,
 )
-from gnnsys.loader.link_loader import check_time_args, edge_input, neg_sampling_of
+from gnnsys.loader.link_inputs import LinkInputs, edge_input
 
-__all__ = ["HeteroLinkNeighborLoader", "is_hetero_link"]
+__all__ = ["TypedLinkSeeds", "is_hetero_link"]
 
 
 def is_hetero_link(data: Any, edge_label_index: Any) -> bool:
@@ -57,62 +55,31 @@ def is_hetero_link(data: Any, edge_label_index: Any) -> bool:
     return isinstance(data, tuple) and named
 
 
-class HeteroLinkNeighborLoader(BatchLoader):
-    """``LinkNeighborLoader`` on heterogeneous graphs (see the module docstring).
+class TypedLinkSeeds:
+    """Seed links of one relation of a heterogeneous graph: ``HeteroData`` batches.
 
-    Built by ``gnnsys.loader.LinkNeighborLoader``; takes the same arguments, in PyG's order.
+    ``gnnsys.loader.LinkNeighborLoader``'s seeds for typed inputs (see the module docstring).
 
     Raises:
-        TypeError: Unknown keyword, or ``edge_label_index`` without an edge type.
+        TypeError: ``edge_label_index`` without an edge type.
         ValueError: Unknown edge type, ids out of range, bad labels or times, or an option not
             supported here (``subgraph_type='induced'``).
     """
 
-    # PyG's argument list, packed as in LinkNeighborLoader.
-    # fmt: off
-    def __init__(
-        self, data: Any, num_neighbors: Any = (15, 10), edge_label_index: Any = None,
-        edge_label: Tensor | None = None, edge_label_time: Tensor | None = None,
-        replace: bool = False, subgraph_type: Any = "directional", disjoint: bool = False,
-        temporal_strategy: str = "uniform", neg_sampling: Any = None,
-        neg_sampling_ratio: float | None = None, time_attr: str | None = None,
-        weight_attr: str | None = None, transform: Callable[[Any], Any] | None = None,
-        transform_sampler_output: Callable[[Any], Any] | None = None, is_sorted: bool = False,
-        filter_per_worker: bool | None = None, neighbor_sampler: Any = None,
-        directed: bool = True, *, input_id: Tensor | None = None, batch_size: int = 1,
-        shuffle: bool = False, drop_last: bool = False, num_workers: int = 0,
-        sampler: Iterable[int] | None = None, seed: int | None = None,
-        prefetch: int | None = None, **kwargs: Any,
-    ) -> None:
-        options = LoaderOptions("LinkNeighborLoader", kwargs, neighbor_sampler)
-        self.subgraph_type = hetero_subgraph_type(subgraph_type, directed, "LinkNeighborLoader")
-        check_time_args(edge_label_time, time_attr)
-        self.transform_sampler_output = transform_sampler_output
+    def __init__(self, data: Any, sampling: Sampling, links: LinkInputs) -> None:
+        self.subgraph_type = typed_subgraph_type(sampling.subgraph_type)
         self.hetero_view = HeteroGraphView.of(data)
-        self.data = data
-        self.node_sampler = typed_sampler(
-            self.hetero_view, _fanouts(num_neighbors, self.hetero_view.edge_types),
-            replace=replace, disjoint=disjoint, temporal_strategy=temporal_strategy,
-            time_attr=time_attr, weight_attr=weight_attr,
-        )
+        self.node_sampler = typed_sampler(self.hetero_view, sampling)
         self.disjoint = self.node_sampler.disjoint
+        time_attr = sampling.time_attr
         self.node_time = self.hetero_view.node_attrs(time_attr) if time_attr else None
-        self.neg_sampling = neg_sampling_of(neg_sampling, neg_sampling_ratio)
-        self.input_type, label_index = self._label_index(edge_label_index)
+        self.neg_sampling = links.neg_sampling
+        self.input_type, label_index = self._label_index(links.edge_label_index)
         self.input_data = edge_input(
-            label_index, edge_label, edge_label_time, input_id, self.neg_sampling, self.input_type
-        )
-        self._init_batches(
-            int(label_index.shape[1]), batch_size=batch_size, shuffle=shuffle,
-            drop_last=drop_last, seed=seed, num_workers=num_workers, prefetch=prefetch,
-            sampler=sampler, transform=transform, filter_per_worker=filter_per_worker,
-            options=options,
-        )
-    # fmt: on
-
-    def __repr__(self) -> str:
-        """``'LinkNeighborLoader()'``, as PyG prints its loader on any graph."""
-        return "LinkNeighborLoader()"
+            label_index, links.edge_label, links.edge_label_time, links.input_id,
+            self.neg_sampling, self.input_type,
+        )  # fmt: skip
+        self.num_inputs = int(label_index.shape[1])
 
     def _label_index(self, edge_label_index: Any) -> tuple[EdgeType, Tensor]:
         """``(edge type, [2, L] type-local ids)`` of the seed links (PyG's resolution)."""
@@ -189,11 +156,9 @@ class HeteroLinkNeighborLoader(BatchLoader):
         )  # fmt: skip
         return bidirectional(out) if self.subgraph_type == "bidirectional" else out
 
-    def filter(self, out: Any) -> Any:
+    def join(self, out: Any, custom_cls: Any) -> Any:
         """PyG's ``LinkLoader.filter_fn`` for heterogeneous graphs."""
-        if self.transform_sampler_output is not None:
-            out = self.transform_sampler_output(out)
-        batch = join_hetero(self.hetero_view, out, self.custom_cls)
+        batch = join_hetero(self.hetero_view, out, custom_cls)
         edge_type = self.input_type
         batch[edge_type].input_id = out.metadata[0]
         if self.neg_sampling is None or self.neg_sampling.is_binary():

@@ -1,8 +1,8 @@
 """``NeighborLoader`` on heterogeneous graphs: ``HeteroData`` batches from the typed sampler.
 
-``gnnsys.loader.NeighborLoader(data, ...)`` builds a ``HeteroNeighborLoader`` when ``data`` is a
+``gnnsys.loader.NeighborLoader(data, ...)`` iterates :class:`TypedNodeSeeds` when ``data`` is a
 ``HeteroData``, a gnnsys ``HeteroGraph``, or a ``(FeatureStore, GraphStore)`` pair with a typed
-``input_nodes``. Arguments keep PyG's meaning:
+``input_nodes`` (the loader class is the same). Arguments keep PyG's meaning:
 
 * ``num_neighbors``: a list (the same fanouts for every relation) or a dict keyed by edge type
   (PyG's ``NumNeighbors`` resolves it: every relation needs an entry unless a default is given,
@@ -34,7 +34,6 @@ Shape legend: ``N_t`` nodes of type ``t``, ``E`` edges of one relation, ``B`` se
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,8 +41,7 @@ import torch
 from torch import Tensor
 
 from gnnsys.datasets.hetero import EdgeType, HeteroGraph
-from gnnsys.loader.base_loader import BatchLoader, LoaderOptions
-from gnnsys.loader.node_loader import _input_gid, _per_input, subgraph_type_of
+from gnnsys.loader.base_loader import Sampling, input_gid, per_input
 from gnnsys.sampler.candidates import check_strategy, time_sorted
 from gnnsys.sampler.csr_source import CSRNeighborSource
 from gnnsys.sampler.hetero import HeteroNeighborSampler, csr_sources
@@ -51,13 +49,13 @@ from gnnsys.sampler.hetero_extended import HeteroExtendedSampler
 
 __all__ = [
     "HeteroGraphView",
-    "HeteroNeighborLoader",
+    "TypedNodeSeeds",
     "bidirectional",
     "hetero_output",
-    "hetero_subgraph_type",
     "is_hetero_input",
     "join_hetero",
     "typed_sampler",
+    "typed_subgraph_type",
 ]
 
 
@@ -220,61 +218,36 @@ def _input(input_nodes: Any, num_nodes: dict[str, int]) -> tuple[str, Tensor]:
     node_type, index = input_nodes
     if node_type not in num_nodes:
         raise ValueError(f"input node type {node_type!r} not in {list(num_nodes)}")
-    return node_type, _input_gid(index, num_nodes[node_type])
+    return node_type, input_gid(index, num_nodes[node_type])
 
 
-class HeteroNeighborLoader(BatchLoader):
-    """``NeighborLoader`` on heterogeneous graphs (see the module docstring).
+class TypedNodeSeeds:
+    """Seed nodes of one type of a heterogeneous graph: ``HeteroData`` batches.
 
-    Built by ``gnnsys.loader.NeighborLoader``; takes the same arguments, in PyG's order.
+    ``gnnsys.loader.NeighborLoader``'s seeds for typed inputs (see the module docstring).
 
     Raises:
-        TypeError: Unknown keyword, or ``input_nodes`` without a node type.
+        TypeError: ``input_nodes`` without a node type.
         ValueError: Unequal hop counts, unknown types, or an option not supported here.
     """
 
-    # PyG's argument list, packed as in NeighborLoader.
-    # fmt: off
     def __init__(
-        self, data: Any, num_neighbors: Any = (15, 10), input_nodes: Any = None,
-        input_time: Tensor | None = None, replace: bool = False, subgraph_type: Any = "directional",
-        disjoint: bool = False, temporal_strategy: str = "uniform", time_attr: str | None = None,
-        weight_attr: str | None = None, transform: Callable[[Any], Any] | None = None,
-        transform_sampler_output: Callable[[Any], Any] | None = None, is_sorted: bool = False,
-        filter_per_worker: bool | None = None, neighbor_sampler: Any = None,
-        directed: bool = True, *, input_id: Tensor | None = None, batch_size: int = 1,
-        shuffle: bool = False, drop_last: bool = False, num_workers: int = 0,
-        sampler: Iterable[int] | None = None, seed: int | None = None,
-        prefetch: int | None = None, **kwargs: Any,
+        self,
+        data: Any,
+        sampling: Sampling,
+        input_nodes: Any,
+        input_time: Tensor | None,
+        input_id: Tensor | None,
     ) -> None:
-        options = LoaderOptions("NeighborLoader", kwargs, neighbor_sampler)
-        self.subgraph_type = hetero_subgraph_type(subgraph_type, directed, "NeighborLoader")
-        if input_time is not None and time_attr is None:
-            raise ValueError("input_time needs time_attr (the timestamps it is compared with)")
-        self.transform_sampler_output = transform_sampler_output
+        self.subgraph_type = typed_subgraph_type(sampling.subgraph_type)
         self.hetero_view = HeteroGraphView.of(data)
-        self.data = data
-        self.node_sampler = typed_sampler(
-            self.hetero_view, _fanouts(num_neighbors, self.hetero_view.edge_types),
-            replace=replace, disjoint=disjoint, temporal_strategy=temporal_strategy,
-            time_attr=time_attr, weight_attr=weight_attr,
-        )
+        self.node_sampler = typed_sampler(self.hetero_view, sampling)
         self.input_type, self.input_gid = _input(input_nodes, self.hetero_view.num_nodes)
-        self.input_id = _per_input("input_id", input_id, self.input_gid)
-        self.input_time = _per_input("input_time", input_time, self.input_gid)
+        self.input_id = per_input("input_id", input_id, self.input_gid)
+        self.input_time = per_input("input_time", input_time, self.input_gid)
         if self.input_time is None:
-            _check_seeds_have_time(self.node_sampler, self.input_type, time_attr)
-        self._init_batches(
-            int(self.input_gid.shape[0]), batch_size=batch_size, shuffle=shuffle,
-            drop_last=drop_last, seed=seed, num_workers=num_workers, prefetch=prefetch,
-            sampler=sampler, transform=transform, filter_per_worker=filter_per_worker,
-            options=options,
-        )
-    # fmt: on
-
-    def __repr__(self) -> str:
-        """``'NeighborLoader()'``, as PyG prints its loader on any graph."""
-        return "NeighborLoader()"
+            _check_seeds_have_time(self.node_sampler, self.input_type, sampling.time_attr)
+        self.num_inputs = int(self.input_gid.shape[0])
 
     def collate(self, index: Tensor, seed: int) -> Any:
         """PyG ``HeteroSamplerOutput`` for the seeds at positions ``index`` of ``input_nodes``."""
@@ -290,11 +263,9 @@ class HeteroNeighborLoader(BatchLoader):
             return out
         return bidirectional(out)
 
-    def filter(self, out: Any) -> Any:
+    def join(self, out: Any, custom_cls: Any) -> Any:
         """PyG's hetero ``filter_fn``: features joined, PyG's per-type fields set."""
-        if self.transform_sampler_output is not None:
-            out = self.transform_sampler_output(out)
-        batch = join_hetero(self.hetero_view, out, self.custom_cls)
+        batch = join_hetero(self.hetero_view, out, custom_cls)
         batch[self.input_type].input_id = out.metadata[0]
         batch[self.input_type].seed_time = out.metadata[1]
         batch[self.input_type].batch_size = int(out.metadata[0].shape[0])
@@ -365,9 +336,8 @@ def bidirectional(out: Any) -> Any:
     return both
 
 
-def hetero_subgraph_type(subgraph_type: Any, directed: bool, cls_name: str) -> str:
+def typed_subgraph_type(kind: str) -> str:
     """``'directional'`` or ``'bidirectional'`` (``'induced'`` is not built for typed graphs)."""
-    kind = subgraph_type_of(subgraph_type, directed, cls_name)
     if kind == "induced":
         raise ValueError(
             "subgraph_type='induced' is not supported on heterogeneous graphs yet; use "
@@ -377,14 +347,7 @@ def hetero_subgraph_type(subgraph_type: Any, directed: bool, cls_name: str) -> s
 
 
 def typed_sampler(
-    view: HeteroGraphView,
-    fanouts: dict[EdgeType, tuple[int, ...]],
-    *,
-    replace: bool,
-    disjoint: bool,
-    temporal_strategy: str,
-    time_attr: str | None,
-    weight_attr: str | None,
+    view: HeteroGraphView, sampling: Sampling
 ) -> HeteroNeighborSampler | HeteroExtendedSampler:
     """The fast typed sampler for plain fanouts, else the extended one (PyG's attribute rules).
 
@@ -392,8 +355,11 @@ def typed_sampler(
         ValueError: ``time_attr`` on both nodes and edges or on neither, ``weight_attr`` on no
             relation, or an unknown ``temporal_strategy``.
     """
+    fanouts = _fanouts(sampling.num_neighbors, view.edge_types)
+    replace, disjoint = sampling.replace, sampling.disjoint
+    time_attr, weight_attr = sampling.time_attr, sampling.weight_attr
     if not (disjoint or time_attr or weight_attr):
-        check_strategy(temporal_strategy)  # accepted, as in PyG, though nothing is temporal
+        check_strategy(sampling.temporal_strategy)  # accepted, as in PyG; nothing is temporal
         return HeteroNeighborSampler(
             HeteroNeighborSampler.Config(fanouts=fanouts, replace=replace),
             sources=view.sources, node_types=list(view.num_nodes),
@@ -424,7 +390,10 @@ def typed_sampler(
             for et, source in view.sources.items()
         }
     config = HeteroExtendedSampler.Config(
-        fanouts=fanouts, replace=replace, disjoint=disjoint, temporal_strategy=temporal_strategy
+        fanouts=fanouts,
+        replace=replace,
+        disjoint=disjoint,
+        temporal_strategy=sampling.temporal_strategy,
     )
     return HeteroExtendedSampler(
         config, sources=sources, num_nodes=view.num_nodes, edge_weight=weight,

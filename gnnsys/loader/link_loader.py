@@ -18,18 +18,27 @@ Shape legend: ``L`` seed links of an epoch, ``B`` per batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from gnnsys.loader.base_loader import BatchLoader, LoaderOptions
+from gnnsys.loader.base_loader import (
+    BatchLoader,
+    LoaderOptions,
+    Sampling,
+    Seeds,
+    subgraph_type_of,
+    to_pyg_batch,
+)
 from gnnsys.loader.graph_view import GraphView
-from gnnsys.loader.node_loader import _fanouts, subgraph_type_of
+from gnnsys.loader.hetero_link_loader import TypedLinkSeeds, is_hetero_link
+from gnnsys.loader.link_inputs import LinkInputs, check_time_args, edge_input, neg_sampling_of
+from gnnsys.loader.node_loader import pyg_config
 from gnnsys.loader.pyg_sampler import PyGSampler
 
-__all__ = ["LinkNeighborLoader"]
+__all__ = ["LinkNeighborLoader", "LinkSeeds"]
 
 
 class LinkNeighborLoader(BatchLoader):
@@ -37,9 +46,12 @@ class LinkNeighborLoader(BatchLoader):
 
     Args:
         data: A ``torch_geometric.data.Data``, a ``(FeatureStore, GraphStore)`` tuple or a
-            gnnsys ``Graph``.
+            gnnsys ``Graph``; or, for ``HeteroData`` batches, a ``HeteroData``, a gnnsys
+            ``HeteroGraph`` or stores with ``edge_label_index`` naming an edge type
+            (``gnnsys.loader.hetero_link_loader``).
         num_neighbors: Fanout per hop, seed hop first; ``-1`` takes all neighbors.
-        edge_label_index: ``[2, L]`` seed links; ``None`` takes every edge of ``data``.
+        edge_label_index: ``[2, L]`` seed links; ``None`` takes every edge of ``data``. Typed
+            graphs: an edge type (its every edge) or ``(edge_type, None | [2, L])``.
         edge_label: ``[L, ...]`` labels of the seed links, or ``None``.
         edge_label_time: ``[L]`` time of each seed link (temporal sampling; needs
             ``time_attr``).
@@ -76,21 +88,11 @@ class LinkNeighborLoader(BatchLoader):
     """
 
     # PyG's argument list, packed: one argument per line would be ~28 lines.
-    def __new__(cls, data: Any, *args: Any, **kwargs: Any) -> Any:
-        """A ``HeteroLinkNeighborLoader`` for heterogeneous inputs (PyG's one class for both)."""
-        label_index = args[1] if len(args) > 1 else kwargs.get("edge_label_index")
-        from gnnsys.loader.hetero_link_loader import HeteroLinkNeighborLoader, is_hetero_link
-
-        if cls is LinkNeighborLoader and is_hetero_link(data, label_index):
-            return HeteroLinkNeighborLoader(data, *args, **kwargs)
-        return super().__new__(cls)
-
     # fmt: off
     def __init__(
-        self, data: Any, num_neighbors: Sequence[int] = (15, 10),
-        edge_label_index: Tensor | None = None, edge_label: Tensor | None = None,
-        edge_label_time: Tensor | None = None, replace: bool = False,
-        subgraph_type: Any = "directional", disjoint: bool = False,
+        self, data: Any, num_neighbors: Any = (15, 10), edge_label_index: Any = None,
+        edge_label: Tensor | None = None, edge_label_time: Tensor | None = None,
+        replace: bool = False, subgraph_type: Any = "directional", disjoint: bool = False,
         temporal_strategy: str = "uniform", neg_sampling: Any = None,
         neg_sampling_ratio: float | None = None, time_attr: str | None = None,
         weight_attr: str | None = None, transform: Callable[[Any], Any] | None = None,
@@ -104,27 +106,55 @@ class LinkNeighborLoader(BatchLoader):
         options = LoaderOptions(type(self).__name__, kwargs, neighbor_sampler)
         self.transform_sampler_output = transform_sampler_output
         check_time_args(edge_label_time, time_attr)
-        self.view = GraphView.of(data)
         self.data = data
-        config = PyGSampler.Config(
-            fanouts=_fanouts(num_neighbors), replace=replace, disjoint=disjoint,
-            subgraph_type=subgraph_type_of(subgraph_type, directed, type(self).__name__),
-            temporal_strategy=temporal_strategy, time_attr=time_attr, weight_attr=weight_attr,
+        sampling = Sampling(
+            num_neighbors, replace,
+            subgraph_type_of(subgraph_type, directed, "LinkNeighborLoader"), disjoint,
+            temporal_strategy, time_attr, weight_attr, 1 if num_workers > 1 else None,
         )
-        threads = 1 if num_workers > 1 else None
-        self.link_sampler = PyGSampler(self.view, config, num_threads=threads)
-        self.neg_sampling = neg_sampling_of(neg_sampling, neg_sampling_ratio)
-        self.edge_label_index = self._label_index(edge_label_index)
-        self.input_data = edge_input(
-            self.edge_label_index, edge_label, edge_label_time, input_id, self.neg_sampling
+        links = LinkInputs(
+            edge_label_index, edge_label, edge_label_time, input_id,
+            neg_sampling_of(neg_sampling, neg_sampling_ratio),
         )
+        # PyG's one class for both kinds: the seeds decide the batches' kind
+        make: Callable[..., Seeds] = (
+            TypedLinkSeeds if is_hetero_link(data, edge_label_index) else LinkSeeds
+        )
+        self.seeds = make(data, sampling, links)
         self._init_batches(
-            int(self.edge_label_index.shape[1]), batch_size=batch_size, shuffle=shuffle,
+            self.seeds.num_inputs, batch_size=batch_size, shuffle=shuffle,
             drop_last=drop_last, seed=seed, num_workers=num_workers, prefetch=prefetch,
             sampler=sampler, transform=transform, filter_per_worker=filter_per_worker,
             options=options,
         )
     # fmt: on
+
+    def collate(self, index: Tensor, seed: int) -> Any:
+        """PyG's sampler output for the seed links at positions ``index``."""
+        return self.seeds.collate(index, seed)
+
+    def filter(self, out: Any) -> Any:
+        """PyG's ``LinkLoader.filter_fn``: ``transform_sampler_output``, the seeds' join."""
+        if self.transform_sampler_output is not None:
+            out = self.transform_sampler_output(out)
+        return self.seeds.join(out, self.custom_cls)
+
+
+class LinkSeeds:
+    """Seed links of a graph with one node type: ``Data`` batches."""
+
+    def __init__(self, data: Any, sampling: Sampling, links: LinkInputs) -> None:
+        self.view = GraphView.of(data)
+        self.link_sampler = PyGSampler(
+            self.view, pyg_config(sampling), num_threads=sampling.num_threads
+        )
+        self.neg_sampling = links.neg_sampling
+        self.edge_label_index = self._label_index(links.edge_label_index)
+        self.input_data = edge_input(
+            self.edge_label_index, links.edge_label, links.edge_label_time, links.input_id,
+            self.neg_sampling,
+        )  # fmt: skip
+        self.num_inputs = int(self.edge_label_index.shape[1])
 
     def _label_index(self, edge_label_index: Tensor | None) -> Tensor:
         if edge_label_index is None:
@@ -135,8 +165,8 @@ class LinkNeighborLoader(BatchLoader):
             return torch.as_tensor(edge_index).long()
         if isinstance(edge_label_index, tuple | str):
             raise TypeError(
-                "edge_label_index names an edge type; the gnnsys loaders take homogeneous "
-                "graphs: pass a [2, L] tensor"
+                "edge_label_index names an edge type, but the graph has one relation: pass a "
+                "[2, L] tensor"
             )
         index = torch.as_tensor(edge_label_index).long()
         if index.dim() != 2 or index.shape[0] != 2:
@@ -150,9 +180,9 @@ class LinkNeighborLoader(BatchLoader):
         inputs = self.input_data[index]
         return self.link_sampler.sample_edges(inputs, self.neg_sampling, seed)
 
-    def filter(self, out: Any) -> Any:
+    def join(self, out: Any, custom_cls: Any) -> Any:
         """PyG's ``LinkLoader.filter_fn`` for homogeneous graphs."""
-        batch = self._joined(out)
+        batch = to_pyg_batch(self.view, out, custom_cls)
         batch.input_id = out.metadata[0]
         if self.neg_sampling is None or self.neg_sampling.is_binary():
             batch.edge_label_index = out.metadata[1]
@@ -166,59 +196,3 @@ class LinkNeighborLoader(BatchLoader):
             del batch.edge_label_index  # in case the input data carries them
             del batch.edge_label_time
         return batch
-
-
-def edge_input(
-    label_index: Tensor,
-    edge_label: Tensor | None,
-    edge_label_time: Tensor | None,
-    input_id: Tensor | None,
-    neg_sampling: Any,
-    input_type: Any = None,
-) -> Any:
-    """PyG's ``EdgeSamplerInput`` of every seed link (``[2, L]`` ``label_index``), checked.
-
-    One label, time and id per link (ids default to positions); no labels with triplet
-    negatives; labels that start at 0 shifted by one when binary negatives are added (0 then
-    means "negative"), as PyG does. ``input_type`` is the edge type on typed graphs.
-    """
-    from torch_geometric.sampler import EdgeSamplerInput
-
-    num_links = int(label_index.shape[1])
-    if input_id is None:
-        input_id = torch.arange(num_links)
-    for name, value in (
-        ("edge_label", edge_label), ("edge_label_time", edge_label_time), ("input_id", input_id)
-    ):  # fmt: skip
-        if value is not None and int(value.shape[0]) != num_links:
-            raise ValueError(f"{name} has {value.shape[0]} entries; need {num_links}")
-    neg = neg_sampling
-    if edge_label is not None and neg is not None and neg.is_triplet():
-        raise ValueError(
-            "'edge_label' needs to be undefined for 'triplet'-based negative sampling; use "
-            "src_index, dst_pos_index and dst_neg_index of the batch instead"
-        )
-    binary = neg is not None and neg.is_binary()
-    if edge_label is not None and binary and edge_label.numel() and edge_label.min() == 0:
-        edge_label = edge_label + 1  # PyG: zero now denotes "negative"
-    return EdgeSamplerInput(
-        input_id=input_id, row=label_index[0], col=label_index[1], label=edge_label,
-        time=edge_label_time, input_type=input_type,
-    )  # fmt: skip
-
-
-def check_time_args(edge_label_time: Tensor | None, time_attr: str | None) -> None:
-    if (edge_label_time is not None) != (time_attr is not None):
-        raise ValueError(
-            "edge_label_time and time_attr go together: pass both for temporal sampling "
-            f"('edge_label_time' is {'set' if edge_label_time is not None else 'not set'}, "
-            f"time_attr is {time_attr!r})"
-        )
-
-
-def neg_sampling_of(neg_sampling: Any, neg_sampling_ratio: float | None) -> Any:
-    from torch_geometric.sampler import NegativeSampling
-
-    if neg_sampling_ratio is not None and neg_sampling_ratio != 0.0:
-        neg_sampling = NegativeSampling("binary", neg_sampling_ratio)
-    return NegativeSampling.cast(neg_sampling)

@@ -10,7 +10,7 @@ from torch_geometric.nn import SAGEConv, to_hetero
 from gnnsys.datasets.hetero import EdgeType, HeteroGraph
 from gnnsys.datasets.mag import synthetic_mag
 from gnnsys.loader import LinkNeighborLoader
-from gnnsys.loader.hetero_link_loader import HeteroLinkNeighborLoader
+from gnnsys.loader.hetero_link_loader import TypedLinkSeeds
 
 WRITES: EdgeType = ("author", "writes", "paper")
 CITES: EdgeType = ("paper", "cites", "paper")
@@ -31,7 +31,8 @@ def test_binary_batches_carry_pyg_fields_and_true_links(graph: HeteroGraph) -> N
         data, [3, 2], edge_label_index=("author", "paper"), batch_size=64, shuffle=True,
         neg_sampling_ratio=1.0, seed=0,
     )  # fmt: skip
-    assert isinstance(loader, HeteroLinkNeighborLoader) and str(loader) == "LinkNeighborLoader()"
+    assert type(loader) is LinkNeighborLoader and str(loader) == "LinkNeighborLoader()"
+    assert isinstance(loader.seeds, TypedLinkSeeds)
     everything = data[WRITES].edge_index
     assert len(loader) == -(-everything.shape[1] // 64)
     batch = next(iter(loader))

@@ -13,7 +13,7 @@ from torch_geometric.nn import SAGEConv, to_hetero
 from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.datasets.mag import synthetic_mag
 from gnnsys.loader import NeighborLoader
-from gnnsys.loader.hetero_loader import HeteroNeighborLoader
+from gnnsys.loader.hetero_loader import TypedNodeSeeds
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,8 @@ class SAGE(torch.nn.Module):
 
 def test_batches_carry_pyg_fields(graph: HeteroGraph) -> None:
     loader = NeighborLoader(graph, num_neighbors=[4, 3], input_nodes=("paper", None), batch_size=32)
-    assert isinstance(loader, HeteroNeighborLoader) and str(loader) == "NeighborLoader()"
+    assert type(loader) is NeighborLoader and str(loader) == "NeighborLoader()"  # one class
+    assert isinstance(loader.seeds, TypedNodeSeeds)
     assert len(loader) == -(-graph.num_nodes("paper") // 32)
     batch = next(iter(loader))
     assert isinstance(batch, HeteroData)
