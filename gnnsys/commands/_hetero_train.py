@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gnnsys.commands._preflight import Preflight
+    pass
 
 __all__ = [
     "NOT_FOR_HETERO",
@@ -153,53 +152,6 @@ def build_hetero_config(args: argparse.Namespace, cfg: Any) -> Any:
     if getattr(args, "embedding_dim", None) is not None:
         hetero = replace(hetero, embedding_dim=args.embedding_dim)
     return replace(cfg, sampler=sampler, codec=codec, hetero=hetero)
-
-
-def hetero_store_manifest(path: Path, parts: int) -> Any:
-    """Verify a heterogeneous store in full; it must have ``parts`` parts.
-
-    Raises:
-        PartitionStoreError: Missing or corrupt (the file is named).
-        ValueError: Another part count.
-    """
-    from gnnsys.store import verify_hetero
-
-    manifest = verify_hetero(path)
-    if manifest.num_parts != parts:
-        raise ValueError(
-            f"store {path} has {manifest.num_parts} parts but --parts={parts}; pass --parts "
-            f"{manifest.num_parts} or re-partition"
-        )
-    return manifest
-
-
-def hetero_preflight(args: argparse.Namespace, config: Any, out: Path) -> Preflight:
-    """The pre-flight of a heterogeneous run: out dir, store, dataset, identity, resume."""
-    from gnnsys.commands._preflight import Preflight, check_cache, check_out, parse_allowed
-    from gnnsys.datasets import is_heterogeneous
-    from gnnsys.train.control.checkpoint import (
-        check_resume,
-        identity_of,
-        store_identity,
-        write_identity,
-    )
-
-    notices = check_cache(args, config)
-    check_out(out)
-    data, parts = config.data, config.cluster.parts
-    manifest = None
-    if data.store is not None:
-        manifest = hetero_store_manifest(Path(data.store), parts)
-    elif not is_heterogeneous(data.dataset, data.root):
-        raise ValueError(f"unknown heterogeneous dataset {data.dataset!r}")
-    elif config.loop.resume and (out / "store" / "manifest.json").exists():
-        manifest = hetero_store_manifest(out / "store", parts)
-    identity = identity_of(config.to_json(), {} if manifest is None else store_identity(manifest))
-    allowed = parse_allowed(getattr(args, "allow_change", None), set(identity.as_dict()))
-    if config.loop.resume:
-        notices += check_resume(out, identity, allowed)
-    write_identity(out, identity)
-    return Preflight(out=out, notices=tuple(notices), allowed=allowed)
 
 
 def print_type_bytes(history: list[dict[str, Any]]) -> None:

@@ -135,7 +135,7 @@ def check_store(path: Path, parts: int, *, link: bool = False) -> Any:
     """Load and verify every shard of ``path``; it must have ``parts`` parts, x, y, train_mask.
 
     A link-prediction run (``link``) needs x and every part's link files instead of y and
-    train_mask.
+    train_mask. A heterogeneous store is verified in full (``verify_hetero``).
 
     Returns:
         The store's ``Manifest``.
@@ -144,15 +144,12 @@ def check_store(path: Path, parts: int, *, link: bool = False) -> Any:
         PartitionStoreError: The store is missing, corrupt or inconsistent.
         ValueError: Another part count, or a part without features, labels or train mask.
     """
-    from gnnsys.store import load_partition, read_manifest
+    from gnnsys.store import is_hetero_store, load_partition, read_manifest, verify_hetero
     from gnnsys.store.layout import shard_file
 
-    manifest = read_manifest(path)
-    if manifest.num_parts != parts:
-        raise ValueError(
-            f"store {path} has {manifest.num_parts} parts but --parts={parts}; pass --parts "
-            f"{manifest.num_parts} or re-partition"
-        )
+    if is_hetero_store(path):  # every checksum; its links are checked against the task later
+        return _part_count(path, verify_hetero(path), parts)
+    manifest = _part_count(path, read_manifest(path), parts)
     from gnnsys.store.links import LINK_DATA, load_links
 
     need = ("x", *LINK_DATA) if link else ("x", "y", "train_mask")
@@ -173,6 +170,16 @@ def check_store(path: Path, parts: int, *, link: bool = False) -> Any:
     return manifest
 
 
+def _part_count(path: Path, manifest: Any, parts: int) -> Any:
+    """``manifest`` of the store at ``path``, which must have ``parts`` parts."""
+    if manifest.num_parts != parts:
+        raise ValueError(
+            f"store {path} has {manifest.num_parts} parts but --parts={parts}; pass --parts "
+            f"{manifest.num_parts} or re-partition"
+        )
+    return manifest
+
+
 def probe_dataset(data: Any) -> None:
     """Read the dataset's files now (a corrupt file fails here, not after Ray started).
 
@@ -183,9 +190,11 @@ def probe_dataset(data: Any) -> None:
         ValueError: Unknown dataset; ``DatasetFileError`` for unreadable files.
         DatasetNotFoundError: Files are missing.
     """
-    from gnnsys.datasets import DATASETS, load
+    from gnnsys.datasets import DATASETS, is_heterogeneous, load
     from gnnsys.datasets.base import find_dir
 
+    if is_heterogeneous(data.dataset, data.root):  # decided from its files: found and typed
+        return
     family, _, variant = data.dataset.partition(":")
     if family not in DATASETS or not variant:
         load(data.dataset)  # raises the registry's own message
@@ -261,9 +270,9 @@ def run_preflight(args: argparse.Namespace, config: Any, out: Path) -> Preflight
 
 def _check_reused(store: Path, dataset: str, parts: int, link: bool = False) -> Any:
     """The run directory's own store, which ``--resume`` reuses when its part count matches."""
-    from gnnsys.store import read_manifest
+    from gnnsys.store import is_hetero_store, read_hetero_manifest, read_manifest
 
-    manifest = read_manifest(store)
+    manifest = read_hetero_manifest(store) if is_hetero_store(store) else read_manifest(store)
     if manifest.num_parts != parts:
         return None  # prepare_store writes a new one; the identity check then compares data.*
     if manifest.dataset != dataset:

@@ -424,12 +424,7 @@ def run(args: argparse.Namespace) -> int:
     config = build_config(args)
     fault = _parse_fault(args.inject_fault, args.inject_delay_ms)
     out = Path(args.out or f"runs/train-{time.strftime('%Y%m%d-%H%M%S')}")
-    if config.hetero is not None:
-        from gnnsys.commands._hetero_train import hetero_preflight
-
-        pre = hetero_preflight(args, config, out)
-    else:
-        pre = run_preflight(args, config, out)
+    pre = run_preflight(args, config, out)
     for line in pre.notices:
         print(f"gnnsys train: {line}", file=sys.stderr)
     try:

@@ -214,6 +214,25 @@ def test_store_with_other_parts(
     assert "has 2 parts but --parts=3" in _one_error_line(capsys)
 
 
+def test_typed_store_goes_through_the_same_checks(
+    calls: list[Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A heterogeneous store: the same preflight verifies its part count and every checksum."""
+    from gnnsys.datasets.mag import synthetic_mag
+    from gnnsys.partitioners import partition_hetero
+    from gnnsys.store import write_hetero_partitions
+
+    mag = synthetic_mag(scale=0.002, seed=0)
+    root = tmp_path / "typed"
+    write_hetero_partitions(mag, partition_hetero(mag, "random", 2, 0), root, num_hops=2)
+    assert _train("--store", str(root), "--parts", "3", "--out", str(tmp_path / "a")) == 2
+    assert "has 2 parts but --parts=3" in _one_error_line(capsys)
+    victim = next(p for p in sorted((root / "part-1").rglob("*.npy")) if p.stat().st_size > 256)
+    _flip(victim, victim.stat().st_size - 1)
+    assert _train("--store", str(root), "--parts", "2", "--out", str(tmp_path / "b")) == 2
+    assert victim.name in _one_error_line(capsys) and not calls
+
+
 # ---- resume ------------------------------------------------------------------------------------
 def _first_run(store: Path, out: Path, *argv: str) -> None:
     """A run that got as far as its first two checkpoints (identity from run.json)."""
