@@ -139,7 +139,8 @@ TRAIN_ROOMS: dict[str, set[str]] = {
         "trainer",
         "worker",
     },
-    "worker": {
+    "worker": {"evaluate", "layer0", "link", "pipeline", "remote", "threads", "trainer"},
+    "rank": {
         "eval_blocks",
         "evaluate",
         "layer0",
@@ -148,9 +149,9 @@ TRAIN_ROOMS: dict[str, set[str]] = {
         "models",
         "pipeline",
         "remote",
-        "threads",
         "topology",
         "trainer",
+        "worker",
     },
     "control": {
         "control",
@@ -161,6 +162,7 @@ TRAIN_ROOMS: dict[str, set[str]] = {
         "metrics",
         "models",
         "pipeline",
+        "rank",
         "remote",
         "topology",
         "trainer",

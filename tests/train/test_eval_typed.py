@@ -62,10 +62,10 @@ def _whole_inputs(mag: HeteroGraph, group: LocalWorkerGroup, store: Path) -> dic
     for t in mag.node_types:
         if t == "paper":
             continue
-        table = torch.zeros(mag.num_nodes(t), group.workers[0].embeddings.dim)
+        table = torch.zeros(mag.num_nodes(t), group.workers[0].rank.embeddings.dim)
         for rank, worker in enumerate(group.workers):
             lid = np.asarray(read_hetero_shard(store, rank).nodes[t].owned_lid, dtype=np.int64)
-            table[torch.from_numpy(lid)] = torch.from_numpy(worker.embeddings.local_rows(t))
+            table[torch.from_numpy(lid)] = torch.from_numpy(worker.rank.embeddings.local_rows(t))
         x_dict[t] = table
     return x_dict
 
@@ -80,7 +80,7 @@ def test_exact_evaluation_equals_a_whole_graph_forward(
     try:
         group.run_epoch(0, 2, lambda _: None)  # two steps: weights and embeddings move
         reports = group.evaluate(SPLITS, with_logits=True)
-        layers = group.workers[0].htrainer.model.layers
+        layers = group.workers[0].trainer.model.layers
         relations = {et: (r.indptr, r.indices) for et, r in mag.relations.items()}
         want = full_typed_outputs(layers, relations, _whole_inputs(mag, group, stores[parts]))
     finally:

@@ -73,19 +73,20 @@ class GroupFailure(Exception):  # noqa: N818 (a control-flow signal carrying a r
 class Roles:
     """Which classes a run's actors are, and the in-process clients between them.
 
-    Homogeneous runs use ``ShardOwner`` / ``TrainWorker`` (``local_group.HOMOGENEOUS``);
-    heterogeneous ones ``HeteroShardOwner`` / ``HeteroTrainWorker``. Both executors build the
-    ranks from these, so they and the coordinator exist once for every kind of run.
+    Every run's trainers are ``TrainWorker`` actors; homogeneous runs use ``ShardOwner`` and
+    ``NodeRank`` (``local_group.HOMOGENEOUS``), heterogeneous ones ``HeteroShardOwner`` and
+    ``TypedRank``. Both executors build the ranks from these, so they and the coordinator exist
+    once for every kind of run.
 
     Attributes:
         owner: Owner class, ``owner(store, part)``.
-        worker: Trainer class, ``worker(spec, owners, *, client=, sync=, rng_lock=, peers=)``.
+        rank: The worker's graph-kind side (``gnnsys.train.worker.RankBuilder``).
         local_client: In-process owner client over a list of owners.
         local_peers: In-process peer client (its ``peers`` list is filled with the ranks).
     """
 
     owner: Callable[[str, int], Any]
-    worker: Callable[..., Any]
+    rank: Callable[..., Any]
     local_client: Callable[[list[Any]], Any]
     local_peers: Callable[[], Any]
 

@@ -31,6 +31,7 @@ from gnnsys.train.control.checkpoint import Checkpoint
 from gnnsys.train.control.failure import FailureKind
 from gnnsys.train.control.group import EVAL_LAYER_LOG, GroupFailure, Roles
 from gnnsys.train.evaluate import RankEval
+from gnnsys.train.rank import NodeRank
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.peers import LocalPeerClient
 from gnnsys.train.remote.server import LocalOwnerClient, ShardOwner
@@ -44,7 +45,7 @@ log = logging.getLogger(__name__)
 
 HOMOGENEOUS = Roles(
     owner=ShardOwner,
-    worker=TrainWorker,
+    rank=NodeRank,
     local_client=LocalOwnerClient,
     local_peers=LocalPeerClient,
 )
@@ -137,9 +138,10 @@ class LocalWorkerGroup:
         rng_lock = threading.Lock()
         for r in range(world):
             try:
-                worker = roles.worker(
+                worker = TrainWorker(
                     replace(self.template, rank=r),
                     [],
+                    rank=roles.rank,
                     client=client,
                     sync=_thread_sync(self._room, r),
                     rng_lock=rng_lock,

@@ -40,7 +40,7 @@ from gnnsys.train.control.local_group import HOMOGENEOUS
 from gnnsys.train.control.resources import Resources
 from gnnsys.train.evaluate import RankEval
 from gnnsys.train.trainer import steps_per_epoch
-from gnnsys.train.worker import RankState, WorkerEpochReport
+from gnnsys.train.worker import RankState, TrainWorker, WorkerEpochReport
 
 __all__ = ["RayWorkerGroup", "Resources", "actor_name"]
 
@@ -201,7 +201,7 @@ class RayWorkerGroup:
         owner_cls = ray.remote(concurrency_groups={LIVENESS_GROUP: 1})(  # type: ignore[call-overload]
             self.roles.owner
         )
-        worker_cls = ray.remote(self.roles.worker)
+        worker_cls = ray.remote(TrainWorker)
         owner_opts: dict[str, Any] = {"num_cpus": resources.owner_cpus}
         world = template.world_size
         # One thread for the step, one for progress polls, one per peer asking for eval rows.
@@ -220,7 +220,7 @@ class RayWorkerGroup:
                 name=actor_name("worker", r, template),
                 scheduling_strategy="SPREAD",
                 **worker_opts,
-            ).remote(replace(template, rank=r), self.owners)
+            ).remote(replace(template, rank=r), self.owners, rank=self.roles.rank)
             for r in range(world)
         ]
         actors: dict[_Key, Any] = {("rank", r): w for r, w in enumerate(self.workers)}

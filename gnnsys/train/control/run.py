@@ -48,7 +48,7 @@ from gnnsys.train.control.ray_group import RayWorkerGroup
 from gnnsys.train.control.recorder import Recorder
 from gnnsys.train.control.resources import trainer_cpus
 from gnnsys.train.hetero.owner import HeteroShardOwner, HeteroStoreInfo
-from gnnsys.train.hetero.worker import HeteroTrainWorker, TypedLayout
+from gnnsys.train.hetero.rank import TypedLayout, TypedRank
 from gnnsys.train.remote.peers import LocalPeerClient
 from gnnsys.train.remote.server import LocalOwnerClient
 from gnnsys.train.topology import choose_topology
@@ -71,7 +71,7 @@ log = logging.getLogger(__name__)
 
 HETERO = Roles(
     owner=HeteroShardOwner,
-    worker=HeteroTrainWorker,
+    rank=TypedRank,
     local_client=LocalOwnerClient,
     local_peers=LocalPeerClient,
 )

@@ -144,13 +144,13 @@ def test_exact_link_evaluation_equals_a_whole_graph_ranking(
     try:
         group.run_epoch(0, 2, lambda _: None)
         got = combine_evals(group.evaluate(("val", "test")), 16).metrics
-        model = group.workers[0].htrainer.model
+        model = group.workers[0].trainer.model
         x_dict = {"paper": torch.from_numpy(mag.nodes["paper"].x)}
         for t in ("author", "field_of_study", "institution"):
             table = torch.zeros(mag.num_nodes(t), 128)
             for w in group.workers:
-                lid = torch.from_numpy(np.asarray(w.hshard.nodes[t].owned_lid, dtype=np.int64))
-                table[lid] = torch.from_numpy(w.embeddings.local_rows(t))
+                lid = torch.from_numpy(np.asarray(w.rank.hshard.nodes[t].owned_lid, dtype=np.int64))
+                table[lid] = torch.from_numpy(w.rank.embeddings.local_rows(t))
             x_dict[t] = table
     finally:
         group.stop()

@@ -44,7 +44,7 @@ from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.run import HETERO, train_local, worker_template
 from gnnsys.train.hetero.config import HeteroConfig
 from gnnsys.train.hetero.owner import HeteroStoreInfo
-from gnnsys.train.hetero.worker import build_hetero_model
+from gnnsys.train.hetero.rank import build_hetero_model
 from gnnsys.train.trainer import Trainer, batch_seed_for, epoch_batches
 from gnnsys.train.worker import FaultSpec
 
@@ -97,7 +97,7 @@ def test_typed_batch_and_rows_equal_the_whole_graph(
     try:
         for rank, worker in enumerate(group.workers):
             seeds = _rank_seeds(stores[parts], rank)[0][:40]
-            got = worker.htrainer.sampler.sample(seeds, seed=11)
+            got = worker.trainer.sampler.sample(seeds, seed=11)
             want = whole.sample(seeds, input_type="paper", seed=11)
             for t in mag.node_types:
                 assert torch.equal(got.n_id[t], want.n_id[t]), (parts, rank, t)
@@ -106,7 +106,7 @@ def test_typed_batch_and_rows_equal_the_whole_graph(
                     assert torch.equal(block.rowptr, layer_want[et].rowptr), et
                     assert torch.equal(block.col, layer_want[et].col), et
                     assert torch.equal(block.e_id, layer_want[et].e_id), et
-            x_dict, leaves = worker.htrainer.inputs.fetch(got)
+            x_dict, leaves = worker.trainer.inputs.fetch(got)
             x = torch.from_numpy(mag.nodes["paper"].x)
             assert torch.equal(x_dict["paper"], x[got.n_id["paper"]])
             assert sorted(leaves) == list(FEATURELESS)

@@ -130,8 +130,9 @@ def test_worker_sampler_stamps_whole_graph_degrees(
     tiny_graph: Graph, store4: Path, model: str, topology: str
 ) -> None:
     from gnnsys.models import ModelConfig
+    from gnnsys.train.rank import _build_sampler
     from gnnsys.train.trainer import Trainer
-    from gnnsys.train.worker import WorkerSpec, _build_sampler
+    from gnnsys.train.worker import WorkerSpec
 
     spec = WorkerSpec(
         rank=2,
@@ -159,8 +160,9 @@ def test_worker_sampler_stamps_whole_graph_degrees(
 
 def test_sage_workers_fetch_no_degrees(store4: Path) -> None:
     from gnnsys.models import ModelConfig
+    from gnnsys.train.rank import _build_sampler
     from gnnsys.train.trainer import Trainer
-    from gnnsys.train.worker import WorkerSpec, _build_sampler
+    from gnnsys.train.worker import WorkerSpec
 
     spec = WorkerSpec(
         rank=0,

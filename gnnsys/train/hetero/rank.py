@@ -1,12 +1,10 @@
-"""One rank of a heterogeneous run: ``TypedLayout`` and ``HeteroTrainWorker``.
+"""The graph-kind side of a rank of a heterogeneous run: ``TypedLayout`` and ``TypedRank``.
 
 Per part ``p`` there are two actors, as for homogeneous runs: a ``HeteroShardOwner``
-(``owner.py``: part ``p``'s per-relation in-edges and feature rows) and a
-:class:`HeteroTrainWorker` (rank ``p``) that trains on part ``p``'s labelled seed-type nodes,
-holds part ``p``'s embedding rows, serves them to its peers and evaluates its own nodes. The
-worker is a ``TrainWorker`` (same epoch report, progress polls, fault injection, gloo group,
-checkpoint state), built from heterogeneous parts; the ``WorkerGroup`` executors and the
-coordinator drive it unchanged.
+(``owner.py``: part ``p``'s per-relation in-edges and feature rows) and the same
+``TrainWorker`` as every run (rank ``p``: epoch reports, progress polls, fault injection, gloo
+group, checkpoint state), whose :class:`TypedRank` trains on part ``p``'s labelled seed-type
+nodes, holds part ``p``'s embedding rows, serves them to its peers and evaluates its own nodes.
 
 Per rank and node type ``t`` (ids type-local, ``TypeBook`` routing):
 
@@ -31,7 +29,7 @@ import torch
 from torch import nn
 
 from gnnsys.cache.admission import make_policy
-from gnnsys.cache.codecs import Codec, EncodedRows, TypedCodecConfig
+from gnnsys.cache.codecs import Codec, TypedCodecConfig
 from gnnsys.cache.typed import TypeDemand, TypedHaloCache, split_budget
 from gnnsys.datasets.hetero import EdgeType
 from gnnsys.models import LinkModel, build_decoder
@@ -54,13 +52,12 @@ from gnnsys.train.link.scoring import score_typed_links
 from gnnsys.train.remote.client import OwnerClient
 from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import TypedLedger
-from gnnsys.train.remote.peers import LocalPeerClient, PeerClient
+from gnnsys.train.remote.peers import PeerClient
 from gnnsys.train.remote.routed import RoutedNeighborSource
-from gnnsys.train.threads import use_actor_threads
-from gnnsys.train.worker import GlooSync, TrainWorker, WorkerSpec, owner_client, peak_rss
+from gnnsys.train.worker import GlooSync, WorkerSpec, owner_client, peak_rss
 
 __all__ = [
-    "HeteroTrainWorker",
+    "TypedRank",
     "TypedLayout",
     "build_hetero_model",
     "embedding_config",
@@ -248,16 +245,16 @@ def build_sources(
     return _Sources(BoundSampler(sampler, layout.hetero.input_type), TypedInputs(features, rows))
 
 
-class HeteroTrainWorker(TrainWorker):
-    """The trainer of one rank of a heterogeneous run; see the module docstring.
+class TypedRank:
+    """The graph-kind side of a rank of a typed run (``gnnsys.train.worker.Rank``).
 
     Args:
-        spec: This rank's spec.
+        spec: This rank's spec (``spec.hetero`` set).
         owners: Owner actor handles (Ray executor); unused with ``client``.
         client: Owner client (the in-process executor passes its own).
         sync: Makes the allreduce + all_gather for this rank's ledger (in-process executor).
-        rng_lock: As for ``TrainWorker``.
-        peers: Client of the peer ranks (in-process executor): embedding rows, evaluation.
+        rng_lock: As for ``NodeRank``.
+        peers: Returns the current client of the peer ranks: embedding rows, evaluation.
     """
 
     def __init__(
@@ -265,37 +262,29 @@ class HeteroTrainWorker(TrainWorker):
         spec: WorkerSpec,
         owners: list[Any],
         *,
-        client: OwnerClient | None = None,
-        sync: Callable[[Any], Any] | None = None,
-        rng_lock: threading.Lock | None = None,
-        peers: PeerClient | None = None,
+        client: OwnerClient | None,
+        sync: Callable[[Any], Any] | None,
+        rng_lock: threading.Lock | None,
+        peers: Callable[[], PeerClient],
     ) -> None:
         from gnnsys.store import read_hetero_shard
 
-        use_actor_threads(reserve=1 if spec.trainer.prefetch else 0)  # gnnsys.train.threads
-        self.spec = spec
+        self.spec, self._peers = spec, peers
         self.layout = TypedLayout.of(spec)
         self.hshard = read_hetero_shard(spec.store, spec.rank)
         self.books = load_books(spec.store)
-        self.typed_ledger = TypedLedger(list(self.hshard.nodes))
-        self.ledger = cast(Any, self.typed_ledger)  # TrainWorker's epoch reports read it
+        self.ledger = TypedLedger(list(self.hshard.nodes))
         self.eval_ledger = TypedLedger(list(self.hshard.nodes))
         self.client = owner_client(
             spec, owners, client, lambda p: HeteroShardOwner(spec.store, p, own_threads=False)
         )
-        self.peers: PeerClient = peers if peers is not None else LocalPeerClient()
         self.embeddings = self._embeddings()
-        grad_sync = sync(self.typed_ledger) if sync is not None else None
+        grad_sync = sync(self.ledger) if sync is not None else None
         if grad_sync is None and spec.world_size > 1:
-            grad_sync = GlooSync(spec.world_size, cast(Any, self.typed_ledger))
-        self.htrainer = self._trainer(grad_sync, rng_lock)
-        self.trainer = self.htrainer  # TrainWorker's epoch, state and progress methods use it
-        self.features = cast(Any, self.htrainer.inputs)
-        self.features.warm_up()  # before the first epoch's snapshot: reported as warm-up traffic
-        self.warmup = self.ledger.snapshot()
+            grad_sync = GlooSync(spec.world_size, cast(Any, self.ledger))
+        self.trainer = self._trainer(grad_sync, rng_lock)
+        self.features = self.trainer.inputs
         self._typed_eval: TypedShardEvaluator | None = None
-        self._progress = 0
-        self._lock = threading.Lock()
 
     def _embeddings(self) -> OwnedEmbeddings | None:
         featureless = {
@@ -307,8 +296,7 @@ class HeteroTrainWorker(TrainWorker):
 
     def _sources(self, ledger: TypedLedger) -> _Sources:
         return build_sources(
-            self.spec, self.layout, self.hshard, self.books, self.client, lambda: self.peers,
-            ledger,
+            self.spec, self.layout, self.hshard, self.books, self.client, self._peers, ledger,
             self.embeddings, step=self._step_count,
         )  # fmt: skip
 
@@ -317,11 +305,11 @@ class HeteroTrainWorker(TrainWorker):
 
     def _trainer(self, sync: Any, rng_lock: threading.Lock | None) -> HeteroTrainer:
         spec, input_type = self.spec, self.layout.hetero.input_type
-        sources = self._sources(self.typed_ledger)
+        sources = self._sources(self.ledger)
         handles: dict[str, Any] = {
             "model": build_hetero_model(spec, self.layout), "sampler": sources.sampler,
             "inputs": sources.inputs, "books": self.books, "embeddings": self.embeddings,
-            "ledger": self.typed_ledger, "rank": spec.rank, "world_size": spec.world_size,
+            "ledger": self.ledger, "rank": spec.rank, "world_size": spec.world_size,
             "sync": sync, "rng_lock": rng_lock,
         }  # fmt: skip
         if spec.link is not None:
@@ -348,23 +336,28 @@ class HeteroTrainWorker(TrainWorker):
         )
 
     # ---- peers: embedding rows and evaluation ---------------------------------------------
-    def serve_embedding(
-        self, node_type: str, lid: np.ndarray, step: int, codec: Codec
-    ) -> EncodedRows:
-        """Rows of owned type-local ``lid`` after ``step`` updates, encoded for the wire."""
+    def serve_embedding(self, node_type: str, lid: np.ndarray, step: int) -> torch.Tensor:
+        """Rows of owned type-local ``lid`` of ``node_type`` after ``step`` updates."""
         if self.embeddings is None:
             raise ValueError(f"rank {self.spec.rank} holds no embeddings")
-        rows = self.embeddings.rows(node_type, lid, step, self.spec.deadline_s)
-        return codec.encode(rows)
+        return self.embeddings.rows(node_type, lid, step, self.spec.deadline_s)
 
-    def serve_rows(self, table: int, gid: np.ndarray, codec: Codec) -> EncodedRows:
-        """Rows of owned type-local ids ``gid`` of evaluation table ``table``, for the wire.
+    def serve_rows(self, table: int, gid: np.ndarray) -> torch.Tensor:
+        """Rows of owned type-local ids ``gid`` of evaluation table ``table``.
 
         A table is a layer input of one node type (``TypedShardEvaluator.table``).
         """
         if self._typed_eval is None:
             raise ValueError(f"rank {self.spec.rank} has not started evaluating")
-        return codec.encode(self._typed_eval.serve_rows(table, gid))
+        return self._typed_eval.serve_rows(table, gid)
+
+    def serve_degree(self, gid: np.ndarray) -> np.ndarray:
+        """Typed models do not normalise by whole-graph degrees (no GCN per relation).
+
+        Raises:
+            ValueError: Always.
+        """
+        raise ValueError(f"rank {self.spec.rank}: typed runs serve no degrees")
 
     def eval_layer(self, layer: int) -> None:
         """One step of the sharded exact evaluation (``gnnsys.train.eval_typed``)."""
@@ -376,14 +369,14 @@ class HeteroTrainWorker(TrainWorker):
                 layers=cast(nn.ModuleList, self._encoder().layers),
                 input_type=self.layout.hetero.input_type,
                 inputs=self._eval_inputs(),
-                peers=self.peers,
+                peers=self._peers(),
                 ledger=self.eval_ledger,
             )
         self._typed_eval.run_layer(layer)
 
     def _encoder(self) -> nn.Module:
         """The model's message-passing stack (a link model's encoder)."""
-        model = self.htrainer.model
+        model = self.trainer.model
         return cast(nn.Module, model.encoder) if isinstance(model, LinkModel) else model
 
     def _eval_inputs(self) -> dict[str, TypeInput]:
@@ -394,16 +387,16 @@ class HeteroTrainWorker(TrainWorker):
             if t in self.layout.featured:
                 out[t] = TypeInput(nodes.data["x"], self.client, codecs[t])
             elif self.embeddings is not None:
-                client = embedding_client(lambda: self.peers, self._step_count)
+                client = embedding_client(self._peers, self._step_count)
                 out[t] = TypeInput(self.embeddings.local_rows(t), client, codecs[t])
         return out
 
-    def eval_report(self, splits: tuple[str, ...], with_logits: bool = False) -> RankEval:
+    def eval_report(self, splits: tuple[str, ...], with_logits: bool) -> RankEval:
         """This rank's confusion matrices after the last layer step; frees the tables."""
         assert self._typed_eval is not None  # the group ran eval_layer for every layer first
         link = self.spec.link
         if link is not None:
-            model = cast(LinkModel, self.htrainer.model)
+            model = cast(LinkModel, self.trainer.model)
             assert self.links is not None  # loaded with the link trainer
             report = score_typed_links(
                 self._typed_eval, self.links, self.edge_type, model, splits, chunk=link.score_chunk
