@@ -94,7 +94,7 @@ class WorkerSpec:
 
     The stages' own configs travel untouched. A heterogeneous run sets ``hetero``; its typed
     worker derives each relation's fanouts and each type's input width from ``sampler``,
-    ``model`` and the store (``gnnsys.train.hetero.worker.TypedLayout``).
+    ``model`` and the store (``gnnsys.train.hetero.rank.TypedLayout``).
 
     Attributes:
         rank: This worker's rank = the part it trains on.
