@@ -129,10 +129,12 @@ class Seeds(Protocol):
 class BatchLoader:
     """Base of the loaders: iterate positions of ``num_inputs`` inputs in batches.
 
-    Subclasses implement ``collate(index, seed)`` (sampling) and ``filter(out)`` (joining
-    features into a ``Data`` or ``HeteroData``).
+    Subclasses set ``self.seeds`` (the inputs of their graph's kind: :class:`Seeds`), whose
+    ``collate(index, seed)`` samples a batch and ``join(out, custom_cls)`` joins its features
+    into a ``Data`` or ``HeteroData``.
     """
 
+    seeds: Seeds
     transform_sampler_output: Callable[[Any], Any] | None = None
     """PyG's hook: called on every ``SamplerOutput`` before features are joined."""
 
@@ -168,12 +170,14 @@ class BatchLoader:
         self._calls = 0
 
     def collate(self, index: Tensor, seed: int) -> Any:
-        """Sample one batch of input positions ``index`` (subclass hook)."""
-        raise NotImplementedError
+        """PyG's sampler output for the inputs at positions ``index`` (the seeds sample it)."""
+        return self.seeds.collate(index, seed)
 
     def filter(self, out: Any) -> Any:
-        """Join features into a PyG ``Data`` (subclass hook)."""
-        raise NotImplementedError
+        """PyG's ``filter_fn``: ``transform_sampler_output``, then the seeds' join."""
+        if self.transform_sampler_output is not None:
+            out = self.transform_sampler_output(out)
+        return self.seeds.join(out, self.custom_cls)
 
     def __repr__(self) -> str:
         """``'NeighborLoader()'``, as PyG's loaders print."""

@@ -129,16 +129,6 @@ class LinkNeighborLoader(BatchLoader):
         )
     # fmt: on
 
-    def collate(self, index: Tensor, seed: int) -> Any:
-        """PyG's sampler output for the seed links at positions ``index``."""
-        return self.seeds.collate(index, seed)
-
-    def filter(self, out: Any) -> Any:
-        """PyG's ``LinkLoader.filter_fn``: ``transform_sampler_output``, the seeds' join."""
-        if self.transform_sampler_output is not None:
-            out = self.transform_sampler_output(out)
-        return self.seeds.join(out, self.custom_cls)
-
 
 class LinkSeeds:
     """Seed links of a graph with one node type: ``Data`` batches."""

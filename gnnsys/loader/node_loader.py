@@ -180,16 +180,6 @@ class NeighborLoader(BatchLoader):
         )
     # fmt: on
 
-    def collate(self, index: Tensor, seed: int) -> Any:
-        """PyG's sampler output for the seeds at positions ``index`` of ``input_nodes``."""
-        return self.seeds.collate(index, seed)
-
-    def filter(self, out: Any) -> Any:
-        """PyG's ``filter_fn``: ``transform_sampler_output``, then the seeds' join."""
-        if self.transform_sampler_output is not None:
-            out = self.transform_sampler_output(out)
-        return self.seeds.join(out, self.custom_cls)
-
 
 def _fanouts(num_neighbors: Any) -> tuple[int, ...]:
     if isinstance(num_neighbors, dict):
