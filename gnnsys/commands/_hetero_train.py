@@ -37,7 +37,6 @@ NOT_FOR_HETERO: dict[str, str] = {
     "spilling is built for homogeneous tables only)",
     "eval_block_mb": "--eval-block-mb (source-blocked evaluation is built for homogeneous "
     "tables only)",
-    "wire": "--wire (typed owners measure no wire stage)",
     "num_nodes": "--num-nodes (size synthetic:mag with -D scale=...)",
     "presample_epochs": "--presample-epochs (only --cache-policy degree is built here)",
     "cache_decay": "--cache-decay (only --cache-policy degree is built for typed caches)",

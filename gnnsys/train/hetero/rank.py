@@ -229,13 +229,14 @@ def build_sources(
     )
     codecs = TypedCodecConfig.from_config(spec.codec, list(shard.nodes)).codecs()
     caches = typed_cache(spec, layout, shard, codecs)
+    wire = spec.codec.wire if spec.cache.enabled else None  # measured into the cache counters
     features, rows = {}, {}
     for t, nodes in shard.nodes.items():
         book = books[t]
         if t in layout.featured:
             features[t] = RoutedFeatureSource(
                 rank, book.part_N, book.lid_N, nodes.data["x"], client, ledger.of(t),
-                codec=codecs[t], cache=caches.of(t), node_type=t,
+                codec=codecs[t], cache=caches.of(t), node_type=t, wire=wire,
             )  # fmt: skip
         elif embeddings is not None:
             rows[t] = RoutedFeatureSource(

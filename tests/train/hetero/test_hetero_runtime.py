@@ -311,6 +311,11 @@ def test_per_type_codecs_and_cache_cut_the_typed_bytes(
     assert coded["paper"]["feature_response"] < plain["paper"]["feature_response"] / 4
     assert coded["institution"] == plain["institution"]  # fp32, no cache: unchanged
     assert line["cache"]["rows_hit"] > 0
+    assert line["cache"]["bytes_wire"] == line["cache"]["bytes_received"]  # no wire stage
+    zstd = replace(cfg, codec=replace(cfg.codec, wire="zstd"))
+    wired = train_local(zstd, tmp_path / "wired").history[0]
+    assert wired["loss"] == line["loss"] and wired["bytes_by_type"] == coded  # lossless
+    assert 0 < wired["cache"]["bytes_wire"] < wired["cache"]["bytes_received"]
 
 
 def test_rank_that_raises_aborts_naming_it(stores: dict[int, Path], tmp_path: Path) -> None:
