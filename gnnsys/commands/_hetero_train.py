@@ -29,8 +29,6 @@ NOT_FOR_HETERO: dict[str, str] = {
     "topology": "--topology (heterogeneous runs are always partitioned: remote sampling)",
     "aggregate_at": "--aggregate-at (owner-side layer-0 sums are homogeneous only)",
     "decode_halo": "--decode-halo (fused int8 layer 0 is homogeneous only)",
-    "feature_norm": "--feature-norm (row normalisation of one feature table; typed tables "
-    "are written as the dataset gives them)",
     "eval_halo_mb": "--eval-halo-mb (typed exact evaluation holds each layer's 1-hop halo "
     "rows; a halo budget is built for homogeneous tables only)",
     "eval_spill_mb": "--eval-spill-mb (typed exact evaluation keeps its tables in memory; "

@@ -322,10 +322,12 @@ def _write_hetero_store(
 ) -> int:
     """``_write_store`` for a heterogeneous dataset (every node type in one assignment)."""
     from gnnsys.datasets import load_hetero
+    from gnnsys.datasets.transforms import typed_feature_norm
     from gnnsys.partitioners import partition_hetero
     from gnnsys.store import write_hetero_partitions
 
     graph = load_hetero(spec.dataset, root=spec.root, **dict(spec.dataset_params))
+    graph = typed_feature_norm(graph, spec.feature_norm)  # the rows, before any split
     links = None
     if spec.link_split is not None:  # held-out links leave the graph before partitioning
         from gnnsys.datasets.link_split import typed_edge_split
