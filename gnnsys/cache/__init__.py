@@ -25,6 +25,7 @@ from gnnsys.cache.admission import (
 )
 from gnnsys.cache.base import (
     CacheCounters,
+    DistinctFeatureSource,
     EncodedFeatureSource,
     FeatureSource,
     HaloFeatureSource,
@@ -66,6 +67,7 @@ __all__ = [
     "CacheStats",
     "Codec",
     "CodecConfig",
+    "DistinctFeatureSource",
     "EncodedFeatureSource",
     "EncodedLookup",
     "EncodedRows",

@@ -42,6 +42,15 @@ class FeatureSource(Protocol):
 
 
 @runtime_checkable
+class DistinctFeatureSource(Protocol):
+    """A ``FeatureSource`` with a cheaper path for requests that never repeat a gid."""
+
+    def fetch_distinct(self, gid: Tensor) -> Tensor:
+        """Rows ``[K, F]`` (float32) for distinct ``gid`` ``[K]``, in request order."""
+        ...
+
+
+@runtime_checkable
 class EncodedFeatureSource(Protocol):
     """A ``FeatureSource`` whose owners can encode before sending."""
 
@@ -130,6 +139,10 @@ class HaloFeatureSource(Protocol):
 
     def fetch(self, gid: Tensor) -> Tensor:
         """Rows ``[K, F]`` float32 for ``gid`` ``[K]`` int64, in request order."""
+        ...
+
+    def fetch_distinct(self, gid: Tensor) -> Tensor:
+        """``fetch`` of a request that never repeats a gid (a sampled ``n_id``)."""
         ...
 
     def fetch_split(self, gid: Tensor) -> SplitRows:

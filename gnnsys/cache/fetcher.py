@@ -133,29 +133,40 @@ class HaloFetcher:
             enc = wire_decompress(frame)
         return enc, received, wire_bytes
 
-    def gather(self, gid: Tensor) -> Tensor:
+    def gather(self, gid: Tensor, *, distinct: bool = False) -> Tensor:
         """Float32 rows ``[K, F]`` of halo ``gid`` ``[K]``, in request order.
 
-        Missed gids are fetched once each even if repeated in the request.
+        Missed gids are fetched once each even if repeated in the request. ``distinct``: the
+        caller guarantees no gid repeats, so a request with nothing cached is fetched in its
+        own order and decoded as it comes (no sort, no second copy).
         """
         gid = torch.as_tensor(gid, dtype=torch.int64)
-        found = self.cache.lookup(gid)
-        values = found.values_NF
+        if self.cache.capacity_rows or not gid.shape[0]:
+            found = self.cache.lookup(gid)
+            values, miss_pos, miss_gid = found.values_NF, found.miss_pos, found.miss_gid
+        else:  # nothing can be cached: every row is a miss, and no zeros are needed
+            self.cache.count_misses(gid)
+            values, miss_pos, miss_gid = None, torch.arange(gid.shape[0]), gid
         uniq = torch.empty(0, dtype=torch.int64)
         received = wire_bytes = 0
-        all_missed = found.miss_pos.shape[0] == gid.shape[0]  # nothing cached: uniq is gid's
-        if found.miss_pos.shape[0]:
-            uniq, inverse = torch.unique(found.miss_gid, return_inverse=True)
+        all_missed = miss_pos.shape[0] == gid.shape[0]  # nothing cached: uniq is gid's
+        if miss_pos.shape[0] and all_missed and distinct:  # fetched in request order
+            uniq = gid
             enc, received, wire_bytes = self._fetch(uniq)
-            if all_missed:  # no scatter into the zeros
+            values = self.codec.decode(enc)
+            self.cache.insert(uniq, enc)
+        elif miss_pos.shape[0]:
+            uniq, inverse = torch.unique(miss_gid, return_inverse=True)
+            enc, received, wire_bytes = self._fetch(uniq)
+            if values is None or all_missed:  # no scatter into the zeros
                 values = self.codec.decode(enc)[inverse]
             else:
-                values[found.miss_pos] = self.codec.decode(enc)[inverse]
+                values[miss_pos] = self.codec.decode(enc)[inverse]
             self.cache.insert(uniq, enc)
-        distinct = int(uniq.shape[0]) if all_missed else None
-        self._count(
-            gid, int(found.miss_pos.shape[0]), int(uniq.shape[0]), received, wire_bytes, distinct
-        )
+        count = int(gid.shape[0]) if distinct else int(uniq.shape[0]) if all_missed else None
+        misses = int(miss_pos.shape[0])
+        self._count(gid, misses, int(uniq.shape[0]), received, wire_bytes, count)
+        assert values is not None  # a non-empty request fetched, an empty one looked up
         return values
 
     def gather_encoded(self, gid: Tensor) -> EncodedRows:

@@ -209,6 +209,16 @@ class HaloCache:
         self._misses += int(gid.shape[0]) - n_hit
         return hit, slot, gid
 
+    def count_misses(self, gid: Tensor) -> None:
+        """Record a lookup of ``gid`` that can find nothing (capacity 0), without one.
+
+        The stats and the policy's observation are what ``lookup`` would record; no rows are
+        returned, so the caller needs no ``[K, F]`` of zeros.
+        """
+        gid = torch.as_tensor(gid, dtype=torch.int64)
+        self.policy.observe(gid)
+        self._misses += int(gid.shape[0])
+
     def lookup(self, gid: Tensor) -> CacheLookup:
         """Decoded float32 rows for the cached ``gid``; misses listed for the caller to fetch.
 

@@ -28,7 +28,8 @@ def _row_sums(x_NF: np.ndarray) -> np.ndarray:
     """``x_NF / max(x_NF.sum(1), 1)`` as float32 (PyG ``NormalizeFeatures``)."""
     x_NF = np.asarray(x_NF, dtype=np.float32)
     sums_N = x_NF.sum(axis=1, keepdims=True, dtype=np.float64)
-    return (x_NF / np.maximum(sums_N, 1.0)).astype(np.float32)
+    out: np.ndarray = (x_NF / np.maximum(sums_N, 1.0)).astype(np.float32)
+    return out
 
 
 def normalize_rows(graph: Graph) -> Graph:

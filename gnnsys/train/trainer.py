@@ -42,7 +42,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional
 
-from gnnsys.cache.base import FeatureSource
+from gnnsys.cache.base import DistinctFeatureSource, FeatureSource
 from gnnsys.models import BlockModel
 from gnnsys.sampler.base import Sampler
 from gnnsys.train.pipeline import Prefetcher, PreparedBatch, StageClock
@@ -244,6 +244,10 @@ class Trainer:
         self.model = model
         self.sampler = sampler
         self.features = features
+        # a sampled n_id never repeats a node: sources that can use that do
+        self._fetch_nodes: Callable[[Tensor], Tensor] = features.fetch
+        if isinstance(features, DistinctFeatureSource):
+            self._fetch_nodes = features.fetch_distinct
         self.train_gid = train_gid.long()
         self.train_y = train_y.long()
         self.rank = rank
@@ -448,7 +452,7 @@ class Trainer:
     def _inputs(self, sub: SampledSubgraph) -> Callable[[], Tensor]:
         """Fetch layer 0's inputs (through ``first_layer`` when set); returns the forward pass."""
         if self.first_layer is None:
-            x_NF = self.features.fetch(sub.n_id)
+            x_NF = self._fetch_nodes(sub.n_id)
             return lambda: cast(Tensor, self.encoder()(x_NF, sub.blocks))
         model = cast(BlockModel, self.encoder())
         first = self.first_layer.gather(model.layers[0], sub)  # fetches through its source

@@ -159,14 +159,37 @@ class RoutedFeatureSource:
 
     def fetch(self, gid: Tensor) -> Tensor:
         """Rows ``[K, F]`` float32 for ``gid`` in request order (one cache lookup per call)."""
-        gid_np, local_pos, remote_pos = self._split(gid)
-        if not remote_pos.size:  # every row is own (one part, or no halo): one gather, no scatter
-            rows_KF = np.take(self.local_x, self.lid_N[gid_np], axis=0)
+        return self._rows(gid, distinct=False)
+
+    def fetch_distinct(self, gid: Tensor) -> Tensor:
+        """``fetch`` of a request that never repeats a gid (a sampled ``n_id``).
+
+        Its halo rows need no de-duplication: with nothing cached they are fetched in request
+        order and decoded as they come.
+        """
+        return self._rows(gid, distinct=True)
+
+    def _rows(self, gid: Tensor, *, distinct: bool) -> Tensor:
+        """``fetch``: own rows gathered straight into the output in one pass.
+
+        A halo position first reads own row 0 as a placeholder and is then overwritten by its
+        fetched row, so no own row is copied twice.
+        """
+        gid_np = gid.numpy().astype(np.int64, copy=False)
+        mine = self.part_N[gid_np] == self.part
+        lid = self.lid_N[gid_np]
+        if bool(mine.all()):  # every row is own (one part, or no halo): one gather, no scatter
+            rows_KF = np.take(self.local_x, lid, axis=0)
             return torch.from_numpy(rows_KF.astype(np.float32, copy=False))
-        out_KF = np.empty((gid_np.shape[0], self.local_x.shape[1]), dtype=np.float32)
-        out_KF[local_pos] = np.take(self.local_x, self.lid_N[gid_np[local_pos]], axis=0)
-        # a batch without halo rows made no fetcher call (and no message) above
-        out_KF[remote_pos] = self.fetcher.gather(torch.from_numpy(gid_np[remote_pos])).numpy()
+        remote_pos = np.flatnonzero(~mine)
+        if self.local_x.shape[0]:  # own rows in place; halo positions read row 0 for now
+            lid = np.array(lid, dtype=np.int64)
+            lid[remote_pos] = 0
+            out_KF = np.take(self.local_x, lid, axis=0).astype(np.float32, copy=False)
+        else:  # a part that owns no node: only halo rows
+            out_KF = np.empty((gid_np.shape[0], self.local_x.shape[1]), dtype=np.float32)
+        halo = torch.from_numpy(gid_np[remote_pos])
+        out_KF[remote_pos] = self.fetcher.gather(halo, distinct=distinct).numpy()
         return torch.from_numpy(out_KF)
 
     def fetch_split(self, gid: Tensor) -> SplitRows:

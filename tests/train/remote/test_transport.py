@@ -99,3 +99,42 @@ def test_encoded_fetch_counts_encoded_bytes(tiny_graph: Graph, store4: Path) -> 
     assert got.bytes["feature_response"] == want
     assert got.bytes["feature_response"] < plain_ledger.snapshot().bytes["feature_response"] / 3
     assert got.bytes["feature_request"] == plain_ledger.snapshot().bytes["feature_request"]
+
+
+def test_distinct_fetch_equals_fetch(tiny_graph: Graph, store4: Path) -> None:
+    """A request that never repeats a gid takes the short path: same rows, bytes and stats."""
+    from gnnsys.cache import HaloCache
+    from gnnsys.cache.admission import make_policy
+    from gnnsys.cache.codecs import make_codec
+
+    book, shard = load_book(store4), load_shard(store4, 1)
+    assert shard.x is not None and tiny_graph.x is not None
+    gid = torch.from_numpy(
+        torch.randperm(tiny_graph.num_nodes, generator=torch.Generator().manual_seed(0))[
+            :400
+        ].numpy()
+    )
+    score_N = torch.rand(tiny_graph.num_nodes, generator=torch.Generator().manual_seed(1))
+    for codec_name, budget in (("fp32", 0), ("int8", 0), ("fp32", 8_000)):
+        got = []
+        for method in ("fetch", "fetch_distinct"):
+            ledger, codec = Ledger(), make_codec(codec_name)
+            policy = make_policy("degree" if budget else "none", score_N=score_N)
+            config = HaloCache.Config(capacity_bytes=budget, policy=policy.name)
+            cache = HaloCache(config, feature_dim=16, codec=codec, policy=policy)
+            source = RoutedFeatureSource(
+                1, book.part_N, book.lid_N, shard.x, LocalOwnerClient(store4, book.num_parts),
+                ledger, codec=codec, cache=cache,
+            )  # fmt: skip
+            out = [getattr(source, method)(gid), getattr(source, method)(gid.flip(0))]
+            got.append((out, ledger.snapshot(), source.counters(), cache.stats))
+        (a, la, ca, sa), (b, lb, cb, sb) = got
+        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True)), codec_name
+        assert la.bytes == lb.bytes and la.messages == lb.messages
+        assert ca == cb and sa == sb
+        assert (sa.hits > 0) == (budget > 0), codec_name  # the second request hits a cache
+    exact = torch.from_numpy(tiny_graph.x[gid.numpy()])
+    plain = RoutedFeatureSource(
+        1, book.part_N, book.lid_N, shard.x, LocalOwnerClient(store4, book.num_parts), Ledger()
+    )
+    assert torch.equal(plain.fetch_distinct(gid), exact)
