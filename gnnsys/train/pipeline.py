@@ -4,9 +4,12 @@ A step has stages with typed records between them: *seeds -> sample -> fetch -> 
 compute -> sync*. The first three never depend on the weights (a batch's seeds and sampler
 seed are functions of the run seed and the batch's coordinates; feature rows, cache admission
 and owner partial sums depend only on the order of the fetches), so a :class:`Prefetcher` runs
-sampling on one thread and fetching (with the transfer) on another, each in batch order, up to
-``depth`` batches ahead of the next stage: batch ``i+2`` is sampled while ``i+1`` is fetched
-and ``i`` computes, so an owner's latency in one stage does not hold up the other. Each stage
+them on a producer thread, in batch order, up to ``depth`` batches ahead of the compute loop.
+Where owner calls leave the process, sampling and fetching (with the transfer) run on a thread
+each: batch ``i+2`` is sampled while ``i+1`` is fetched and ``i`` computes, so an owner's
+latency in one stage does not hold up the other. Where they stay in the process (local reads,
+the in-process executor) both stages are CPU-bound and one thread runs them in turn, which
+contends less with the compute loop (``gnnsys.train.worker.stage_threads``). Each stage
 sees the batches in the same order as the synchronous step, so the weights, losses, ledger and
 cache counters are bit-identical at every depth: only the time at which a batch is prepared
 moves. ``depth == 0`` runs every stage inline, the synchronous step.

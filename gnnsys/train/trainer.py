@@ -200,7 +200,7 @@ class Trainer:
         seed: int = 0
         """Run seed: fixes the seed order, every sampled batch and the model's initial weights."""
         prefetch: int = 2
-        """Batches prepared (sampled, fetched) ahead of the step on two stage threads
+        """Batches prepared (sampled, fetched) ahead of the step on producer threads
         (``--prefetch``; 0: the synchronous step). Results are identical at every depth."""
 
         def __post_init__(self) -> None:
@@ -244,6 +244,7 @@ class Trainer:
         self.model = model
         self.sampler = sampler
         self.features = features
+        self.stage_threads = 2  # producer threads when prefetching: 1 or 2 (see _feed)
         # a sampled n_id never repeats a node: sources that can use that do
         self._fetch_nodes: Callable[[Tensor], Tensor] = features.fetch
         if isinstance(features, DistinctFeatureSource):
@@ -316,7 +317,9 @@ class Trainer:
     def _feed(self, epoch: int, num_batches: int) -> Prefetcher[PreparedBatch]:
         """The epoch's batches, prepared ``config.prefetch`` ahead: the one way batches form.
 
-        Two stages (``gnnsys.train.pipeline``): sampling, then fetching and transfer.
+        Two stages (``gnnsys.train.pipeline``): sampling, then fetching and transfer, on one
+        producer thread each, or both on one (``stage_threads == 1``); the same batches in
+        the same order either way.
         """
         batches = self._batches(epoch, num_batches)
         seed, rank = self.config.seed, self.rank
@@ -324,6 +327,13 @@ class Trainer:
         def sample(b: int) -> PreparedBatch:
             return self._sample_stage(b, batches[b], batch_seed_for(seed, rank, epoch, b))
 
+        def prepare(b: int) -> PreparedBatch:
+            return self._fetch_stage(sample(b))
+
+        if self.stage_threads == 1:
+            return Prefetcher(
+                prepare, len(batches), self.config.prefetch, name=f"gnnsys-prefetch-{rank}"
+            )
         return Prefetcher(
             sample,
             len(batches),

@@ -57,6 +57,7 @@ __all__ = [
     "WorkerSpec",
     "owner_client",
     "peak_rss",
+    "stage_threads",
 ]
 
 log = logging.getLogger(__name__)
@@ -249,6 +250,21 @@ def owner_client(
     return client
 
 
+def stage_threads(spec: WorkerSpec, client: OwnerClient | None) -> int:
+    """Producer threads of a rank's prefetching epochs (``Trainer.stage_threads``).
+
+    1 when owner calls stay in this process (the in-process executor's ``client``, or
+    ``owner_reads == "local"``) and carry no injected delay: sampling and fetching are then
+    CPU-bound, and one thread running both contends less with the compute loop (measured on
+    2 cores: 2 parts 2.04-2.13 s per epoch against 2.23-2.53 s with two threads). 2 when owner
+    calls leave the process, or a ``delay`` fault stands in for their latency: each stage's
+    waits then overlap the other's.
+    """
+    delayed = spec.fault is not None and spec.fault.kind == "delay"
+    in_process = client is not None or spec.owner_reads == "local"
+    return 1 if in_process and not delayed else 2
+
+
 class Rank(Protocol):
     """The graph-kind side of one rank: what it trains and how it evaluates and serves rows.
 
@@ -318,6 +334,7 @@ class TrainWorker:
             spec, owners, client=client, sync=sync, rng_lock=rng_lock, peers=lambda: self.peers
         )
         self.trainer, self.features = self.rank.trainer, self.rank.features
+        self.trainer.stage_threads = stage_threads(spec, client)
         self.ledger = self.rank.ledger
         self.features.warm_up()  # before the first epoch's snapshot: reported as warm-up traffic
         self.warmup = self.ledger.snapshot()

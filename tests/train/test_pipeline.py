@@ -83,6 +83,38 @@ def test_epoch_split_has_every_stage_stall_and_overlap(tiny_graph: Graph) -> Non
         Trainer.Config(prefetch=-1)
 
 
+@pytest.mark.parametrize("prefetch", [1, 3])
+def test_one_producer_thread_gives_the_same_epoch(tiny_graph: Graph, prefetch: int) -> None:
+    """``stage_threads`` 1 (one thread samples, then fetches) and 2 train the same weights."""
+    runs = []
+    for threads in (1, 2):
+        trainer = _trainer(tiny_graph, prefetch=prefetch)
+        trainer.stage_threads = threads
+        stats = [trainer.train_epoch(e, 6) for e in range(2)]
+        runs.append(([s.loss_sum for s in stats], [p.detach() for p in trainer.model.parameters()]))
+        assert not _prefetch_threads()
+    (loss_a, params_a), (loss_b, params_b) = runs
+    assert loss_a == loss_b
+    assert all(torch.equal(a, b) for a, b in zip(params_a, params_b, strict=True))
+
+
+def test_stage_threads_follow_where_owner_calls_run() -> None:
+    from dataclasses import replace as swap
+
+    from gnnsys.train.worker import FaultSpec, WorkerSpec, stage_threads
+
+    spec = WorkerSpec(
+        rank=0, world_size=2, store="s", topology="partitioned", trainer=Trainer.Config(),
+        sampler=NeighborSampler.Config(fanouts=(2,)), model=ModelConfig(), num_features=4,
+        num_classes=2, deadline_s=10.0, owner_reads="remote",
+    )  # fmt: skip
+    assert stage_threads(spec, None) == 2  # owner actors: calls leave the process
+    assert stage_threads(swap(spec, owner_reads="local"), None) == 1
+    assert stage_threads(spec, object()) == 1  # the in-process executor's client
+    delayed = swap(spec, owner_reads="local", fault=FaultSpec("delay", 0, 0, delay_s=0.01))
+    assert stage_threads(delayed, None) == 2  # the delay stands in for remote latency
+
+
 # ---- whole runs: bit-identical at every depth ----------------------------------------------
 def _run_config(parts: int, prefetch: int) -> Any:
     return sbm_run(
