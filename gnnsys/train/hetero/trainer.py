@@ -86,14 +86,17 @@ class TypedInputs:
         self.features, self.embeddings = features, embeddings
 
     def fetch(self, sub: HeteroSampledSubgraph) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-        """``(x_dict, leaves)``: every type's rows in ``n_id`` order; embedding rows as leaves."""
+        """``(x_dict, leaves)``: every type's rows in ``n_id`` order; embedding rows as leaves.
+
+        A type's ``n_id`` never repeats a node, so each source takes its distinct-request path.
+        """
         x_dict: dict[str, Tensor] = {}
         leaves: dict[str, Tensor] = {}
         for node_type, n_id in sub.n_id.items():
             if node_type in self.features:
-                x_dict[node_type] = self.features[node_type].fetch(n_id)
+                x_dict[node_type] = self.features[node_type].fetch_distinct(n_id)
             elif node_type in self.embeddings:
-                leaf = self.embeddings[node_type].fetch(n_id).requires_grad_()
+                leaf = self.embeddings[node_type].fetch_distinct(n_id).requires_grad_()
                 x_dict[node_type] = leaves[node_type] = leaf
         return x_dict, leaves
 
