@@ -34,7 +34,7 @@ from gnnsys.train.remote.routed import RoutedNeighborSource
 from gnnsys.train.remote.server import ShardOwner
 from gnnsys.train.topology import assemble_graph
 from gnnsys.train.trainer import GradSync, Trainer
-from gnnsys.train.worker import GlooSync, WorkerSpec, owner_client
+from gnnsys.train.worker import WorkerSpec, grad_sync, owner_client
 from gnnsys.types import PartitionBook, PartitionShard
 
 if TYPE_CHECKING:
@@ -222,14 +222,10 @@ class NodeRank:
         )
         advise_random(self.shard.x, self.shard.indptr, self.shard.indices_gid, self.shard.e_id)
         self.links = None if spec.link is None else load_links(spec.store, spec.rank)
-        grad_sync: GradSync | None = None
-        if sync is not None:
-            grad_sync = sync(self.ledger)
-        elif spec.world_size > 1:
-            grad_sync = GlooSync(spec.world_size, self.ledger)
         built = _build_trainer(
-            spec, self.shard, self.book, self.client, self.ledger, grad_sync, rng_lock, self.links
-        )
+            spec, self.shard, self.book, self.client, self.ledger,
+            grad_sync(spec, sync, self.ledger), rng_lock, self.links,
+        )  # fmt: skip
         self.trainer, self.features = built.trainer, built.features
         self._evaluator: ShardEvaluator | None = None
 

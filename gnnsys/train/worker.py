@@ -56,6 +56,7 @@ __all__ = [
     "WorkerEpochReport",
     "WorkerSpec",
     "owner_client",
+    "grad_sync",
     "peak_rss",
     "stage_threads",
 ]
@@ -248,6 +249,19 @@ def owner_client(
     if spec.fault is not None and spec.fault.kind == "delay":
         client = DelayedOwnerClient(client, spec.fault.delay_s)
     return client
+
+
+def grad_sync(
+    spec: WorkerSpec, sync: Callable[[Any], GradSync] | None, ledger: Any
+) -> GradSync | None:
+    """The rank's gradient average, counted in ``ledger``.
+
+    The in-process executor's ``sync``, gloo between ``P > 1`` processes, or ``None`` for one
+    rank alone.
+    """
+    if sync is not None:
+        return sync(ledger)
+    return GlooSync(spec.world_size, ledger) if spec.world_size > 1 else None
 
 
 def stage_threads(spec: WorkerSpec, client: OwnerClient | None) -> int:

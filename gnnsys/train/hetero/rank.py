@@ -18,7 +18,6 @@ Per rank and node type ``t`` (ids type-local, ``TypeBook`` routing):
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -54,7 +53,7 @@ from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import TypedLedger
 from gnnsys.train.remote.peers import PeerClient
 from gnnsys.train.remote.routed import RoutedNeighborSource
-from gnnsys.train.worker import GlooSync, WorkerSpec, owner_client, peak_rss
+from gnnsys.train.worker import WorkerSpec, grad_sync, owner_client, peak_rss
 
 __all__ = [
     "TypedRank",
@@ -62,8 +61,6 @@ __all__ = [
     "build_hetero_model",
     "embedding_config",
 ]
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,10 +277,7 @@ class TypedRank:
             spec, owners, client, lambda p: HeteroShardOwner(spec.store, p, own_threads=False)
         )
         self.embeddings = self._embeddings()
-        grad_sync = sync(self.ledger) if sync is not None else None
-        if grad_sync is None and spec.world_size > 1:
-            grad_sync = GlooSync(spec.world_size, cast(Any, self.ledger))
-        self.trainer = self._trainer(grad_sync, rng_lock)
+        self.trainer = self._trainer(grad_sync(spec, sync, self.ledger), rng_lock)
         self.features = self.trainer.inputs
         self._typed_eval: TypedShardEvaluator | None = None
 

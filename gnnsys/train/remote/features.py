@@ -183,7 +183,7 @@ class RoutedFeatureSource:
             return torch.from_numpy(rows_KF.astype(np.float32, copy=False))
         remote_pos = np.flatnonzero(~mine)
         if self.local_x.shape[0]:  # own rows in place; halo positions read row 0 for now
-            lid = np.array(lid, dtype=np.int64)
+            lid = lid.astype(np.int64, copy=False)  # a fresh array (fancy-indexed): ours to edit
             lid[remote_pos] = 0
             out_KF = np.take(self.local_x, lid, axis=0).astype(np.float32, copy=False)
         else:  # a part that owns no node: only halo rows
