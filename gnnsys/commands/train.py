@@ -80,6 +80,27 @@ def add_parser(sub: Any) -> None:
         "e.g. trainer.lr,sampler.fanouts (short: lr, fanouts, batch-size, seed, codec, dropout)",
     )
     p.add_argument("--topology", choices=("auto", "partitioned", "replicated"))
+    _add_liveness_flags(p)
+    p.add_argument("--max-restarts", type=int, help="group restarts after a worker dies")
+    p.add_argument("--num-nodes", type=int, help="nodes of a synthetic dataset")
+    add_feature_path_args(p)
+    _add_eval_flags(p)
+    add_link_args(p, typed=True)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--tensorboard",
+        metavar="DIR",
+        help="also write each epoch's metrics.jsonl line as TensorBoard scalars in DIR (loss, "
+        "metrics, bytes by category, cache hit rate, stage times, stall); view them with "
+        "'tensorboard --logdir DIR'. Needs: pip install 'gnnsys[tensorboard]'",
+    )
+    p.add_argument("--inject-fault", help=argparse.SUPPRESS)  # KIND:RANK:EPOCH:BATCH, tests
+    p.add_argument("--inject-delay-ms", type=float, help=argparse.SUPPRESS)  # owner latency
+    p.set_defaults(func=run)
+
+
+def _add_liveness_flags(p: argparse.ArgumentParser) -> None:
+    """Deadlines: remote calls, heartbeats, start-up."""
     p.add_argument("--deadline", type=float, help="seconds per remote call / without progress")
     p.add_argument(
         "--heartbeat-timeout",
@@ -96,15 +117,6 @@ def add_parser(sub: Any) -> None:
         help="seconds the workers may take to start (load shards, warm caches, join the "
         "gloo group) before the silent ones are restarted (default 90)",
     )
-    p.add_argument("--max-restarts", type=int, help="group restarts after a worker dies")
-    p.add_argument("--num-nodes", type=int, help="nodes of a synthetic dataset")
-    add_feature_path_args(p)
-    _add_eval_flags(p)
-    add_link_args(p, typed=True)
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--inject-fault", help=argparse.SUPPRESS)  # KIND:RANK:EPOCH:BATCH, tests
-    p.add_argument("--inject-delay-ms", type=float, help=argparse.SUPPRESS)  # owner latency
-    p.set_defaults(func=run)
 
 
 def _add_step_flags(p: argparse.ArgumentParser) -> None:
@@ -338,6 +350,7 @@ def build_config(args: argparse.Namespace) -> Any:
             progress=not args.no_progress and sys.stderr.isatty(),
             **pick(epochs=args.epochs, deadline_s=args.deadline),
             **pick(heartbeat_s=args.heartbeat_timeout, startup_deadline_s=args.startup_deadline),
+            **pick(tensorboard=args.tensorboard),
         ),
         failure=replace(cfg.failure, **pick(max_restarts=args.max_restarts)),
         eval=replace(

@@ -26,6 +26,7 @@ __all__ = [
     "METRICS",
     "accuracy",
     "confusion_matrix",
+    "is_metric_key",
     "link_metrics",
     "link_ranks",
     "link_sums",
@@ -107,6 +108,11 @@ HITS_AT = (20, 50, 100)
 """``K`` of the Hits@K a link evaluation reports."""
 LINK_METRICS = ("mrr", *(f"hits@{k}" for k in HITS_AT))
 """Names ``--metric`` accepts for ``--task link``."""
+
+
+def is_metric_key(key: str) -> bool:
+    """Whether a ``metrics.jsonl`` key is an evaluation metric (``val_acc``, ``test_hits@50``)."""
+    return key.endswith(tuple(f"_{m}" for m in (*METRICS, "mrr"))) or "_hits@" in key
 
 
 def link_ranks(pos_K: np.ndarray, neg_KQ: np.ndarray) -> np.ndarray:

@@ -75,6 +75,7 @@ IGNORED = frozenset(
         "loop.deadline_s",
         "loop.heartbeat_s",
         "loop.startup_deadline_s",
+        "loop.tensorboard",
         "cluster.address",
         "cluster.threads",
         "cluster.owner_reads",

@@ -31,6 +31,7 @@ from gnnsys.train.control.failure import FailureAction, FailurePolicy, FailureSt
 from gnnsys.train.control.group import GroupFactory, GroupFailure, WorkerGroup
 from gnnsys.train.control.recorder import EpochMetrics, Recorder, epoch_metrics
 from gnnsys.train.control.resources import Resources
+from gnnsys.train.control.tensorboard import check_tensorboard
 from gnnsys.train.evaluate import EvalConfig, EvalResult, combine_evals
 from gnnsys.train.worker import WorkerEpochReport
 
@@ -94,8 +95,12 @@ class Coordinator:
         the driver logs the epoch's batches done every ``PROGRESS_LOG_S`` seconds instead."""
         resources: Resources = Resources()
         """Logical CPUs per actor."""
+        tensorboard: str | None = None
+        """Also write every epoch's line as TensorBoard scalars in this directory (needs the
+        ``tensorboard`` package; ``gnnsys.train.control.tensorboard``)."""
 
         def __post_init__(self) -> None:
+            check_tensorboard(self.tensorboard)
             if self.epochs < 1:
                 raise ValueError(f"epochs={self.epochs}; choose epochs >= 1")
             for name in ("deadline_s", "heartbeat_s", "startup_deadline_s"):
@@ -160,6 +165,7 @@ class Coordinator:
                 self._step()
         finally:
             self._stop_group()
+            self.recorder.close()
         if self.error is not None:
             raise self.error
         return self.history

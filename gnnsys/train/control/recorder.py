@@ -25,7 +25,9 @@ from gnnsys.train.control.checkpoint import (
     remove_checkpoints,
     save_checkpoint,
 )
+from gnnsys.train.control.tensorboard import TensorBoardSink
 from gnnsys.train.evaluate import EvalResult
+from gnnsys.train.metrics import is_metric_key
 from gnnsys.train.pipeline import STAGES
 from gnnsys.train.remote.ledger import CATEGORIES, LedgerSnapshot
 from gnnsys.train.worker import WorkerEpochReport
@@ -109,7 +111,7 @@ class EpochMetrics:
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> EpochMetrics:
         """Inverse of :meth:`to_json` (lines of a run being resumed)."""
-        evaluation = {k: v for k, v in obj.items() if _is_metric(k)}
+        evaluation = {k: v for k, v in obj.items() if is_metric_key(k)}
         evaluation.pop("batch_train_acc", None)
         ev = obj.get("eval", {})
         return cls(
@@ -139,11 +141,6 @@ class EpochMetrics:
 def _every_category(values: dict[str, int]) -> dict[str, int]:
     """``values`` with every ledger category (a line written before a category existed has 0)."""
     return dict.fromkeys(CATEGORIES, 0) | values
-
-
-def _is_metric(key: str) -> bool:
-    """Whether a ``metrics.jsonl`` key is an evaluation metric (``val_acc``, ``test_hits@50``)."""
-    return key.endswith(("_acc", "_f1", "_auc", "_mrr")) or "_hits@" in key
 
 
 def _cache_totals(reports: list[WorkerEpochReport]) -> dict[str, float]:
@@ -196,11 +193,14 @@ class Recorder:
 
     Args:
         run_dir: The run directory (created).
+        tensorboard: A directory where every line is also written as TensorBoard scalars
+            (``gnnsys.train.control.tensorboard``), or ``None``.
     """
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, tensorboard: str | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.metrics_path = self.run_dir / METRICS_NAME
+        self.sink = TensorBoardSink(tensorboard) if tensorboard is not None else None
 
     def begin(self, resume: bool) -> tuple[Checkpoint | None, list[EpochMetrics]]:
         """Start a run: the checkpoint to continue from and the metric lines kept before it.
@@ -221,6 +221,8 @@ class Recorder:
         kept = self.lines_before(0 if ckpt is None else ckpt.epoch + 1)
         text = "".join(json.dumps(m.to_json()) + "\n" for m in kept)
         atomic_write(self.metrics_path, text.encode())
+        if self.sink is not None:
+            self.sink.begin([m.to_json() for m in kept])
         return ckpt, kept
 
     def lines_before(self, epoch: int) -> list[EpochMetrics]:
@@ -238,7 +240,15 @@ class Recorder:
             DiskError: The line could not be written; the file is truncated back to its old
                 size, so it never ends in half a line.
         """
-        append_whole(self.metrics_path, (json.dumps(metrics.to_json()) + "\n").encode())
+        line = metrics.to_json()
+        append_whole(self.metrics_path, (json.dumps(line) + "\n").encode())
+        if self.sink is not None:
+            self.sink.write(line)
+
+    def close(self) -> None:
+        """Close the TensorBoard files, if any (the run is over)."""
+        if self.sink is not None:
+            self.sink.close()
 
     def save(self, ckpt: Checkpoint) -> None:
         """Write the checkpoint atomically."""

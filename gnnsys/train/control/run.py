@@ -319,7 +319,7 @@ def _coordinator(
         config.loop,
         make_group=lambda attempt: group.make(config, attempt),
         policy=FailurePolicy(config.failure),
-        recorder=Recorder(run_path),
+        recorder=Recorder(run_path, config.loop.tensorboard),
         evaluation=config.eval,
         num_classes=num_classes,
         world_size=config.cluster.parts,
