@@ -10,7 +10,15 @@ after it is shipped to Ray.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import json
+import os
+import sys
+import types
+import typing
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gnnsys.cache import CacheConfig, CodecConfig
@@ -58,3 +66,63 @@ class RunConfig:
     def to_json(self) -> dict[str, Any]:
         """Plain JSON-ready dict (for ``summary.json``; enums are ``str`` subclasses)."""
         return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> RunConfig:
+        """Inverse of :meth:`to_json` after a JSON round trip (``summary.json``'s ``config``).
+
+        Every stage config validates its values again; a field missing from ``obj`` (a run
+        written before the field existed) takes its default.
+
+        Raises:
+            ValueError: A value its config refuses, or a shape that fits no field.
+        """
+        out: RunConfig = _decode(cls, obj)
+        return out
+
+    @classmethod
+    def from_run_dir(cls, run_dir: str | os.PathLike[str]) -> RunConfig:
+        """The config a run trained with: ``summary.json``'s (resolved), else ``run.json``'s.
+
+        Raises:
+            ValueError: Neither file has one (not a run directory, or a run that never got
+                past its pre-flight).
+        """
+        for name in ("summary.json", "run.json"):
+            try:
+                obj = json.loads((Path(run_dir) / name).read_text()).get("config")
+            except (OSError, ValueError):
+                continue
+            if obj is not None:
+                return cls.from_json(obj)
+        raise ValueError(
+            f"{run_dir} has no summary.json or run.json with a config; pass a gnnsys train run "
+            "directory"
+        )
+
+
+def _decode(kind: Any, value: Any) -> Any:
+    """``value`` (JSON) as type ``kind``: dataclasses, optionals, tuples, dicts and enums."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if dataclasses.is_dataclass(kind) and isinstance(kind, type):
+        if not isinstance(value, dict):
+            raise ValueError(f"{kind.__name__}: expected an object, got {value!r}")
+        module = vars(sys.modules[kind.__module__])
+        hints = typing.get_type_hints(kind, globalns=module, localns=dict(vars(kind)))
+        fields = {f.name for f in dataclasses.fields(kind) if f.init}
+        return kind(**{k: _decode(hints[k], v) for k, v in value.items() if k in fields})
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        return _decode(next(a for a in args if a is not type(None)), value)
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_decode(args[0], v) for v in value)
+        return tuple(_decode(a, v) for a, v in zip(args, value, strict=True))
+    if origin is dict:
+        return {_decode(args[0], k): _decode(args[1], v) for k, v in value.items()}
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return kind(value)
+    if kind is float and isinstance(value, int):
+        return float(value)
+    return value
