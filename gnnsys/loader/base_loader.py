@@ -327,6 +327,17 @@ def input_gid(input_nodes: Any, num_nodes: int) -> Tensor:
     return gid
 
 
+def mask_ids(input_nodes: Any, input_id: Tensor | None, input_gid: Tensor) -> Tensor | None:
+    """PyG's ``input_id`` rule: as given, else a bool mask's node ids, else ``None``.
+
+    With ``None`` each batch reports the seeds' positions in ``input_nodes`` (PyG's
+    ``get_input_nodes`` and ``NodeSamplerInput``).
+    """
+    if input_id is None and isinstance(input_nodes, Tensor) and input_nodes.dtype == torch.bool:
+        return input_gid
+    return input_id
+
+
 def per_input(name: str, values: Tensor | None, input_gid: Tensor) -> Tensor | None:
     """``values`` checked to hold one entry per input node (``None`` passes through)."""
     if values is None:

@@ -33,10 +33,10 @@ from gnnsys.datasets.hetero import EdgeType, HeteroGraph
 from gnnsys.loader.base_loader import Sampling
 from gnnsys.loader.hetero_loader import (
     HeteroGraphView,
-    bidirectional,
     hetero_output,
     join_hetero,
     typed_sampler,
+    typed_subgraph,
     typed_subgraph_type,
 )
 from gnnsys.loader.link_inputs import LinkInputs, edge_input
@@ -63,11 +63,11 @@ class TypedLinkSeeds:
     Raises:
         TypeError: ``edge_label_index`` without an edge type.
         ValueError: Unknown edge type, ids out of range, bad labels or times, or an option not
-            supported here (``subgraph_type='induced'``).
+            supported here.
     """
 
     def __init__(self, data: Any, sampling: Sampling, links: LinkInputs) -> None:
-        self.subgraph_type = typed_subgraph_type(sampling.subgraph_type)
+        self.subgraph_type = typed_subgraph_type(sampling)
         self.hetero_view = HeteroGraphView.of(data)
         self.node_sampler = typed_sampler(self.hetero_view, sampling)
         self.disjoint = self.node_sampler.disjoint
@@ -154,7 +154,7 @@ class TypedLinkSeeds:
             self.input_data[index], sample_fn, self.hetero_view.num_nodes, self.disjoint,
             self.node_time, self.neg_sampling,
         )  # fmt: skip
-        return bidirectional(out) if self.subgraph_type == "bidirectional" else out
+        return typed_subgraph(out, self.subgraph_type, self.hetero_view)
 
     def join(self, out: Any, custom_cls: Any) -> Any:
         """PyG's ``LinkLoader.filter_fn`` for heterogeneous graphs."""

@@ -8,9 +8,11 @@
   (PyG's ``NumNeighbors`` resolves it: every relation needs an entry unless a default is given,
   and all must have the same number of hops);
 * ``input_nodes``: ``"paper"`` (every node of the type) or ``("paper", None | mask | index)``;
-* ``subgraph_type``: ``'directional'`` or ``'bidirectional'`` (PyG's
+* ``subgraph_type``: ``'directional'``, ``'bidirectional'`` (PyG's
   ``HeteroSamplerOutput.to_bidirectional``; ``num_sampled_nodes`` is kept, since the nodes do
-  not change, and ``num_sampled_edges`` and ``e_id`` are dropped, as in PyG).
+  not change, and ``num_sampled_edges`` and ``e_id`` are dropped, as in PyG) or ``'induced'``
+  (below);
+* ``input_id``: as given, else a mask's node ids, else the seeds' positions (PyG's rule).
 
 Batches have PyG's fields: per node type ``n_id`` and ``num_sampled_nodes`` (lists, seeds
 first), per edge type ``edge_index`` (``[0]`` = local source in the source type, ``[1]`` = local
@@ -27,7 +29,9 @@ are not filtered; temporal sampling is disjoint, and ``batch[t].batch`` names ea
 As PyG's ``sort_csc`` does, a temporal loader orders every destination's in-edges by time
 (stable), so a ``HeteroData`` and a store holding the same graph give the same batches.
 
-Not supported yet on heterogeneous graphs (a ``ValueError`` naming it): ``subgraph_type='induced'``.
+``subgraph_type='induced'``: every edge of every relation between the sampled nodes
+(``typed_subgraph``), as PyG's torch-sparse path gives it; not with ``disjoint=True`` (PyG's
+refusal).
 
 Shape legend: ``N_t`` nodes of type ``t``, ``E`` edges of one relation, ``B`` seeds.
 """
@@ -41,7 +45,8 @@ import torch
 from torch import Tensor
 
 from gnnsys.datasets.hetero import EdgeType, HeteroGraph
-from gnnsys.loader.base_loader import Sampling, input_gid, per_input
+from gnnsys.loader.base_loader import Sampling, input_gid, mask_ids, per_input
+from gnnsys.loader.pyg_sampler import induced_edges
 from gnnsys.sampler.candidates import check_strategy, time_sorted
 from gnnsys.sampler.csr_source import CSRNeighborSource
 from gnnsys.sampler.hetero import HeteroNeighborSampler, csr_sources
@@ -55,6 +60,7 @@ __all__ = [
     "is_hetero_input",
     "join_hetero",
     "typed_sampler",
+    "typed_subgraph",
     "typed_subgraph_type",
 ]
 
@@ -239,11 +245,14 @@ class TypedNodeSeeds:
         input_time: Tensor | None,
         input_id: Tensor | None,
     ) -> None:
-        self.subgraph_type = typed_subgraph_type(sampling.subgraph_type)
+        self.subgraph_type = typed_subgraph_type(sampling)
         self.hetero_view = HeteroGraphView.of(data)
         self.node_sampler = typed_sampler(self.hetero_view, sampling)
         self.input_type, self.input_gid = _input(input_nodes, self.hetero_view.num_nodes)
-        self.input_id = per_input("input_id", input_id, self.input_gid)
+        mask = input_nodes[1] if isinstance(input_nodes, tuple) else None
+        self.input_id = per_input(
+            "input_id", mask_ids(mask, input_id, self.input_gid), self.input_gid
+        )
         self.input_time = per_input("input_time", input_time, self.input_gid)
         if self.input_time is None:
             _check_seeds_have_time(self.node_sampler, self.input_type, sampling.time_attr)
@@ -259,9 +268,7 @@ class TypedNodeSeeds:
             {self.input_type: seed_lid}, seed=seed, seed_time=times
         )
         out = hetero_output(sub, (input_id, seed_time))
-        if self.subgraph_type != "bidirectional":
-            return out
-        return bidirectional(out)
+        return typed_subgraph(out, self.subgraph_type, self.hetero_view)
 
     def join(self, out: Any, custom_cls: Any) -> Any:
         """PyG's hetero ``filter_fn``: features joined, PyG's per-type fields set."""
@@ -336,14 +343,36 @@ def bidirectional(out: Any) -> Any:
     return both
 
 
-def typed_subgraph_type(kind: str) -> str:
-    """``'directional'`` or ``'bidirectional'`` (``'induced'`` is not built for typed graphs)."""
-    if kind == "induced":
+def typed_subgraph_type(sampling: Sampling) -> str:
+    """``sampling.subgraph_type``, checked as PyG checks it (no disjoint induced subgraphs).
+
+    Raises:
+        ValueError: ``'induced'`` with ``disjoint=True``.
+    """
+    if sampling.subgraph_type == "induced" and sampling.disjoint:
         raise ValueError(
-            "subgraph_type='induced' is not supported on heterogeneous graphs yet; use "
-            "'directional' or 'bidirectional', or HeteroData.to_homogeneous()"
+            "'disjoint' sampling not supported for neighbor sampling with "
+            "`subgraph_type='induced'`; use subgraph_type='directional'"
         )
-    return kind
+    return sampling.subgraph_type
+
+
+def typed_subgraph(out: Any, kind: str, view: HeteroGraphView) -> Any:
+    """A typed batch's edges as ``subgraph_type`` asks (module docstring).
+
+    ``'induced'``: every edge of every relation between the sampled nodes (PyG's torch-sparse
+    path, also for ``directed=False``); ``num_sampled_*`` are ``None`` then, as in PyG.
+    """
+    if kind == "bidirectional":
+        return bidirectional(out)
+    if kind != "induced":
+        return out
+    for edge_type in view.edge_types:
+        src, dst = out.node[edge_type[0]], out.node[edge_type[2]]
+        edges = induced_edges(view.sources[edge_type], src, dst)
+        out.row[edge_type], out.col[edge_type], out.edge[edge_type] = edges
+    out.num_sampled_nodes = out.num_sampled_edges = None
+    return out
 
 
 def typed_sampler(

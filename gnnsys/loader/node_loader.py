@@ -38,6 +38,7 @@ from gnnsys.loader.base_loader import (
     Sampling,
     Seeds,
     input_gid,
+    mask_ids,
     per_input,
     subgraph_type_of,
     to_pyg_batch,
@@ -76,7 +77,8 @@ class NodeSeeds:
         )
         self.input_gid = input_gid(input_nodes, self.view.num_nodes)
         self.input_time = per_input("input_time", input_time, self.input_gid)
-        self.input_id = per_input("input_id", input_id, self.input_gid)
+        ids = mask_ids(input_nodes, input_id, self.input_gid)
+        self.input_id = per_input("input_id", ids, self.input_gid)
         self.num_inputs = int(self.input_gid.shape[0])
 
     def collate(self, index: Tensor, seed: int) -> Any:

@@ -36,7 +36,7 @@ from gnnsys.sampler.draw import ragged_range
 from gnnsys.sampler.extended import ExtendedSampler
 from gnnsys.types import SampledSubgraph
 
-__all__ = ["PyGSampler", "SUBGRAPH_TYPES"]
+__all__ = ["PyGSampler", "SUBGRAPH_TYPES", "induced_edges"]
 
 SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
 
@@ -153,22 +153,7 @@ class PyGSampler:
 
     def _induced(self, out: Any) -> Any:
         """Every edge of the graph among ``out.node`` (in-edges of each node, CSR order)."""
-        node = out.node.numpy()
-        order = np.argsort(node, kind="stable")
-        sorted_node = node[order]
-        indptr = self.view.source.indptr.numpy()
-        start = indptr.take(node)
-        deg = indptr.take(node + 1) - start
-        pos = ragged_range(start, deg)
-        src = self.view.source.indices.numpy().take(pos).astype(np.int64, copy=False)
-        at = np.searchsorted(sorted_node, src).clip(0, max(node.shape[0] - 1, 0))
-        keep = sorted_node.take(at) == src
-        dst_local = np.repeat(np.arange(node.shape[0], dtype=np.int64), deg)[keep]
-        src_local = order.take(at[keep]).astype(np.int64, copy=False)
-        e_id = self.view.source.e_id
-        edge = pos[keep] if e_id is None else e_id.numpy().take(pos[keep])
-        out.row, out.col = torch.from_numpy(src_local), torch.from_numpy(dst_local)
-        out.edge = torch.from_numpy(np.ascontiguousarray(edge))
+        out.row, out.col, out.edge = induced_edges(self.view.source, out.node, out.node)
         out.num_sampled_nodes = out.num_sampled_edges = None
         return out
 
@@ -189,6 +174,34 @@ class PyGSampler:
             inputs, sample_fn, self.view.num_nodes, self.disjoint, self.node_time, neg_sampling
         )
         return out
+
+
+def induced_edges(source: Any, src_node: Tensor, dst_node: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Every edge of ``source`` (an in-edge CSR) from a ``src_node`` to a ``dst_node`` node.
+
+    Returns ``(row, col, edge)``: positions in the two node lists and edge ids. Edges come per
+    destination in ``dst_node`` order, each destination's in CSR order (PyG's
+    ``subgraph_type='induced'``). A homogeneous graph passes one node list twice.
+    """
+    node = src_node.numpy()
+    order = np.argsort(node, kind="stable")
+    sorted_node = node[order]
+    dst = dst_node.numpy()
+    indptr = source.indptr.numpy()
+    start = indptr.take(dst)
+    deg = indptr.take(dst + 1) - start
+    pos = ragged_range(start, deg)
+    src = source.indices.numpy().take(pos).astype(np.int64, copy=False)
+    at = np.searchsorted(sorted_node, src).clip(0, max(node.shape[0] - 1, 0))
+    keep = sorted_node.take(at) == src if node.shape[0] else np.zeros(src.shape[0], dtype=bool)
+    dst_local = np.repeat(np.arange(dst.shape[0], dtype=np.int64), deg)[keep]
+    src_local = order.take(at[keep]).astype(np.int64, copy=False)
+    edge = pos[keep] if source.e_id is None else source.e_id.numpy().take(pos[keep])
+    return (
+        torch.from_numpy(src_local),
+        torch.from_numpy(dst_local),
+        torch.from_numpy(np.ascontiguousarray(edge)),
+    )
 
 
 def _edge_attr(view: GraphView, name: str) -> Tensor:

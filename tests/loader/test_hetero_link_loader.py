@@ -16,6 +16,22 @@ WRITES: EdgeType = ("author", "writes", "paper")
 CITES: EdgeType = ("paper", "cites", "paper")
 
 
+def test_induced_link_batches_hold_every_edge_among_their_nodes(graph: HeteroGraph) -> None:
+    data = graph.to_pyg()
+    loader = LinkNeighborLoader(data, [2, 2], edge_label_index=CITES, batch_size=40,
+                                subgraph_type="induced", seed=1)  # fmt: skip
+    batch = next(iter(loader))
+    for edge_type in data.edge_types:
+        src, dst = batch[edge_type[0]].n_id, batch[edge_type[2]].n_id
+        full = data[edge_type].edge_index
+        inside = torch.isin(full[0], src) & torch.isin(full[1], dst)
+        assert batch[edge_type].edge_index.shape[1] == int(inside.sum())
+        assert torch.equal(
+            full[:, batch[edge_type].e_id],
+            torch.stack([src[batch[edge_type].edge_index[0]], dst[batch[edge_type].edge_index[1]]]),
+        )
+
+
 @pytest.fixture(scope="module")
 def graph() -> HeteroGraph:
     return synthetic_mag(0.004, seed=2, reverse=True)
@@ -109,7 +125,9 @@ def test_hetero_graph_input_and_errors(graph: HeteroGraph) -> None:
     with pytest.raises(ValueError, match="outside"):
         LinkNeighborLoader(graph, [2], edge_label_index=(CITES, torch.tensor([[0], [10**6]])))
     with pytest.raises(ValueError, match="induced"):
-        LinkNeighborLoader(graph, [2], edge_label_index=CITES, subgraph_type="induced")
+        LinkNeighborLoader(
+            graph, [2], edge_label_index=CITES, subgraph_type="induced", disjoint=True
+        )
     with pytest.raises(TypeError, match="needs an edge type"):
         LinkNeighborLoader(graph, [2], edge_label_index="writes")
 

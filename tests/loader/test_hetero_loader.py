@@ -113,9 +113,50 @@ def test_mask_input_shuffle_and_workers_are_reproducible(graph: HeteroGraph) -> 
     assert bool(mask[seeds].all()) and seeds.unique().numel() == int(mask.sum())
 
 
+def test_induced_subgraph_has_every_edge_of_every_relation(graph: HeteroGraph) -> None:
+    data = graph.to_pyg()
+    for edge_type in data.edge_types:  # an edge attribute to follow e_id with
+        data[edge_type].tag = torch.arange(data[edge_type].num_edges) * 7
+    loader = NeighborLoader(data, [3, 2], input_nodes="paper", batch_size=50,
+                            subgraph_type="induced", seed=3)  # fmt: skip
+    for batch in list(loader)[:3]:
+        for edge_type in data.edge_types:
+            src, dst = batch[edge_type[0]].n_id, batch[edge_type[2]].n_id
+            full = data[edge_type].edge_index
+            inside = torch.isin(full[0], src) & torch.isin(full[1], dst)
+            got = torch.stack([src[batch[edge_type].edge_index[0]],
+                               dst[batch[edge_type].edge_index[1]]])  # fmt: skip
+            assert got.shape[1] == int(inside.sum())
+            assert set(map(tuple, got.t().tolist())) == set(
+                map(tuple, full[:, inside].t().tolist())
+            )
+            assert torch.equal(full[:, batch[edge_type].e_id], got)
+            assert torch.equal(batch[edge_type].tag, batch[edge_type].e_id * 7)
+        assert "num_sampled_nodes" not in batch["paper"] or batch["paper"].num_sampled_nodes is None
+    old = next(iter(NeighborLoader(data, [3, 2], input_nodes="paper", batch_size=50,
+                                   directed=False, seed=3)))  # fmt: skip
+    first = next(iter(NeighborLoader(data, [3, 2], input_nodes="paper", batch_size=50,
+                                     subgraph_type="induced", seed=3)))  # fmt: skip
+    for edge_type in data.edge_types:
+        assert torch.equal(old[edge_type].edge_index, first[edge_type].edge_index)
+
+
+def test_input_id_follows_pyg_for_masks_and_indices(graph: HeteroGraph) -> None:
+    mask = torch.zeros(graph.num_nodes("paper"), dtype=torch.bool)
+    mask[[1, 2]] = True
+    batch = next(iter(NeighborLoader(graph, [2], input_nodes=("paper", mask), batch_size=4)))
+    assert batch["paper"].input_id.tolist() == [1, 2]  # a mask's node ids, as PyG
+    index = torch.tensor([5, 9])
+    batch = next(iter(NeighborLoader(graph, [2], input_nodes=("paper", index), batch_size=4)))
+    assert batch["paper"].input_id.tolist() == [0, 1]  # positions in input_nodes, as PyG
+    given = torch.tensor([40, 41])
+    batch = next(iter(NeighborLoader(graph, [2], input_nodes=("paper", mask), input_id=given)))
+    assert batch["paper"].input_id.tolist() == [40]
+
+
 def test_unsupported_options_are_named(graph: HeteroGraph) -> None:
-    with pytest.raises(ValueError, match="induced"):
-        NeighborLoader(graph, [2], input_nodes="paper", subgraph_type="induced")
+    with pytest.raises(ValueError, match="'disjoint' sampling not supported .*induced"):
+        NeighborLoader(graph, [2], input_nodes="paper", subgraph_type="induced", disjoint=True)
     with pytest.raises(TypeError, match="needs a node type"):
         NeighborLoader(graph.to_pyg(), [2])
     with pytest.raises(ValueError, match="not in"):
