@@ -261,7 +261,7 @@ KIND_BRANCHES: dict[str, tuple[int, str]] = {
     "commands/_hetero_train.py": (1, "the one place that refuses flags for typed runs"),
     "commands/train.py": (5, "the CLI's switch from flags to a RunConfig of either kind"),
     "commands/_preflight.py": (
-        3,
+        2,
         "a store's kind is read from its manifest, a dataset's from its files",
     ),
     "commands/partition.py": (1, "the dataset's kind is read from its files"),
@@ -270,14 +270,14 @@ KIND_BRANCHES: dict[str, tuple[int, str]] = {
     "datasets/__init__.py": (3, "the dataset's kind is read from its files"),
     "datasets/ogb.py": (1, "OGB's two folder layouts"),
     "store/hetero_layout.py": (2, "a store's kind is read from its manifest"),
-    "store/hetero_reader.py": (1, "a store's kind is read from its manifest"),
+    "store/hetero_reader.py": (2, "a store's kind is read from its manifest"),
     "partitioners/hetero.py": (1, "users pass a HeteroGraph or PyG's HeteroData"),
     "loader/node_loader.py": (1, "PyG's NeighborLoader takes Data or HeteroData"),
     "loader/link_loader.py": (1, "PyG's LinkNeighborLoader takes Data or HeteroData"),
     "loader/hetero_loader.py": (8, "PyG's loaders take Data or HeteroData"),
     "loader/hetero_link_loader.py": (1, "PyG's loaders take Data or HeteroData"),
     "train/control/prepare.py": (3, "the store is written from a dataset of either kind"),
-    "train/control/run.py": (4, "the run's one dispatch to its worker roles"),
+    "train/control/run.py": (2, "the run's one dispatch to its worker roles"),
     "train/hetero/config.py": (1, "the typed run's own config"),
 }
 """The rule: a branch whose condition names the graph's kind (an identifier containing

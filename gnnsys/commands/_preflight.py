@@ -270,9 +270,9 @@ def run_preflight(args: argparse.Namespace, config: Any, out: Path) -> Preflight
 
 def _check_reused(store: Path, dataset: str, parts: int, link: bool = False) -> Any:
     """The run directory's own store, which ``--resume`` reuses when its part count matches."""
-    from gnnsys.store import is_hetero_store, read_hetero_manifest, read_manifest
+    from gnnsys.store import read_store_manifest
 
-    manifest = read_hetero_manifest(store) if is_hetero_store(store) else read_manifest(store)
+    manifest = read_store_manifest(store)
     if manifest.num_parts != parts:
         return None  # prepare_store writes a new one; the identity check then compares data.*
     if manifest.dataset != dataset:

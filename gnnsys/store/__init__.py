@@ -15,6 +15,7 @@ from gnnsys.store.hetero_reader import (
     is_hetero_store,
     read_hetero_manifest,
     read_hetero_shard,
+    read_store_manifest,
     verify_hetero,
 )
 from gnnsys.store.hetero_shard import HeteroShard
@@ -44,6 +45,7 @@ __all__ = [
     "load_shard",
     "read_hetero_manifest",
     "read_hetero_shard",
+    "read_store_manifest",
     "read_manifest",
     "verify",
     "verify_hetero",

@@ -38,13 +38,14 @@ from gnnsys.store.integrity import (
     _fail,
     file_digests,
 )
-from gnnsys.store.layout import MANIFEST, NODE_TO_PART
+from gnnsys.store.layout import MANIFEST, NODE_TO_PART, Manifest
 from gnnsys.store.reader import load_array, read_manifest
 
 __all__ = [
     "assemble_hetero",
     "is_hetero_store",
     "read_hetero_manifest",
+    "read_store_manifest",
     "read_hetero_shard",
     "verify_hetero",
 ]
@@ -59,6 +60,15 @@ def is_hetero_store(root: str | os.PathLike[str]) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(obj, dict) and obj.get("format") == HETERO_FORMAT
+
+
+def read_store_manifest(root: str | os.PathLike[str]) -> Manifest | HeteroManifest:
+    """The manifest of a store of either kind (its kind is read from the file).
+
+    Raises:
+        PartitionStoreError: As ``read_manifest`` / :func:`read_hetero_manifest`.
+    """
+    return read_hetero_manifest(root) if is_hetero_store(root) else read_manifest(root)
 
 
 def read_hetero_manifest(root: str | os.PathLike[str]) -> HeteroManifest:

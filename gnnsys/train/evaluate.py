@@ -456,10 +456,14 @@ class ShardEvaluator:
         confusion, scores, labels = split_counts(logits_MC, y_M, masks)
         out = self._rank_eval(confusion, scores, labels, with_logits=with_logits)
         del logits_MC  # a spilled table is unmapped with its last reference
+        self.release()
+        return out
+
+    def release(self) -> None:
+        """Free the tables (spilled ones are unmapped) and restore training's allocator."""
         self.tables.clear()
         release_free_memory()
         set_mmap_threshold(TRAIN_MMAP_THRESHOLD)
-        return out
 
     def link_report(self, sums: dict[str, np.ndarray], *, with_logits: bool = False) -> RankEval:
         """A ``RankEval`` of link sums; keeps the tables.

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from gnnsys.models import BlockModel, LinkModel, build_decoder, build_model
+from gnnsys.outputs import OutputRows
 from gnnsys.store import ShardLinks
 from gnnsys.train.evaluate import RankEval, ShardEvaluator
 from gnnsys.train.layer0.owner_sums import build_first_layer
@@ -262,6 +263,20 @@ class NodeRank:
         if self._evaluator is None:
             raise ValueError(f"rank {self.spec.rank} has not started evaluating")
         return self._evaluator.serve_rows(table, gid)
+
+    def owned_outputs(self, layer: int, labelled: bool) -> list[OutputRows]:
+        """The owned nodes' rows of evaluation table ``layer`` (gids, in shard order).
+
+        ``labelled`` changes nothing: the graph's one type is the labelled one.
+        """
+        assert self._evaluator is not None  # the group ran the layers before this
+        gid_M = np.asarray(self.shard.owned_gid, dtype=np.int64)
+        return [OutputRows(None, gid_M, self._evaluator.tables[layer].numpy())]
+
+    def release_eval(self) -> None:
+        """Free the evaluation tables."""
+        if self._evaluator is not None:
+            self._evaluator.release()
 
     def serve_degree(self, gid: np.ndarray) -> np.ndarray:
         """``[K]`` whole-graph in-degrees of owned ``gid`` (a shard row's length)."""

@@ -34,6 +34,7 @@ from torch import Tensor
 from gnnsys.cache import CacheConfig, CacheCounters, CodecConfig
 from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.models import ModelConfig
+from gnnsys.outputs import OutputRequest, OutputRows, PartFile, write_part
 from gnnsys.train.evaluate import EvalConfig, RankEval
 from gnnsys.train.layer0.base import FirstLayerConfig
 from gnnsys.train.link.config import LinkConfig
@@ -303,6 +304,17 @@ class Rank(Protocol):
         """Rows of owned ``gid`` of evaluation table ``table`` (float32)."""
         ...
 
+    def owned_outputs(self, layer: int, labelled: bool) -> list[OutputRows]:
+        """This rank's owned rows of evaluation table ``layer``, per node type.
+
+        ``labelled``: only the type the model classifies (its logits: ``predict``).
+        """
+        ...
+
+    def release_eval(self) -> None:
+        """Free the evaluation tables (after the last reader is done)."""
+        ...
+
     def serve_degree(self, gid: np.ndarray) -> np.ndarray:
         """``[K]`` whole-graph in-degrees of owned ``gid``."""
         ...
@@ -407,6 +419,14 @@ class TrainWorker:
     def eval_report(self, splits: tuple[str, ...], with_logits: bool = False) -> RankEval:
         """This rank's confusion matrices (and binary scores) after the last layer."""
         return self.rank.eval_report(splits, with_logits)
+
+    def write_outputs(self, request: OutputRequest) -> PartFile:
+        """Write this rank's part of ``gnnsys predict``/``embed`` (after the group's layers)."""
+        try:
+            rows = self.rank.owned_outputs(request.layer, request.kind == "predict")
+            return write_part(request, self.spec.rank, rows)
+        finally:
+            self.rank.release_eval()
 
     def serve_rows(self, table: int, gid: np.ndarray, codec: Codec) -> EncodedRows:
         """Rows of owned ``gid`` in evaluation table ``table``, encoded for the wire."""

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gnnsys.outputs import OutputRequest, PartFile
 from gnnsys.train.control.checkpoint import Checkpoint
 from gnnsys.train.control.failure import Blame, FailureKind, blame
 from gnnsys.train.evaluate import RankEval
@@ -110,6 +111,13 @@ class WorkerGroup(Protocol):
 
     def evaluate(self, splits: tuple[str, ...], *, with_logits: bool = False) -> list[RankEval]:
         """Sharded exact evaluation of the current weights (one layer on every rank at a time)."""
+        ...
+
+    def infer(self, request: OutputRequest) -> list[PartFile]:
+        """Run the evaluation's layers up to ``request.layer``, then write every rank's part.
+
+        Each rank writes its owned nodes' rows of table ``request.layer`` (``gnnsys.outputs``).
+        """
         ...
 
     def collect(self) -> list[RankState]:

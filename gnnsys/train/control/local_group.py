@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from gnnsys.outputs import OutputRequest, PartFile
 from gnnsys.train.control.checkpoint import Checkpoint
 from gnnsys.train.control.failure import FailureKind
 from gnnsys.train.control.group import EVAL_LAYER_LOG, GroupFailure, Roles
@@ -200,6 +201,18 @@ class LocalWorkerGroup:
                     w.eval_layer(layer)
                 log.info(EVAL_LAYER_LOG, layer + 1, steps, time.monotonic() - start)
             return [w.eval_report(splits, with_logits) for w in self.workers]
+        except Exception as err:  # a rank's error, reported like a Ray rank's
+            raise _raised(0, err) from err
+
+    def infer(self, request: OutputRequest) -> list[PartFile]:
+        """The layers up to ``request.layer`` on every rank in turn, then every rank's part."""
+        start = time.monotonic()
+        try:
+            for layer in range(request.layer):
+                for w in self.workers:
+                    w.eval_layer(layer)
+                log.info(EVAL_LAYER_LOG, layer + 1, request.layer, time.monotonic() - start)
+            return [w.write_outputs(request) for w in self.workers]
         except Exception as err:  # a rank's error, reported like a Ray rank's
             raise _raised(0, err) from err
 

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from gnnsys.outputs import OutputRequest, PartFile
 from gnnsys.train.control.checkpoint import Checkpoint
 from gnnsys.train.control.failure import FailureKind
 from gnnsys.train.control.group import EVAL_LAYER_LOG, GroupFailure, Roles
@@ -414,6 +415,14 @@ class RayWorkerGroup:
             self._call_all(_eval_layer(layer))
             log.info(EVAL_LAYER_LOG, layer + 1, steps, time.monotonic() - start)
         return self._call_all(lambda _, w: w.eval_report.remote(splits, with_logits))
+
+    def infer(self, request: OutputRequest) -> list[PartFile]:
+        """The layers up to ``request.layer`` on every rank, then every rank writes its part."""
+        start = time.monotonic()
+        for layer in range(request.layer):
+            self._call_all(_eval_layer(layer))
+            log.info(EVAL_LAYER_LOG, layer + 1, request.layer, time.monotonic() - start)
+        return self._call_all(lambda _, w: w.write_outputs.remote(request))
 
     def run_epoch(
         self, epoch: int, num_batches: int, on_progress: Callable[[int], None]

@@ -59,7 +59,9 @@ if TYPE_CHECKING:
     from gnnsys.config import RunConfig
 
 __all__ = [
+    "GroupPlan",
     "TrainResult",
+    "resolve",
     "resolved_codec",
     "summary_of",
     "train",
@@ -207,9 +209,9 @@ def _check_identity(
     The CLI ran it already, before partitioning; repeating it costs a manifest read and adds
     the store's fields when the pre-flight had no store yet.
     """
-    from gnnsys.store import is_hetero_store, read_hetero_manifest, read_manifest
+    from gnnsys.store import read_store_manifest
 
-    manifest = read_hetero_manifest(store) if is_hetero_store(store) else read_manifest(store)
+    manifest = read_store_manifest(store)
     identity = identity_of(config.to_json(), store_identity(manifest))
     unknown = sorted(allowed - set(identity.as_dict()))
     if unknown:
@@ -259,13 +261,26 @@ def _run(
 ) -> TrainResult:
     """Prepare, resolve, coordinate and summarise one run on either executor."""
     wall = time.perf_counter() - prepared.seconds
+    config, info, roles, topology = resolve(config, prepared.path, executor)
+    template = replace(worker_template(config, prepared.path, info, topology), fault=fault)
+    group = GroupPlan(executor, template, roles, replay=replay, threads=threads)
+    coordinator = _coordinator(config, run_path, group, info.num_classes)
+    return _finish(config, run_path, prepared, coordinator, topology, executor, wall)
+
+
+def resolve(config: RunConfig, store: Path, executor: str) -> tuple[RunConfig, Any, Roles, str]:
+    """The run's codec (``auto`` resolved), store info, actor roles and topology on ``store``.
+
+    The run's one dispatch on the graph's kind; ``gnnsys predict``/``embed`` resolve the same
+    way, so inference sees exactly the rows training's evaluation saw.
+    """
     info: Any
-    if config.hetero is not None:  # the run's one dispatch on the graph's kind
-        info, roles, topology = HeteroStoreInfo.read(str(prepared.path)), HETERO, "partitioned"
-        codec = resolved_typed_codec(config, prepared.path, info)
+    if config.hetero is not None:
+        info, roles, topology = HeteroStoreInfo.read(str(store)), HETERO, "partitioned"
+        codec = resolved_typed_codec(config, store, info)
     else:
-        info, roles = read_store_info(prepared.path), HOMOGENEOUS
-        codec, topology = resolved_codec(config, prepared.path), "partitioned"
+        info, roles = read_store_info(store), HOMOGENEOUS
+        codec, topology = resolved_codec(config, store), "partitioned"
         if executor == "ray":
             topology = choose_topology(
                 config.cluster.topology,
@@ -273,15 +288,11 @@ def _run(
                 num_edges=info.num_edges,
                 num_parts=config.cluster.parts,
             )
-    config = replace(config, codec=codec)
-    template = replace(worker_template(config, prepared.path, info, topology), fault=fault)
-    group = _GroupPlan(executor, template, roles, replay=replay, threads=threads)
-    coordinator = _coordinator(config, run_path, group, info.num_classes)
-    return _finish(config, run_path, prepared, coordinator, topology, executor, wall)
+    return replace(config, codec=codec), info, roles, topology
 
 
 @dataclass(frozen=True, slots=True)
-class _GroupPlan:
+class GroupPlan:
     """How each attempt's worker group is made: executor, rank-0 spec, actor roles."""
 
     executor: str
@@ -312,7 +323,7 @@ class _GroupPlan:
 
 
 def _coordinator(
-    config: RunConfig, run_path: Path, group: _GroupPlan, num_classes: int
+    config: RunConfig, run_path: Path, group: GroupPlan, num_classes: int
 ) -> Coordinator:
     """The run's coordinator over ``group``'s workers (homogeneous or heterogeneous)."""
     return Coordinator(
@@ -417,10 +428,9 @@ def summary_of(
 ) -> dict[str, Any]:
     """The ``summary.json`` object: final epoch, config, versions, partition (``best`` added)."""
     from gnnsys import __version__
-    from gnnsys.store import is_hetero_store, read_hetero_manifest, read_manifest
+    from gnnsys.store import read_store_manifest
 
-    reader: Any = read_hetero_manifest if is_hetero_store(prepared.path) else read_manifest
-    manifest = reader(prepared.path)
+    manifest = read_store_manifest(prepared.path)
     resolved = replace(config, cluster=replace(config.cluster, topology=topology))
     return {
         "final": history[-1] if history else None,

@@ -33,6 +33,7 @@ from gnnsys.cache.typed import TypeDemand, TypedHaloCache, split_budget
 from gnnsys.datasets.hetero import EdgeType
 from gnnsys.models import LinkModel, build_decoder
 from gnnsys.models.sparse_embedding import EmbeddingConfig
+from gnnsys.outputs import OutputRows
 from gnnsys.sampler import CSRNeighborSource
 from gnnsys.sampler.hetero import HeteroNeighborSampler
 from gnnsys.store.hetero_shard import HeteroShard
@@ -345,6 +346,23 @@ class TypedRank:
         if self._typed_eval is None:
             raise ValueError(f"rank {self.spec.rank} has not started evaluating")
         return self._typed_eval.serve_rows(table, gid)
+
+    def owned_outputs(self, layer: int, labelled: bool) -> list[OutputRows]:
+        """Each type's owned rows of evaluation table ``layer`` (type-local ids).
+
+        ``labelled``: only the seed type, whose logits the model is trained to give.
+        """
+        assert self._typed_eval is not None  # the group ran the layers before this
+        return [
+            OutputRows(t, np.asarray(self.hshard.nodes[t].owned_lid, np.int64), rows.numpy())
+            for t, rows in self._typed_eval.tables[layer].items()
+            if not labelled or t == self.layout.hetero.input_type
+        ]
+
+    def release_eval(self) -> None:
+        """Free the evaluation tables."""
+        if self._typed_eval is not None:
+            self._typed_eval.tables.clear()
 
     def serve_degree(self, gid: np.ndarray) -> np.ndarray:
         """Typed models do not normalise by whole-graph degrees (no GCN per relation).
