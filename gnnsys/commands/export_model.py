@@ -3,7 +3,9 @@
 Reads the run's newest intact checkpoint (checksummed) and its identity, and writes
 ``DIR/model.pt`` + ``DIR/model.json`` (``gnnsys.models.pyg``). Load it with
 ``gnnsys.models.pyg.load_pyg(DIR).model``: a ``torch_geometric.nn.models.GraphSAGE``/``GCN``/
-``GAT`` with the run's weights.
+``GAT`` with the run's weights, or for a typed ``HeteroSAGE`` run ``to_hetero(GraphSAGE)``
+over the store's node and edge types, with the learned rows of featureless types in
+``load_pyg(DIR).embeddings``.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Export; prints the PyG class and the files written."""
-    from gnnsys.models.pyg import SPEC_FILE, encode_pyg, pyg_spec, pyg_state
+    from gnnsys.models.pyg import SPEC_FILE, encode_pyg, pyg_state
     from gnnsys.store.diskio import atomic_write
 
     ckpt, fields = _checkpoint(Path(args.run_dir))
@@ -54,21 +56,80 @@ def run(args: argparse.Namespace) -> int:
     link = fields["link"] is not None
     if link:  # LinkModel: encoder.* + decoder.*
         state = {k.removeprefix("encoder."): v for k, v in state.items()}
-    spec = pyg_spec(fields["model.name"], state, dropout=float(fields["model.dropout"]))
+    spec = _spec(Path(args.run_dir), fields, state)
     spec["decoder"] = fields.get("link.decoder") if link else None
     spec["run"] = {
         "run_dir": str(Path(args.run_dir).resolve()),
         "epoch": ckpt.epoch,
         "dataset": fields.get("run.dataset"),
-        "model": fields["model.name"],
+        "model": spec.get("model", fields["model.name"]),
     }
     tensors = pyg_state(state)
     tensors |= {k: v for k, v in state.items() if k.startswith("decoder.")}
+    tensors |= {f"embedding.{t}": rows for t, rows in _embeddings(ckpt.rng_by_rank).items()}
     for name, data in encode_pyg(spec, tensors).items():  # model.pt first (encode_pyg)
         atomic_write(out / name, data)
     kwargs = ", ".join(f"{k}={v}" for k, v in spec["kwargs"].items())
-    print(f"{spec['pyg_model']}({kwargs}) from epoch {ckpt.epoch} -> {out}/model.pt, model.json")
+    wrap = "to_hetero(" if "to_hetero" in spec else ""
+    print(
+        f"{wrap}{spec['pyg_model']}({kwargs}){')' if wrap else ''} from epoch {ckpt.epoch} -> "
+        f"{out}/model.pt, model.json"
+    )
     return 0
+
+
+def _spec(run_dir: Path, fields: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+    """The PyG model of the run: a ``torch_geometric.nn.models`` class, or its ``to_hetero``.
+
+    The graph's kind is a real parameter here: PyG's own API exports a typed model as
+    ``to_hetero`` of a homogeneous one, over the store's node and edge types.
+    """
+    from gnnsys.models.pyg import pyg_spec, typed_pyg_spec
+
+    dropout = float(fields["model.dropout"])
+    typed_model = fields.get("hetero.model")
+    if typed_model is None:
+        return pyg_spec(fields["model.name"], state, dropout=dropout)
+    from gnnsys.config import RunConfig
+    from gnnsys.store import read_store_manifest
+
+    config = RunConfig.from_run_dir(run_dir)
+    store = Path(config.data.store) if config.data.store else run_dir / "store"
+    manifest: Any = read_store_manifest(store)
+    metadata = (
+        [t.name for t in manifest.node_types],
+        [tuple(r.edge_type) for r in manifest.relations],
+    )
+    spec = typed_pyg_spec(typed_model, state, dropout=dropout, metadata=metadata)
+    spec["model"] = f"hetero {typed_model}"
+    return spec
+
+
+def _embeddings(rng_by_rank: list[dict[str, Any]]) -> dict[str, Any]:
+    """A typed run's learned rows per featureless type, assembled from every rank's share.
+
+    Each rank's checkpoint part holds the rows of the nodes it owns (``owned_lid``, ascending);
+    together they cover every node of the type once.
+
+    Raises:
+        ValueError: The ranks' ids do not cover ``0 .. N_t - 1`` exactly once.
+    """
+    import torch
+
+    shares: dict[str, list[tuple[Any, Any]]] = {}
+    for rng in rng_by_rank:
+        for node_type, shard in rng.get("owned", {}).get("shards", {}).items():
+            shares.setdefault(node_type, []).append((shard["owned_lid"], shard["weight"]))
+    out = {}
+    for node_type, parts in shares.items():
+        lid = torch.cat([p[0] for p in parts]).long()
+        weight = torch.cat([p[1] for p in parts])
+        if not torch.equal(torch.sort(lid).values, torch.arange(lid.numel())):
+            raise ValueError(f"the checkpoint's {node_type!r} embedding rows do not cover 0..N-1")
+        table = torch.empty_like(weight)
+        table[lid] = weight
+        out[node_type] = table
+    return out
 
 
 def _checkpoint(run_dir: Path) -> tuple[Any, dict[str, Any]]:
@@ -84,10 +145,5 @@ def _checkpoint(run_dir: Path) -> tuple[Any, dict[str, Any]]:
     if identity is None:
         raise ValueError(f"{run_dir} has neither a checkpoint identity nor run.json")
     fields = {k: json.loads(v) for k, v in identity.as_dict().items()}
-    if fields.get("hetero") is not None or any(k.startswith("hetero.") for k in fields):
-        raise ValueError(
-            f"{run_dir} is a heterogeneous run; export-model writes homogeneous PyG models "
-            "(GraphSAGE, GCN, GAT) only so far"
-        )
     fields["link"] = "link" if any(k.startswith("link.") for k in fields) else None
     return ckpt, fields

@@ -20,6 +20,12 @@ at most one, so on a graph that already has self loops the two differ; gnnsys's 
 none). ReLU between layers and dropout are PyG's defaults too. Inference on a whole graph then
 gives the logits of gnnsys's exact evaluation (tested to 1e-5).
 
+A typed run's ``HeteroSAGE`` (one ``SAGEConv`` per relation, summed per destination type) is
+``to_hetero(GraphSAGE((-1, -1), H, L, C), metadata, aggr="sum")`` over the store's node and
+edge types; the learned rows of its featureless types (held per rank in the checkpoint) are
+assembled into one ``[N_t, D]`` table per type, which the user passes in ``x_dict``
+(:attr:`PygExport.embeddings`). ``HeteroGAT`` and ``RGCN`` have no export (refused, named).
+
 A link-prediction run exports its encoder this way (``out_channels`` is the embedding width)
 and its decoder (``dot`` or ``mlp``, ``gnnsys.models.link``) beside it.
 
@@ -51,6 +57,7 @@ __all__ = [
     "load_pyg",
     "pyg_spec",
     "pyg_state",
+    "typed_pyg_spec",
 ]
 
 FORMAT = 1
@@ -103,13 +110,71 @@ def pyg_spec(name: str, state: Mapping[str, Tensor], *, dropout: float) -> dict[
     return spec
 
 
-def pyg_state(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """A gnnsys model's state dict under PyG's names (``layers.i.*`` -> ``convs.i.*``)."""
-    return {
-        "convs." + k.removeprefix("layers."): v.detach().cpu().contiguous()
-        for k, v in state.items()
-        if k.startswith("layers.")
+def typed_pyg_spec(
+    name: str,
+    state: Mapping[str, Tensor],
+    *,
+    dropout: float,
+    metadata: tuple[list[str], list[tuple[str, str, str]]],
+) -> dict[str, Any]:
+    """The spec of a typed ``HeteroSAGE``: ``to_hetero(GraphSAGE((-1, -1), ...), aggr="sum")``.
+
+    ``HeteroSAGELayer`` is one ``SAGEConv`` per relation summed per destination type, which is
+    what ``to_hetero`` makes of a ``GraphSAGE`` with ``aggr="sum"`` (:func:`pyg_state` renames
+    the relation keys to ``to_hetero``'s).
+
+    Args:
+        name: The typed model (``HeteroConfig.model``).
+        state: Its state dict (``layers.i.convs.<key>.*``).
+        dropout: Its dropout.
+        metadata: ``(node types, edge types)``, PyG's ``HeteroData.metadata()``.
+
+    Raises:
+        ValueError: ``gat`` or ``rgcn`` (no ``to_hetero`` equivalent here), or no layers.
+    """
+    if name != "sage":
+        raise ValueError(
+            f"heterogeneous model {name!r} has no to_hetero export; exportable: sage "
+            "(HeteroSAGE = to_hetero(GraphSAGE, aggr='sum'))"
+        )
+    lin = sorted(k for k in state if k.startswith("layers.") and k.endswith(".lin_l.weight"))
+    if not lin:
+        raise ValueError("the state dict has no layers.*.lin_l.weight; is it a HeteroSAGE's?")
+    num_layers = len({k.split(".")[1] for k in lin})
+    first = state[next(k for k in lin if k.startswith("layers.0."))]
+    last = state[next(k for k in lin if k.startswith(f"layers.{num_layers - 1}."))]
+    kwargs: dict[str, Any] = {
+        "in_channels": [-1, -1],  # lazy: each relation's (source, destination) widths
+        "hidden_channels": int(first.shape[0]) if num_layers > 1 else int(last.shape[0]),
+        "num_layers": num_layers,
+        "out_channels": int(last.shape[0]),
+        "dropout": float(dropout),
     }
+    node_types, edge_types = metadata
+    return {
+        "format": FORMAT,
+        "pyg_model": "GraphSAGE",
+        "kwargs": kwargs,
+        "to_hetero": {"metadata": [list(node_types), [list(et) for et in edge_types]]},
+    }
+
+
+def pyg_state(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """A gnnsys model's state dict under PyG's names.
+
+    ``layers.i.*`` -> ``convs.i.*``; typed ``layers.i.convs.<src___rel___dst>.*`` ->
+    ``convs.i.src__rel__dst.*`` (``to_hetero``'s per-relation copies of conv ``i``).
+    """
+    out = {}
+    for key, value in state.items():
+        if not key.startswith("layers."):
+            continue
+        layer, _, rest = key.removeprefix("layers.").partition(".")
+        if rest.startswith("convs.<"):  # <src___rel___dst>.lin_l.weight -> src__rel__dst.lin_l...
+            relation, _, rest = rest.removeprefix("convs.<").partition(">")
+            rest = relation.replace("___", "__") + rest
+        out[f"convs.{layer}.{rest}"] = value.detach().cpu().contiguous()
+    return out
 
 
 def build_pyg(spec: Mapping[str, Any]) -> nn.Module:
@@ -127,6 +192,15 @@ def build_pyg(spec: Mapping[str, Any]) -> nn.Module:
     if cls not in PYG_MODELS.values():
         raise ValueError(f"pyg_model={cls!r}; expected one of {sorted(PYG_MODELS.values())}")
     kwargs = dict(spec["kwargs"])
+    typed = spec.get("to_hetero")
+    if typed is not None:  # a typed run: one conv per relation, summed per destination type
+        from torch_geometric.nn import to_hetero
+
+        base = getattr(pyg_models, str(cls))(**{**kwargs, "in_channels": (-1, -1)})
+        node_types, edge_types = typed["metadata"]
+        metadata = (list(node_types), [tuple(et) for et in edge_types])
+        out: nn.Module = to_hetero(base, metadata, aggr="sum")
+        return out
     model: nn.Module = getattr(pyg_models, str(cls))(**kwargs)
     last = spec.get("last_conv")
     if last is not None:  # GAT: gnnsys's last layer has one head (module docstring)
@@ -144,11 +218,14 @@ class PygExport:
         model: The PyG model with the run's weights, in ``eval()`` mode.
         decoder: A link run's decoder (``gnnsys.models.link``), else ``None``.
         spec: ``model.json``.
+        embeddings: A typed run's learned rows of its featureless node types (``[N_t, D]``,
+            row = type-local id): their ``x_dict`` entries.
     """
 
     model: nn.Module
     decoder: nn.Module | None
     spec: dict[str, Any]
+    embeddings: dict[str, Tensor]
 
 
 def encode_pyg(spec: dict[str, Any], tensors: dict[str, Tensor]) -> dict[str, bytes]:
@@ -190,4 +267,7 @@ def load_pyg(directory: str | os.PathLike[str]) -> PygExport:
             {k.removeprefix("decoder."): v for k, v in tensors.items() if k.startswith("decoder.")}
         )
         decoder.eval()
-    return PygExport(model=model.eval(), decoder=decoder, spec=spec)
+    embeddings = {
+        k.removeprefix("embedding."): v for k, v in tensors.items() if k.startswith("embedding.")
+    }
+    return PygExport(model=model.eval(), decoder=decoder, spec=spec, embeddings=embeddings)

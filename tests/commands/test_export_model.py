@@ -133,3 +133,46 @@ def test_a_corrupt_export_is_refused(tmp_path: Path) -> None:
         load_pyg(tmp_path)
     spec_file = json.loads((tmp_path / "model.json").read_text())
     assert spec_file["xxh3_128"] and spec_file["model_file"] == "model.pt"
+
+
+@pytest.mark.timeout(300)
+def test_typed_run_exports_to_hetero_with_its_embeddings(tmp_path: Path) -> None:
+    import gnnsys.outputs as outputs
+    from gnnsys.datasets import load_hetero
+
+    mag = ["synthetic:mag", "-D", "scale=0.002", "-D", "reverse=true"]
+    run = tmp_path / "run"
+    flags = ["--parts", "2", "--epochs", "1", "--executor", "local", "--hidden", "16"]
+    assert (
+        main(["train", *mag, *flags, "--fanouts", "4,3", "--no-progress", "--out", str(run)]) == 0
+    )
+    assert main(["export-model", str(run), "--out", str(tmp_path / "pyg")]) == 0
+    exported = load_pyg(tmp_path / "pyg")
+    assert exported.spec["to_hetero"] and set(exported.embeddings) == {
+        "author", "institution", "field_of_study"
+    }  # fmt: skip
+    graph = load_hetero("synthetic:mag", scale=0.002, reverse=True)
+    x_dict = {t: exported.embeddings.get(t) for t in graph.node_types}
+    x_dict["paper"] = torch.from_numpy(np.asarray(graph.nodes["paper"].x, dtype=np.float32))
+    edge_index_dict = {
+        et: torch.from_numpy(
+            np.stack(
+                [rel.indices, np.repeat(np.arange(rel.indptr.shape[0] - 1), np.diff(rel.indptr))]
+            ).astype(np.int64)  # fmt: skip
+        )
+        for et, rel in graph.relations.items()
+    }
+    with torch.no_grad():
+        got = exported.model(x_dict, edge_index_dict)
+    # gnnsys's exact sharded inference of the same checkpoint: the last layer's outputs
+    assert main(["embed", str(run), "--out", str(tmp_path / "emb"), "--layer", "2"]) == 0
+    table = outputs.open(tmp_path / "emb").read()
+    types = np.asarray(table["node_type"].to_numpy(zero_copy_only=False))
+    ids = table["id"].to_numpy()
+    rows = np.stack(table["embedding"].to_numpy(zero_copy_only=False))
+    for node_type, out in got.items():
+        mine = types == node_type
+        expected = np.zeros_like(out.numpy())
+        expected[ids[mine]] = rows[mine]
+        assert mine.sum() == out.shape[0]
+        assert float(np.abs(out.numpy() - expected).max()) <= 1e-5, node_type
