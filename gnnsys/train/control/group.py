@@ -113,10 +113,13 @@ class WorkerGroup(Protocol):
         """Sharded exact evaluation of the current weights (one layer on every rank at a time)."""
         ...
 
-    def infer(self, request: OutputRequest) -> list[PartFile]:
+    def infer(
+        self, request: OutputRequest, on_step: Callable[[int], None] = lambda _: None
+    ) -> list[PartFile]:
         """Run the evaluation's layers up to ``request.layer``, then write every rank's part.
 
-        Each rank writes its owned nodes' rows of table ``request.layer`` (``gnnsys.outputs``).
+        Each rank writes its owned nodes' rows of table ``request.layer`` (``gnnsys.outputs``);
+        ``on_step(steps done)`` after each layer and after the writing (a progress bar).
         """
         ...
 

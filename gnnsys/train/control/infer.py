@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from tqdm import tqdm
 
 from gnnsys.outputs import KINDS, OutputRequest, PartFile, publish, staging_dir
 from gnnsys.train.control.checkpoint import (
@@ -237,7 +238,8 @@ def _run_group(
         try:
             workers.start()
             workers.load(ckpt)
-            return workers.infer(request)
+            with tqdm(total=request.layer + 1, desc=request.kind, unit="step") as bar:
+                return workers.infer(request, lambda done: bar.update(done - bar.n))
         finally:
             workers.stop()
     finally:

@@ -204,15 +204,20 @@ class LocalWorkerGroup:
         except Exception as err:  # a rank's error, reported like a Ray rank's
             raise _raised(0, err) from err
 
-    def infer(self, request: OutputRequest) -> list[PartFile]:
+    def infer(
+        self, request: OutputRequest, on_step: Callable[[int], None] = lambda _: None
+    ) -> list[PartFile]:
         """The layers up to ``request.layer`` on every rank in turn, then every rank's part."""
         start = time.monotonic()
         try:
             for layer in range(request.layer):
                 for w in self.workers:
                     w.eval_layer(layer)
-                log.info(EVAL_LAYER_LOG, layer + 1, request.layer, time.monotonic() - start)
-            return [w.write_outputs(request) for w in self.workers]
+                log.debug(EVAL_LAYER_LOG, layer + 1, request.layer, time.monotonic() - start)
+                on_step(layer + 1)
+            parts = [w.write_outputs(request) for w in self.workers]
+            on_step(request.layer + 1)
+            return parts
         except Exception as err:  # a rank's error, reported like a Ray rank's
             raise _raised(0, err) from err
 

@@ -416,13 +416,18 @@ class RayWorkerGroup:
             log.info(EVAL_LAYER_LOG, layer + 1, steps, time.monotonic() - start)
         return self._call_all(lambda _, w: w.eval_report.remote(splits, with_logits))
 
-    def infer(self, request: OutputRequest) -> list[PartFile]:
+    def infer(
+        self, request: OutputRequest, on_step: Callable[[int], None] = lambda _: None
+    ) -> list[PartFile]:
         """The layers up to ``request.layer`` on every rank, then every rank writes its part."""
         start = time.monotonic()
         for layer in range(request.layer):
             self._call_all(_eval_layer(layer))
-            log.info(EVAL_LAYER_LOG, layer + 1, request.layer, time.monotonic() - start)
-        return self._call_all(lambda _, w: w.write_outputs.remote(request))
+            log.debug(EVAL_LAYER_LOG, layer + 1, request.layer, time.monotonic() - start)
+            on_step(layer + 1)
+        parts: list[PartFile] = self._call_all(lambda _, w: w.write_outputs.remote(request))
+        on_step(request.layer + 1)
+        return parts
 
     def run_epoch(
         self, epoch: int, num_batches: int, on_progress: Callable[[int], None]
