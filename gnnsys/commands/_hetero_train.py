@@ -31,8 +31,6 @@ NOT_FOR_HETERO: dict[str, str] = {
     "decode_halo": "--decode-halo (fused int8 layer 0 is homogeneous only)",
     "eval_halo_mb": "--eval-halo-mb (typed exact evaluation holds each layer's 1-hop halo "
     "rows; a halo budget is built for homogeneous tables only)",
-    "eval_spill_mb": "--eval-spill-mb (typed exact evaluation keeps its tables in memory; "
-    "spilling is built for homogeneous tables only)",
     "eval_block_mb": "--eval-block-mb (source-blocked evaluation is built for homogeneous "
     "tables only)",
     "num_nodes": "--num-nodes (size synthetic:mag with -D scale=...)",

@@ -24,8 +24,11 @@ so the logits equal :func:`full_typed_outputs` (one process, the whole graph) to
 (tested to 1e-5 at P = 1, 2, 4). Evaluation has its own ledger and never reads or changes the
 halo cache, so training's traffic figures are unchanged by it.
 
-Not built here (the homogeneous evaluator has them): spilling tables to page cache, the halo byte
-budget of blocked runs, owner partial sums. A rank holds its relation blocks, its 1-hop halo rows
+Tables are ``LayerTables`` (``gnnsys.train.eval_memory``): a type's table larger than
+``EvalConfig.spill_mb`` lives in an unlinked file map (page cache), as the homogeneous
+evaluator's do; rows of any ids are read through ``gnnsys.train.eval_rows``, the path both
+evaluators share. Not built here (the homogeneous evaluator has them): the halo byte budget,
+source-blocked layers, owner partial sums. A rank holds its relation blocks, its 1-hop halo rows
 of one layer and two layers of its own nodes' outputs.
 
 Shape legend: ``M_t`` owned nodes of type ``t``, ``H_t`` 1-hop halo nodes of type ``t``, ``N_t``
@@ -37,7 +40,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,21 +48,17 @@ from torch import Tensor, nn
 
 from gnnsys.cache.codecs import Codec, make_codec
 from gnnsys.store.hetero_shard import HeteroShard
+from gnnsys.train.eval_memory import LayerTables, release_free_memory, table_rows
+from gnnsys.train.eval_rows import Book, fill_remote, rows_of
 from gnnsys.train.evaluate import EvalConfig, RankEval
 from gnnsys.train.metrics import split_counts
 from gnnsys.train.remote.ledger import TypedLedger
 from gnnsys.train.remote.peers import PeerClient
-from gnnsys.train.remote.routed import group_by_owner, message_pieces
 from gnnsys.types import Block
 
 __all__ = ["TypeInput", "TypedShardEvaluator", "full_typed_outputs"]
 
 EdgeType = tuple[str, str, str]
-
-
-class _Book(Protocol):
-    part_N: np.ndarray
-    lid_N: np.ndarray
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -111,7 +110,7 @@ class TypedShardEvaluator:
         self.types = list(shard.nodes)
         self.halo_lid, self.blocks = _one_hop(shard)
         self.spans = _spans(self.blocks, {t: n.num_owned for t, n in shard.nodes.items()}, config)
-        self.tables: dict[int, dict[str, Tensor]] = {}
+        self.tables = LayerTables(config.spill_mb)
         self._seconds = 0.0
 
     def table(self, layer: int, node_type: str) -> int:
@@ -122,40 +121,52 @@ class TypedShardEvaluator:
     def serve_rows(self, table: int, lid: np.ndarray) -> Tensor:
         """Float rows of owned type-local ``lid`` in table ``table``."""
         layer, index = divmod(int(table), len(self.types))
-        rows = self.tables.get(layer, {}).get(self.types[index])
-        if rows is None:
+        if table not in self.tables:
             raise ValueError(
                 f"table {table} (layer {layer}, type {self.types[index]!r}) is not computed on "
                 f"part {self.shard.part}"
             )
-        book: _Book = self.books[self.types[index]]
+        book = self.book_of(self.types[index])
         pos = np.asarray(book.lid_N[np.asarray(lid, dtype=np.int64)], dtype=np.int64)
-        return rows[torch.from_numpy(pos)]
+        return table_rows(self.tables[table], pos)
 
     # ---- one step -----------------------------------------------------------------------------
     @torch.no_grad()
     def run_layer(self, layer: int) -> None:
-        """Compute table ``layer + 1`` (this rank's outputs of layer ``layer``)."""
+        """Compute table ``layer + 1`` of every type (this rank's outputs of layer ``layer``).
+
+        Each type's outputs are written span by span into its table's buffer (a spilled file
+        when larger than ``EvalConfig.spill_mb``), then published for the peers.
+        """
         start = time.perf_counter()
         if layer == 0:
             self.tables.clear()
-        self.tables.pop(layer - 1, None)  # every peer finished reading it before this step
-        present = list(self.inputs) if layer == 0 else list(self.tables[layer])
+        for t in self.types:  # every peer finished reading layer - 1 before this step
+            self.tables.pop(self.table(layer - 1, t))
+        present = list(self.inputs) if layer == 0 else self.present(layer)
         x_dict = {t: self._rows(layer, t) for t in present}
-        out: dict[str, Tensor] = {}
+        done: dict[int, Tensor] = {}
         for node_type, spans in self.spans.items():
-            pieces = []
+            number = self.table(layer + 1, node_type)
+            rows = self.shard.nodes[node_type].num_owned
             for first, stop in spans:
                 x_span, blocks = self._span(x_dict, node_type, first, stop)
-                got = self.layers[layer](x_span, blocks)
-                if node_type in got:
-                    pieces.append(got[node_type])
-            if pieces:
-                out[node_type] = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
-        if layer < len(self.layers) - 1:
-            out = {t: h.relu() for t, h in out.items()}
-        self.tables[layer + 1] = out
+                got = self.layers[layer](x_span, blocks).get(node_type)
+                if got is not None:
+                    done[number] = self.tables.buffer(number, rows, int(got.shape[1]))
+                    done[number][first:stop] = got
+        for number, table in done.items():
+            if layer < len(self.layers) - 1:
+                table.relu_()
+            self.tables.publish(number)
         self._seconds += time.perf_counter() - start
+
+    def present(self, layer: int) -> list[str]:
+        """The types with a table ``layer`` on this rank.
+
+        A layer gives a type no output when no relation leads into it.
+        """
+        return [t for t in self.types if self.table(layer, t) in self.tables]
 
     def _span(
         self, x_dict: dict[str, Tensor], node_type: str, first: int, stop: int
@@ -195,7 +206,7 @@ class TypedShardEvaluator:
                 warnings.simplefilter("ignore", UserWarning)
                 own_MF = torch.from_numpy(np.asarray(own, dtype=np.float32))
         else:
-            own_MF = self.tables[layer][node_type]
+            own_MF = self.tables[self.table(layer, node_type)]
         lid_H = self.halo_lid[node_type]
         if not lid_H.shape[0]:  # no halo (one part): the owned rows as they are, no copy
             return own_MF
@@ -205,40 +216,41 @@ class TypedShardEvaluator:
         self._fill_remote(out[m:], layer, node_type, lid_H)
         return out
 
-    def rows_of(self, layer: int, node_type: str, lid_K: np.ndarray) -> Tensor:
+    @property
+    def num_layers(self) -> int:
+        """``L``: the last table (the model's outputs) is table ``L``."""
+        return len(self.layers)
+
+    def owned_table(self, layer: int, node_type: str | None) -> Tensor:
+        """``[M_t, H]`` this rank's table ``layer`` of ``node_type``."""
+        return self.tables[self.table(layer, _named(node_type))]
+
+    def book_of(self, node_type: str | None) -> Book:
+        """The book of ``node_type``."""
+        book: Book = self.books[_named(node_type)]
+        return book
+
+    def rows_of(self, layer: int, node_type: str | None, lid_K: np.ndarray) -> Tensor:
         """``[K, H]`` rows of table ``layer`` of ``node_type`` for any type-local ``lid_K``.
 
         Owned rows come from this rank's table, the rest from their owning peers (one request
         per peer and message piece, counted in the type's evaluation ledger).
         """
-        own = self.tables[layer][node_type]
-        book: _Book = self.books[node_type]
-        out_KH = torch.empty(lid_K.shape[0], int(own.shape[1]), dtype=own.dtype)
-        mine = np.flatnonzero(np.asarray(book.part_N[lid_K]) == self.shard.part)
-        pos = np.asarray(book.lid_N[lid_K[mine]], dtype=np.int64)
-        out_KH[torch.from_numpy(mine)] = own[torch.from_numpy(pos)]
-        self._fill_remote(out_KH, layer, node_type, lid_K)
-        return out_KH
+        t = _named(node_type)
+        return rows_of(
+            self.owned_table(layer, t), lid_K, self.book_of(t), part=self.shard.part,
+            fill=lambda out, ids, _: self._fill_remote(out, layer, t, ids),
+        )  # fmt: skip
 
     def _fill_remote(self, out_KF: Tensor, layer: int, node_type: str, lid_K: np.ndarray) -> None:
-        """Write the rows of ``lid_K`` that other parts own into ``out_KF`` (request order).
+        """Write the rows of ``lid_K`` that other parts own into ``out_KF`` (request order)."""
+        fill_remote(
+            out_KF, lid_K, self.book_of(node_type).part_N[lid_K], part=self.shard.part,
+            message_mb=self.config.message_mb, ledger=self.ledger.of(node_type),
+            fetch=lambda req: self._fetch(layer, node_type, req),
+        )  # fmt: skip
 
-        One request per owner and message piece (``_fetch``), counted in the type's ledger;
-        rows this rank owns are left as they are.
-        """
-        book: _Book = self.books[node_type]
-        by_part = group_by_owner(np.asarray(book.part_N[lid_K]), skip=self.shard.part)
-        ledger = self.ledger.of(node_type)
-        for piece in message_pieces(by_part, int(out_KF.shape[1]), self.config.message_mb):
-            requests = {p: lid_K[at] for p, at in piece.items()}
-            answers, codec = self._fetch(layer, node_type, requests)
-            for p, at in piece.items():
-                ledger.record("feature_request", requests[p])
-                ledger.record_nbytes("feature_response", answers[p].nbytes)
-                out_KF[torch.from_numpy(at)] = codec.decode(answers[p])
-                del answers[p]
-
-    def link_report(self, sums: dict[str, np.ndarray]) -> RankEval:
+    def link_report(self, sums: dict[str, np.ndarray], *, with_logits: bool = False) -> RankEval:
         """A ``RankEval`` of link sums; keeps the tables.
 
         Peers may still read the last table while they score; the next layer 0 drops it.
@@ -282,23 +294,39 @@ class TypedShardEvaluator:
     def report(self, splits: tuple[str, ...], *, with_logits: bool = False) -> RankEval:
         """The confusion matrices (and binary scores) of ``splits``; frees the tables."""
         nodes = self.shard.nodes[self.input_type]
-        last = self.tables.get(len(self.layers), {})
-        if self.input_type not in last:
+        if self.input_type not in self.present(len(self.layers)):
             raise ValueError(
                 f"the model gives no output for node type {self.input_type!r}: no relation "
                 "leads into it; choose a seed type with in-edges"
             )
         if "y" not in nodes.data:
             raise ValueError(f"part {self.shard.part} lacks y of {self.input_type!r}")
-        logits_MC = last[self.input_type]
+        logits_MC = self.owned_table(len(self.layers), self.input_type)
         masks = {s: nodes.data.get(f"{s}_mask") for s in splits}
         y_M = np.asarray(nodes.data["y"], dtype=np.int64)
         confusion, scores, labels = split_counts(logits_MC, y_M, masks)
         lid_M = np.asarray(nodes.owned_lid, dtype=np.int64)
         logits = (lid_M, logits_MC.numpy().copy()) if with_logits else None
         out = self._rank_eval(confusion, scores, labels, logits=logits)
-        self.tables.clear()
+        del logits_MC  # a spilled table is unmapped with its last reference
+        self.release()
         return out
+
+    def owned(self, layer: int) -> dict[str, Tensor]:
+        """Every type's owned rows of table ``layer`` (types the layer gave outputs)."""
+        return {t: self.owned_table(layer, t) for t in self.present(layer)}
+
+    def release(self) -> None:
+        """Free the tables (spilled ones are unmapped)."""
+        self.tables.clear()
+        release_free_memory()
+
+
+def _named(node_type: str | None) -> str:
+    """A typed table's node type (a typed graph's rows always name theirs)."""
+    if node_type is None:
+        raise ValueError("a typed evaluation's rows belong to a node type; pass node_type")
+    return node_type
 
 
 def _spans(

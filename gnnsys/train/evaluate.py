@@ -65,6 +65,7 @@ from gnnsys.train.eval_memory import (
     set_mmap_threshold,
     table_rows,
 )
+from gnnsys.train.eval_rows import fill_remote, rows_of
 from gnnsys.train.metrics import (
     LINK_METRICS,
     METRICS,
@@ -77,7 +78,7 @@ from gnnsys.train.metrics import (
 from gnnsys.train.remote.client import OwnerClient
 from gnnsys.train.remote.ledger import Ledger, LedgerSnapshot
 from gnnsys.train.remote.peers import PeerClient
-from gnnsys.train.remote.routed import group_by_owner, message_pieces
+from gnnsys.train.remote.routed import group_by_owner
 from gnnsys.types import PartitionBook, PartitionShard
 
 __all__ = [
@@ -498,24 +499,35 @@ class ShardEvaluator:
             link=link or {},
         )
 
-    def rows_of(self, table: int, gid_K: np.ndarray) -> Tensor:
-        """``[K, H]`` rows of table ``table`` for any ``gid_K``.
+    @property
+    def num_layers(self) -> int:
+        """``L``: the last table (the model's outputs) is table ``L``."""
+        return int(cast(LayerwiseModel, self.model).num_layers)
+
+    def owned_table(self, layer: int, node_type: str | None = None) -> Tensor:
+        """``[M, H]`` this rank's table ``layer`` (the graph's one node type)."""
+        return self.tables[layer]
+
+    def book_of(self, node_type: str | None = None) -> PartitionBook:
+        """The partition book of the graph's one node type."""
+        return self.book
+
+    def rows_of(self, layer: int, node_type: str | None, gid_K: np.ndarray) -> Tensor:
+        """``[K, H]`` rows of table ``layer`` for any ``gid_K`` (``eval_rows.rows_of``).
 
         Owned rows come from this rank's table, the rest from their owning peers (one request
-        per peer, counted in the evaluation ledger).
+        per peer and message piece, counted in the evaluation ledger).
         """
-        own = self.tables[table]
-        out_KH = torch.empty(gid_K.shape[0], int(own.shape[1]), dtype=own.dtype)
-        mine = np.flatnonzero(self.book.part_N[gid_K] == self.shard.part)
-        lid = self.book.lid_N[gid_K[mine]].astype(np.int64)
-        out_KH[torch.from_numpy(mine)] = own[torch.from_numpy(lid)]
-        self._peer_rows(table, out_KH, gid_K)
-        return out_KH
+        own = self.tables[layer]
+        return rows_of(
+            own, gid_K, self.book, part=self.shard.part,
+            fill=lambda out, ids, _: self._peer_rows(layer, out, ids),
+        )  # fmt: skip
 
     # ---- fetching -----------------------------------------------------------------------------
     def _requests(self, gid_K: np.ndarray, category: str) -> dict[int, np.ndarray]:
         """Positions of ``gid_K`` per owner; the gids sent are counted under ``category``."""
-        by_part = self._by_owner(gid_K)
+        by_part = group_by_owner(self.book.part_N[gid_K], skip=self.shard.part)
         for pos in by_part.values():
             self.ledger.record(category, gid_K[pos])
         return by_part
@@ -530,37 +542,22 @@ class ShardEvaluator:
             hit[pending] = False
             out_HF[torch.from_numpy(hit)] = got.values_NF[torch.from_numpy(hit)]
             self._hits += int(hit.sum())
-        width = int(out_HF.shape[1])
-        for piece in self._pieces(self._by_owner(gid_H[pending]), width):
-            requests = {p: gid_H[pending[pos]] for p, pos in piece.items()}
-            encoded = self.owners.fetch_encoded_many(requests, self.feature_codec)
-            for p, pos in piece.items():
-                self._record(requests[p], encoded[p].nbytes)
-                out_HF[torch.from_numpy(pending[pos])] = self.feature_codec.decode(encoded[p])
-                del encoded[p]
+        codec = self.feature_codec
+        ids = gid_H[pending]
+        fill_remote(
+            out_HF, ids, self.book.part_N[ids], part=self.shard.part,
+            message_mb=self.config.message_mb, ledger=self.ledger,
+            fetch=lambda req: (self.owners.fetch_encoded_many(req, codec), codec), at_K=pending,
+        )  # fmt: skip
 
     def _peer_rows(self, table: int, out_HF: Tensor, gid_H: np.ndarray) -> None:
-        """Fill ``out_HF`` with table ``table``'s rows of halo ``gid_H``, in pieces per peer."""
-        width = int(out_HF.shape[1])
-        for piece in self._pieces(self._by_owner(gid_H), width):
-            requests = {p: gid_H[pos] for p, pos in piece.items()}
-            answers = self.peers.rows_many(table, requests, self.codec)
-            for p, pos in piece.items():
-                self._record(requests[p], answers[p].nbytes)
-                out_HF[torch.from_numpy(pos)] = self.codec.decode(answers[p])
-                del answers[p]
-
-    def _by_owner(self, gid_K: np.ndarray) -> dict[int, np.ndarray]:
-        """Positions of ``gid_K`` per owner other than this rank."""
-        return group_by_owner(self.book.part_N[gid_K], skip=self.shard.part)
-
-    def _pieces(self, by_part: dict[int, np.ndarray], width: int) -> list[dict[int, np.ndarray]]:
-        return message_pieces(by_part, width, self.config.message_mb)
-
-    def _record(self, gid_K: np.ndarray, response_nbytes: int) -> None:
-        """Count one row request of ``gid_K`` and its answer of ``response_nbytes``."""
-        self.ledger.record("feature_request", gid_K)
-        self.ledger.record_nbytes("feature_response", response_nbytes)
+        """Fill ``out_HF`` with table ``table``'s rows of ``gid_H`` other ranks own."""
+        codec = self.codec
+        fill_remote(
+            out_HF, gid_H, self.book.part_N[gid_H], part=self.shard.part,
+            message_mb=self.config.message_mb, ledger=self.ledger,
+            fetch=lambda req: (self.peers.rows_many(table, req, codec), codec),
+        )  # fmt: skip
 
     def _halo_degrees(self) -> np.ndarray:
         """``[H]`` whole-graph in-degrees of the halo nodes, from their owners (once)."""

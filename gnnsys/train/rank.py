@@ -271,7 +271,7 @@ class NodeRank:
         """
         assert self._evaluator is not None  # the group ran the layers before this
         gid_M = np.asarray(self.shard.owned_gid, dtype=np.int64)
-        return [OutputRows(None, gid_M, self._evaluator.tables[layer].numpy())]
+        return [OutputRows(None, gid_M, self._evaluator.owned_table(layer).numpy())]
 
     def release_eval(self) -> None:
         """Free the evaluation tables."""

@@ -8,7 +8,8 @@ featureless with learnable rows) written as 1, 2 and 4 random parts:
   (:func:`full_typed_outputs`) to 1e-5, for HeteroSAGE, HeteroGAT and R-GCN, at P = 1, 2, 4;
 * the metrics the driver combines equal the metrics of those whole-graph logits exactly;
 * the same holds when a layer runs over many runs of destination rows (``chunk_edges``);
-* evaluation traffic is counted in its own ledger (per type), none at P = 1.
+* evaluation traffic is counted in its own ledger (per type), none at P = 1;
+* tables spilled to file maps (``spill_mb``) give bit-identical logits.
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ from gnnsys.train.trainer import Trainer
 SPLITS = ("train", "val", "test")
 
 
-def _group(store: Path, parts: int, model: str, chunk: int) -> LocalWorkerGroup:
+def _group(
+    store: Path, parts: int, model: str, chunk: int, spill_mb: float = 0.0
+) -> LocalWorkerGroup:
     cfg = RunConfig(
         data=DataConfig(dataset="synthetic:mag", store=str(store)),
         cluster=replace(RunConfig().cluster, parts=parts),
@@ -48,7 +51,7 @@ def _group(store: Path, parts: int, model: str, chunk: int) -> LocalWorkerGroup:
         trainer=Trainer.Config(lr=0.01, batch_size=256, seed=3),
         loop=Coordinator.Config(epochs=1, progress=False, deadline_s=60.0),
         hetero=HeteroConfig(model=model),
-        eval=replace(RunConfig().eval, chunk_edges=chunk),
+        eval=replace(RunConfig().eval, chunk_edges=chunk, spill_mb=spill_mb),
     )
     template = worker_template(cfg, store, HeteroStoreInfo.read(str(store)), "partitioned")
     group = LocalWorkerGroup(template, 60.0, roles=HETERO)
@@ -99,3 +102,22 @@ def test_exact_evaluation_equals_a_whole_graph_forward(
         mask = np.asarray(getattr(papers, f"{split}_mask"), dtype=bool) & (papers.y >= 0)
         confusion = confusion_matrix(papers.y[mask], pred[mask], want_NC.shape[1])
         assert metrics[f"{split}_acc"] == accuracy(confusion), split
+
+
+def test_spilled_tables_give_the_same_logits(mag: HeteroGraph, stores: dict[int, Path]) -> None:
+    logits = {}
+    for spill_mb in (0.0, 0.001):  # 0.001 MiB: every table of a type goes to a file map
+        group = _group(stores[2], 2, "sage", 300, spill_mb=spill_mb)
+        try:
+            group.run_epoch(0, 2, lambda _: None)
+            for layer in range(2):
+                for w in group.workers:
+                    w.eval_layer(layer)
+            spilled = [w.rank._typed_eval.tables.spilled() for w in group.workers]
+            reports = [w.eval_report(SPLITS, True) for w in group.workers]
+        finally:
+            group.stop()
+        assert all(spilled) == (spill_mb > 0)  # the last layer's tables, still held
+        logits[spill_mb] = [r.logits[1] for r in reports if r.logits is not None]
+    for a, b in zip(logits[0.0], logits[0.001], strict=True):
+        assert np.array_equal(a, b)

@@ -48,7 +48,7 @@ from gnnsys.train.hetero.trainer import (
     HeteroTrainer,
     TypedInputs,
 )
-from gnnsys.train.link.scoring import score_typed_links
+from gnnsys.train.link.scoring import score_links
 from gnnsys.train.remote.client import OwnerClient
 from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import TypedLedger
@@ -355,14 +355,14 @@ class TypedRank:
         assert self._typed_eval is not None  # the group ran the layers before this
         return [
             OutputRows(t, np.asarray(self.hshard.nodes[t].owned_lid, np.int64), rows.numpy())
-            for t, rows in self._typed_eval.tables[layer].items()
+            for t, rows in self._typed_eval.owned(layer).items()
             if not labelled or t == self.layout.hetero.input_type
         ]
 
     def release_eval(self) -> None:
         """Free the evaluation tables."""
         if self._typed_eval is not None:
-            self._typed_eval.tables.clear()
+            self._typed_eval.release()
 
     def serve_degree(self, gid: np.ndarray) -> np.ndarray:
         """Typed models do not normalise by whole-graph degrees (no GCN per relation).
@@ -411,9 +411,10 @@ class TypedRank:
         if link is not None:
             model = cast(LinkModel, self.trainer.model)
             assert self.links is not None  # loaded with the link trainer
-            report = score_typed_links(
-                self._typed_eval, self.links, self.edge_type, model, splits, chunk=link.score_chunk
-            )
+            report = score_links(
+                self._typed_eval, self.links, model, splits,
+                chunk=link.score_chunk, edge_type=self.edge_type,
+            )  # fmt: skip
         else:
             report = self._typed_eval.report(splits, with_logits=with_logits)
         return replace(report, peak_rss_bytes=peak_rss())

@@ -21,17 +21,18 @@ endpoints needed, ``H`` embedding width, ``c`` links per chunk.
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 import numpy as np
 import torch
 from torch import Tensor
 
 from gnnsys.models import LinkModel
 from gnnsys.store import ShardLinks
-from gnnsys.train.eval_typed import TypedShardEvaluator
-from gnnsys.train.evaluate import RankEval, ShardEvaluator
+from gnnsys.train.evaluate import RankEval
 from gnnsys.train.metrics import link_ranks, link_sums
 
-__all__ = ["HELD_OUT", "score_links", "score_typed_links", "split_ranks"]
+__all__ = ["HELD_OUT", "score_links", "split_ranks"]
 
 HELD_OUT = ("val", "test")
 """Splits with held-out links (train links have no fixed negatives)."""
@@ -72,65 +73,51 @@ def split_ranks(
     return out
 
 
+class _Scored(Protocol):
+    """What link scoring reads of an evaluator (``ShardEvaluator``, ``TypedShardEvaluator``)."""
+
+    @property
+    def num_layers(self) -> int: ...
+
+    def owned_table(self, layer: int, node_type: str | None) -> Tensor: ...
+
+    def book_of(self, node_type: str | None) -> Any: ...
+
+    def rows_of(self, layer: int, node_type: str | None, ids: np.ndarray) -> Tensor: ...
+
+    def link_report(
+        self, sums: dict[str, np.ndarray], *, with_logits: bool = False
+    ) -> RankEval: ...
+
+
 def score_links(
-    evaluator: ShardEvaluator,
+    evaluator: _Scored,
     links: ShardLinks,
     model: LinkModel,
     splits: tuple[str, ...],
     *,
     chunk: int,
+    edge_type: tuple[str, str, str] | None = None,
     with_logits: bool = False,
 ) -> RankEval:
-    """This rank's link sums of ``splits`` (val/test) after the last evaluation layer."""
-    table = model.encoder.num_layers
-    held = [s for s in HELD_OUT if s in splits]
-    pairs = {s: links.held_out(s) for s in held}
-    parts = [np.concatenate([p[0][1], p[1].reshape(-1)]) for p in pairs.values()]
-    need_U = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
-    rows_UH = evaluator.rows_of(table, need_U)  # every peer's rows in one request each
-    own = evaluator.tables[table]
-    sums = {}
-    for split, (links_2K, neg_KQ) in pairs.items():
-        lid = evaluator.book.lid_N[links_2K[0]].astype(np.int64)
-        dst_pos = torch.from_numpy(np.searchsorted(need_U, links_2K[1]))
-        neg_pos = torch.from_numpy(np.searchsorted(need_U, neg_KQ))
-        ranks = split_ranks(
-            model,
-            own[torch.from_numpy(lid)],
-            rows_UH[dst_pos],
-            None,
-            lookup=(rows_UH, neg_pos),
-            chunk=chunk,
-        )
-        sums[split] = link_sums(ranks)
-    return evaluator.link_report(sums, with_logits=with_logits)
+    """This rank's link sums of ``splits`` (val/test) after the last evaluation layer.
 
-
-def score_typed_links(
-    evaluator: TypedShardEvaluator,
-    links: ShardLinks,
-    edge_type: tuple[str, str, str],
-    model: LinkModel,
-    splits: tuple[str, ...],
-    *,
-    chunk: int,
-) -> RankEval:
-    """:func:`score_links` for one relation of a typed graph (type-local ids).
-
-    Sources are this rank's own nodes of the relation's source type; destinations and
-    negatives are rows of the destination type's last table, from their owners.
+    Sources are this rank's own nodes (of ``edge_type``'s source type on a typed graph);
+    destinations and negatives are rows of the last table (of the destination type), from
+    their owners when other ranks own them.
     """
-    src, _, dst = edge_type
-    table = len(evaluator.layers)
+    src, dst = (None, None) if edge_type is None else (edge_type[0], edge_type[2])
+    table = evaluator.num_layers
     held = [s for s in HELD_OUT if s in splits]
     pairs = {s: links.held_out(s) for s in held}
     parts = [np.concatenate([p[0][1], p[1].reshape(-1)]) for p in pairs.values()]
     need_U = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
-    rows_UH = evaluator.rows_of(table, dst, need_U)
-    own = evaluator.tables[table][src]
+    rows_UH = evaluator.rows_of(table, dst, need_U)  # every peer's rows in one request each
+    own = evaluator.owned_table(table, src)
+    book = evaluator.book_of(src)
     sums = {}
     for split, (links_2K, neg_KQ) in pairs.items():
-        lid = np.asarray(evaluator.books[src].lid_N[links_2K[0]], dtype=np.int64)
+        lid = np.asarray(book.lid_N[links_2K[0]], dtype=np.int64)
         ranks = split_ranks(
             model,
             own[torch.from_numpy(lid)],
@@ -140,4 +127,4 @@ def score_typed_links(
             chunk=chunk,
         )
         sums[split] = link_sums(ranks)
-    return evaluator.link_report(sums)
+    return evaluator.link_report(sums, with_logits=with_logits)

@@ -335,7 +335,7 @@ def test_rank_that_raises_aborts_naming_it(stores: dict[int, Path], tmp_path: Pa
     [
         (["--topology", "replicated"], "--topology"),
         (["--aggregate-at", "owner"], "--aggregate-at"),
-        (["--eval-spill-mb", "64"], "--eval-spill-mb"),
+        (["--eval-block-mb", "64"], "--eval-block-mb"),
         (["--model", "gcn"], "--model gcn"),
         (["--cache-policy", "adaptive", "--cache-ratio", "0.1"], "--cache-policy adaptive"),
         (["--num-nodes", "100"], "-D scale"),
