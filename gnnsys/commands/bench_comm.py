@@ -126,12 +126,14 @@ def grid(policies: list[str], ratios: list[float], codecs: list[str]) -> list[Co
     return out
 
 
-def base_config(args: argparse.Namespace, store: Path) -> Any:
-    """The ``RunConfig`` every configuration derives from."""
+def base_config(args: argparse.Namespace, store: Path, typed: bool = False) -> Any:
+    """The ``RunConfig`` every configuration derives from (``typed``: a HeteroSAGE/GAT run)."""
     from gnnsys.config import RunConfig
     from gnnsys.sampler import NeighborSampler
+    from gnnsys.train.hetero.config import HeteroConfig
 
     cfg = apply_link_args(args, RunConfig())
+    cfg = replace(cfg, hetero=HeteroConfig(model=args.model) if typed else None)
     return replace(
         cfg,
         data=replace(cfg.data, dataset=args.dataset, root=args.root, store=str(store)),
@@ -222,7 +224,42 @@ class _Runs:
         return accuracy_of([self.get(c, s, traffic=False) for s in seeds])
 
 
-def _store(args: argparse.Namespace, out: Path) -> Path:
+TYPED_GRID = {
+    "policies": ("none", "degree"),
+    "aggregate_at": ("requester",),
+    "codecs": ("fp32", "fp16", "bf16", "int8", "int4"),
+    "models": ("sage", "gat"),
+}
+"""What a heterogeneous dataset's grid can hold: typed caches admit by degree, layer 0
+aggregates at the requester, and the typed models are HeteroSAGE and HeteroGAT
+(``gnnsys.commands._hetero_train.NOT_FOR_HETERO`` has the reasons); ``binary`` is dropped
+too (its 0/1 check reads one feature table)."""
+
+
+def typed_args(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` with what a heterogeneous grid cannot run dropped, each drop logged.
+
+    Raises:
+        ValueError: A model typed runs do not have.
+    """
+    if args.model not in TYPED_GRID["models"]:
+        raise ValueError(
+            f"--model {args.model}: heterogeneous datasets train {'/'.join(TYPED_GRID['models'])}"
+        )
+    kept = {}
+    for flag in ("policies", "aggregate_at", "codecs"):
+        allowed = TYPED_GRID[flag]
+        names = _names(getattr(args, flag))
+        dropped = [n for n in names if n not in allowed]
+        if dropped:
+            logger.warning(
+                "heterogeneous dataset: skipping --%s %s", flag.replace("_", "-"), dropped
+            )
+        kept[flag] = ",".join(n for n in names if n in allowed)
+    return argparse.Namespace(**{**vars(args), **kept})
+
+
+def _store(args: argparse.Namespace, out: Path, typed: bool = False) -> Path:
     """Partition once into ``out/store`` (reused when it exists with the same parts)."""
     from gnnsys.store.source import DataConfig
     from gnnsys.train.control.prepare import prepare_store
@@ -239,6 +276,7 @@ def _store(args: argparse.Namespace, out: Path) -> Path:
         seed=0,
         run_dir=out,
         reuse=True,
+        hetero=typed,
     ).path
 
 
@@ -279,10 +317,15 @@ def run(args: argparse.Namespace) -> int:
     """Replay every configuration, train per codec and placement, write table and plots."""
     from tqdm import tqdm
 
+    from gnnsys.datasets import is_heterogeneous
+
+    typed = is_heterogeneous(args.dataset, args.root)  # the dataset's kind, from its files
+    if typed:
+        args = typed_args(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    store = _store(args, out)
-    runs = _Runs(base_config(args, store), out, args.threads)
+    store = _store(args, out, typed)
+    runs = _Runs(base_config(args, store, typed), out, args.threads)
     seeds, acc_seeds = _ints(args.seeds), _ints(args.acc_seeds)
     codecs = _usable_codecs(_names(args.codecs), store)
     configs = grid(_names(args.policies), _floats(args.ratios), codecs)

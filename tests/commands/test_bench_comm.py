@@ -100,3 +100,32 @@ def test_bench_comm_link_task_reports_bytes_with_and_without_cache_and_int8(
         < rows[("none", "int8")]["remote_feature_bytes_per_epoch"]
     )
     assert (out / "store" / "part-0" / "link_train.npy").exists()
+
+
+def test_bench_comm_on_a_heterogeneous_dataset(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    out = tmp_path / "comm"
+    argv = [
+        "bench", "comm", "synthetic:mag", "-D", "scale=0.002", "-D", "reverse=true",
+        "--parts", "2", "--policies", "none,degree,presample", "--ratios", "0,0.1",
+        "--codecs", "fp32,int8,binary", "--aggregate-at", "requester,owner", "--epochs", "1",
+        "--fanouts", "4,4", "--batch-size", "256", "--confirm-seeds", "0", "--out", str(out),
+    ]  # fmt: skip
+    with caplog.at_level("WARNING", logger="gnnsys.commands.bench_comm"):
+        assert main(argv) == 0
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    for dropped in ("presample", "owner", "binary"):
+        assert dropped in warned
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert all(REQUIRED <= set(r) for r in rows)
+    assert {(r["policy"], r["codec"]) for r in rows} == {
+        ("none", "fp32"), ("none", "int8"), ("degree", "fp32"), ("degree", "int8")
+    }  # fmt: skip
+    by = {(r["policy"], r["codec"]): r for r in rows}
+    assert (
+        by["none", "int8"]["remote_feature_bytes_per_epoch"]
+        < by["none", "fp32"]["remote_feature_bytes_per_epoch"]
+    )
+    assert by["degree", "fp32"]["hit_rate"] > 0
+    assert main([*argv[:-2], "--model", "gcn", "--out", str(tmp_path / "x")]) == 2
