@@ -20,7 +20,7 @@ Shape legend: ``N`` nodes of the whole graph, ``S`` cached rows, ``K`` candidate
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -41,6 +41,7 @@ __all__ = [
     "degree_scores",
     "inclusion_scores",
     "make_policy",
+    "presample_counts",
     "presample_scores",
     "tie_break",
 ]
@@ -272,8 +273,8 @@ def presample_scores(
 ) -> Tensor:
     """``[N]`` expected accesses per epoch of each halo gid, from a dry run of the sampler.
 
-    Runs ``epochs`` epochs of shuffled ``batch_size`` batches over ``train_gid`` and counts how
-    often each non-owned gid appears in a batch's ``n_id``. Costs ``epochs`` sampling epochs.
+    :func:`presample_counts` of a graph with one node type: shuffled ``batch_size`` batches
+    over ``train_gid``, counting how often each non-owned gid appears in a batch's ``n_id``.
 
     Args:
         sampler: The sampler training will use (same fanouts).
@@ -286,27 +287,69 @@ def presample_scores(
     Raises:
         ValueError: ``batch_size`` or ``epochs`` below 1.
     """
+
+    def draw(seeds: Tensor, batch_seed: int) -> dict[int, Tensor]:
+        return {0: sampler.sample(seeds, seed=batch_seed).n_id}
+
+    counts = presample_counts(
+        draw, train_gid, {0: owned_N}, batch_size=batch_size, epochs=epochs, seed=seed
+    )
+    return counts[0]
+
+
+def presample_counts(
+    draw: Callable[[Tensor, int], Mapping[Any, Tensor]],
+    train_ids: Tensor,
+    owned: Mapping[Any, Tensor],
+    *,
+    batch_size: int,
+    epochs: int = 1,
+    seed: int = 0,
+) -> dict[Any, Tensor]:
+    """Expected accesses per epoch of every non-owned id, per node type, from a dry run.
+
+    Runs ``epochs`` epochs of shuffled ``batch_size`` batches over ``train_ids``;
+    ``draw(seeds, batch_seed)`` samples one batch and returns its ``n_id`` per node type
+    (one entry on a graph with one type). Costs ``epochs`` sampling epochs, formed as the
+    training step forms batches (sampled ahead on a thread, in order).
+
+    Args:
+        draw: Samples a batch: ``seeds -> {node type: n_id}`` (ids of that type).
+        train_ids: ``[T]`` this worker's train seeds.
+        owned: Node type -> ``[N_t]`` bool, True for ids this worker owns; types not listed
+            are not counted.
+        batch_size: Seeds per batch, as in training.
+        epochs: Dry-run epochs; more lowers the variance.
+        seed: Base seed; epoch ``e`` batch ``b`` samples with ``seed * 1_000_003 + e * 10_007 + b``.
+
+    Raises:
+        ValueError: ``batch_size`` or ``epochs`` below 1.
+    """
     if batch_size < 1 or epochs < 1:
         raise ValueError(f"batch_size={batch_size}, epochs={epochs}; both must be >= 1")
-    count = torch.zeros(owned_N.shape[0], dtype=torch.float64)
+    count = {t: torch.zeros(o.shape[0], dtype=torch.float64) for t, o in owned.items()}
     for epoch in range(epochs):
         gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-        perm = train_gid[torch.randperm(train_gid.shape[0], generator=gen)]
+        perm = train_ids[torch.randperm(train_ids.shape[0], generator=gen)]
         chunks = torch.split(perm, batch_size)
         base = seed * 1_000_003 + epoch * 10_007
 
-        def sample(b: int, chunks: tuple[Tensor, ...] = chunks, base: int = base) -> Tensor:
-            return sampler.sample(chunks[b], seed=base + b).n_id
+        def sample(
+            b: int, chunks: tuple[Tensor, ...] = chunks, base: int = base
+        ) -> Mapping[Any, Tensor]:
+            return draw(chunks[b], base + b)
 
-        # the training step's way of forming batches: sampled ahead on a thread, in order
-        feed: Prefetcher[Tensor] = Prefetcher(
+        feed: Prefetcher[Mapping[Any, Tensor]] = Prefetcher(
             sample, len(chunks), 2, name="gnnsys-prefetch-presample"
         )
         with feed:
-            for n_id in feed:
-                remote = n_id[~owned_N[n_id]]
-                count.index_add_(0, remote, torch.ones(remote.shape, dtype=torch.float64))
-    return count / epochs
+            for n_id_by_type in feed:
+                for t, n_id in n_id_by_type.items():
+                    if t in count:
+                        remote = n_id[~owned[t][n_id]]
+                        ones = torch.ones(remote.shape, dtype=torch.float64)
+                        count[t].index_add_(0, remote, ones)
+    return {t: c / epochs for t, c in count.items()}
 
 
 def inclusion_scores(

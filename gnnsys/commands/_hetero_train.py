@@ -34,11 +34,6 @@ NOT_FOR_HETERO: dict[str, str] = {
     "eval_block_mb": "--eval-block-mb (source-blocked evaluation is built for homogeneous "
     "tables only)",
     "num_nodes": "--num-nodes (size synthetic:mag with -D scale=...)",
-    "presample_epochs": "--presample-epochs (only --cache-policy degree is built here)",
-    "cache_decay": "--cache-decay (only --cache-policy degree is built for typed caches)",
-    "cache_warm_weight": "--cache-warm-weight (only --cache-policy degree is built for typed "
-    "caches)",
-    "cache_margin": "--cache-margin (only --cache-policy degree is built for typed caches)",
 }
 """Flags (argparse dest -> how to name it) refused for heterogeneous runs."""
 
@@ -111,8 +106,6 @@ def _refuse_flags(args: argparse.Namespace) -> None:
             "--model gcn (GCN normalises over one node set; a relation joins two types, and "
             "PyG's GCNConv cannot run on it either: use sage, gat or rgcn)"
         )
-    if args.cache_policy not in (None, "none", "degree"):
-        given.append(f"--cache-policy {args.cache_policy} (use degree)")
     if given:
         raise ValueError("options that do not apply to heterogeneous training: " + "; ".join(given))
 

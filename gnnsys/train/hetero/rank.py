@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from gnnsys.cache.admission import make_policy
+from gnnsys.cache.admission import make_policy, presample_counts, tie_break
 from gnnsys.cache.codecs import Codec, TypedCodecConfig
 from gnnsys.cache.typed import TypeDemand, TypedHaloCache, split_budget
 from gnnsys.datasets.hetero import EdgeType
@@ -168,32 +168,67 @@ def _degree_score(shard: HeteroShard, node_type: str) -> torch.Tensor:
 
 
 def typed_cache(
-    spec: WorkerSpec, layout: TypedLayout, shard: HeteroShard, codecs: dict[str, Codec]
+    spec: WorkerSpec,
+    layout: TypedLayout,
+    shard: HeteroShard,
+    codecs: dict[str, Codec],
+    draw: Callable[[torch.Tensor, int], dict[str, torch.Tensor]] | None = None,
+    seeds: torch.Tensor | None = None,
 ) -> TypedHaloCache:
     """The featured types' halo caches under one byte budget (``gnnsys.cache.typed``).
 
     The budget is ``cache.budget_bytes`` of the part's own feature rows over every featured
-    type; ``split_budget`` shares it by bytes saved per budget byte, with each type's degree
-    scores as its expected fetches (policy ``degree``). Capacity 0 without a cache.
+    type; ``split_budget`` shares it by bytes saved per budget byte, each type's rows scored
+    by the policy's expected fetches: degree scores (``degree``), or a dry run of the typed
+    sampler over ``seeds`` (``presample``; ``adaptive`` starts from it), counted per type
+    (``presample_counts``, ties broken by degree), as the homogeneous cache scores its rows.
+    Capacity 0 without a cache.
 
-    Raises:
-        ValueError: A cache policy other than ``degree``.
+    Args:
+        spec: The rank's spec (``cache``, ``trainer`` batch size and seed).
+        layout: The run's typed layout (featured types and widths).
+        shard: This rank's shard.
+        codecs: Each type's run codec.
+        draw: ``(seeds, batch seed) -> {type: n_id}`` of one dry-run batch (scored policies).
+        seeds: The dry run's seeds (the input type's train ids).
     """
     dims = {t: layout.in_dims[t] for t in layout.featured}
     featured = {t: codecs[t] for t in layout.featured}
     if not spec.cache.enabled:
         return TypedHaloCache.disabled(feature_dims=dims, codecs=featured)
-    if spec.cache.policy != "degree":
-        raise ValueError(
-            f"cache policy {spec.cache.policy!r} is not built for heterogeneous runs; "
-            "use --cache-policy degree"
-        )
-    owned = sum(shard.nodes[t].num_owned * dims[t] * 4 for t in dims)
+    owned_N = {}
+    for t in dims:
+        owned_N[t] = torch.zeros(shard.nodes[t].num_nodes, dtype=torch.bool)
+        owned_N[t][torch.from_numpy(np.asarray(shard.nodes[t].owned_lid, dtype=np.int64))] = True
     scores = {t: _degree_score(shard, t) for t in dims}
+    if spec.cache.policy in ("presample", "adaptive"):
+        assert draw is not None and seeds is not None  # build_sources passes both
+        counts = presample_counts(
+            draw, seeds, owned_N, batch_size=spec.trainer.batch_size,
+            epochs=spec.cache.presample_epochs, seed=spec.trainer.seed * 7919 + spec.rank,
+        )  # fmt: skip
+        scores = {t: tie_break(counts[t], scores[t]) for t in dims}
+    owned = sum(shard.nodes[t].num_owned * dims[t] * 4 for t in dims)
     demand = {t: TypeDemand.of(scores[t], featured[t], dims[t]) for t in dims}
     split = split_budget(spec.cache.budget_bytes(owned_feature_bytes=owned), demand)
-    policies = {t: make_policy("degree", score_N=scores[t]) for t in dims}
+    policies = {
+        t: make_policy(
+            spec.cache.policy, score_N=scores[t], owned_N=owned_N[t], config=spec.cache.adaptive
+        )
+        for t in dims
+    }
     return TypedHaloCache.build(split, feature_dims=dims, codecs=featured, policies=policies)
+
+
+def _dry_run_seeds(spec: WorkerSpec, shard: HeteroShard, layout: TypedLayout) -> torch.Tensor:
+    """The cache dry run's seeds: the input type's owned train ids.
+
+    All its owned ids when it has no train mask (a link run's seed type may have none).
+    """
+    nodes = shard.nodes[layout.hetero.input_type]
+    owned = np.asarray(nodes.owned_lid, dtype=np.int64)
+    mask = nodes.data.get("train_mask")
+    return torch.from_numpy(owned if mask is None else owned[np.asarray(mask, dtype=bool)])
 
 
 def build_sources(
@@ -226,7 +261,12 @@ def build_sources(
         node_types=list(shard.nodes),
     )
     codecs = TypedCodecConfig.from_config(spec.codec, list(shard.nodes)).codecs()
-    caches = typed_cache(spec, layout, shard, codecs)
+    input_type = layout.hetero.input_type
+
+    def draw(seeds: torch.Tensor, batch_seed: int) -> dict[str, torch.Tensor]:
+        return dict(sampler.sample(seeds, input_type=input_type, seed=batch_seed).n_id)
+
+    caches = typed_cache(spec, layout, shard, codecs, draw, _dry_run_seeds(spec, shard, layout))
     wire = spec.codec.wire if spec.cache.enabled else None  # measured into the cache counters
     features, rows = {}, {}
     for t, nodes in shard.nodes.items():

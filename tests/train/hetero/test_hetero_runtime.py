@@ -337,7 +337,7 @@ def test_rank_that_raises_aborts_naming_it(stores: dict[int, Path], tmp_path: Pa
         (["--aggregate-at", "owner"], "--aggregate-at"),
         (["--eval-block-mb", "64"], "--eval-block-mb"),
         (["--model", "gcn"], "--model gcn"),
-        (["--cache-policy", "adaptive", "--cache-ratio", "0.1"], "--cache-policy adaptive"),
+        (["--eval-halo-mb", "64"], "--eval-halo-mb"),
         (["--num-nodes", "100"], "-D scale"),
     ],
 )
