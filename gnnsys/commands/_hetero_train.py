@@ -29,8 +29,6 @@ NOT_FOR_HETERO: dict[str, str] = {
     "topology": "--topology (heterogeneous runs are always partitioned: remote sampling)",
     "aggregate_at": "--aggregate-at (owner-side layer-0 sums are homogeneous only)",
     "decode_halo": "--decode-halo (fused int8 layer 0 is homogeneous only)",
-    "eval_halo_mb": "--eval-halo-mb (typed exact evaluation holds each layer's 1-hop halo "
-    "rows; a halo budget is built for homogeneous tables only)",
     "eval_block_mb": "--eval-block-mb (source-blocked evaluation is built for homogeneous "
     "tables only)",
     "num_nodes": "--num-nodes (size synthetic:mag with -D scale=...)",

@@ -27,9 +27,11 @@ halo cache, so training's traffic figures are unchanged by it.
 Tables are ``LayerTables`` (``gnnsys.train.eval_memory``): a type's table larger than
 ``EvalConfig.spill_mb`` lives in an unlinked file map (page cache), as the homogeneous
 evaluator's do; rows of any ids are read through ``gnnsys.train.eval_rows``, the path both
-evaluators share. Not built here (the homogeneous evaluator has them): the halo byte budget,
-source-blocked layers, owner partial sums. A rank holds its relation blocks, its 1-hop halo rows
-of one layer and two layers of its own nodes' outputs.
+evaluators share. ``EvalConfig.halo_mb`` bounds the halo rows held at once: each destination
+type's rows run in pieces whose distinct halo rows fit it, each fetching only those
+(``_runs``, ``_with_run_halo``). Not built here (the homogeneous evaluator has them):
+source-blocked layers, owner partial sums. A rank holds its relation blocks, one run's (or one
+layer's) halo rows and two layers of its own nodes' outputs.
 
 Shape legend: ``M_t`` owned nodes of type ``t``, ``H_t`` 1-hop halo nodes of type ``t``, ``N_t``
 nodes of type ``t`` in the graph, ``F`` a layer's input width, ``C`` classes.
@@ -144,13 +146,16 @@ class TypedShardEvaluator:
         for t in self.types:  # every peer finished reading layer - 1 before this step
             self.tables.pop(self.table(layer - 1, t))
         present = list(self.inputs) if layer == 0 else self.present(layer)
-        x_dict = {t: self._rows(layer, t) for t in present}
+        budget = self._budget_rows(layer, present)
+        x_dict = {t: self._rows(layer, t, with_halo=budget is None) for t in present}
         done: dict[int, Tensor] = {}
         for node_type, spans in self.spans.items():
             number = self.table(layer + 1, node_type)
             rows = self.shard.nodes[node_type].num_owned
-            for first, stop in spans:
+            for first, stop in self._runs(node_type, spans, budget, present):
                 x_span, blocks = self._span(x_dict, node_type, first, stop)
+                if budget is not None:  # the run's own halo rows, fetched for it alone
+                    x_span, blocks = self._with_run_halo(layer, x_span, blocks, node_type)
                 got = self.layers[layer](x_span, blocks).get(node_type)
                 if got is not None:
                     done[number] = self.tables.buffer(number, rows, int(got.shape[1]))
@@ -160,6 +165,105 @@ class TypedShardEvaluator:
                 table.relu_()
             self.tables.publish(number)
         self._seconds += time.perf_counter() - start
+
+    def _budget_rows(self, layer: int, present: list[str]) -> int | None:
+        """Halo rows a run may hold under ``EvalConfig.halo_mb``.
+
+        ``None``: no budget, or the whole 1-hop halo fits it (then it is fetched once).
+        """
+        if not self.config.halo_mb:
+            return None
+        width = max(self._width(layer, t) for t in present) if present else 1
+        rows = int(self.config.halo_mb * 2**20) // (4 * max(width, 1))
+        total = sum(int(self.halo_lid[t].shape[0]) for t in present)
+        return None if rows >= total else max(rows, 1)
+
+    def _width(self, layer: int, node_type: str) -> int:
+        if layer == 0:
+            return int(np.asarray(self.inputs[node_type].own).shape[1])
+        return int(self.owned_table(layer, node_type).shape[1])
+
+    def _runs(
+        self, node_type: str, spans: list[tuple[int, int]], budget: int | None, present: list[str]
+    ) -> list[tuple[int, int]]:
+        """``spans`` cut so that no run needs more than ``budget`` distinct halo rows.
+
+        Greedy from each run's first row: a halo row counts at the first row that reads it.
+        """
+        if budget is None:
+            return spans
+        into = [
+            (present.index(et[0]), self.shard.nodes[et[0]].num_owned, b)
+            for et, b in self.blocks.items()
+            if et[2] == node_type and et[0] in present
+        ]
+        out = []
+        for first, stop in spans:
+            while first < stop:
+                new_R = self._first_reads(into, first, stop)
+                cum = np.cumsum(new_R)
+                end = first + max(1, int(np.searchsorted(cum, budget, side="right")))
+                out.append((first, end))
+                first = end
+        return out
+
+    @staticmethod
+    def _first_reads(into: list[tuple[int, int, Block]], first: int, stop: int) -> np.ndarray:
+        """``[stop - first]`` halo rows first read at each row of ``[first, stop)``."""
+        keys, rows = [], []
+        for index, m, block in into:
+            ptr = block.rowptr[first : stop + 1].numpy()
+            col = block.col[int(ptr[0]) : int(ptr[-1])].numpy()
+            row = np.repeat(np.arange(stop - first), np.diff(ptr))
+            halo = col >= m
+            keys.append((col[halo] - m) * len(into) + index)
+            rows.append(row[halo])
+        key = np.concatenate([np.zeros(0, np.int64), *keys])
+        row = np.concatenate([np.zeros(0, np.int64), *rows])
+        uniq, inv = np.unique(key, return_inverse=True)
+        first_row = np.full(uniq.shape[0], stop - first, dtype=np.int64)
+        np.minimum.at(first_row, inv, row)
+        out: np.ndarray = np.bincount(first_row, minlength=stop - first)[: stop - first]
+        return out
+
+    def _with_run_halo(
+        self, layer: int, x_span: dict[str, Tensor], blocks: dict[EdgeType, Block], node_type: str
+    ) -> tuple[dict[str, Tensor], dict[EdgeType, Block]]:
+        """A run's inputs with only the halo rows its edges read, fetched now, columns remapped.
+
+        Halo columns (at or past a source type's owned rows in ``x_span``) become positions in
+        the run's own halo rows, appended after ``x_span[src]``.
+        """
+        x_out, out = dict(x_span), {}
+        halo_cols: dict[str, list[Tensor]] = {}
+        for et, block in blocks.items():
+            if et[0] in x_span:  # a source type without rows this layer reads nothing
+                halo_cols.setdefault(et[0], []).append(
+                    block.col[block.col >= x_span[et[0]].shape[0]]
+                )
+        needed = {}
+        for src, cols in halo_cols.items():
+            base = int(x_span[src].shape[0])
+            pos = torch.unique(torch.cat(cols)) - base if cols else torch.zeros(0, dtype=torch.long)
+            needed[src] = pos
+            lid_K = self.halo_lid[src][pos.numpy()]
+            rows = torch.empty(pos.shape[0], int(x_span[src].shape[1]), dtype=torch.float32)
+            self._fill_remote(rows, layer, src, lid_K)
+            x_out[src] = torch.cat([x_span[src], rows])
+        for et, block in blocks.items():
+            if et[0] not in x_span:
+                out[et] = block
+                continue
+            base = int(x_span[et[0]].shape[0])
+            col = block.col.clone()
+            halo = col >= base
+            col[halo] = base + torch.searchsorted(needed[et[0]] + base, col[halo])
+            out[et] = Block(
+                num_src=int(x_out[et[0]].shape[0]), num_dst=block.num_dst,
+                rowptr=block.rowptr, col=col, e_id=block.e_id,
+            )  # fmt: skip
+        del node_type  # the runs' blocks already hold only relations into it
+        return x_out, out
 
     def present(self, layer: int) -> list[str]:
         """The types with a table ``layer`` on this rank.
@@ -198,8 +302,11 @@ class TypedShardEvaluator:
             )
         return x_span, blocks
 
-    def _rows(self, layer: int, node_type: str) -> Tensor:
-        """``[M_t + H_t, F]``: the owned rows of table ``layer``, then the halo rows."""
+    def _rows(self, layer: int, node_type: str, *, with_halo: bool = True) -> Tensor:
+        """``[M_t + H_t, F]``: the owned rows of table ``layer``, then the halo rows.
+
+        Without ``with_halo`` only the owned rows (a halo budget fetches each run's own).
+        """
         if layer == 0:
             own = self.inputs[node_type].own
             with warnings.catch_warnings():  # a read-only memory map; evaluation never writes it
@@ -208,7 +315,7 @@ class TypedShardEvaluator:
         else:
             own_MF = self.tables[self.table(layer, node_type)]
         lid_H = self.halo_lid[node_type]
-        if not lid_H.shape[0]:  # no halo (one part): the owned rows as they are, no copy
+        if not lid_H.shape[0] or not with_halo:  # the owned rows as they are, no copy
             return own_MF
         m = int(own_MF.shape[0])
         out = torch.empty(m + lid_H.shape[0], int(own_MF.shape[1]), dtype=torch.float32)

@@ -337,7 +337,7 @@ def test_rank_that_raises_aborts_naming_it(stores: dict[int, Path], tmp_path: Pa
         (["--aggregate-at", "owner"], "--aggregate-at"),
         (["--eval-block-mb", "64"], "--eval-block-mb"),
         (["--model", "gcn"], "--model gcn"),
-        (["--eval-halo-mb", "64"], "--eval-halo-mb"),
+        (["--decode-halo"], "--decode-halo"),
         (["--num-nodes", "100"], "-D scale"),
     ],
 )
