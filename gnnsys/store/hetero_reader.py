@@ -284,8 +284,13 @@ def _check_edge_ids(
             )
 
 
-def assemble_hetero(root: str | os.PathLike[str], *, verify: bool = True) -> HeteroGraph:
+def assemble_hetero(
+    root: str | os.PathLike[str], *, verify: bool = True, with_data: bool = True
+) -> HeteroGraph:
     """The whole ``HeteroGraph`` back from every shard (arrays, dtypes and edge order exact).
+
+    Without ``with_data`` only the structure (every relation's CSR; no feature, label or mask
+    array is read): what a replicated worker samples from.
 
     Raises:
         PartitionStoreError: On any corruption or inconsistency, naming the file.
@@ -294,7 +299,7 @@ def assemble_hetero(root: str | os.PathLike[str], *, verify: bool = True) -> Het
     nodes = {}
     for entry in manifest.node_types:
         data = {}
-        for name, (dtype, row_shape) in entry.data.items():
+        for name, (dtype, row_shape) in entry.data.items() if with_data else ():
             out = np.empty((entry.num_nodes, *row_shape), dtype=np.dtype(dtype))
             for shard in shards:
                 out[shard.nodes[entry.name].owned_lid] = shard.nodes[entry.name].data[name]

@@ -276,18 +276,19 @@ def resolve(config: RunConfig, store: Path, executor: str) -> tuple[RunConfig, A
     """
     info: Any
     if config.hetero is not None:
-        info, roles, topology = HeteroStoreInfo.read(str(store)), HETERO, "partitioned"
+        info, roles = HeteroStoreInfo.read(str(store)), HETERO
         codec = resolved_typed_codec(config, store, info)
     else:
         info, roles = read_store_info(store), HOMOGENEOUS
-        codec, topology = resolved_codec(config, store), "partitioned"
-        if executor == "ray":
-            topology = choose_topology(
-                config.cluster.topology,
-                num_nodes=info.num_nodes,
-                num_edges=info.num_edges,
-                num_parts=config.cluster.parts,
-            )
+        codec = resolved_codec(config, store)
+    topology = "partitioned"
+    if executor == "ray":
+        topology = choose_topology(
+            config.cluster.topology,
+            num_nodes=info.num_nodes,
+            num_edges=info.num_edges,
+            num_parts=config.cluster.parts,
+        )
     return replace(config, codec=codec), info, roles, topology
 
 

@@ -67,6 +67,8 @@ class HeteroStoreInfo:
         feature_dims: Featured node type -> ``F_t``.
         node_types: Every node type, in store order.
         edge_types: Every relation, in store order.
+        num_nodes: Nodes of every type.
+        num_edges: Edges of every relation.
     """
 
     num_parts: int
@@ -74,6 +76,8 @@ class HeteroStoreInfo:
     feature_dims: dict[str, int]
     node_types: tuple[str, ...]
     edge_types: tuple[EdgeType, ...]
+    num_nodes: int = 0
+    num_edges: int = 0
 
     @classmethod
     def read(cls, root: str) -> HeteroStoreInfo:
@@ -89,6 +93,8 @@ class HeteroStoreInfo:
             },
             node_types=tuple(t.name for t in manifest.node_types),
             edge_types=tuple(r.edge_type for r in manifest.relations),
+            num_nodes=manifest.num_nodes,
+            num_edges=manifest.num_edges,
         )
 
 

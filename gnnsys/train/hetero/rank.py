@@ -246,7 +246,12 @@ def build_sources(
     """The typed sampler and per-type row sources of one rank (see the module docstring)."""
     rank = spec.rank
     relation_sources: dict[EdgeType, Any] = {}
-    for et, rel in shard.relations.items():
+    if spec.topology == "replicated":  # every relation's whole CSR, read once from the store
+        from gnnsys.sampler.hetero import csr_sources
+        from gnnsys.store import assemble_hetero
+
+        relation_sources = dict(csr_sources(assemble_hetero(spec.store, with_data=False)))
+    for et, rel in shard.relations.items() if not relation_sources else ():
         dst = et[2]
         local = CSRNeighborSource(
             rel.indptr, rel.indices_lid, rel.e_id, books[dst].lid_N,

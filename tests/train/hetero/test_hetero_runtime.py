@@ -66,9 +66,9 @@ def _config(store: Path, parts: int, *, epochs: int = 1, batch: int = 1024, **kw
     )
 
 
-def _group(store: Path, parts: int) -> LocalWorkerGroup:
+def _group(store: Path, parts: int, topology: str = "partitioned") -> LocalWorkerGroup:
     cfg = _config(store, parts)
-    template = worker_template(cfg, store, HeteroStoreInfo.read(str(store)), "partitioned")
+    template = worker_template(cfg, store, HeteroStoreInfo.read(str(store)), topology)
     group = LocalWorkerGroup(template, 60.0, roles=HETERO)
     group.start()
     return group
@@ -88,6 +88,27 @@ def _rank_seeds(store: Path, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 # ---- batches and rows ---------------------------------------------------------------------------
+def test_replicated_ranks_train_the_partitioned_run_without_structure_traffic(
+    stores: dict[int, Path],
+) -> None:
+    got = {}
+    for topology in ("partitioned", "replicated"):
+        group = _group(stores[2], 2, topology)
+        try:
+            reports = group.run_epoch(0, 2, lambda _: None)
+            weights = group.collect()[0].model
+        finally:
+            group.stop()
+        got[topology] = (reports, weights)
+    for a, b in zip(got["partitioned"][0], got["replicated"][0], strict=True):
+        assert a.stats.loss_sum == b.stats.loss_sum
+        assert a.traffic.bytes["structure_response"] > 0
+        assert b.traffic.bytes["structure_response"] == 0  # every relation's CSR is local
+        assert a.traffic.bytes["feature_response"] == b.traffic.bytes["feature_response"]
+    for key, value in got["partitioned"][1].items():
+        assert torch.equal(value, got["replicated"][1][key]), key
+
+
 @pytest.mark.parametrize("parts", [1, 2, 4])
 def test_typed_batch_and_rows_equal_the_whole_graph(
     mag: HeteroGraph, stores: dict[int, Path], parts: int
@@ -333,7 +354,6 @@ def test_rank_that_raises_aborts_naming_it(stores: dict[int, Path], tmp_path: Pa
 @pytest.mark.parametrize(
     ("flags", "named"),
     [
-        (["--topology", "replicated"], "--topology"),
         (["--aggregate-at", "owner"], "--aggregate-at"),
         (["--eval-block-mb", "64"], "--eval-block-mb"),
         (["--model", "gcn"], "--model gcn"),
