@@ -132,6 +132,7 @@ TRAIN_ROOMS: dict[str, set[str]] = {
         "eval_typed",
         "evaluate",
         "hetero",
+        "layer0",
         "link",
         "metrics",
         "pipeline",

@@ -30,6 +30,8 @@ Shape legend: ``N_t`` input rows of type ``t``, ``M_t`` destination rows, ``F`` 
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor, nn
 from torch.nn import functional
@@ -137,6 +139,31 @@ class HeteroSAGELayer(nn.Module):
     def forward(self, x_dict: dict[str, Tensor], blocks: TypedBlocks) -> dict[str, Tensor]:
         """``{t: [N_t, F_t]} -> {t: [M_t, H]}`` for every destination type."""
         return _sum_relations(self.convs, self.edge_types, x_dict, blocks)
+
+    def forward_from_agg(
+        self, x_dict: dict[str, Tensor], blocks: TypedBlocks, agg: dict[EdgeType, Tensor]
+    ) -> dict[str, Tensor]:
+        """``forward`` with some relations' neighbour reductions already done.
+
+        ``agg[r]`` (``[M_dst, F_src]``) replaces relation ``r``'s reduction of its source rows
+        (the fused dequantizing sum of compressed halo rows, ``gnnsys.train.layer0.fused``);
+        its destination rows still come from ``x_dict``. Other relations run as in
+        :meth:`forward`. Equal to :meth:`forward` up to float summation order.
+        """
+        out: dict[str, Tensor] = {}
+        for edge_type in self.edge_types:
+            src, _, dst = edge_type
+            block = blocks.get(edge_type)
+            if block is None or dst not in x_dict or (edge_type not in agg and src not in x_dict):
+                continue
+            conv = cast(_RelationSAGE, self.convs[_key(edge_type)])
+            x_dst = x_dict[dst][: block.num_dst]
+            if edge_type in agg:
+                h = conv.lin_l(agg[edge_type]) + conv.lin_r(x_dst)
+            else:
+                h = conv(x_dict[src][: block.num_src], x_dst, block)
+            out[dst] = h if dst not in out else out[dst] + h
+        return out
 
 
 class _RelationGAT(nn.Module):
@@ -300,6 +327,19 @@ class HeteroSAGE(_TypedStack):
             for d_in, width in zip(dims, widths, strict=True)
         )
 
+    fused_first = True
+    """Layer 0 sums per-relation linear maps of mean reductions, so a fused dequantizing sum of
+    compressed rows can stand in for a relation's reduction (:meth:`forward_from_first_agg`)."""
+
+    def forward_from_first_agg(
+        self,
+        x_dict: dict[str, Tensor],
+        blocks: tuple[TypedBlocks, ...],
+        agg: dict[EdgeType, Tensor],
+    ) -> dict[str, Tensor]:
+        """``forward`` with layer 0's reductions of the relations in ``agg`` done already."""
+        return _stack_forward(self.layers, x_dict, blocks, self.dropout, self.training, agg)
+
 
 def _stack_forward(
     layers: nn.ModuleList,
@@ -307,12 +347,19 @@ def _stack_forward(
     blocks: tuple[TypedBlocks, ...],
     dropout: float,
     training: bool,
+    first_agg: dict[EdgeType, Tensor] | None = None,
 ) -> dict[str, Tensor]:
-    """Run typed layers in order, ReLU and dropout between them (HeteroSAGE's and RGCN's)."""
+    """Run typed layers in order, ReLU and dropout between them (HeteroSAGE's and RGCN's).
+
+    ``first_agg``: layer 0's reductions done already (``HeteroSAGELayer.forward_from_agg``).
+    """
     if len(blocks) != len(layers):
         raise ValueError(f"got {len(blocks)} block layers for {len(layers)} layers")
     for i, (layer, layer_blocks) in enumerate(zip(layers, blocks, strict=True)):
-        x_dict = layer(x_dict, layer_blocks)
+        if i == 0 and first_agg:
+            x_dict = cast(HeteroSAGELayer, layer).forward_from_agg(x_dict, layer_blocks, first_agg)
+        else:
+            x_dict = layer(x_dict, layer_blocks)
         if i < len(layers) - 1:
             x_dict = {
                 t: nn.functional.dropout(h.relu(), dropout, training) for t, h in x_dict.items()

@@ -286,7 +286,11 @@ def build_sources(
                 rank, book.part_N, book.lid_N, embeddings.local_rows(t),
                 embedding_client(peers, step), ledger.of(t), codec=codecs[t], node_type=t,
             )  # fmt: skip
-    return _Sources(BoundSampler(sampler, layout.hetero.input_type), TypedInputs(features, rows))
+    fused = frozenset(t for t in features if codecs[t].fused_aggregate)
+    if not (spec.layer0.fused_dequant and layout.hetero.model == "sage" and spec.link is None):
+        fused = frozenset()  # layer 0 of HeteroGAT/RGCN (and link encoders) decode first
+    inputs = TypedInputs(features, rows, fused)
+    return _Sources(BoundSampler(sampler, layout.hetero.input_type), inputs)
 
 
 class TypedRank:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, cast
 
 import torch
@@ -30,6 +30,7 @@ from gnnsys.models.sparse_embedding import SparseGrad, coalesce
 from gnnsys.sampler.hetero import HeteroNeighborSampler, HeteroSampledSubgraph
 from gnnsys.train.hetero.embedding import OwnedEmbeddings
 from gnnsys.train.hetero.owner import TypeBook
+from gnnsys.train.layer0.fused import decoded_roots, fused_sum
 from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.link.trainer import link_loss
 from gnnsys.train.pipeline import PreparedBatch, StageClock
@@ -78,12 +79,17 @@ class TypedInputs:
         features: Featured type -> its routed feature source (own rows, cache, codec).
         embeddings: Featureless type -> routed source of its embedding rows (never cached:
             the rows change every step).
+        fused: Featured types whose halo rows layer 0 sums from their codes (int8/int4 with a
+            model whose layer 0 allows it: :meth:`fetch_first`).
     """
 
     def __init__(
-        self, features: dict[str, RoutedFeatureSource], embeddings: dict[str, RoutedFeatureSource]
+        self,
+        features: dict[str, RoutedFeatureSource],
+        embeddings: dict[str, RoutedFeatureSource],
+        fused: frozenset[str] = frozenset(),
     ) -> None:
-        self.features, self.embeddings = features, embeddings
+        self.features, self.embeddings, self.fused = features, embeddings, fused
 
     def fetch(self, sub: HeteroSampledSubgraph) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         """``(x_dict, leaves)``: every type's rows in ``n_id`` order; embedding rows as leaves.
@@ -99,6 +105,34 @@ class TypedInputs:
                 leaf = self.embeddings[node_type].fetch_distinct(n_id).requires_grad_()
                 x_dict[node_type] = leaves[node_type] = leaf
         return x_dict, leaves
+
+    def fetch_first(
+        self, sub: HeteroSampledSubgraph
+    ) -> tuple[dict[str, Tensor], dict[str, Tensor], dict[EdgeType, Tensor]]:
+        """``(x_dict, leaves, agg)``: :meth:`fetch`, with fused types' halo rows kept compressed.
+
+        A fused type's rows are fetched split (``fetch_split``: the same messages, cache
+        lookups and ledger as :meth:`fetch`); each relation out of it gets its layer-0 mean
+        from the fused dequantizing sum (``gnnsys.train.layer0.fused``), and only the type's
+        destination rows are decoded into ``x_dict``.
+        """
+        if not self.fused:
+            return (*self.fetch(sub), {})
+        rest = replace(sub, n_id={t: n for t, n in sub.n_id.items() if t not in self.fused})
+        x_dict, leaves = self.fetch(rest)
+        agg: dict[EdgeType, Tensor] = {}
+        first = sub.blocks[0]
+        for t in self.fused & set(sub.n_id):
+            source = self.features[t]
+            rows = source.fetch_split(sub.n_id[t])
+            width = int(rows.local_LF.shape[1])
+            num_dst = next((b.num_dst for et, b in first.items() if et[2] == t), 0)
+            x_dict[t] = decoded_roots(num_dst, rows, source.codec, num_features=width)
+            for et, block in first.items():
+                if et[0] == t:
+                    deg_M = block.rowptr.diff().clamp(min=1).to(torch.float32)[:, None]
+                    agg[et] = fused_sum(block, rows, None, num_features=width) / deg_M
+        return x_dict, leaves, agg
 
     def counters(self) -> CacheCounters | None:
         """The feature caches' counters summed (``None`` when no type keeps a cache)."""
@@ -170,10 +204,14 @@ class HeteroTrainer(Trainer):
 
     def _inputs(self, sub: Any) -> Callable[[], Tensor]:
         """Fetch every type's rows; returns the forward pass (the seed type's logits)."""
-        x_dict, leaves = self.inputs.fetch(sub)
+        x_dict, leaves, agg = self.inputs.fetch_first(sub)
         if self.embeddings is not None:  # the compute loop's thread (see _inputs_need_weights)
             self._leaves, self._n_id = leaves, sub.n_id
-        blocks, model = sub.blocks, self.model
+        blocks, model = sub.blocks, cast(Any, self.model)
+        if agg:
+            return lambda: cast(
+                Tensor, model.forward_from_first_agg(x_dict, blocks, agg)[self.input_type]
+            )
         return lambda: cast(Tensor, model(x_dict, blocks)[self.input_type])
 
     def _step(self, batch: PreparedBatch, clock: StageClock) -> tuple[float, int]:

@@ -34,7 +34,7 @@ from gnnsys.models import GCNLayer
 from gnnsys.train.layer0.base import FirstLayerInput, linear_aggregation
 from gnnsys.types import Block, SampledSubgraph
 
-__all__ = ["FusedFirstLayer"]
+__all__ = ["FusedFirstLayer", "decoded_roots", "fused_sum"]
 
 
 def _sub_csr(keep_E: Tensor, dst_E: Tensor, col_E: Tensor, num_dst: int) -> tuple[Tensor, Tensor]:
@@ -84,41 +84,57 @@ class FusedFirstLayer:
 
     def _aggregate(self, block: Block, rows: SplitRows, weight_N: Tensor | None) -> Tensor:
         """``sum_e w[col[e]] * x[col[e]]`` over owned rows plus over the encoded halo rows."""
-        num_src, num_dst = block.num_src, block.num_dst
-        is_halo_N = torch.zeros(num_src, dtype=torch.bool)
-        is_halo_N[rows.remote_pos] = True
-        within_N = torch.empty(num_src, dtype=torch.int64)  # index inside its own group
-        within_N[rows.local_pos] = torch.arange(rows.local_pos.numel())
-        within_N[rows.remote_pos] = torch.arange(rows.remote_pos.numel())
-        col_E = block.col.long()
-        halo_E = is_halo_N[col_E]
-        dst_E = torch.repeat_interleave(torch.arange(num_dst), block.rowptr.diff().long())
-        col_E = within_N[col_E]
-        x_LF = rows.local_LF
-        if weight_N is not None:
-            x_LF = x_LF * weight_N[rows.local_pos][:, None]
-        rowptr, col = _sub_csr(~halo_E, dst_E, col_E, num_dst)
-        agg_MF = aggregate(x_LF, rowptr, col, "sum")
-        if rows.remote_pos.numel():
-            enc = rows.remote
-            assert enc.scale is not None and enc.zero is not None  # int8/int4 carry both
-            scale_H = enc.scale.float()
-            if weight_N is not None:  # (q - z) * (scale * s): GCN's weight rides in the scale
-                scale_H = scale_H * weight_N[rows.remote_pos]
-            rowptr, col = _sub_csr(halo_E, dst_E, col_E, num_dst)
-            agg_MF += aggregate(
-                enc.data, rowptr, col, "sum", scale=scale_H, zero=enc.zero,
-                num_features=self.num_features,
-            )  # fmt: skip
-        return agg_MF
+        return fused_sum(block, rows, weight_N, num_features=self.num_features)
 
     def _roots(self, block: Block, rows: SplitRows) -> Tensor:
         """``[M, F]`` float32 features of the destinations (halo ones decoded, only those)."""
-        x_dst_MF = torch.empty(block.num_dst, self.num_features, dtype=torch.float32)
-        local_dst = rows.local_pos < block.num_dst
-        x_dst_MF[rows.local_pos[local_dst]] = rows.local_LF[local_dst]
-        remote_dst = torch.nonzero(rows.remote_pos < block.num_dst).flatten()
-        if remote_dst.numel():
-            dst_rows: EncodedRows = take(rows.remote, remote_dst)
-            x_dst_MF[rows.remote_pos[remote_dst]] = self.codec.decode(dst_rows)
-        return x_dst_MF
+        return decoded_roots(block.num_dst, rows, self.codec, num_features=self.num_features)
+
+
+def fused_sum(
+    block: Block, rows: SplitRows, weight_N: Tensor | None, *, num_features: int
+) -> Tensor:
+    """``[M, F]`` ``sum_e w[col[e]] * x[col[e]]`` of ``block``, halo rows summed from codes.
+
+    ``rows`` are the block's sources split by ``fetch_split``: owned ones as floats, halo ones
+    encoded. A typed run calls it per relation, with the source type's rows.
+    """
+    num_src, num_dst = block.num_src, block.num_dst
+    is_halo_N = torch.zeros(num_src, dtype=torch.bool)
+    is_halo_N[rows.remote_pos] = True
+    within_N = torch.empty(num_src, dtype=torch.int64)  # index inside its own group
+    within_N[rows.local_pos] = torch.arange(rows.local_pos.numel())
+    within_N[rows.remote_pos] = torch.arange(rows.remote_pos.numel())
+    col_E = block.col.long()
+    halo_E = is_halo_N[col_E]
+    dst_E = torch.repeat_interleave(torch.arange(num_dst), block.rowptr.diff().long())
+    col_E = within_N[col_E]
+    x_LF = rows.local_LF
+    if weight_N is not None:
+        x_LF = x_LF * weight_N[rows.local_pos][:, None]
+    rowptr, col = _sub_csr(~halo_E, dst_E, col_E, num_dst)
+    agg_MF = aggregate(x_LF, rowptr, col, "sum")
+    if rows.remote_pos.numel():
+        enc = rows.remote
+        assert enc.scale is not None and enc.zero is not None  # int8/int4 carry both
+        scale_H = enc.scale.float()
+        if weight_N is not None:  # (q - z) * (scale * s): GCN's weight rides in the scale
+            scale_H = scale_H * weight_N[rows.remote_pos]
+        rowptr, col = _sub_csr(halo_E, dst_E, col_E, num_dst)
+        agg_MF += aggregate(
+            enc.data, rowptr, col, "sum", scale=scale_H, zero=enc.zero,
+            num_features=num_features,
+        )  # fmt: skip
+    return agg_MF
+
+
+def decoded_roots(num_dst: int, rows: SplitRows, codec: Codec, *, num_features: int) -> Tensor:
+    """``[num_dst, F]`` float32 rows of the first ``num_dst`` sources (only halo ones decoded)."""
+    x_dst_MF = torch.empty(num_dst, num_features, dtype=torch.float32)
+    local_dst = rows.local_pos < num_dst
+    x_dst_MF[rows.local_pos[local_dst]] = rows.local_LF[local_dst]
+    remote_dst = torch.nonzero(rows.remote_pos < num_dst).flatten()
+    if remote_dst.numel():
+        dst_rows: EncodedRows = take(rows.remote, remote_dst)
+        x_dst_MF[rows.remote_pos[remote_dst]] = codec.decode(dst_rows)
+    return x_dst_MF

@@ -357,7 +357,6 @@ def test_rank_that_raises_aborts_naming_it(stores: dict[int, Path], tmp_path: Pa
         (["--aggregate-at", "owner"], "--aggregate-at"),
         (["--eval-block-mb", "64"], "--eval-block-mb"),
         (["--model", "gcn"], "--model gcn"),
-        (["--decode-halo"], "--decode-halo"),
         (["--num-nodes", "100"], "-D scale"),
     ],
 )
