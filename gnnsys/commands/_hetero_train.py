@@ -26,7 +26,6 @@ __all__ = [
 ]
 
 NOT_FOR_HETERO: dict[str, str] = {
-    "aggregate_at": "--aggregate-at (owner-side layer-0 sums are homogeneous only)",
     "eval_block_mb": "--eval-block-mb (source-blocked evaluation is built for homogeneous "
     "tables only)",
     "num_nodes": "--num-nodes (size synthetic:mag with -D scale=...)",

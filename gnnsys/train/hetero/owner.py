@@ -184,11 +184,42 @@ class HeteroShardOwner:
         Raises:
             ValueError: ``node_type`` has no features in the store (or is not given).
         """
+        return codec.encode(torch.from_numpy(self._rows(lid, node_type)))
+
+    def _rows(self, lid: np.ndarray, node_type: str | None) -> np.ndarray:
+        """``[K, F_t]`` float32 feature rows of owned type-local ``lid`` of ``node_type``."""
         if node_type is None or node_type not in self._x:
             raise ValueError(
                 f"part {self.part}: node type {node_type!r} has no features; its rows are "
                 "learnable embeddings served by the trainers"
             )
         rows = np.take(self._x[node_type], self._lid[node_type][lid], axis=0)
-        rows = rows.astype(np.float32, copy=False)
-        return codec.encode(torch.from_numpy(rows))
+        out: np.ndarray = rows.astype(np.float32, copy=False)
+        return out
+
+    def partial_sums(
+        self,
+        group_rowptr: np.ndarray,
+        src_lid: np.ndarray,
+        src_weight: np.ndarray | None,
+        codec: Codec,
+        node_type: str | None = None,
+    ) -> EncodedRows:
+        """``ShardOwner.partial_sums`` over the owned rows of ``node_type`` (type-local ids).
+
+        Raises:
+            ValueError: ``node_type`` has no features, or the arrays do not fit together.
+        """
+        from gnnsys.train.layer0.plan import owner_partial_sums
+
+        rowptr = torch.from_numpy(np.asarray(group_rowptr, dtype=np.int64))
+        if rowptr.numel() < 1 or int(rowptr[-1]) != len(src_lid):
+            raise ValueError(
+                f"group_rowptr ends at {int(rowptr[-1]) if rowptr.numel() else None} but "
+                f"{len(src_lid)} src ids were sent; pass one id per pair"
+            )
+        rows_KF = torch.from_numpy(self._rows(np.asarray(src_lid, dtype=np.int64), node_type))
+        weight = None if src_weight is None else torch.from_numpy(np.asarray(src_weight))
+        pos_K = torch.arange(rows_KF.shape[0], dtype=torch.int64)
+        sums_GF = owner_partial_sums(rows_KF, pos_K, rowptr, weight).float().contiguous()
+        return codec.encode(sums_GF)

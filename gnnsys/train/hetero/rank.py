@@ -48,6 +48,8 @@ from gnnsys.train.hetero.trainer import (
     HeteroTrainer,
     TypedInputs,
 )
+from gnnsys.train.layer0.base import Placement
+from gnnsys.train.layer0.owner_sums import FirstLayerAggregator
 from gnnsys.train.link.scoring import score_links
 from gnnsys.train.remote.client import OwnerClient
 from gnnsys.train.remote.features import RoutedFeatureSource
@@ -220,6 +222,45 @@ def typed_cache(
     return TypedHaloCache.build(split, feature_dims=dims, codecs=featured, policies=policies)
 
 
+def _first_layer(
+    spec: WorkerSpec,
+    layout: TypedLayout,
+    features: dict[str, RoutedFeatureSource],
+    codecs: dict[str, Codec],
+    books: dict[str, TypeBook],
+    client: OwnerClient,
+    ledger: TypedLedger,
+) -> tuple[frozenset[str], dict[str, FirstLayerAggregator]]:
+    """Which featured types' layer-0 reductions are fused or summed at their owners.
+
+    HeteroSAGE's layer 0 is linear per relation (``HeteroSAGE.forward_from_first_agg``):
+    ``--aggregate-at owner|auto`` gives each featured type an aggregator whose owners sum its
+    remote rows; ``requester`` with an int8/int4 type sums them from their codes. HeteroGAT,
+    RGCN and link encoders fetch and decode every row.
+    """
+    if layout.hetero.model != "sage" or spec.link is not None:
+        return frozenset(), {}
+    if spec.layer0.placement != Placement.REQUESTER:
+        owner_sums = {
+            t: FirstLayerAggregator(
+                spec.layer0,
+                part=spec.rank,
+                part_N=books[t].part_N,
+                num_features=layout.in_dims[t],
+                client=client,
+                ledger=ledger.of(t),
+                codec=codecs[t],
+                features=source,
+                node_type=t,
+            )  # fmt: skip
+            for t, source in features.items()
+        }
+        return frozenset(), owner_sums
+    if not spec.layer0.fused_dequant:
+        return frozenset(), {}
+    return frozenset(t for t in features if codecs[t].fused_aggregate), {}
+
+
 def _dry_run_seeds(spec: WorkerSpec, shard: HeteroShard, layout: TypedLayout) -> torch.Tensor:
     """The cache dry run's seeds: the input type's owned train ids.
 
@@ -286,10 +327,9 @@ def build_sources(
                 rank, book.part_N, book.lid_N, embeddings.local_rows(t),
                 embedding_client(peers, step), ledger.of(t), codec=codecs[t], node_type=t,
             )  # fmt: skip
-    fused = frozenset(t for t in features if codecs[t].fused_aggregate)
-    if not (spec.layer0.fused_dequant and layout.hetero.model == "sage" and spec.link is None):
-        fused = frozenset()  # layer 0 of HeteroGAT/RGCN (and link encoders) decode first
-    inputs = TypedInputs(features, rows, fused)
+    inputs = TypedInputs(
+        features, rows, *_first_layer(spec, layout, features, codecs, books, client, ledger)
+    )
     return _Sources(BoundSampler(sampler, layout.hetero.input_type), inputs)
 
 

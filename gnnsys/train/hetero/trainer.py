@@ -31,12 +31,14 @@ from gnnsys.sampler.hetero import HeteroNeighborSampler, HeteroSampledSubgraph
 from gnnsys.train.hetero.embedding import OwnedEmbeddings
 from gnnsys.train.hetero.owner import TypeBook
 from gnnsys.train.layer0.fused import decoded_roots, fused_sum
+from gnnsys.train.layer0.owner_sums import FirstLayerAggregator
 from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.link.trainer import link_loss
 from gnnsys.train.pipeline import PreparedBatch, StageClock
 from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import TypedLedger
 from gnnsys.train.trainer import Trainer, _mix
+from gnnsys.types import Block
 
 __all__ = [
     "BoundSampler",
@@ -81,6 +83,8 @@ class TypedInputs:
             the rows change every step).
         fused: Featured types whose halo rows layer 0 sums from their codes (int8/int4 with a
             model whose layer 0 allows it: :meth:`fetch_first`).
+        owner_sums: Featured type -> the aggregator whose owners sum that type's remote rows
+            for layer 0 (``--aggregate-at owner|auto``: :meth:`fetch_first`).
     """
 
     def __init__(
@@ -88,8 +92,10 @@ class TypedInputs:
         features: dict[str, RoutedFeatureSource],
         embeddings: dict[str, RoutedFeatureSource],
         fused: frozenset[str] = frozenset(),
+        owner_sums: dict[str, FirstLayerAggregator] | None = None,
     ) -> None:
         self.features, self.embeddings, self.fused = features, embeddings, fused
+        self.owner_sums = owner_sums or {}
 
     def fetch(self, sub: HeteroSampledSubgraph) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         """``(x_dict, leaves)``: every type's rows in ``n_id`` order; embedding rows as leaves.
@@ -116,23 +122,49 @@ class TypedInputs:
         from the fused dequantizing sum (``gnnsys.train.layer0.fused``), and only the type's
         destination rows are decoded into ``x_dict``.
         """
-        if not self.fused:
+        special = self.fused | set(self.owner_sums)
+        if not special:
             return (*self.fetch(sub), {})
-        rest = replace(sub, n_id={t: n for t, n in sub.n_id.items() if t not in self.fused})
+        rest = replace(sub, n_id={t: n for t, n in sub.n_id.items() if t not in special})
         x_dict, leaves = self.fetch(rest)
         agg: dict[EdgeType, Tensor] = {}
         first = sub.blocks[0]
-        for t in self.fused & set(sub.n_id):
+        for t in special & set(sub.n_id):
+            num_dst = next((b.num_dst for et, b in first.items() if et[2] == t), 0)
+            out = [(et, b) for et, b in first.items() if et[0] == t]
+            if t in self.owner_sums:
+                x_dict[t] = self._owner_summed(t, sub.n_id[t], num_dst, out, agg)
+                continue
             source = self.features[t]
             rows = source.fetch_split(sub.n_id[t])
             width = int(rows.local_LF.shape[1])
-            num_dst = next((b.num_dst for et, b in first.items() if et[2] == t), 0)
             x_dict[t] = decoded_roots(num_dst, rows, source.codec, num_features=width)
-            for et, block in first.items():
-                if et[0] == t:
-                    deg_M = block.rowptr.diff().clamp(min=1).to(torch.float32)[:, None]
-                    agg[et] = fused_sum(block, rows, None, num_features=width) / deg_M
+            for et, block in out:
+                deg_M = block.rowptr.diff().clamp(min=1).to(torch.float32)[:, None]
+                agg[et] = fused_sum(block, rows, None, num_features=width) / deg_M
         return x_dict, leaves, agg
+
+    def _owner_summed(
+        self,
+        node_type: str,
+        n_id: Tensor,
+        num_dst: int,
+        out: list[tuple[EdgeType, Block]],
+        agg: dict[EdgeType, Tensor],
+    ) -> Tensor:
+        """Layer-0 means of the relations ``out`` of ``node_type``, from owner partial sums.
+
+        The means go into ``agg``; returns the type's destination rows.
+        """
+        x_dst = None
+        for et, block in out:
+            agg[et], rows = self.owner_sums[node_type].relation_agg(
+                block, n_id, dst_prefix=et[2] == node_type
+            )
+            x_dst = rows if rows is not None else x_dst
+        if x_dst is None:  # no relation from the type to itself: its roots are fetched
+            x_dst = self.features[node_type].fetch_distinct(n_id[:num_dst])
+        return x_dst
 
     def counters(self) -> CacheCounters | None:
         """The feature caches' counters summed (``None`` when no type keeps a cache)."""

@@ -52,7 +52,7 @@ from gnnsys.train.layer0.fused import FusedFirstLayer
 from gnnsys.train.layer0.plan import PartialPlan, combine_partials, plan_partial
 from gnnsys.train.remote.client import OwnerClient
 from gnnsys.train.remote.ledger import Ledger
-from gnnsys.types import SampledSubgraph
+from gnnsys.types import Block, SampledSubgraph
 
 __all__ = [
     "build_first_layer",
@@ -108,6 +108,8 @@ class FirstLayerAggregator:
         codec: The run's feature codec; sets the row cost ``auto`` compares with and, when its
             ``partial_sums`` is true, how partial sums travel (else as float32).
         features: The worker's feature source (rows still needed are fetched through it).
+        node_type: Whose rows it aggregates on a typed graph (owners are asked for that type's
+            sums; ``part_N`` and the ids are the type's); ``None`` for one type.
 
     Raises:
         ValueError: ``requester`` placement, or ``num_features < 1``.
@@ -124,6 +126,7 @@ class FirstLayerAggregator:
         ledger: Ledger,
         codec: Codec,
         features: HaloFeatureSource,
+        node_type: str | None = None,
     ) -> None:
         if config.placement == Placement.REQUESTER:
             raise ValueError(
@@ -135,6 +138,7 @@ class FirstLayerAggregator:
         self.config, self.part, self.part_N = config, part, np.asarray(part_N)
         self.num_features, self.features = num_features, features
         self.client, self.ledger, self.codec = client, ledger, codec
+        self.node_type = node_type
         use = config.compress_partials and codec.partial_sums
         self.partial_codec: Codec = codec if use else FP32
 
@@ -165,35 +169,65 @@ class FirstLayerAggregator:
             TypeError: ``layer`` is not linear in its inputs.
         """
         weight_N = self._src_weight(layer, sub)
-        reduce = self._kind(layer).reduce
         block = sub.blocks[0]
-        plan = self._plan(sub, weight_N)
-        # Only the needed rows are materialised (``R`` of them, destinations first since they
-        # are always needed): an [N, F] buffer would cost more than the traffic it saves.
+        agg_MF, x_RF, plan = self._aggregate(
+            block, sub.n_id, weight_N, reduce=self._kind(layer).reduce, dst_prefix=True
+        )
+        return FirstLayerInput(agg_MF=agg_MF, x_dst_MF=x_RF[: block.num_dst], plan=plan)
+
+    def relation_agg(
+        self, block: Block, n_id: Tensor, *, dst_prefix: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """A typed relation's layer-0 mean over its sources ``n_id`` (of ``node_type``).
+
+        Returns ``(agg_MF, x_dst_MF)``: the mean, and when the relation goes from the type to
+        itself (``dst_prefix``) the destinations' rows, fetched with the plan's rows anyway
+        (``None`` otherwise: the destinations are of another type).
+        """
+        agg_MF, x_RF, _ = self._aggregate(block, n_id, None, reduce="mean", dst_prefix=dst_prefix)
+        return agg_MF, x_RF[: block.num_dst] if dst_prefix else None
+
+    def _aggregate(
+        self,
+        block: Block,
+        n_id: Tensor,
+        weight_N: Tensor | None,
+        *,
+        reduce: str,
+        dst_prefix: bool,
+    ) -> tuple[Tensor, Tensor, PartialPlan]:
+        """Plan, fetch the needed rows, ask the owners, combine (``R`` rows held)."""
+        plan = self._plan_block(block, n_id, weight_N, dst_prefix)
+        # Only the needed rows are materialised (``R`` of them, destinations first when they
+        # are sources too): an [N, F] buffer would cost more than the traffic it saves.
         need_pos_R = torch.nonzero(plan.need_row_N).flatten()
-        x_RF = self.features.fetch(sub.n_id[need_pos_R].long()).float()
+        x_RF = self.features.fetch(n_id[need_pos_R].long()).float()
         compact_N = torch.full((block.num_src,), -1, dtype=torch.int64)
         compact_N[need_pos_R] = torch.arange(need_pos_R.numel())
         compact = replace(plan, local_col=compact_N[plan.local_col])
-        partials = self._partials(plan)
         agg_MF = combine_partials(
             compact,
             block,
             x_RF,
-            partials,
+            self._partials(plan),
             reduce=reduce,
             src_weight_N=None if weight_N is None else weight_N[need_pos_R],
         )
-        return FirstLayerInput(agg_MF=agg_MF, x_dst_MF=x_RF[: block.num_dst], plan=plan)
+        return agg_MF, x_RF, plan
 
     def _plan(self, sub: SampledSubgraph, weight_N: Tensor | None) -> PartialPlan:
-        n_id = sub.n_id.long()
+        return self._plan_block(sub.blocks[0], sub.n_id, weight_N, True)
+
+    def _plan_block(
+        self, block: Block, n_id: Tensor, weight_N: Tensor | None, dst_prefix: bool
+    ) -> PartialPlan:
+        n_id = n_id.long()
         part_N = torch.from_numpy(self.part_N[n_id.numpy()])
         available_N = self.features.resident_mask(n_id)
         if self.config.placement == Placement.AUTO:
             available_N = available_N | _cache_would_keep(self.features, n_id, available_N)
         return plan_partial(
-            sub.blocks[0],
+            block,
             n_id,
             part_N,
             my_part=self.part,
@@ -202,6 +236,7 @@ class FirstLayerAggregator:
             row_bytes=self.row_bytes(),
             sum_bytes=self.sum_bytes(),
             src_weight_N=weight_N,
+            dst_prefix=dst_prefix,
         )
 
     def _partials(self, plan: PartialPlan) -> dict[int, Tensor]:
@@ -220,7 +255,7 @@ class FirstLayerAggregator:
         for rowptr, gid, weight in wire.values():
             sent = (rowptr, gid) if weight is None else (rowptr, gid, weight)
             self.ledger.record("partial_request", *sent)
-        answers = self.client.partial_many(wire, self.partial_codec)
+        answers = self.client.partial_many(wire, self.partial_codec, self.node_type)
         out: dict[int, Tensor] = {}
         for r in plan.requests:
             enc = answers[r.part]

@@ -123,6 +123,7 @@ def plan_partial(
     row_bytes: int = 0,
     src_weight_N: Tensor | None = None,
     sum_bytes: int | None = None,
+    dst_prefix: bool = True,
 ) -> PartialPlan:
     """Decide which block-0 edges each owner aggregates; pure, no I/O.
 
@@ -138,6 +139,9 @@ def plan_partial(
         src_weight_N: ``[N]`` per-source weights (GCN's ``s_j``), or ``None``.
         sum_bytes: Bytes of one partial sum on the wire (default ``row_bytes``); differs when
             rows and sums travel in different formats (e.g. ``binary`` rows, float32 sums).
+        dst_prefix: The first ``num_dst`` sources are the destinations (one node set, as in
+            a homogeneous block or a typed relation from a type to itself), so their rows are
+            needed anyway; ``False`` for a relation between two types.
 
     Returns:
         The plan; ``combine_partials`` turns its answers into the layer's aggregation.
@@ -151,7 +155,7 @@ def plan_partial(
     num_src, num_dst = block.num_src, block.num_dst
     part_N, col_E = part_N.long(), block.col.long()
     remote_N = (part_N != my_part) & ~available_N.bool()
-    remote_only_N = remote_N & (torch.arange(num_src) >= num_dst)
+    remote_only_N = remote_N & (torch.arange(num_src) >= (num_dst if dst_prefix else 0))
     if placement == Placement.REQUESTER:
         remote_only_N = torch.zeros_like(remote_only_N)
     dst_E = torch.repeat_interleave(torch.arange(num_dst), block.rowptr.diff())

@@ -68,11 +68,13 @@ class OwnerClient(Protocol):
         self,
         req_by_part: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]],
         codec: Codec,
+        node_type: str | None = None,
     ) -> dict[int, EncodedRows]:
         """Partial sums ``[G, F]`` of ``req_by_part[p]`` computed at owner ``p``, for every ``p``.
 
         Each request is ``(group_rowptr, src_gid, src_weight)`` (see ``ShardOwner.partial_sums``);
-        answers are encoded with ``codec`` (``FP32Codec``: plain float32 sums).
+        answers are encoded with ``codec`` (``FP32Codec``: plain float32 sums). ``node_type``:
+        whose rows are summed (``None`` on a graph of one type).
         """
         ...
 
@@ -145,10 +147,11 @@ class RayOwnerClient:
         self,
         req_by_part: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]],
         codec: Codec,
+        node_type: str | None = None,
     ) -> dict[int, EncodedRows]:
         """One ``ShardOwner.partial_sums`` call per part, all in flight together."""
         refs = {
-            p: self.owners[p].partial_sums.remote(rowptr, gid, weight, codec)
+            p: self.owners[p].partial_sums.remote(rowptr, gid, weight, codec, node_type)
             for p, (rowptr, gid, weight) in req_by_part.items()
         }
         return self._get(refs, "partial_sums")
@@ -196,7 +199,8 @@ class DelayedOwnerClient:
         self,
         req_by_part: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]],
         codec: Codec,
+        node_type: str | None = None,
     ) -> dict[int, EncodedRows]:
         """``inner.partial_many`` after the delay."""
         time.sleep(self.delay_s)
-        return self.inner.partial_many(req_by_part, codec)
+        return self.inner.partial_many(req_by_part, codec, node_type)

@@ -112,6 +112,7 @@ class ShardOwner:
         src_gid: np.ndarray,
         src_weight: np.ndarray | None,
         codec: Codec,
+        node_type: str | None = None,
     ) -> EncodedRows:
         """Owner-side first-layer aggregation (issue 8): one sum of owned rows per group.
 
@@ -124,6 +125,7 @@ class ShardOwner:
             src_gid: ``[K]`` int64 owned source gids.
             src_weight: ``[K]`` float32 per-pair weights (GCN's ``s_j``), or ``None``.
             codec: Encode the sums with it for the wire (``FP32Codec``: plain float32 rows).
+            node_type: Must be ``None``: a homogeneous store has one node type.
 
         Returns:
             ``[G, F]`` sums as ``EncodedRows`` of ``codec``.
@@ -133,6 +135,7 @@ class ShardOwner:
         """
         from gnnsys.train.layer0.plan import owner_partial_sums
 
+        _one_kind("node type", node_type, self.part)
         rowptr = torch.from_numpy(np.asarray(group_rowptr, dtype=np.int64))
         if rowptr.numel() < 1 or int(rowptr[-1]) != len(src_gid):
             raise ValueError(
@@ -190,10 +193,11 @@ class LocalOwnerClient:
         self,
         req_by_part: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]],
         codec: Codec,
+        node_type: str | None = None,
     ) -> dict[int, EncodedRows]:
         """``ShardOwner.partial_sums`` of every part in turn."""
         return {
-            p: self.owners[p].partial_sums(rowptr, gid, weight, codec)
+            p: self.owners[p].partial_sums(rowptr, gid, weight, codec, node_type)
             for p, (rowptr, gid, weight) in req_by_part.items()
         }
 

@@ -51,10 +51,11 @@ class PartialClient(LocalOwnerClient):
         self,
         req_by_part: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]],
         codec: Codec,
+        node_type: str | None = None,
     ) -> dict[int, EncodedRows]:
         self.calls += [("partial", p) for p in req_by_part]
         return {
-            p: self.owners[p].partial_sums(rowptr, gid, weight, codec)
+            p: self.owners[p].partial_sums(rowptr, gid, weight, codec, node_type)
             for p, (rowptr, gid, weight) in req_by_part.items()
         }
 
