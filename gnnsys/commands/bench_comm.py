@@ -226,13 +226,13 @@ class _Runs:
 
 TYPED_GRID = {
     "policies": ("none", "degree", "presample", "adaptive"),
-    "aggregate_at": ("requester",),
+    "aggregate_at": ("requester", "owner", "auto"),
     "codecs": ("fp32", "fp16", "bf16", "int8", "int4"),
     "models": ("sage", "gat"),
 }
-"""What a heterogeneous dataset's grid can hold: layer 0 aggregates at the requester, and the
-typed models are HeteroSAGE and HeteroGAT (``gnnsys.commands._hetero_train.NOT_FOR_HETERO`` has
-the reasons); ``binary`` is dropped too (its 0/1 check reads one feature table)."""
+"""What a heterogeneous dataset's grid can hold: the typed models are HeteroSAGE and HeteroGAT
+(``gnnsys.commands._hetero_train.NOT_FOR_HETERO`` has the reasons); ``binary`` is dropped (its
+0/1 check reads one feature table)."""
 
 
 def typed_args(args: argparse.Namespace) -> argparse.Namespace:
