@@ -10,9 +10,9 @@ manifest last.
 
 The store may be another partition of the same graph (``store=``, e.g. 4 parts for a run trained
 on 1): weights do not depend on the part count, and exact inference gives the same rows on any
-partition (to float rounding; tested at 1 and 4 parts). A run with learnable embedding rows
-(featureless node types) keeps them per rank in its checkpoint, so it runs on its own partition
-only (refused otherwise, naming why).
+partition (to float rounding; tested at 1 and 4 parts). A typed run's learnable embedding rows
+(featureless node types) are held per rank in its checkpoint; on another partition they are
+moved to the ranks that own them there (``reshard``; tested at 2 and 4 parts).
 """
 
 from __future__ import annotations
@@ -158,21 +158,14 @@ def _inputs(
     if old is None:
         raise ValueError(f"{run_dir} has neither a checkpoint identity nor run.json")
     new = identity_of(config.to_json(), store_identity(manifest))
-    per_rank_rows = any("owned" in rng for rng in ckpt.rng_by_rank)
-    keys = _MATCH + (() if store is not None and not per_rank_rows else _SAME_PARTITION)
+    keys = _MATCH + (() if store is not None else _SAME_PARTITION)
     a, b = old.as_dict(), new.as_dict()
     differ = sorted(k for k in a.keys() & b.keys() if k.startswith(keys) and a[k] != b[k])
     if differ:
         shown = "; ".join(f"{k}: run {a[k]} vs {b[k]}" for k in differ)
-        why = (
-            "its learnable embedding rows are held per rank, so it runs on the partition it "
-            "trained on only"
-            if per_rank_rows
-            else "pass the store the run trained on (or another partition of the same graph)"
-        )
         raise ValueError(
             f"the checkpoint of {run_dir} and the store {store_path} are not one run's ({shown}); "
-            f"{why}"
+            "pass the store the run trained on (or another partition of the same graph)"
         )
     return config, ckpt, store_path
 
@@ -224,6 +217,38 @@ def _sorted(nodes: np.ndarray | None) -> np.ndarray | None:
     return ids
 
 
+def _per_rank_state(ckpt: Checkpoint, store: Path, parts: int) -> list[dict[str, Any]]:
+    """One per-rank state per rank of ``store``'s partition (the RNG is unused by inference).
+
+    A typed run's learnable embedding rows live in its ranks' states: on another partition
+    they are moved to the ranks that own them there (``gnnsys.train.hetero.embedding.reshard``).
+    """
+    states = ckpt.rng_by_rank
+    if not any("owned" in s for s in states) or len(states) == parts and _same_owned(states, store):
+        return [states[r % len(states)] for r in range(parts)]
+    from gnnsys.store import read_hetero_shard
+    from gnnsys.train.hetero.embedding import reshard
+
+    types = list(states[0]["owned"]["shards"])
+    owned = []
+    for part in range(parts):
+        nodes = read_hetero_shard(store, part, verify=False).nodes
+        owned.append({t: np.asarray(nodes[t].owned_lid, dtype=np.int64) for t in types})
+    return reshard(states, owned)
+
+
+def _same_owned(states: list[dict[str, Any]], store: Path) -> bool:
+    """Whether every rank of ``store`` owns exactly the embedding rows its state holds."""
+    from gnnsys.store import read_hetero_shard
+
+    for part, state in enumerate(states):
+        nodes = read_hetero_shard(store, part, verify=False).nodes
+        for t, shard in state["owned"]["shards"].items():
+            if not np.array_equal(np.asarray(nodes[t].owned_lid), shard["owned_lid"].numpy()):
+                return False
+    return True
+
+
 def _run_group(
     config: RunConfig, ckpt: Checkpoint, store: Path, executor: str, request: OutputRequest
 ) -> list[PartFile]:
@@ -233,8 +258,7 @@ def _run_group(
         config, info, roles, topology = resolve(config, store, executor)
         group = GroupPlan(executor, worker_template(config, store, info, topology), roles)
         workers = group.make(config, 0)
-        rngs = ckpt.rng_by_rank  # unused by inference; one per rank of this partition
-        ckpt = replace(ckpt, rng_by_rank=[rngs[r % len(rngs)] for r in range(config.cluster.parts)])
+        ckpt = replace(ckpt, rng_by_rank=_per_rank_state(ckpt, store, config.cluster.parts))
         try:
             workers.start()
             workers.load(ckpt)

@@ -36,7 +36,7 @@ from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.models.sparse_embedding import EmbeddingConfig, EmbeddingShard, SparseGrad
 from gnnsys.train.remote.peers import PeerClient
 
-__all__ = ["OwnedEmbeddings", "embedding_client"]
+__all__ = ["OwnedEmbeddings", "embedding_client", "reshard"]
 
 
 class OwnedEmbeddings:
@@ -139,3 +139,49 @@ def embedding_client(peers: Callable[[], PeerClient], step: Callable[[], int]) -
     up per call (the Ray executor hands it over after construction).
     """
     return _EmbeddingClient(peers, step)
+
+
+def reshard(
+    states: list[dict[str, Any]], owned_by_rank: list[dict[str, np.ndarray]]
+) -> list[dict[str, Any]]:
+    """Every rank's checkpoint share of the embedding rows, moved onto another partition.
+
+    Per featureless type the old ranks' rows (and every per-row optimizer tensor) are put back
+    in id order, and each new rank takes the rows of the ids it owns; scalars (step counts) are
+    kept. The torch RNG state of new rank ``r`` is old rank ``r mod P_old``'s.
+
+    Args:
+        states: ``Checkpoint.rng_by_rank`` of a typed run (each with ``"owned"``).
+        owned_by_rank: Per new rank, featureless type -> its owned type-local ids, ascending.
+
+    Raises:
+        ValueError: The old ranks' ids do not cover ``0 .. N_t - 1`` exactly once.
+    """
+    full: dict[str, dict[str, Tensor]] = {}
+    scalars: dict[str, dict[str, Tensor]] = {}
+    for node_type in states[0]["owned"]["shards"]:
+        shares = [s["owned"]["shards"][node_type] for s in states]
+        lid = torch.cat([sh["owned_lid"] for sh in shares]).long()
+        if not torch.equal(torch.sort(lid).values, torch.arange(lid.numel())):
+            raise ValueError(f"the checkpoint's {node_type!r} rows do not cover 0..N-1 once")
+        full[node_type], scalars[node_type] = {}, {}
+        for key, first in shares[0].items():
+            if key == "owned_lid":
+                continue
+            if first.dim() >= 1 and first.shape[0] == shares[0]["owned_lid"].numel():
+                table = first.new_empty((lid.numel(), *first.shape[1:]))
+                table[lid] = torch.cat([sh[key] for sh in shares])
+                full[node_type][key] = table
+            else:
+                scalars[node_type][key] = first
+    steps = states[0]["owned"]["steps"]
+    out = []
+    for rank, owned in enumerate(owned_by_rank):
+        shards = {}
+        for node_type, ids in owned.items():
+            index = torch.from_numpy(np.asarray(ids, dtype=np.int64))
+            rows = {key: table[index].clone() for key, table in full[node_type].items()}
+            shards[node_type] = {"owned_lid": index, **rows, **scalars[node_type]}
+        base = {k: v for k, v in states[rank % len(states)].items() if k != "owned"}
+        out.append({**base, "owned": {"shards": shards, "steps": steps}})
+    return out

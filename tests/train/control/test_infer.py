@@ -109,8 +109,18 @@ def test_typed_run_predict_and_embed(tmp_path: Path) -> None:
     assert counts == {t: n.num_nodes for t, n in graph.nodes.items()}  # reverse: every type
     store4 = tmp_path / "store4"
     assert main(["partition", *MAG, "--parts", "4", "--out", str(store4)]) == 0
-    with pytest.raises(ValueError, match="learnable embedding rows are held per rank"):
-        infer(tmp_path / "run", tmp_path / "e4", kind="embed", store=store4)
+    # the featureless types' learned rows follow their nodes to the 4-part ranks (reshard)
+    infer(tmp_path / "run", tmp_path / "e4", kind="embed", store=store4)
+    four = outputs.open(tmp_path / "e4").read()
+    assert four.num_rows == emb.num_rows
+    for node_type in graph.nodes:
+        want = outputs.open(tmp_path / "emb").rows(
+            np.arange(graph.nodes[node_type].num_nodes), node_type
+        )
+        got = outputs.open(tmp_path / "e4").rows(
+            np.arange(graph.nodes[node_type].num_nodes), node_type
+        )
+        assert float(np.abs(got - want).max()) <= 1e-5, node_type
 
 
 @pytest.mark.timeout(300)
