@@ -154,15 +154,17 @@ class TypedInputs:
     ) -> Tensor:
         """Layer-0 means of the relations ``out`` of ``node_type``, from owner partial sums.
 
-        The means go into ``agg``; returns the type's destination rows.
+        The means go into ``agg`` (one request per owner for all of them); returns the type's
+        destination rows (fetched with the plan's rows when it has a relation to itself).
         """
-        x_dst = None
-        for et, block in out:
-            agg[et], rows = self.owner_sums[node_type].relation_agg(
-                block, n_id, dst_prefix=et[2] == node_type
+        own = [i for i, (et, _) in enumerate(out) if et[2] == node_type]
+        roots = out[own[0]][1].num_dst if own else 0
+        if out:
+            means, x_dst = self.owner_sums[node_type].relations_agg(
+                [b for _, b in out], n_id, root_rows=roots
             )
-            x_dst = rows if rows is not None else x_dst
-        if x_dst is None:  # no relation from the type to itself: its roots are fetched
+            agg.update({et: mean for (et, _), mean in zip(out, means, strict=True)})
+        if not own:  # no relation from the type to itself: its roots are fetched
             x_dst = self.features[node_type].fetch_distinct(n_id[:num_dst])
         return x_dst
 

@@ -171,21 +171,35 @@ class FirstLayerAggregator:
         weight_N = self._src_weight(layer, sub)
         block = sub.blocks[0]
         agg_MF, x_RF, plan = self._aggregate(
-            block, sub.n_id, weight_N, reduce=self._kind(layer).reduce, dst_prefix=True
+            block, sub.n_id, weight_N, reduce=self._kind(layer).reduce, root_rows=None
         )
         return FirstLayerInput(agg_MF=agg_MF, x_dst_MF=x_RF[: block.num_dst], plan=plan)
 
-    def relation_agg(
-        self, block: Block, n_id: Tensor, *, dst_prefix: bool
-    ) -> tuple[Tensor, Tensor | None]:
-        """A typed relation's layer-0 mean over its sources ``n_id`` (of ``node_type``).
+    def relations_agg(
+        self, blocks: list[Block], n_id: Tensor, *, root_rows: int
+    ) -> tuple[list[Tensor], Tensor]:
+        """Layer-0 means of a typed type's relations, all over its sources ``n_id``.
 
-        Returns ``(agg_MF, x_dst_MF)``: the mean, and when the relation goes from the type to
-        itself (``dst_prefix``) the destinations' rows, fetched with the plan's rows anyway
-        (``None`` otherwise: the destinations are of another type).
+        The relations' blocks are stacked into one (their destinations one after the other,
+        the sources shared), so each owner gets one request per batch for every relation out
+        of the type and every row is fetched once. ``root_rows``: the destinations of the
+        type's relation to itself, which are its first sources (0 without one).
+
+        Returns:
+            ``(means, roots)``: one ``[M_r, F]`` mean per block, and the ``root_rows`` rows.
         """
-        agg_MF, x_RF, _ = self._aggregate(block, n_id, None, reduce="mean", dst_prefix=dst_prefix)
-        return agg_MF, x_RF[: block.num_dst] if dst_prefix else None
+        counts = [b.rowptr.diff() for b in blocks]
+        rowptr = torch.zeros(sum(int(c.numel()) for c in counts) + 1, dtype=torch.int64)
+        torch.cumsum(torch.cat(counts), 0, out=rowptr[1:])
+        stacked = Block(
+            num_src=blocks[0].num_src,
+            num_dst=int(rowptr.numel()) - 1,
+            rowptr=rowptr,
+            col=torch.cat([b.col for b in blocks]),
+            e_id=torch.cat([b.e_id for b in blocks]),
+        )
+        agg_MF, x_RF, _ = self._aggregate(stacked, n_id, None, reduce="mean", root_rows=root_rows)
+        return list(torch.split(agg_MF, [b.num_dst for b in blocks])), x_RF[:root_rows]
 
     def _aggregate(
         self,
@@ -194,10 +208,10 @@ class FirstLayerAggregator:
         weight_N: Tensor | None,
         *,
         reduce: str,
-        dst_prefix: bool,
+        root_rows: int | None,
     ) -> tuple[Tensor, Tensor, PartialPlan]:
         """Plan, fetch the needed rows, ask the owners, combine (``R`` rows held)."""
-        plan = self._plan_block(block, n_id, weight_N, dst_prefix)
+        plan = self._plan_block(block, n_id, weight_N, root_rows)
         # Only the needed rows are materialised (``R`` of them, destinations first when they
         # are sources too): an [N, F] buffer would cost more than the traffic it saves.
         need_pos_R = torch.nonzero(plan.need_row_N).flatten()
@@ -216,10 +230,10 @@ class FirstLayerAggregator:
         return agg_MF, x_RF, plan
 
     def _plan(self, sub: SampledSubgraph, weight_N: Tensor | None) -> PartialPlan:
-        return self._plan_block(sub.blocks[0], sub.n_id, weight_N, True)
+        return self._plan_block(sub.blocks[0], sub.n_id, weight_N, None)
 
     def _plan_block(
-        self, block: Block, n_id: Tensor, weight_N: Tensor | None, dst_prefix: bool
+        self, block: Block, n_id: Tensor, weight_N: Tensor | None, root_rows: int | None
     ) -> PartialPlan:
         n_id = n_id.long()
         part_N = torch.from_numpy(self.part_N[n_id.numpy()])
@@ -236,7 +250,7 @@ class FirstLayerAggregator:
             row_bytes=self.row_bytes(),
             sum_bytes=self.sum_bytes(),
             src_weight_N=weight_N,
-            dst_prefix=dst_prefix,
+            root_rows=root_rows,
         )
 
     def _partials(self, plan: PartialPlan) -> dict[int, Tensor]:

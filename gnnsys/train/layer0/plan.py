@@ -123,7 +123,7 @@ def plan_partial(
     row_bytes: int = 0,
     src_weight_N: Tensor | None = None,
     sum_bytes: int | None = None,
-    dst_prefix: bool = True,
+    root_rows: int | None = None,
 ) -> PartialPlan:
     """Decide which block-0 edges each owner aggregates; pure, no I/O.
 
@@ -139,9 +139,10 @@ def plan_partial(
         src_weight_N: ``[N]`` per-source weights (GCN's ``s_j``), or ``None``.
         sum_bytes: Bytes of one partial sum on the wire (default ``row_bytes``); differs when
             rows and sums travel in different formats (e.g. ``binary`` rows, float32 sums).
-        dst_prefix: The first ``num_dst`` sources are the destinations (one node set, as in
-            a homogeneous block or a typed relation from a type to itself), so their rows are
-            needed anyway; ``False`` for a relation between two types.
+        root_rows: How many leading sources are needed as rows anyway (the layer's root
+            term). ``None``: ``num_dst``, as in a block over one node set whose destinations
+            are its first sources; a typed type's relations stacked into one block pass the
+            destinations of its relation to itself (0 when it has none).
 
     Returns:
         The plan; ``combine_partials`` turns its answers into the layer's aggregation.
@@ -155,7 +156,8 @@ def plan_partial(
     num_src, num_dst = block.num_src, block.num_dst
     part_N, col_E = part_N.long(), block.col.long()
     remote_N = (part_N != my_part) & ~available_N.bool()
-    remote_only_N = remote_N & (torch.arange(num_src) >= (num_dst if dst_prefix else 0))
+    roots = num_dst if root_rows is None else root_rows
+    remote_only_N = remote_N & (torch.arange(num_src) >= roots)
     if placement == Placement.REQUESTER:
         remote_only_N = torch.zeros_like(remote_only_N)
     dst_E = torch.repeat_interleave(torch.arange(num_dst), block.rowptr.diff())
