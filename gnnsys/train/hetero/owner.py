@@ -210,16 +210,9 @@ class HeteroShardOwner:
         Raises:
             ValueError: ``node_type`` has no features, or the arrays do not fit together.
         """
-        from gnnsys.train.layer0.plan import owner_partial_sums
+        from gnnsys.train.layer0.plan import answer_partials
 
-        rowptr = torch.from_numpy(np.asarray(group_rowptr, dtype=np.int64))
-        if rowptr.numel() < 1 or int(rowptr[-1]) != len(src_lid):
-            raise ValueError(
-                f"group_rowptr ends at {int(rowptr[-1]) if rowptr.numel() else None} but "
-                f"{len(src_lid)} src ids were sent; pass one id per pair"
-            )
-        rows_KF = torch.from_numpy(self._rows(np.asarray(src_lid, dtype=np.int64), node_type))
-        weight = None if src_weight is None else torch.from_numpy(np.asarray(src_weight))
-        pos_K = torch.arange(rows_KF.shape[0], dtype=torch.int64)
-        sums_GF = owner_partial_sums(rows_KF, pos_K, rowptr, weight).float().contiguous()
-        return codec.encode(sums_GF)
+        def rows(lid: np.ndarray) -> np.ndarray:
+            return self._rows(lid, node_type)
+
+        return answer_partials(rows, group_rowptr, src_lid, src_weight, codec)

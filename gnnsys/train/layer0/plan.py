@@ -20,11 +20,14 @@ sent to one owner, ``G`` destination groups of one owner, ``F`` features.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
+from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.kernels import aggregate
 from gnnsys.train.layer0.base import Placement
 from gnnsys.types import Block
@@ -32,6 +35,7 @@ from gnnsys.types import Block
 __all__ = [
     "OwnerRequest",
     "PartialPlan",
+    "answer_partials",
     "combine_partials",
     "owner_partial_sums",
     "plan_partial",
@@ -226,6 +230,35 @@ def owner_partial_sums(
     )
     weighted = rows_KF.float() * src_weight_K[:, None]
     return aggregate(weighted, group_rowptr, torch.arange(lid_K.numel()), "sum")
+
+
+def answer_partials(
+    rows: Callable[[np.ndarray], np.ndarray],
+    group_rowptr: np.ndarray,
+    src_id: np.ndarray,
+    src_weight: np.ndarray | None,
+    codec: Codec,
+) -> EncodedRows:
+    """An owner's answer to one partial-sum request: ``[G, F]`` sums, encoded with ``codec``.
+
+    ``rows(ids) -> [K, F]`` float32 owned rows of the request's ids (global or type-local);
+    row ``g`` of the answer is ``sum_{k in group g} w_k * rows[k]`` (``w = 1`` without
+    ``src_weight``). Both owners (``ShardOwner``, ``HeteroShardOwner``) answer through it.
+
+    Raises:
+        ValueError: ``group_rowptr`` does not end at the number of ids sent.
+    """
+    rowptr = torch.from_numpy(np.asarray(group_rowptr, dtype=np.int64))
+    if rowptr.numel() < 1 or int(rowptr[-1]) != len(src_id):
+        raise ValueError(
+            f"group_rowptr ends at {int(rowptr[-1]) if rowptr.numel() else None} but "
+            f"{len(src_id)} source ids were sent; pass one id per pair"
+        )
+    rows_KF = torch.from_numpy(rows(np.asarray(src_id, dtype=np.int64)))
+    weight = None if src_weight is None else torch.from_numpy(np.asarray(src_weight))
+    pos_K = torch.arange(rows_KF.shape[0], dtype=torch.int64)
+    sums_GF = owner_partial_sums(rows_KF, pos_K, rowptr, weight).float().contiguous()
+    return codec.encode(sums_GF)
 
 
 def combine_partials(

@@ -133,20 +133,10 @@ class ShardOwner:
         Raises:
             ValueError: The store has no features, or the arrays do not fit together.
         """
-        from gnnsys.train.layer0.plan import owner_partial_sums
+        from gnnsys.train.layer0.plan import answer_partials
 
         _one_kind("node type", node_type, self.part)
-        rowptr = torch.from_numpy(np.asarray(group_rowptr, dtype=np.int64))
-        if rowptr.numel() < 1 or int(rowptr[-1]) != len(src_gid):
-            raise ValueError(
-                f"group_rowptr ends at {int(rowptr[-1]) if rowptr.numel() else None} but "
-                f"{len(src_gid)} src_gid were sent; pass one gid per pair"
-            )
-        rows_KF = torch.from_numpy(self.fetch(np.asarray(src_gid, dtype=np.int64)))
-        weight = None if src_weight is None else torch.from_numpy(np.asarray(src_weight))
-        pos_K = torch.arange(rows_KF.shape[0], dtype=torch.int64)
-        sums_GF = owner_partial_sums(rows_KF, pos_K, rowptr, weight).float().contiguous()
-        return codec.encode(sums_GF)
+        return answer_partials(self.fetch, group_rowptr, src_gid, src_weight, codec)
 
 
 class LocalOwnerClient:
