@@ -108,28 +108,12 @@ def _spec(run_dir: Path, fields: dict[str, Any], state: dict[str, Any]) -> dict[
 def _embeddings(rng_by_rank: list[dict[str, Any]]) -> dict[str, Any]:
     """A typed run's learned rows per featureless type, assembled from every rank's share.
 
-    Each rank's checkpoint part holds the rows of the nodes it owns (``owned_lid``, ascending);
-    together they cover every node of the type once.
-
     Raises:
         ValueError: The ranks' ids do not cover ``0 .. N_t - 1`` exactly once.
     """
-    import torch
+    from gnnsys.train.hetero.embedding import assembled
 
-    shares: dict[str, list[tuple[Any, Any]]] = {}
-    for rng in rng_by_rank:
-        for node_type, shard in rng.get("owned", {}).get("shards", {}).items():
-            shares.setdefault(node_type, []).append((shard["owned_lid"], shard["weight"]))
-    out = {}
-    for node_type, parts in shares.items():
-        lid = torch.cat([p[0] for p in parts]).long()
-        weight = torch.cat([p[1] for p in parts])
-        if not torch.equal(torch.sort(lid).values, torch.arange(lid.numel())):
-            raise ValueError(f"the checkpoint's {node_type!r} embedding rows do not cover 0..N-1")
-        table = torch.empty_like(weight)
-        table[lid] = weight
-        out[node_type] = table
-    return out
+    return {t: rows["weight"] for t, (rows, _) in assembled(rng_by_rank).items()}
 
 
 def _checkpoint(run_dir: Path) -> tuple[Any, dict[str, Any]]:

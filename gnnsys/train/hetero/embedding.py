@@ -36,7 +36,7 @@ from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.models.sparse_embedding import EmbeddingConfig, EmbeddingShard, SparseGrad
 from gnnsys.train.remote.peers import PeerClient
 
-__all__ = ["OwnedEmbeddings", "embedding_client", "reshard"]
+__all__ = ["OwnedEmbeddings", "assembled", "embedding_client", "reshard"]
 
 
 class OwnedEmbeddings:
@@ -141,14 +141,51 @@ def embedding_client(peers: Callable[[], PeerClient], step: Callable[[], int]) -
     return _EmbeddingClient(peers, step)
 
 
+def assembled(
+    states: list[dict[str, Any]],
+) -> dict[str, tuple[dict[str, Tensor], dict[str, Tensor]]]:
+    """Every rank's checkpoint share of the embedding state, put back in id order.
+
+    Per featureless type ``(rows, scalars)``: the learned rows (``weight``) and every per-row
+    optimizer tensor as one ``[N_t, ...]`` table each, and the scalars (step counts). Each
+    rank holds the rows of the nodes it owns (``owned_lid``); together they cover every node
+    of the type once.
+
+    Args:
+        states: ``Checkpoint.rng_by_rank`` of a typed run (those with ``"owned"``).
+
+    Raises:
+        ValueError: The ranks' ids do not cover ``0 .. N_t - 1`` exactly once.
+    """
+    owned = [s["owned"] for s in states if "owned" in s]
+    out: dict[str, tuple[dict[str, Tensor], dict[str, Tensor]]] = {}
+    for node_type in owned[0]["shards"] if owned else ():
+        shares = [o["shards"][node_type] for o in owned]
+        lid = torch.cat([sh["owned_lid"] for sh in shares]).long()
+        if not torch.equal(torch.sort(lid).values, torch.arange(lid.numel())):
+            raise ValueError(f"the checkpoint's {node_type!r} rows do not cover 0..N-1 once")
+        rows, scalars = {}, {}
+        for key, first in shares[0].items():
+            if key == "owned_lid":
+                continue
+            if first.dim() >= 1 and first.shape[0] == shares[0]["owned_lid"].numel():
+                table = first.new_empty((lid.numel(), *first.shape[1:]))
+                table[lid] = torch.cat([sh[key] for sh in shares])
+                rows[key] = table
+            else:
+                scalars[key] = first
+        out[node_type] = (rows, scalars)
+    return out
+
+
 def reshard(
     states: list[dict[str, Any]], owned_by_rank: list[dict[str, np.ndarray]]
 ) -> list[dict[str, Any]]:
     """Every rank's checkpoint share of the embedding rows, moved onto another partition.
 
-    Per featureless type the old ranks' rows (and every per-row optimizer tensor) are put back
-    in id order, and each new rank takes the rows of the ids it owns; scalars (step counts) are
-    kept. The torch RNG state of new rank ``r`` is old rank ``r mod P_old``'s.
+    The shares are put back in id order (:func:`assembled`), and each new rank takes the rows
+    (and per-row optimizer tensors) of the ids it owns; scalars (step counts) are kept. The
+    torch RNG state of new rank ``r`` is old rank ``r mod P_old``'s.
 
     Args:
         states: ``Checkpoint.rng_by_rank`` of a typed run (each with ``"owned"``).
@@ -157,31 +194,16 @@ def reshard(
     Raises:
         ValueError: The old ranks' ids do not cover ``0 .. N_t - 1`` exactly once.
     """
-    full: dict[str, dict[str, Tensor]] = {}
-    scalars: dict[str, dict[str, Tensor]] = {}
-    for node_type in states[0]["owned"]["shards"]:
-        shares = [s["owned"]["shards"][node_type] for s in states]
-        lid = torch.cat([sh["owned_lid"] for sh in shares]).long()
-        if not torch.equal(torch.sort(lid).values, torch.arange(lid.numel())):
-            raise ValueError(f"the checkpoint's {node_type!r} rows do not cover 0..N-1 once")
-        full[node_type], scalars[node_type] = {}, {}
-        for key, first in shares[0].items():
-            if key == "owned_lid":
-                continue
-            if first.dim() >= 1 and first.shape[0] == shares[0]["owned_lid"].numel():
-                table = first.new_empty((lid.numel(), *first.shape[1:]))
-                table[lid] = torch.cat([sh[key] for sh in shares])
-                full[node_type][key] = table
-            else:
-                scalars[node_type][key] = first
+    full = assembled(states)
     steps = states[0]["owned"]["steps"]
     out = []
     for rank, owned in enumerate(owned_by_rank):
         shards = {}
         for node_type, ids in owned.items():
             index = torch.from_numpy(np.asarray(ids, dtype=np.int64))
-            rows = {key: table[index].clone() for key, table in full[node_type].items()}
-            shards[node_type] = {"owned_lid": index, **rows, **scalars[node_type]}
+            tables, scalars = full[node_type]
+            rows = {key: table[index].clone() for key, table in tables.items()}
+            shards[node_type] = {"owned_lid": index, **rows, **scalars}
         base = {k: v for k, v in states[rank % len(states)].items() if k != "owned"}
         out.append({**base, "owned": {"shards": shards, "steps": steps}})
     return out
