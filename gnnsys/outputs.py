@@ -133,9 +133,11 @@ def _table(kind: str, pieces: list[OutputRows], typed: bool) -> Any:
     else:
         rows = np.concatenate([np.zeros((0, width), np.float32), *(p.rows for p in pieces)])
     columns: dict[str, Any] = {"id": pa.array(ids)}
-    if typed:
-        names = [p.node_type or "" for p in pieces for _ in range(p.ids.shape[0])]
-        columns["node_type"] = pa.array(names, pa.string())
+    if typed:  # one code per piece, decoded in Arrow (no Python string per row)
+        codes = np.repeat(np.arange(len(pieces), dtype=np.int32), [p.ids.shape[0] for p in pieces])
+        names = pa.array([p.node_type or "" for p in pieces], pa.string())
+        typed_column = pa.DictionaryArray.from_arrays(pa.array(codes), names)
+        columns["node_type"] = typed_column.cast(pa.string())
     if kind == "predict":
         probs, pred = rows, ids[:0]
         if rows.shape[0]:
@@ -276,12 +278,11 @@ class Outputs:
         found = np.zeros(want.shape[0], dtype=bool)
         names = ["id", column] + (["node_type"] if node_type is not None else [])
         for table in self.iter_parts(names):
-            have = table["id"].to_numpy()
-            rows = np.stack(table[column].to_numpy(zero_copy_only=False)) if len(have) else None
+            have, rows = table["id"].to_numpy(), _matrix(table[column])
             if node_type is not None:
                 keep = np.asarray(table["node_type"].to_numpy(zero_copy_only=False) == node_type)
-                have, rows = have[keep], None if rows is None else rows[keep]
-            if rows is None or not have.shape[0]:
+                have, rows = have[keep], rows[keep]
+            if not have.shape[0]:
                 continue
             order = np.argsort(have)
             at = np.searchsorted(have, want, sorter=order).clip(0, have.shape[0] - 1)
@@ -339,6 +340,13 @@ class Outputs:
         if xxhash.xxh3_128(data).hexdigest() != entry["xxh3_128"]:
             raise ValueError(f"{path}: checksum mismatch (corrupt or replaced); write it again")
         return pq.read_table(io.BytesIO(data), columns=columns)
+
+
+def _matrix(column: Any) -> np.ndarray:
+    """``[K, W]`` float32 view of a ``fixed_size_list<float32>[W]`` column (no per-row lists)."""
+    values = column.combine_chunks()
+    out: np.ndarray = values.flatten().to_numpy().reshape(-1, values.type.list_size)
+    return out
 
 
 def open(directory: str | os.PathLike[str]) -> Outputs:  # noqa: A001 -- gnnsys.outputs.open
