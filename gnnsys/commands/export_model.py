@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     if (out / SPEC_FILE).exists() and not args.overwrite:
         raise ValueError(f"{out / SPEC_FILE} exists; pass --overwrite or choose another --out")
     state = ckpt.model_state
-    link = fields["link"] is not None
+    link = any(k.startswith("link.") for k in fields)  # a link run's identity has link.*
     if link:  # LinkModel: encoder.* + decoder.*
         state = {k.removeprefix("encoder."): v for k, v in state.items()}
     spec = _spec(Path(args.run_dir), fields, state)
@@ -129,5 +129,4 @@ def _checkpoint(run_dir: Path) -> tuple[Any, dict[str, Any]]:
     if identity is None:
         raise ValueError(f"{run_dir} has neither a checkpoint identity nor run.json")
     fields = {k: json.loads(v) for k, v in identity.as_dict().items()}
-    fields["link"] = "link" if any(k.startswith("link.") for k in fields) else None
     return ckpt, fields

@@ -155,7 +155,7 @@ class TypedShardEvaluator:
             for first, stop in self._runs(node_type, spans, budget, present):
                 x_span, blocks = self._span(x_dict, node_type, first, stop)
                 if budget is not None:  # the run's own halo rows, fetched for it alone
-                    x_span, blocks = self._with_run_halo(layer, x_span, blocks, node_type)
+                    x_span, blocks = self._with_run_halo(layer, x_span, blocks)
                 got = self.layers[layer](x_span, blocks).get(node_type)
                 if got is not None:
                     done[number] = self.tables.buffer(number, rows, int(got.shape[1]))
@@ -227,7 +227,7 @@ class TypedShardEvaluator:
         return out
 
     def _with_run_halo(
-        self, layer: int, x_span: dict[str, Tensor], blocks: dict[EdgeType, Block], node_type: str
+        self, layer: int, x_span: dict[str, Tensor], blocks: dict[EdgeType, Block]
     ) -> tuple[dict[str, Tensor], dict[EdgeType, Block]]:
         """A run's inputs with only the halo rows its edges read, fetched now, columns remapped.
 
@@ -262,7 +262,6 @@ class TypedShardEvaluator:
                 num_src=int(x_out[et[0]].shape[0]), num_dst=block.num_dst,
                 rowptr=block.rowptr, col=col, e_id=block.e_id,
             )  # fmt: skip
-        del node_type  # the runs' blocks already hold only relations into it
         return x_out, out
 
     def present(self, layer: int) -> list[str]:
