@@ -224,29 +224,22 @@ def _per_rank_state(ckpt: Checkpoint, store: Path, parts: int) -> list[dict[str,
     they are moved to the ranks that own them there (``gnnsys.train.hetero.embedding.reshard``).
     """
     states = ckpt.rng_by_rank
-    if not any("owned" in s for s in states) or len(states) == parts and _same_owned(states, store):
+    if not any("owned" in s for s in states):
         return [states[r % len(states)] for r in range(parts)]
     from gnnsys.store import read_hetero_shard
     from gnnsys.train.hetero.embedding import reshard
 
     types = list(states[0]["owned"]["shards"])
     owned = []
-    for part in range(parts):
+    for part in range(parts):  # each rank's ids of every featureless type, read once
         nodes = read_hetero_shard(store, part, verify=False).nodes
         owned.append({t: np.asarray(nodes[t].owned_lid, dtype=np.int64) for t in types})
-    return reshard(states, owned)
-
-
-def _same_owned(states: list[dict[str, Any]], store: Path) -> bool:
-    """Whether every rank of ``store`` owns exactly the embedding rows its state holds."""
-    from gnnsys.store import read_hetero_shard
-
-    for part, state in enumerate(states):
-        nodes = read_hetero_shard(store, part, verify=False).nodes
-        for t, shard in state["owned"]["shards"].items():
-            if not np.array_equal(np.asarray(nodes[t].owned_lid), shard["owned_lid"].numpy()):
-                return False
-    return True
+    same = len(states) == parts and all(
+        np.array_equal(ids[t], state["owned"]["shards"][t]["owned_lid"].numpy())
+        for ids, state in zip(owned, states, strict=True)
+        for t in types
+    )
+    return states if same else reshard(states, owned)
 
 
 def _run_group(
