@@ -73,22 +73,32 @@ def _dst_rows(blocks: TypedBlocks, x_dict: dict[str, Tensor]) -> dict[str, int]:
 
 
 def _sum_relations(
-    convs: nn.ModuleDict, edge_types: list[EdgeType], x_dict: dict[str, Tensor], blocks: TypedBlocks
+    convs: nn.ModuleDict,
+    edge_types: list[EdgeType],
+    x_dict: dict[str, Tensor],
+    blocks: TypedBlocks,
+    agg: dict[EdgeType, Tensor] | None = None,
 ) -> dict[str, Tensor]:
     """Each relation's ``conv(x_src, x_dst, block)``, summed per destination type.
 
     PyG's ``HeteroConv(aggr="sum")``; a relation whose block or endpoint rows are missing is
-    skipped.
+    skipped. ``agg[r]`` stands in for relation ``r``'s neighbour reduction
+    (``conv.from_agg(agg[r], x_dst)``): its source rows are then not needed.
     """
+    agg = agg or {}
     out: dict[str, Tensor] = {}
     _dst_rows(blocks, x_dict)
     for edge_type in edge_types:
         src, _, dst = edge_type
         block = blocks.get(edge_type)
-        if block is None or src not in x_dict or dst not in x_dict:
+        if block is None or dst not in x_dict or (edge_type not in agg and src not in x_dict):
             continue
         conv = convs[_key(edge_type)]
-        h = conv(x_dict[src][: block.num_src], x_dict[dst][: block.num_dst], block)
+        x_dst = x_dict[dst][: block.num_dst]
+        if edge_type in agg:
+            h = cast(_RelationSAGE, conv).from_agg(agg[edge_type], x_dst)
+        else:
+            h = conv(x_dict[src][: block.num_src], x_dst, block)
         out[dst] = h if dst not in out else out[dst] + h
     return out
 
@@ -104,7 +114,10 @@ class _RelationSAGE(nn.Module):
 
     def forward(self, x_src: Tensor, x_dst: Tensor, block: Block) -> Tensor:
         """``[N, F_src], [M, F_dst] -> [M, H]``."""
-        agg_MF = aggregate(x_src, block.rowptr, block.col, self.reduce)
+        return self.from_agg(aggregate(x_src, block.rowptr, block.col, self.reduce), x_dst)
+
+    def from_agg(self, agg_MF: Tensor, x_dst: Tensor) -> Tensor:
+        """``[M, F_src], [M, F_dst] -> [M, H]`` from the neighbour reduction done already."""
         h_MH: Tensor = self.lin_l(agg_MF) + self.lin_r(x_dst)
         return h_MH
 
@@ -146,24 +159,11 @@ class HeteroSAGELayer(nn.Module):
         """``forward`` with some relations' neighbour reductions already done.
 
         ``agg[r]`` (``[M_dst, F_src]``) replaces relation ``r``'s reduction of its source rows
-        (the fused dequantizing sum of compressed halo rows, ``gnnsys.train.layer0.fused``);
-        its destination rows still come from ``x_dict``. Other relations run as in
-        :meth:`forward`. Equal to :meth:`forward` up to float summation order.
+        (the fused dequantizing sum of compressed halo rows, or owners' partial sums:
+        ``gnnsys.train.layer0``); its destination rows still come from ``x_dict``. Equal to
+        :meth:`forward` up to float summation order.
         """
-        out: dict[str, Tensor] = {}
-        for edge_type in self.edge_types:
-            src, _, dst = edge_type
-            block = blocks.get(edge_type)
-            if block is None or dst not in x_dict or (edge_type not in agg and src not in x_dict):
-                continue
-            conv = cast(_RelationSAGE, self.convs[_key(edge_type)])
-            x_dst = x_dict[dst][: block.num_dst]
-            if edge_type in agg:
-                h = conv.lin_l(agg[edge_type]) + conv.lin_r(x_dst)
-            else:
-                h = conv(x_dict[src][: block.num_src], x_dst, block)
-            out[dst] = h if dst not in out else out[dst] + h
-        return out
+        return _sum_relations(self.convs, self.edge_types, x_dict, blocks, agg)
 
 
 class _RelationGAT(nn.Module):

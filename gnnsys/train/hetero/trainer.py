@@ -115,12 +115,13 @@ class TypedInputs:
     def fetch_first(
         self, sub: HeteroSampledSubgraph
     ) -> tuple[dict[str, Tensor], dict[str, Tensor], dict[EdgeType, Tensor]]:
-        """``(x_dict, leaves, agg)``: :meth:`fetch`, with fused types' halo rows kept compressed.
+        """``(x_dict, leaves, agg)``: :meth:`fetch`, with layer 0's reductions done for some types.
 
         A fused type's rows are fetched split (``fetch_split``: the same messages, cache
         lookups and ledger as :meth:`fetch`); each relation out of it gets its layer-0 mean
         from the fused dequantizing sum (``gnnsys.train.layer0.fused``), and only the type's
-        destination rows are decoded into ``x_dict``.
+        destination rows are decoded into ``x_dict``. An owner-summed type's relations get
+        their means from its owners' partial sums (:meth:`_owner_summed`).
         """
         special = self.fused | set(self.owner_sums)
         if not special:
