@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from gnnsys.sampler.draw import draw_key, draw_positions
+from gnnsys.store.pages import ReadAhead
 from gnnsys.types import Graph, NeighborSample, PartitionShard
 
 __all__ = ["CSRNeighborSource"]
@@ -75,6 +76,26 @@ class CSRNeighborSource:
         self._indptr = self.indptr.numpy()
         self._indices = self.indices.numpy()
         self._e_id = None if self.e_id is None else self.e_id.numpy()
+        # A shard's arrays are file mappings: a draw's scattered reads ask for their pages first.
+        self._ahead = {
+            name: ReadAhead(view, mapped=given)
+            for name, view, given in (
+                ("indptr", self._indptr, indptr),
+                ("indices", self._indices, indices),
+                ("e_id", self._e_id, e_id),
+                (
+                    "row_of_gid",
+                    None if self.row_of_gid is None else self.row_of_gid.numpy(),
+                    row_of_gid,
+                ),
+                (
+                    "owned_gid",
+                    None if self.owned_gid is None else self.owned_gid.numpy(),
+                    owned_gid,
+                ),
+            )
+            if view is not None
+        }
         num_edges = int(self.indptr[-1])
         if self.num_rows < 0 or int(self.indices.shape[0]) != num_edges:
             raise ValueError(
@@ -123,10 +144,10 @@ class CSRNeighborSource:
             self._raise_not_held(lo if lo < 0 else hi)
         if self.row_of_gid is None:
             return gid_M
-        rows_M = self.row_of_gid.numpy().take(gid_M).astype(np.int64, copy=False)
+        rows_M = self._ahead["row_of_gid"].take(gid_M).astype(np.int64, copy=False)
         bad_M = (rows_M < 0) | (rows_M >= self.num_rows)
         if self.owned_gid is not None and self.num_rows > 0:
-            held_M = self.owned_gid.numpy().take(rows_M.clip(0, self.num_rows - 1))
+            held_M = self._ahead["owned_gid"].take(rows_M.clip(0, self.num_rows - 1))
             bad_M |= held_M != gid_M
         if bad_M.any():
             self._raise_not_held(int(gid_M[np.argmax(bad_M)]))
@@ -154,13 +175,13 @@ class CSRNeighborSource:
             raise ValueError(f"fanout={fanout}; use a positive fanout or -1 for all neighbors")
         gid_M = dst_gid.numpy().astype(np.int64, copy=False)
         rows_M = self._rows(gid_M)
-        start_M = self._indptr.take(rows_M)
-        deg_M = self._indptr.take(rows_M + 1)
+        start_M = self._ahead["indptr"].take(rows_M)
+        deg_M = self._ahead["indptr"].take(rows_M + 1)
         deg_M -= start_M
         key = draw_key(seed, hop, fanout, replace)
         count_M, pos_E = draw_positions(gid_M, start_M, deg_M, fanout, key=key, replace=replace)
-        src_gid_E = self._indices.take(pos_E).astype(np.int64, copy=False)
-        e_id_E = pos_E if self._e_id is None else self._e_id.take(pos_E)
+        src_gid_E = self._ahead["indices"].take(pos_E).astype(np.int64, copy=False)
+        e_id_E = pos_E if self._e_id is None else self._ahead["e_id"].take(pos_E)
         return NeighborSample(
             count_M=torch.from_numpy(count_M),
             src_gid_E=torch.from_numpy(src_gid_E),

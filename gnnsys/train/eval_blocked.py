@@ -10,6 +10,13 @@ blocks, each asked of the kernel ahead (``MADV_WILLNEED``) while the previous on
 distinct halo rows are fetched once, in sorted blocks. A layer so costs ``ceil(M / span)``
 sequential passes over the own table.
 
+A SAGE layer much narrower than its input (the last layer: ``H`` classes from a ``F``-wide
+hidden table) runs projected instead (``projected_layer_outputs``): ``lin_l`` is linear, so
+``lin_l(mean x_j) = mean(x_j W^T) + b``. One sequential pass over the own table and one over the
+halo rows project every source to ``H`` columns (and write ``lin_r(x_i) + b`` into the output);
+the ``[M + halo, H]`` projections then fit in memory and every in-edge is summed from them, with
+no span passes.
+
 Sums run in source order, not in-edge order: the outputs equal the default path's up to float
 rounding. Shape legend as in ``eval_blocks``; ``D`` destinations of a span.
 """
@@ -22,12 +29,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from gnnsys.kernels import aggregate
 from gnnsys.models import BlockModel
+from gnnsys.models.layers import SAGELayer
 from gnnsys.train.eval_blocks import HaloIndex, LinearLayerRun, linear_run, span_outputs
 from gnnsys.train.eval_memory import willneed_rows
 from gnnsys.types import PartitionShard
 
-__all__ = ["blocked_layer", "blocked_layer_outputs"]
+__all__ = ["blocked_layer", "blocked_layer_outputs", "projected_layer_outputs"]
 
 _PIECE_EDGES = 1 << 20  # in-edges read from the shard at once while a span is bucketed
 
@@ -58,6 +67,13 @@ def blocked_layer(
     if run is None:
         return False
     span_rows = max(1, int(block_mb * 2**20) // (4 * int(own_MF.shape[1])))
+    module = model.layers[layer]
+    if isinstance(module, SAGELayer) and 2 * module.lin_l.out_features <= int(own_MF.shape[1]):
+        projected_layer_outputs(
+            model, layer, own_MF, shard, index, halo_rows, into,
+            block_rows=max(1, span_rows // 4), willneed=willneed_rows,
+        )  # fmt: skip
+        return True
     args = (model, layer, own_MF, shard, index, degree_S, run, halo_rows, into)
     blocked_layer_outputs(
         *args, span_rows=span_rows, block_rows=max(1, span_rows // 4), willneed=willneed_rows
@@ -221,3 +237,67 @@ def blocked_layer_outputs(
             out = into(int(rows.shape[1]))
         out[start:end] = rows
         del sums, rows
+
+
+@torch.no_grad()
+def projected_layer_outputs(
+    model: BlockModel,
+    layer: int,
+    own_MF: Tensor,
+    shard: PartitionShard,
+    index: HaloIndex,
+    halo_rows: Callable[[np.ndarray], Tensor],
+    into: Callable[[int], Tensor],
+    *,
+    block_rows: int,
+    willneed: Willneed | None = None,
+) -> None:
+    """A SAGE mean/sum layer computed from its sources projected to the output width.
+
+    ``out_i = reduce_j(x_j W_l^T) + b + x_i W_r^T``, with the sources read once each: the own
+    table in ascending blocks (writing the root term into the output as it goes), the halo
+    rows in sorted blocks. Arguments as in :func:`blocked_layer_outputs`; ``layer`` must be a
+    ``SAGELayer`` with ``reduce`` ``"mean"`` or ``"sum"``.
+    """
+    module = model.layers[layer]
+    assert isinstance(module, SAGELayer) and module.reduce in ("mean", "sum")
+    m, block_rows = int(own_MF.shape[0]), max(1, block_rows)
+    num_halo = int(index.halo_gid.shape[0])
+    w_l, w_r, bias = module.lin_l.weight, module.lin_r.weight, module.lin_l.bias
+    z_S = torch.empty(m + num_halo, int(w_l.shape[0]), dtype=torch.float32)
+    out = into(int(w_l.shape[0]))
+    for b0 in range(0, m, block_rows):  # own sources and roots: one sequential pass
+        b1 = min(m, b0 + block_rows)
+        if willneed is not None and b1 < m:
+            willneed(own_MF, b1, min(m, b1 + block_rows))
+        rows = own_MF[b0:b1].float()
+        z_S[b0:b1] = rows @ w_l.T
+        out[b0:b1] = torch.addmm(bias, rows, w_r.T)
+    for u0 in range(0, num_halo, block_rows):  # halo sources: sorted blocks, each once
+        u1 = min(num_halo, u0 + block_rows)
+        z_S[m + u0 : m + u1] = halo_rows(np.arange(u0, u1, dtype=np.int64)).float() @ w_l.T
+    indptr = np.asarray(shard.indptr, dtype=np.int64)
+    local_E = shard.indices_local
+    assert local_E is not None
+    for start, end in _edge_pieces(indptr, _PIECE_EDGES):
+        col = np.array(local_E[indptr[start] : indptr[end]], dtype=np.int64)  # ours to edit
+        halo = col >= m
+        col[halo] = index.source_of_K[col[halo] - m]
+        rowptr = torch.from_numpy(indptr[start : end + 1] - indptr[start])
+        agg = aggregate(z_S, rowptr, torch.from_numpy(col), module.reduce)
+        out[start:end] = model.activate(layer, agg + out[start:end])
+
+
+def _edge_pieces(indptr: np.ndarray, max_edges: int) -> list[tuple[int, int]]:
+    """Runs ``[start, end)`` of destinations with about ``max_edges`` in-edges each.
+
+    A destination with more in-edges than that is a run of its own.
+    """
+    m = int(indptr.shape[0]) - 1
+    pieces, start = [], 0
+    while start < m:
+        end = int(np.searchsorted(indptr, indptr[start] + max_edges, side="right")) - 1
+        end = min(m, max(end, start + 1))
+        pieces.append((start, end))
+        start = end
+    return pieces

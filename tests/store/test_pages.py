@@ -1,7 +1,11 @@
-"""``release_pages``: file-mapped shard arrays leave the resident set, data unchanged."""
+"""``release_pages``: file-mapped shard arrays leave the resident set, data unchanged.
+
+``ReadAhead``: the missing pages of a scattered read are asked for first; a no-op off maps.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -10,7 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-from gnnsys.store.pages import advise_random, dense_range, read_ahead_dense, release_pages
+from gnnsys.store.pages import (
+    ReadAhead,
+    advise_random,
+    dense_range,
+    read_ahead_dense,
+    release_pages,
+)
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
 
@@ -105,3 +115,90 @@ def test_read_ahead_dense_asks_only_for_dense_rows_of_maps(
     assert not read_ahead_dense(table, np.array([0, table.shape[0] - 1]))  # sparse
     assert not read_ahead_dense(np.asarray(table).copy(), np.arange(64))  # not a map
     np.testing.assert_array_equal(table[1], np.asarray(arr[128:256]))
+
+
+def test_read_ahead_gathers_plainly_off_file_maps() -> None:
+    for array in (np.arange(100), np.arange(40).reshape(10, 4)):
+        ahead = ReadAhead(array)
+        assert not ahead.live
+        np.testing.assert_array_equal(ahead.take(np.array([3, 1, 3])), array[[3, 1, 3]])
+    tensor = torch.arange(10)
+    assert not ReadAhead(tensor.numpy(), mapped=tensor).live  # a tensor shows no mapping
+
+
+def _evicted_table(tmp_path: Path, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """``[rows, 128]`` float32 (512 B rows) saved, mapped read-only, its pages dropped."""
+    path = tmp_path / "x.npy"
+    table = np.arange(rows * 128, dtype=np.float32).reshape(rows, 128)
+    np.save(path, table)
+    mapped = np.load(path, mmap_mode="r", allow_pickle=False)  # reads (and caches) the header
+    advise_random(mapped)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # nothing is mapped in yet
+    finally:
+        os.close(fd)
+    return table, mapped
+
+
+def _pages(mapped: np.ndarray, rows: np.ndarray) -> int:
+    """Pages rows of 512 B touch (the ``.npy`` header shifts them: some straddle two)."""
+    start = rows * 512 + mapped.ctypes.data
+    return int(np.unique(np.concatenate((start // 4096, (start + 511) // 4096))).shape[0])
+
+
+@linux
+def test_read_ahead_requests_exactly_the_missing_pages(tmp_path: Path) -> None:
+    table, mapped = _evicted_table(tmp_path, 4096)  # 2 MiB
+    ahead = ReadAhead(mapped)
+    assert ahead.live
+    rows = np.array([4000, 30, 31, 2047, 900, 901])  # 6 pages (31 and 2047 straddle two)
+    if ahead._missing_pages(rows).shape[0] != _pages(mapped, rows):
+        pytest.skip("the file system kept the file's pages in memory (posix_fadvise ignored)")
+    requested: list[np.ndarray] = []
+    request = ahead._request
+    ahead._request = lambda missing: requested.append(missing) or request(missing)  # type: ignore[method-assign]
+    np.testing.assert_array_equal(ahead.take(rows), table[rows])
+    assert [r.shape[0] for r in requested] == [6]
+    assert ahead._missing_pages(rows).shape[0] == 0  # read: resident now
+
+
+@linux
+def test_read_ahead_gathers_a_large_request_window_by_window(tmp_path: Path) -> None:
+    table, mapped = _evicted_table(tmp_path, 8192)  # 4 MiB, 1024 pages
+    ahead = ReadAhead(mapped, window_pages=16)
+    rows = np.random.default_rng(0).permutation(8192)[:700]  # scattered, request order random
+    missing = ahead._missing_pages(rows)
+    if missing.shape[0] != _pages(mapped, rows):
+        pytest.skip("the file system kept the file's pages in memory (posix_fadvise ignored)")
+    requested: list[np.ndarray] = []
+    request = ahead._request
+    ahead._request = lambda pages: requested.append(pages) or request(pages)  # type: ignore[method-assign]
+    np.testing.assert_array_equal(ahead.take(rows), table[rows])  # in request order
+    np.testing.assert_array_equal(np.concatenate(requested), missing)  # each page asked once
+    assert max(r.shape[0] for r in requested) == 16
+
+
+@linux
+def test_read_ahead_backs_off_while_everything_is_resident(
+    mapped: tuple[Path, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, arr = mapped
+    ahead = ReadAhead(arr)
+    checks: list[int] = []
+    found = np.empty(0, dtype=np.int64)
+    monkeypatch.setattr(ahead, "_missing_pages", lambda idx: checks.append(1) or found)
+    monkeypatch.setattr(ahead, "_request", lambda missing: None)
+    rows = np.array([5, 6])
+    for _ in range(100):
+        np.testing.assert_array_equal(ahead.take(rows), np.asarray(arr)[rows])
+    assert len(checks) == 6  # calls 1, 3, 7, 15, 31, 63: the period doubles to 64
+    found = np.arange(3, dtype=np.int64) + arr.ctypes.data // 4096  # pages go missing again
+    checks.clear()
+    for _ in range(27):
+        ahead.take(rows)
+    assert len(checks) == 1  # call 127, the next scheduled check, finds pages missing
+    for _ in range(10):
+        ahead.take(rows)
+    assert len(checks) == 11  # pages missing: every call checks

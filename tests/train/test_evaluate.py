@@ -18,6 +18,7 @@ from gnnsys.config import RunConfig
 from gnnsys.datasets import load
 from gnnsys.datasets.synthetic import sbm
 from gnnsys.models import BlockModel, ModelConfig, build_model
+from gnnsys.models.layers import SAGELayer
 from gnnsys.partitioners import partition
 from gnnsys.sampler import NeighborSampler
 from gnnsys.store import load_shard, write_partitions
@@ -436,14 +437,23 @@ def test_blocked_evaluation_equals_full_graph(
         calls.append((int(args[1]), int(kwargs["span_rows"]), int(kwargs["block_rows"])))
         blocked(*args, **kwargs)
 
+    projected = eval_blocked.projected_layer_outputs
+
+    def spy_projected(*args: Any, **kwargs: Any) -> None:
+        calls.append((int(args[1]), 0, int(kwargs["block_rows"])))
+        projected(*args, **kwargs)
+
     monkeypatch.setattr(eval_blocked, "blocked_layer_outputs", spy)
+    monkeypatch.setattr(eval_blocked, "projected_layer_outputs", spy_projected)
     block_mb = 40 * 12 * 4 / 2**20  # 40 rows of layer 0 (F = 12), 30 of layer 1 (H = 16)
     reports, reference = _sharded(sbm_graph, parts, model, tmp_path, block_mb=block_mb, **fetch)
     _check_equal(sbm_graph, reports, reference)
     if model == "gat":
         assert not calls
-    else:  # both layers of every rank, in spans of 40 and 30 rows, blocks of a quarter
+    elif model == "gcn":  # both layers of every rank, in spans of 40 and 30 rows
         assert sorted(calls) == sorted([(0, 40, 10), (1, 30, 7)] * parts)
+    else:  # SAGE's last layer (16 -> 4 classes) runs projected: one pass, blocks of 7 rows
+        assert sorted(calls) == sorted([(0, 40, 10), (1, 0, 7)] * parts)
 
 
 def test_blocked_layer_outputs_read_blocks_in_order(
@@ -485,6 +495,41 @@ def test_blocked_layer_outputs_read_blocks_in_order(
     assert all(np.array_equal(p, np.unique(p)) and p.shape[0] <= 25 for p in asked)
     assert all(0 <= a < b <= m and b - a <= 60 for a, b in read)  # blocks, then span rows
     assert len(asked) >= -(-m // 60)  # every span reads at least one halo block here
+
+
+@pytest.mark.parametrize("reduce", ["mean", "sum"])
+def test_projected_layer_outputs_equal_the_layer(
+    sbm_graph: Graph, tmp_path: Path, reduce: str
+) -> None:
+    """A narrow SAGE layer from projected sources: every row once, the layer's outputs."""
+    store = tmp_path / "store"
+    assignment = partition(sbm_graph, "metis", 2, seed=0)
+    write_partitions(sbm_graph, assignment, store, num_hops=2, overwrite=True)
+    shard = load_shard(store, 1)
+    index = eval_blocks.halo_index(shard)
+    m, f = int(shard.num_owned), 16
+    own, halo = torch.randn(m, f), torch.randn(index.halo_gid.shape[0], f)
+    net = build_model(ModelConfig(name="sage", hidden=f, dropout=0.0), 12, 4, 2)
+    assert isinstance(net, BlockModel) and isinstance(net.layers[1], SAGELayer)
+    net.layers[1].reduce = reduce
+    run = eval_blocks.linear_run(net.layers[1])
+    assert run is not None
+    asked: list[np.ndarray] = []
+    read: list[tuple[int, int]] = []
+    out = torch.full((m, 4), float("nan"))
+
+    def halo_rows(pos: np.ndarray) -> torch.Tensor:
+        asked.append(pos)
+        return halo[torch.from_numpy(pos)]
+
+    eval_blocked.projected_layer_outputs(
+        net, 1, own, shard, index, halo_rows, lambda width: out,
+        block_rows=9, willneed=lambda t, a, b: read.append((a, b)),
+    )  # fmt: skip
+    expected = eval_blocks.linear_layer_outputs(net, 1, own, halo, shard, index, None, run)
+    assert torch.allclose(out, expected, atol=1e-5)
+    np.testing.assert_array_equal(np.concatenate(asked), np.arange(halo.shape[0]))
+    assert read == [(b, min(m, b + 9)) for b in range(9, m, 9)]  # each next block, once
 
 
 def test_willneed_rows_is_a_hint_on_maps_and_memory(tmp_path: Path) -> None:

@@ -49,6 +49,7 @@ from gnnsys.cache.admission import AdmissionPolicy
 from gnnsys.cache.codecs import Codec, CodecConfig, EncodedRows, FP32Codec, put
 from gnnsys.cache.config import MIB
 from gnnsys.sampler.base import Sampler
+from gnnsys.store.pages import ReadAhead
 from gnnsys.train.remote.client import OwnerClient
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.routed import group_by_owner
@@ -141,6 +142,7 @@ class RoutedFeatureSource:
     ) -> None:
         self.part, self.part_N, self.lid_N, self.local_x = part, part_N, lid_N, local_x
         self.codec = codec
+        self._x_ahead = ReadAhead(local_x)  # scattered rows of a mapped shard: pages asked first
         if cache is None:
             cache = HaloCache(HaloCache.Config(), feature_dim=int(local_x.shape[1]), codec=codec)
         owners = _OwnerRows(part, part_N, client, ledger, node_type)
@@ -156,6 +158,10 @@ class RoutedFeatureSource:
         gid_np = gid.numpy().astype(np.int64, copy=False)
         mine = self.part_N[gid_np] == self.part
         return gid_np, np.flatnonzero(mine), np.flatnonzero(~mine)
+
+    def _own_rows(self, lid: np.ndarray) -> np.ndarray:
+        """Own rows ``lid`` of the shard (their missing pages requested together first)."""
+        return self._x_ahead.take(lid)
 
     def fetch(self, gid: Tensor) -> Tensor:
         """Rows ``[K, F]`` float32 for ``gid`` in request order (one cache lookup per call)."""
@@ -179,13 +185,13 @@ class RoutedFeatureSource:
         mine = self.part_N[gid_np] == self.part
         lid = self.lid_N[gid_np]
         if bool(mine.all()):  # every row is own (one part, or no halo): one gather, no scatter
-            rows_KF = np.take(self.local_x, lid, axis=0)
+            rows_KF = self._own_rows(lid)
             return torch.from_numpy(rows_KF.astype(np.float32, copy=False))
         remote_pos = np.flatnonzero(~mine)
         if self.local_x.shape[0]:  # own rows in place; halo positions read row 0 for now
             lid = lid.astype(np.int64, copy=False)  # a fresh array (fancy-indexed): ours to edit
             lid[remote_pos] = 0
-            out_KF = np.take(self.local_x, lid, axis=0).astype(np.float32, copy=False)
+            out_KF = self._own_rows(lid).astype(np.float32, copy=False)
         else:  # a part that owns no node: only halo rows
             out_KF = np.empty((gid_np.shape[0], self.local_x.shape[1]), dtype=np.float32)
         halo = torch.from_numpy(gid_np[remote_pos])
@@ -195,7 +201,7 @@ class RoutedFeatureSource:
     def fetch_split(self, gid: Tensor) -> SplitRows:
         """Own rows as float32; halo rows through the cache, left in the codec's format."""
         gid_np, local_pos, remote_pos = self._split(gid)
-        own = np.take(self.local_x, self.lid_N[gid_np[local_pos]], axis=0)
+        own = self._own_rows(self.lid_N[gid_np[local_pos]])
         rows_LF = own.astype(np.float32, copy=False)
         if remote_pos.size:  # as in fetch
             remote = self.fetcher.gather_encoded(torch.from_numpy(gid_np[remote_pos]))

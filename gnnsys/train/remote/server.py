@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from gnnsys.cache.codecs import Codec, EncodedRows
-from gnnsys.store.pages import read_ahead_dense
+from gnnsys.store.pages import ReadAhead, read_ahead_dense
 from gnnsys.train.remote.client import EdgeType, SampleArrays
 from gnnsys.train.threads import use_actor_threads
 from gnnsys.types import PartitionBook
@@ -46,6 +46,7 @@ class ShardOwner:
         self.part = part
         self._lid_N = book.lid_N
         self._x = shard.x
+        self._x_ahead = None if shard.x is None else ReadAhead(shard.x)  # scattered requests
         self._indptr = np.asarray(shard.indptr, dtype=np.int64)
         self._source = CSRNeighborSource.from_shard(shard, book.lid_N)
 
@@ -89,12 +90,15 @@ class ShardOwner:
 
     def fetch(self, gid: np.ndarray) -> np.ndarray:
         """Float32 rows ``[K, F]`` of owned ``gid``."""
-        if self._x is None:
+        x, ahead = self._x, self._x_ahead
+        if x is None or ahead is None:
             raise ValueError(f"part {self.part} has no features; the store was written without x")
         lid = self._lid_N[gid]
-        read_ahead_dense(self._x, lid)  # an evaluation's large sorted requests: one read
-        out: np.ndarray = np.take(self._x, lid, axis=0).astype(np.float32, copy=False)
-        return out  # np.take: a third cheaper than indexing the memmap (no memmap wrapper)
+        if read_ahead_dense(x, lid):  # an evaluation's large sorted requests: one read
+            rows: np.ndarray = np.take(x, lid, axis=0)  # (no memmap wrapper: cheaper)
+        else:  # training's scattered rows: missing pages asked for together
+            rows = ahead.take(lid)
+        return rows.astype(np.float32, copy=False)
 
     def fetch_encoded(
         self, gid: np.ndarray, codec: Codec, node_type: str | None = None
