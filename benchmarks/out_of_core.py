@@ -330,6 +330,7 @@ def bench_size(args: argparse.Namespace, log2: int) -> dict[str, Any]:
             + ["train", "--store", str(work / "store"), "--parts", str(args.parts), "--epochs", "1"]
             + ["--hidden", "128", "--fanouts", "15,10", "--batch-size", "1024", "--no-progress"]
             + ["--topology", "partitioned"]
+            + ["--deadline", "3600"]  # an evaluation layer is one call: minutes at these sizes
             + ["--out", str(work / "run")]
             + args.train_arg,
         ),

@@ -76,26 +76,7 @@ class CSRNeighborSource:
         self._indptr = self.indptr.numpy()
         self._indices = self.indices.numpy()
         self._e_id = None if self.e_id is None else self.e_id.numpy()
-        # A shard's arrays are file mappings: a draw's scattered reads ask for their pages first.
-        self._ahead = {
-            name: ReadAhead(view, mapped=given)
-            for name, view, given in (
-                ("indptr", self._indptr, indptr),
-                ("indices", self._indices, indices),
-                ("e_id", self._e_id, e_id),
-                (
-                    "row_of_gid",
-                    None if self.row_of_gid is None else self.row_of_gid.numpy(),
-                    row_of_gid,
-                ),
-                (
-                    "owned_gid",
-                    None if self.owned_gid is None else self.owned_gid.numpy(),
-                    owned_gid,
-                ),
-            )
-            if view is not None
-        }
+        self._ahead = self._read_aheads(indptr, indices, e_id, row_of_gid, owned_gid)
         num_edges = int(self.indptr[-1])
         if self.num_rows < 0 or int(self.indices.shape[0]) != num_edges:
             raise ValueError(
@@ -108,6 +89,25 @@ class CSRNeighborSource:
             raise ValueError(
                 f"owned_gid has {self.owned_gid.shape[0]} rows; expected {self.num_rows}"
             )
+
+    def _read_aheads(self, *given: Tensor | np.ndarray | None) -> dict[str, ReadAhead]:
+        """A shard's arrays are file mappings: a draw's scattered reads ask for pages first.
+
+        ``given``: the constructor's arrays (the mapping shows on them, not on the views).
+        """
+        names = ("indptr", "indices", "e_id", "row_of_gid", "owned_gid")
+        views = (
+            self._indptr,
+            self._indices,
+            self._e_id,
+            None if self.row_of_gid is None else self.row_of_gid.numpy(),
+            None if self.owned_gid is None else self.owned_gid.numpy(),
+        )
+        return {
+            name: ReadAhead(view, mapped=array)
+            for name, view, array in zip(names, views, given, strict=True)
+            if view is not None
+        }
 
     @classmethod
     def from_graph(cls, graph: Graph) -> CSRNeighborSource:
