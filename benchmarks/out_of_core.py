@@ -331,6 +331,7 @@ def bench_size(args: argparse.Namespace, log2: int) -> dict[str, Any]:
             + ["--hidden", "128", "--fanouts", "15,10", "--batch-size", "1024", "--no-progress"]
             + ["--topology", "partitioned"]
             + ["--deadline", "3600"]  # an evaluation layer is one call: minutes at these sizes
+            + ["--startup-deadline", "900"]  # each rank checks its shard, read cold from disk
             + ["--out", str(work / "run")]
             + args.train_arg,
         ),

@@ -33,7 +33,7 @@ from gnnsys.kernels import aggregate
 from gnnsys.models import BlockModel
 from gnnsys.models.layers import SAGELayer
 from gnnsys.train.eval_blocks import HaloIndex, LinearLayerRun, linear_run, span_outputs
-from gnnsys.train.eval_memory import willneed_rows
+from gnnsys.train.eval_memory import spilled_table, willneed_rows
 from gnnsys.types import PartitionShard
 
 __all__ = ["blocked_layer", "blocked_layer_outputs", "projected_layer_outputs"]
@@ -55,11 +55,14 @@ def blocked_layer(
     into: Callable[[int], Tensor],
     *,
     block_mb: float,
+    spill_mb: float = 0.0,
 ) -> bool:
     """Run layer ``layer`` source-blocked when it is linear (SAGE mean/sum, GCN).
 
-    Spans of ``block_mb`` MiB of sums, source blocks of a quarter of that. Returns ``False``
-    (nothing done) for other layers, which keep the default path.
+    Spans of ``block_mb`` MiB of sums, source blocks of a quarter of that; a narrow SAGE layer
+    runs projected, its projections in an unlinked file map when larger than ``spill_mb`` MiB
+    (as ``--eval-spill-mb`` spills tables; 0: in memory). Returns ``False`` (nothing done) for
+    other layers, which keep the default path.
     """
     if not isinstance(model, BlockModel):
         return False
@@ -72,6 +75,7 @@ def blocked_layer(
         projected_layer_outputs(
             model, layer, own_MF, shard, index, halo_rows, into,
             block_rows=max(1, span_rows // 4), willneed=willneed_rows,
+            scratch=lambda rows, width: _scratch(rows, width, spill_mb),
         )  # fmt: skip
         return True
     args = (model, layer, own_MF, shard, index, degree_S, run, halo_rows, into)
@@ -251,20 +255,22 @@ def projected_layer_outputs(
     *,
     block_rows: int,
     willneed: Willneed | None = None,
+    scratch: Callable[[int, int], Tensor] | None = None,
 ) -> None:
     """A SAGE mean/sum layer computed from its sources projected to the output width.
 
     ``out_i = reduce_j(x_j W_l^T) + b + x_i W_r^T``, with the sources read once each: the own
     table in ascending blocks (writing the root term into the output as it goes), the halo
     rows in sorted blocks. Arguments as in :func:`blocked_layer_outputs`; ``layer`` must be a
-    ``SAGELayer`` with ``reduce`` ``"mean"`` or ``"sum"``.
+    ``SAGELayer`` with ``reduce`` ``"mean"`` or ``"sum"``. ``scratch(rows, width)`` gives the
+    ``[M + halo, H]`` float32 buffer of the projections (default: in memory).
     """
     module = model.layers[layer]
     assert isinstance(module, SAGELayer) and module.reduce in ("mean", "sum")
     m, block_rows = int(own_MF.shape[0]), max(1, block_rows)
     num_halo = int(index.halo_gid.shape[0])
     w_l, w_r, bias = module.lin_l.weight, module.lin_r.weight, module.lin_l.bias
-    z_S = torch.empty(m + num_halo, int(w_l.shape[0]), dtype=torch.float32)
+    z_S = (scratch or _scratch)(m + num_halo, int(w_l.shape[0]))
     out = into(int(w_l.shape[0]))
     for b0 in range(0, m, block_rows):  # own sources and roots: one sequential pass
         b1 = min(m, b0 + block_rows)
@@ -286,6 +292,13 @@ def projected_layer_outputs(
         rowptr = torch.from_numpy(indptr[start : end + 1] - indptr[start])
         agg = aggregate(z_S, rowptr, torch.from_numpy(col), module.reduce)
         out[start:end] = model.activate(layer, agg + out[start:end])
+
+
+def _scratch(rows: int, width: int, spill_mb: float = 0.0) -> Tensor:
+    """A ``[rows, width]`` float32 buffer: a spilled map above ``spill_mb`` MiB (0: never)."""
+    if spill_mb > 0 and rows * width * 4 > spill_mb * 2**20:
+        return spilled_table(rows, width)[0]  # the tensor keeps its map alive
+    return torch.empty(rows, width, dtype=torch.float32)
 
 
 def _edge_pieces(indptr: np.ndarray, max_edges: int) -> list[tuple[int, int]]:
