@@ -101,7 +101,11 @@ def add_parser(sub: Any) -> None:
 
 def _add_liveness_flags(p: argparse.ArgumentParser) -> None:
     """Deadlines: remote calls, heartbeats, start-up."""
-    p.add_argument("--deadline", type=float, help="seconds per remote call / without progress")
+    p.add_argument(
+        "--deadline",
+        type=float,
+        help="seconds per remote call / without progress (a batch, an evaluation step)",
+    )
     p.add_argument(
         "--heartbeat-timeout",
         type=float,

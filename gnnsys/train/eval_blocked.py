@@ -33,7 +33,7 @@ from gnnsys.kernels import aggregate
 from gnnsys.models import BlockModel
 from gnnsys.models.layers import SAGELayer
 from gnnsys.train.eval_blocks import HaloIndex, LinearLayerRun, linear_run, span_outputs
-from gnnsys.train.eval_memory import spilled_table, willneed_rows
+from gnnsys.train.eval_memory import eval_tick, spilled_table, willneed_rows
 from gnnsys.types import PartitionShard
 
 __all__ = ["blocked_layer", "blocked_layer_outputs", "projected_layer_outputs"]
@@ -161,6 +161,7 @@ class _Sums:
             for g in range(0, src.shape[0], block_rows):
                 pick = src[g : g + block_rows]
                 self.add(own_MF[torch.from_numpy(pick)].float(), pick, dst[g : g + block_rows])
+                eval_tick()
 
     def halo_blocks(
         self,
@@ -179,6 +180,7 @@ class _Sums:
             pos = np.searchsorted(uniq[u0:u1], halo_src[lo:hi])
             source = self.m + halo_src[lo:hi].astype(np.int64)
             self.add(got[torch.from_numpy(pos)].float(), source, halo_dst[lo:hi])
+            eval_tick()
 
 
 @torch.no_grad()
@@ -279,9 +281,11 @@ def projected_layer_outputs(
         rows = own_MF[b0:b1].float()
         z_S[b0:b1] = rows @ w_l.T
         out[b0:b1] = torch.addmm(bias, rows, w_r.T)
+        eval_tick()
     for u0 in range(0, num_halo, block_rows):  # halo sources: sorted blocks, each once
         u1 = min(num_halo, u0 + block_rows)
         z_S[m + u0 : m + u1] = halo_rows(np.arange(u0, u1, dtype=np.int64)).float() @ w_l.T
+        eval_tick()
     indptr = np.asarray(shard.indptr, dtype=np.int64)
     local_E = shard.indices_local
     assert local_E is not None
@@ -292,6 +296,7 @@ def projected_layer_outputs(
         rowptr = torch.from_numpy(indptr[start : end + 1] - indptr[start])
         agg = aggregate(z_S, rowptr, torch.from_numpy(col), module.reduce)
         out[start:end] = model.activate(layer, agg + out[start:end])
+        eval_tick()
 
 
 def _scratch(rows: int, width: int, spill_mb: float = 0.0) -> Tensor:

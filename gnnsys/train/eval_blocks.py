@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from gnnsys.kernels import aggregate
 from gnnsys.models import BlockModel, GCNLayer, SAGELayer
+from gnnsys.train.eval_memory import eval_tick
 from gnnsys.types import Block, PartitionShard
 
 __all__ = [
@@ -274,6 +275,7 @@ def linear_layer_outputs(
             out = into(width) if into else torch.empty(stop - first, width, dtype=rows.dtype)
         out[start - first : end - first] = rows
         start = end
+        eval_tick()
     assert out is not None  # a span holds at least one node
     return out
 

@@ -10,6 +10,11 @@ written into the map as they are computed; the full table never exists in anonym
 
 The heap helpers keep glibc from holding freed evaluation temporaries (see
 :func:`set_mmap_threshold` and :func:`release_free_memory`).
+
+:func:`eval_tick` counts the steps of a rank's evaluation (a chunk summed, a block read, a piece
+of rows fetched) in a process-wide counter, :func:`eval_ticks` reads it: the driver waits for an
+evaluation layer, one call that runs for minutes on a graph larger than memory, for as long as
+the count moves (``TrainWorker.progress``), so a working rank is not mistaken for a hung one.
 """
 
 from __future__ import annotations
@@ -32,12 +37,27 @@ __all__ = [
     "SPILL_PREFIX",
     "TRAIN_MMAP_THRESHOLD",
     "LayerTables",
+    "eval_tick",
+    "eval_ticks",
     "release_free_memory",
     "set_mmap_threshold",
     "spilled_table",
     "table_rows",
     "willneed_rows",
 ]
+
+_TICKS = [0]  # evaluation steps done in this process (a progress signal, not an exact count)
+
+
+def eval_tick() -> None:
+    """One more step of this process's evaluation (a chunk, a block, a piece of rows)."""
+    _TICKS[0] += 1
+
+
+def eval_ticks() -> int:
+    """Evaluation steps this process has done (only ever grows)."""
+    return _TICKS[0]
+
 
 SPILL_PREFIX = "gnnsys-eval-"
 """Name prefix of the (immediately unlinked) temporary files of spilled tables."""

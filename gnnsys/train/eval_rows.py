@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from gnnsys.cache.codecs import Codec
-from gnnsys.train.eval_memory import table_rows
+from gnnsys.train.eval_memory import eval_tick, table_rows
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.routed import group_by_owner, message_pieces
 
@@ -90,6 +90,7 @@ def fill_remote(
             rows = pos if at_K is None else at_K[pos]
             out_KF[torch.from_numpy(rows)] = codec.decode(answers[p])
             del answers[p]
+        eval_tick()
 
 
 def rows_of(

@@ -50,7 +50,7 @@ from torch import Tensor, nn
 
 from gnnsys.cache.codecs import Codec, make_codec
 from gnnsys.store.hetero_shard import HeteroShard
-from gnnsys.train.eval_memory import LayerTables, release_free_memory, table_rows
+from gnnsys.train.eval_memory import LayerTables, eval_tick, release_free_memory, table_rows
 from gnnsys.train.eval_rows import Book, fill_remote, rows_of
 from gnnsys.train.evaluate import EvalConfig, RankEval
 from gnnsys.train.metrics import split_counts
@@ -160,6 +160,7 @@ class TypedShardEvaluator:
                 if got is not None:
                     done[number] = self.tables.buffer(number, rows, int(got.shape[1]))
                     done[number][first:stop] = got
+                eval_tick()
         for number, table in done.items():
             if layer < len(self.layers) - 1:
                 table.relu_()

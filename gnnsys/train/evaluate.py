@@ -61,6 +61,8 @@ from gnnsys.train.eval_memory import (
     EVAL_MMAP_THRESHOLD,
     TRAIN_MMAP_THRESHOLD,
     LayerTables,
+    eval_tick,
+    eval_ticks,
     release_free_memory,
     set_mmap_threshold,
     table_rows,
@@ -88,6 +90,7 @@ __all__ = [
     "RankEval",
     "ShardEvaluator",
     "combine_evals",
+    "eval_ticks",  # the worker's progress while it evaluates (defined in eval_memory)
     "full_block",
     "full_graph_logits",
     "release_free_memory",  # gnnsys.build.runtime's import (defined in eval_memory)
@@ -447,6 +450,7 @@ class ShardEvaluator:
                 out = into(int(rows.shape[1]))
             out[chunk.start - first : chunk.end - first] = rows
             del rows
+            eval_tick()
 
     def report(self, splits: tuple[str, ...], *, with_logits: bool = False) -> RankEval:
         """The confusion matrices (and binary scores) of ``splits``; frees the tables."""

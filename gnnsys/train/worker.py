@@ -35,7 +35,7 @@ from gnnsys.cache import CacheConfig, CacheCounters, CodecConfig
 from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.models import ModelConfig
 from gnnsys.outputs import OutputRequest, OutputRows, PartFile, write_part
-from gnnsys.train.evaluate import EvalConfig, RankEval
+from gnnsys.train.evaluate import EvalConfig, RankEval, eval_ticks
 from gnnsys.train.layer0.base import FirstLayerConfig
 from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.remote.client import DelayedOwnerClient, OwnerClient, RayOwnerClient
@@ -365,6 +365,7 @@ class TrainWorker:
         self.features.warm_up()  # before the first epoch's snapshot: reported as warm-up traffic
         self.warmup = self.ledger.snapshot()
         self._progress = 0
+        self._evaluating = False  # progress() answers evaluation steps while a layer runs
         self._epoch = -1
         self._lock = threading.Lock()
         self._maybe_fault(-1, 0)
@@ -414,7 +415,11 @@ class TrainWorker:
         """Compute this rank's outputs of layer ``layer`` (every rank finished ``layer - 1``)."""
         if layer == 0:
             self._maybe_fault(self._epoch, -1)
-        self.rank.eval_layer(layer)
+        self._evaluating = True
+        try:
+            self.rank.eval_layer(layer)
+        finally:
+            self._evaluating = False
 
     def eval_report(self, splits: tuple[str, ...], with_logits: bool = False) -> RankEval:
         """This rank's confusion matrices (and binary scores) after the last layer."""
@@ -443,7 +448,13 @@ class TrainWorker:
         return codec.encode(self.rank.serve_embedding(node_type, lid, step))
 
     def progress(self) -> int:
-        """Batches finished in the running epoch (answered while ``train_epoch`` runs)."""
+        """Batches finished in the running epoch (answered while ``train_epoch`` runs).
+
+        While an evaluation layer runs: the evaluation steps this process has done
+        (``evaluate.eval_ticks``), which move as long as the layer does.
+        """
+        if self._evaluating:
+            return eval_ticks()
         with self._lock:
             return self._progress
 

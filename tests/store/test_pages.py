@@ -202,3 +202,25 @@ def test_read_ahead_backs_off_while_everything_is_resident(
     for _ in range(10):
         ahead.take(rows)
     assert len(checks) == 11  # pages missing: every call checks
+
+
+def test_willneed_range_asks_in_pieces_the_kernel_reads_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One ``MADV_WILLNEED`` reads at most a read-ahead window: a long range goes in pieces."""
+    from gnnsys.store import pages
+
+    calls: list[tuple[int, int, int]] = []
+
+    class Libc:
+        def madvise(self, address: int, nbytes: int, advice: int) -> int:
+            calls.append((address, nbytes, advice))
+            return 0
+
+    monkeypatch.setattr(pages, "glibc", lambda: Libc())
+    start = 10 * 4096 + 100  # not page-aligned: the first piece starts at its page
+    pages.willneed_range(start, 1_000_000)
+    assert calls[0][0] == 10 * 4096
+    assert all(n <= pages._WILLNEED_CHUNK and advice == 3 for _, n, advice in calls)
+    assert all(a + n == b for (a, n, _), (b, _, _) in zip(calls[:-1], calls[1:], strict=True))
+    assert calls[-1][0] + calls[-1][1] == start + 1_000_000

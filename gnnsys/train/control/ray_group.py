@@ -164,8 +164,9 @@ class RayWorkerGroup:
     Args:
         template: Spec of rank 0; rank ``r`` gets ``replace(template, rank=r)``.
         resources: CPUs per actor.
-        deadline_s: Deadline of every driver-side wait (state, evaluation layer, progress
-            without change).
+        deadline_s: Deadline of every driver-side wait (state, report), and the longest time
+            without progress of an epoch (no batch finished) or of an evaluation layer (no
+            evaluation step, ``TrainWorker.progress``).
         roles: The owner and trainer classes (``HOMOGENEOUS`` by default).
         heartbeat_s: Silence after which an actor counts as frozen (see the module docstring).
         startup_deadline_s: Deadline of ``start`` as a whole (actors built, gloo joined).
@@ -412,7 +413,7 @@ class RayWorkerGroup:
         """One layer on every rank at a time (peers serve the rows they just computed)."""
         start, steps = time.monotonic(), self.template.eval_steps
         for layer in range(steps):
-            self._call_all(_eval_layer(layer))
+            self._call_watched(_eval_layer(layer), self._stalled(f"layer {layer + 1}"))
             log.info(EVAL_LAYER_LOG, layer + 1, steps, time.monotonic() - start)
         return self._call_all(lambda _, w: w.eval_report.remote(splits, with_logits))
 
@@ -422,7 +423,7 @@ class RayWorkerGroup:
         """The layers up to ``request.layer`` on every rank, then every rank writes its part."""
         start = time.monotonic()
         for layer in range(request.layer):
-            self._call_all(_eval_layer(layer))
+            self._call_watched(_eval_layer(layer), self._stalled(f"layer {layer + 1}"))
             log.debug(EVAL_LAYER_LOG, layer + 1, request.layer, time.monotonic() - start)
             on_step(layer + 1)
         parts: list[PartFile] = self._call_all(lambda _, w: w.write_outputs.remote(request))
@@ -438,7 +439,27 @@ class RayWorkerGroup:
             GroupFailure: A rank or owner died, raised or stopped answering, or no rank
                 progressed for ``deadline_s``.
         """
-        refs = [w.train_epoch.remote(epoch, num_batches) for w in self.workers]
+        return self._call_watched(
+            lambda _, w: w.train_epoch.remote(epoch, num_batches),
+            f"no batch finished in {self.deadline_s:g} s",
+            on_progress,
+        )
+
+    def _stalled(self, what: str) -> str:
+        return f"{what} of the evaluation made no progress in {self.deadline_s:g} s"
+
+    def _call_watched(
+        self,
+        make: Callable[[int, Any], Any],
+        why_overdue: str,
+        on_progress: Callable[[int], None] = lambda _: None,
+    ) -> list[Any]:
+        """``_call_all`` for a long call: overdue only once no rank progressed for the deadline.
+
+        The heartbeat's ``progress()`` polls (batches in an epoch, evaluation steps in a layer)
+        tell a working rank from a hung one; ``on_progress(rank 0's count)`` after each poll.
+        """
+        refs = [make(r, w) for r, w in enumerate(self.workers)]
         hb = self._heartbeat
         seen: dict[int, int] = {}
         last_change = [time.monotonic()]
@@ -454,7 +475,7 @@ class RayWorkerGroup:
         return self._await(
             refs,
             lambda: time.monotonic() - last_change[0] > self.deadline_s,
-            f"no batch finished in {self.deadline_s:g} s",
+            why_overdue,
             watch,
         )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 
 from gnnsys.config import RunConfig
 from gnnsys.train.control.run import train
+from gnnsys.train.evaluate import EvalConfig
 from gnnsys.train.worker import FaultSpec
 from tests.train.run_configs import sbm_run
 
@@ -81,3 +83,27 @@ def test_fault_is_named_restarted_and_lossless(
     # Noticed before any deadline: a freeze after the heartbeat timeout (in start-up too: the
     # stopped process is seen on this node), a death at once.
     assert failure["time"] - start < DEADLINE_S / 2
+
+
+@pytest.mark.timeout(300)
+def test_an_evaluation_layer_longer_than_the_deadline_runs_while_it_progresses(
+    ray_session: Any, tmp_path: Path
+) -> None:
+    """A layer is one call; the driver waits while its evaluation steps move, not a deadline.
+
+    Every owner call waits 0.4 s (a ``delay`` fault), and blocked spans of 20 rows fetch their
+    halo rows from the owners span by span: each layer-0 call runs well past the 2 s deadline.
+    """
+    cfg = sbm_run(
+        num_nodes=600, num_features=8, parts=2, fanouts=(4, 4), hidden=16, batch_size=128,
+        epochs=1, deadline_s=2.0, loop={"heartbeat_s": 1.0, "startup_deadline_s": 110.0},
+        eval=EvalConfig(block_mb=20 * 8 * 4 / 2**20),
+    )  # fmt: skip
+    cfg = replace(cfg, cluster=replace(cfg.cluster, owner_reads="remote"))
+    start = time.monotonic()
+    result = train(cfg, tmp_path, fault=FaultSpec("delay", rank=0, epoch=0, delay_s=0.4))
+    assert time.monotonic() - start > 2.0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["failures"] == [] and summary["restarts"] == 0
+    assert result.summary["failures"] == []
+    assert json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])["test_acc"] > 0
