@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -543,6 +544,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         print(table(args.table))
         return 0
+    # SIGTERM as Ctrl-C: the group's ``with`` exits, killing what it started (no strays).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     for log2 in args.log2_nodes:
         record = bench_size(args, log2)
         line = json.dumps(record)
