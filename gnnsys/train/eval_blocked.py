@@ -14,8 +14,8 @@ A SAGE layer much narrower than its input (the last layer: ``H`` classes from a 
 hidden table) runs projected instead (``projected_layer_outputs``): ``lin_l`` is linear, so
 ``lin_l(mean x_j) = mean(x_j W^T) + b``. One sequential pass over the own table and one over the
 halo rows project every source to ``H`` columns (and write ``lin_r(x_i) + b`` into the output);
-the ``[M + halo, H]`` projections then fit in memory and every in-edge is summed from them, with
-no span passes.
+every in-edge is then summed from the ``[M + halo, H]`` projections in memory, with no span
+passes. Only where they fit twice the span budget: otherwise the layer keeps the span passes.
 
 Sums run in source order, not in-edge order: the outputs equal the default path's up to float
 rounding. Shape legend as in ``eval_blocks``; ``D`` destinations of a span.
@@ -33,7 +33,7 @@ from gnnsys.kernels import aggregate
 from gnnsys.models import BlockModel
 from gnnsys.models.layers import SAGELayer
 from gnnsys.train.eval_blocks import HaloIndex, LinearLayerRun, linear_run, span_outputs
-from gnnsys.train.eval_memory import eval_tick, spilled_table, willneed_rows
+from gnnsys.train.eval_memory import eval_tick, willneed_rows
 from gnnsys.types import PartitionShard
 
 __all__ = ["blocked_layer", "blocked_layer_outputs", "projected_layer_outputs"]
@@ -55,14 +55,12 @@ def blocked_layer(
     into: Callable[[int], Tensor],
     *,
     block_mb: float,
-    spill_mb: float = 0.0,
 ) -> bool:
     """Run layer ``layer`` source-blocked when it is linear (SAGE mean/sum, GCN).
 
     Spans of ``block_mb`` MiB of sums, source blocks of a quarter of that; a narrow SAGE layer
-    runs projected, its projections in an unlinked file map when larger than ``spill_mb`` MiB
-    (as ``--eval-spill-mb`` spills tables; 0: in memory). Returns ``False`` (nothing done) for
-    other layers, which keep the default path.
+    runs projected when its projections fit twice that budget (:func:`_projects`). Returns
+    ``False`` (nothing done) for other layers, which keep the default path.
     """
     if not isinstance(model, BlockModel):
         return False
@@ -71,11 +69,10 @@ def blocked_layer(
         return False
     span_rows = max(1, int(block_mb * 2**20) // (4 * int(own_MF.shape[1])))
     module = model.layers[layer]
-    if isinstance(module, SAGELayer) and 2 * module.lin_l.out_features <= int(own_MF.shape[1]):
+    if _projects(module, own_MF, index, block_mb):
         projected_layer_outputs(
             model, layer, own_MF, shard, index, halo_rows, into,
             block_rows=max(1, span_rows // 4), willneed=willneed_rows,
-            scratch=lambda rows, width: _scratch(rows, width, spill_mb),
         )  # fmt: skip
         return True
     args = (model, layer, own_MF, shard, index, degree_S, run, halo_rows, into)
@@ -257,22 +254,21 @@ def projected_layer_outputs(
     *,
     block_rows: int,
     willneed: Willneed | None = None,
-    scratch: Callable[[int, int], Tensor] | None = None,
 ) -> None:
     """A SAGE mean/sum layer computed from its sources projected to the output width.
 
     ``out_i = reduce_j(x_j W_l^T) + b + x_i W_r^T``, with the sources read once each: the own
     table in ascending blocks (writing the root term into the output as it goes), the halo
     rows in sorted blocks. Arguments as in :func:`blocked_layer_outputs`; ``layer`` must be a
-    ``SAGELayer`` with ``reduce`` ``"mean"`` or ``"sum"``. ``scratch(rows, width)`` gives the
-    ``[M + halo, H]`` float32 buffer of the projections (default: in memory).
+    ``SAGELayer`` with ``reduce`` ``"mean"`` or ``"sum"``. The ``[M + halo, H]`` projections
+    are held in memory: every in-edge reads one of them at random.
     """
     module = model.layers[layer]
     assert isinstance(module, SAGELayer) and module.reduce in ("mean", "sum")
     m, block_rows = int(own_MF.shape[0]), max(1, block_rows)
     num_halo = int(index.halo_gid.shape[0])
     w_l, w_r, bias = module.lin_l.weight, module.lin_r.weight, module.lin_l.bias
-    z_S = (scratch or _scratch)(m + num_halo, int(w_l.shape[0]))
+    z_S = torch.empty(m + num_halo, int(w_l.shape[0]), dtype=torch.float32)
     out = into(int(w_l.shape[0]))
     for b0 in range(0, m, block_rows):  # own sources and roots: one sequential pass
         b1 = min(m, b0 + block_rows)
@@ -299,11 +295,20 @@ def projected_layer_outputs(
         eval_tick()
 
 
-def _scratch(rows: int, width: int, spill_mb: float = 0.0) -> Tensor:
-    """A ``[rows, width]`` float32 buffer: a spilled map above ``spill_mb`` MiB (0: never)."""
-    if spill_mb > 0 and rows * width * 4 > spill_mb * 2**20:
-        return spilled_table(rows, width)[0]  # the tensor keeps its map alive
-    return torch.empty(rows, width, dtype=torch.float32)
+def _projects(module: object, own_MF: Tensor, index: HaloIndex, block_mb: float) -> bool:
+    """Whether a layer runs projected (a narrow SAGE layer whose projections fit the budget).
+
+    The layer must be SAGE mean/sum, at most half as wide as its input, with ``[M + halo, H]``
+    float32 projections within twice the span budget. Larger projections are not spilled to a
+    file: every in-edge reads one at random, which from an evicted map is a disk read per edge
+    (at 2**24 under a 4.69 GiB limit, spilled, the largest rank summed about 2**20 in-edges a
+    minute: hours for the layer). Such layers keep the span passes.
+    """
+    if not isinstance(module, SAGELayer) or module.reduce not in ("mean", "sum"):
+        return False
+    width, out = int(own_MF.shape[1]), int(module.lin_l.out_features)
+    rows = int(own_MF.shape[0]) + int(index.halo_gid.shape[0])
+    return 2 * out <= width and rows * out * 4 <= 2 * block_mb * 2**20
 
 
 def _edge_pieces(indptr: np.ndarray, max_edges: int) -> list[tuple[int, int]]:

@@ -400,7 +400,6 @@ class ShardEvaluator:
             lambda pos: self._halo_rows(layer, pos, width),
             into,
             block_mb=self.config.block_mb,
-            spill_mb=self.config.spill_mb,
         )
         release_free_memory()
         return done

@@ -418,8 +418,9 @@ def test_a_full_temp_dir_fails_with_its_name_not_sigbus(
         ("gcn", {}),  # degrees scale every gathered row, own and halo
         ("gat", {}),  # not linear: the span path, unchanged
         ("sage", {"spill_mb": 1e-6}),  # blocks read from spilled tables
+        ("sage", {"block_mb": 1.0}),  # the last layer's projections fit: it runs projected
     ],
-    ids=["sage", "gcn", "gat", "sage-spilled"],
+    ids=["sage", "gcn", "gat", "sage-spilled", "sage-projected"],
 )
 def test_blocked_evaluation_equals_full_graph(
     sbm_graph: Graph,
@@ -445,15 +446,16 @@ def test_blocked_evaluation_equals_full_graph(
 
     monkeypatch.setattr(eval_blocked, "blocked_layer_outputs", spy)
     monkeypatch.setattr(eval_blocked, "projected_layer_outputs", spy_projected)
-    block_mb = 40 * 12 * 4 / 2**20  # 40 rows of layer 0 (F = 12), 30 of layer 1 (H = 16)
+    # 40 rows of layer 0 (F = 12), 30 of layer 1 (H = 16): the projections do not fit
+    block_mb = float(fetch.pop("block_mb", 40 * 12 * 4 / 2**20))  # type: ignore[arg-type]
     reports, reference = _sharded(sbm_graph, parts, model, tmp_path, block_mb=block_mb, **fetch)
     _check_equal(sbm_graph, reports, reference)
     if model == "gat":
         assert not calls
-    elif model == "gcn":  # both layers of every rank, in spans of 40 and 30 rows
+    elif block_mb < 1.0:  # both layers of every rank, in spans of 40 and 30 rows
         assert sorted(calls) == sorted([(0, 40, 10), (1, 30, 7)] * parts)
-    else:  # SAGE's last layer (16 -> 4 classes) runs projected: one pass, blocks of 7 rows
-        assert sorted(calls) == sorted([(0, 40, 10), (1, 0, 7)] * parts)
+    else:  # spans of 1 MiB; SAGE's last layer (16 -> 4 classes) projected, blocks of 4096
+        assert sorted(calls) == sorted([(0, 21845, 5461), (1, 0, 4096)] * parts)
 
 
 def test_blocked_layer_outputs_read_blocks_in_order(
