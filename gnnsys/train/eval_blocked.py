@@ -32,7 +32,13 @@ from torch import Tensor
 from gnnsys.kernels import aggregate
 from gnnsys.models import BlockModel
 from gnnsys.models.layers import SAGELayer
-from gnnsys.train.eval_blocks import HaloIndex, LinearLayerRun, linear_run, span_outputs
+from gnnsys.train.eval_blocks import (
+    HaloIndex,
+    LinearLayerRun,
+    edge_runs,
+    linear_run,
+    span_outputs,
+)
 from gnnsys.train.eval_memory import eval_tick, willneed_rows
 from gnnsys.types import PartitionShard
 
@@ -282,15 +288,9 @@ def projected_layer_outputs(
         u1 = min(num_halo, u0 + block_rows)
         z_S[m + u0 : m + u1] = halo_rows(np.arange(u0, u1, dtype=np.int64)).float() @ w_l.T
         eval_tick()
-    indptr = np.asarray(shard.indptr, dtype=np.int64)
-    local_E = shard.indices_local
-    assert local_E is not None
-    for start, end in _edge_pieces(indptr, _PIECE_EDGES):
-        col = np.array(local_E[indptr[start] : indptr[end]], dtype=np.int64)  # ours to edit
-        halo = col >= m
-        col[halo] = index.source_of_K[col[halo] - m]
-        rowptr = torch.from_numpy(indptr[start : end + 1] - indptr[start])
-        agg = aggregate(z_S, rowptr, torch.from_numpy(col), module.reduce)
+    run = LinearLayerRun(module.reduce)  # runs of destinations bounded by its defaults
+    for start, end, rowptr, col in edge_runs(shard, index, (0, m), run):
+        agg = aggregate(z_S, torch.from_numpy(rowptr), torch.from_numpy(col), module.reduce)
         out[start:end] = model.activate(layer, agg + out[start:end])
         eval_tick()
 
@@ -309,18 +309,3 @@ def _projects(module: object, own_MF: Tensor, index: HaloIndex, block_mb: float)
     width, out = int(own_MF.shape[1]), int(module.lin_l.out_features)
     rows = int(own_MF.shape[0]) + int(index.halo_gid.shape[0])
     return 2 * out <= width and rows * out * 4 <= 2 * block_mb * 2**20
-
-
-def _edge_pieces(indptr: np.ndarray, max_edges: int) -> list[tuple[int, int]]:
-    """Runs ``[start, end)`` of destinations with about ``max_edges`` in-edges each.
-
-    A destination with more in-edges than that is a run of its own.
-    """
-    m = int(indptr.shape[0]) - 1
-    pieces, start = [], 0
-    while start < m:
-        end = int(np.searchsorted(indptr, indptr[start] + max_edges, side="right")) - 1
-        end = min(m, max(end, start + 1))
-        pieces.append((start, end))
-        start = end
-    return pieces

@@ -35,6 +35,7 @@ __all__ = [
     "HaloIndex",
     "LayerwiseModel",
     "chunk_blocks",
+    "edge_runs",
     "full_block",
     "full_graph_logits",
     "gather_rows",
@@ -248,9 +249,6 @@ def linear_layer_outputs(
     copied or gathered; GCN's per-source weights scale a copy of the two tables once per layer.
     """
     m = int(own_MF.shape[0])
-    indptr = np.asarray(shard.indptr, dtype=np.int64)
-    local_E = shard.indices_local
-    assert local_E is not None
     own, halo = own_MF, halo_HF
     if run.reduce == "gcn":
         assert degree_S is not None  # the evaluator fetches degrees for GCN models
@@ -258,15 +256,7 @@ def linear_layer_outputs(
         own, halo = own_MF * s_S[:m, None], halo_HF * s_S[m:, None]
     first, stop = span if span is not None else (0, m)
     out: Tensor | None = None
-    start = first
-    while start < stop:
-        by_edges = int(np.searchsorted(indptr, indptr[start] + run.max_edges, side="right")) - 1
-        end = min(start + run.max_dst, stop, max(by_edges, start + 1))
-        e0, e1 = int(indptr[start]), int(indptr[end])
-        col = np.array(local_E[e0:e1], dtype=np.int64)
-        halo_E = col >= m
-        col[halo_E] = index.source_of_K[col[halo_E] - m]
-        rowptr = indptr[start : end + 1] - e0
+    for start, end, rowptr, col in edge_runs(shard, index, (first, stop), run):
         ptr_own, col_own, ptr_halo, col_halo = _split_edges(col, m, rowptr)
         agg = aggregate(own, ptr_own, col_own, "sum") + aggregate(halo, ptr_halo, col_halo, "sum")
         rows = span_outputs(model, layer, run, agg, own_MF[start:end], rowptr, degree_S, start)
@@ -274,10 +264,32 @@ def linear_layer_outputs(
             width = int(rows.shape[1])
             out = into(width) if into else torch.empty(stop - first, width, dtype=rows.dtype)
         out[start - first : end - first] = rows
-        start = end
         eval_tick()
     assert out is not None  # a span holds at least one node
     return out
+
+
+def edge_runs(
+    shard: PartitionShard, index: HaloIndex, span: tuple[int, int], run: LinearLayerRun
+) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
+    """Runs ``[start, end)`` of destinations in ``span`` with their in-edges, bounded by ``run``.
+
+    Yields ``(start, end, rowptr, col)``: ``col`` holds int64 source indices into ``[own; halo]``.
+    """
+    m = int(shard.num_owned)
+    indptr = np.asarray(shard.indptr, dtype=np.int64)
+    local_E = shard.indices_local
+    assert local_E is not None
+    start, stop = span
+    while start < stop:
+        by_edges = int(np.searchsorted(indptr, indptr[start] + run.max_edges, side="right")) - 1
+        end = min(start + run.max_dst, stop, max(by_edges, start + 1))
+        e0, e1 = int(indptr[start]), int(indptr[end])
+        col = np.array(local_E[e0:e1], dtype=np.int64)  # a copy: ours to edit
+        halo_E = col >= m
+        col[halo_E] = index.source_of_K[col[halo_E] - m]
+        yield start, end, indptr[start : end + 1] - e0, col
+        start = end
 
 
 def halo_spans(

@@ -458,19 +458,26 @@ def test_blocked_evaluation_equals_full_graph(
         assert sorted(calls) == sorted([(0, 21845, 5461), (1, 0, 4096)] * parts)
 
 
+def _one_shard_rows(
+    graph: Graph, root: Path, part: int, width: int
+) -> tuple[Any, eval_blocks.HaloIndex, torch.Tensor, torch.Tensor]:
+    """Part ``part`` of a 2-part METIS store, its halo index, random own and halo rows."""
+    store = root / "store"
+    write_partitions(graph, partition(graph, "metis", 2, seed=0), store, num_hops=2, overwrite=True)
+    shard = load_shard(store, part)
+    index = eval_blocks.halo_index(shard)
+    own = torch.randn(int(shard.num_owned), width)
+    return shard, index, own, torch.randn(index.halo_gid.shape[0], width)
+
+
 def test_blocked_layer_outputs_read_blocks_in_order(
     sbm_graph: Graph, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every span asks for its halo rows sorted, in blocks; in-edges read in small pieces."""
     monkeypatch.setattr(eval_blocked, "_PIECE_EDGES", 7)
-    store = tmp_path / "store"
-    assignment = partition(sbm_graph, "metis", 2, seed=0)
-    write_partitions(sbm_graph, assignment, store, num_hops=2, overwrite=True)
-    shard = load_shard(store, 0)
-    index = eval_blocks.halo_index(shard)
-    m, f = int(shard.num_owned), 12
-    own = torch.randn(m, f)
-    halo = torch.randn(index.halo_gid.shape[0], f)
+    f = 12
+    shard, index, own, halo = _one_shard_rows(sbm_graph, tmp_path, 0, f)
+    m = int(shard.num_owned)
     net = build_model(ModelConfig(name="sage", hidden=16, dropout=0.0), f, 4, 2)
     assert isinstance(net, BlockModel)
     run = eval_blocks.linear_run(net.layers[0])
@@ -504,13 +511,9 @@ def test_projected_layer_outputs_equal_the_layer(
     sbm_graph: Graph, tmp_path: Path, reduce: str
 ) -> None:
     """A narrow SAGE layer from projected sources: every row once, the layer's outputs."""
-    store = tmp_path / "store"
-    assignment = partition(sbm_graph, "metis", 2, seed=0)
-    write_partitions(sbm_graph, assignment, store, num_hops=2, overwrite=True)
-    shard = load_shard(store, 1)
-    index = eval_blocks.halo_index(shard)
-    m, f = int(shard.num_owned), 16
-    own, halo = torch.randn(m, f), torch.randn(index.halo_gid.shape[0], f)
+    f = 16
+    shard, index, own, halo = _one_shard_rows(sbm_graph, tmp_path, 1, f)
+    m = int(shard.num_owned)
     net = build_model(ModelConfig(name="sage", hidden=f, dropout=0.0), 12, 4, 2)
     assert isinstance(net, BlockModel) and isinstance(net.layers[1], SAGELayer)
     net.layers[1].reduce = reduce
