@@ -297,15 +297,10 @@ class ReadAhead:
         return np.flatnonzero(needed) + lo
 
     def _request(self, missing: np.ndarray) -> None:
-        """One ``MADV_WILLNEED`` per run of consecutive pages of ``missing`` (ascending)."""
-        libc = glibc()
-        assert libc is not None
+        """:func:`willneed_range` over each run of consecutive pages of ``missing`` (ascending)."""
         page = mmap.PAGESIZE
         breaks = np.flatnonzero(np.diff(missing) != 1)
         starts = np.concatenate((missing[:1], missing[breaks + 1]))
         stops = np.concatenate((missing[breaks], missing[-1:])) + 1
         for first, stop in zip(starts.tolist(), stops.tolist(), strict=True):
-            if stop - first <= _WILLNEED_CHUNK // page:
-                libc.madvise(first * page, (stop - first) * page, _MADV_WILLNEED)
-            else:  # a long run: in pieces, as willneed_range asks
-                willneed_range(first * page, (stop - first) * page)
+            willneed_range(first * page, (stop - first) * page)
