@@ -6,7 +6,7 @@ One subprocess per scale, so each peak RSS is its own. Prints one JSON line per 
      "sample_seeds_per_s": ..., "sample_edges_per_s": ...}
 Sampling: 20 batches of 1024 paper seeds, fanouts [15, 10] on every relation (reverse
 relations added, as PyG's ToUndirected), one thread. ``--modes`` adds one line per extended
-mode on the same graph (``HeteroExtendedSampler``; ``temporal``: papers' ``year`` as node time,
+mode on the same graph (``ExtendedSampler``; ``temporal``: papers' ``year`` as node time,
 which makes trees disjoint too, with rows in time order as the loader sorts them):
     {"bench": "hetero_mag_sampler", "scale": ..., "mode": "disjoint" | "temporal",
      "sample_seeds_per_s": ..., "sample_edges_per_s": ..., "plain_seeds_per_s": ...,
@@ -48,11 +48,11 @@ def run_extended(graph: Any, scale: float, mode: str, order: Any, plain: int) ->
     import torch
 
     from gnnsys.sampler.candidates import time_sorted
+    from gnnsys.sampler.extended import ExtendedSampler
     from gnnsys.sampler.hetero import csr_sources
-    from gnnsys.sampler.hetero_extended import HeteroExtendedSampler
 
     fanouts = {et: (15, 10) for et in graph.edge_types}
-    config = HeteroExtendedSampler.Config(fanouts=fanouts, disjoint=mode == "disjoint")
+    config = ExtendedSampler.Config(fanouts=fanouts, disjoint=mode == "disjoint")
     year = torch.from_numpy(graph.nodes["paper"].attrs["year"])
     sources = csr_sources(graph)
     if mode == "temporal":  # as the loader does: rows from papers in time order (sort_csc)
@@ -60,7 +60,7 @@ def run_extended(graph: Any, scale: float, mode: str, order: Any, plain: int) ->
             et: time_sorted(s, src_time=year) if et[0] == "paper" else s
             for et, s in sources.items()
         }
-    sampler = HeteroExtendedSampler(
+    sampler = ExtendedSampler(
         config,
         sources=sources,
         num_nodes={t: s.num_nodes for t, s in graph.nodes.items()},
@@ -151,7 +151,7 @@ def main() -> None:
     parser.add_argument(
         "--modes", nargs="*", default=[],
         choices=["disjoint", "temporal", "node_loader", "link_loader"],
-        help="also time HeteroExtendedSampler (disjoint, temporal) or the loaders on each graph",
+        help="also time ExtendedSampler (disjoint, temporal) or the loaders on each graph",
     )  # fmt: skip
     parser.add_argument("--one", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -276,7 +276,7 @@ KIND_BRANCHES: dict[str, tuple[int, str]] = {
     "partitioners/hetero.py": (1, "users pass a HeteroGraph or PyG's HeteroData"),
     "loader/node_loader.py": (1, "PyG's NeighborLoader takes Data or HeteroData"),
     "loader/link_loader.py": (1, "PyG's LinkNeighborLoader takes Data or HeteroData"),
-    "loader/hetero_loader.py": (8, "PyG's loaders take Data or HeteroData"),
+    "loader/hetero_loader.py": (7, "PyG's loaders take Data or HeteroData"),
     "loader/hetero_link_loader.py": (1, "PyG's loaders take Data or HeteroData"),
     "train/control/prepare.py": (3, "the store is written from a dataset of either kind"),
     "train/control/run.py": (2, "the run's one dispatch to its worker roles"),

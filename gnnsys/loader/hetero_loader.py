@@ -23,7 +23,7 @@ PyG slices it and ``to_hetero`` models run unchanged.
 
 Plain fanouts run on ``HeteroNeighborSampler`` (the distributed runtime's sampler, identical
 batches); ``disjoint``, ``weight_attr`` and ``time_attr``/``input_time`` run on
-``HeteroExtendedSampler``, with PyG's rules: ``time_attr`` names a node-level attribute (on some
+``ExtendedSampler``, with PyG's rules: ``time_attr`` names a node-level attribute (on some
 node types) or an edge-level one (on some relations), never both; types or relations without it
 are not filtered; temporal sampling is disjoint, and ``batch[t].batch`` names each node's seed.
 As PyG's ``sort_csc`` does, a temporal loader orders every destination's in-edges by time
@@ -49,8 +49,8 @@ from gnnsys.loader.base_loader import Sampling, input_gid, mask_ids, per_input
 from gnnsys.loader.pyg_sampler import induced_edges
 from gnnsys.sampler.candidates import check_strategy, time_sorted
 from gnnsys.sampler.csr_source import CSRNeighborSource
+from gnnsys.sampler.extended import ExtendedSampler
 from gnnsys.sampler.hetero import HeteroNeighborSampler, csr_sources
-from gnnsys.sampler.hetero_extended import HeteroExtendedSampler
 
 __all__ = [
     "HeteroGraphView",
@@ -377,7 +377,7 @@ def typed_subgraph(out: Any, kind: str, view: HeteroGraphView) -> Any:
 
 def typed_sampler(
     view: HeteroGraphView, sampling: Sampling
-) -> HeteroNeighborSampler | HeteroExtendedSampler:
+) -> HeteroNeighborSampler | ExtendedSampler:
     """The fast typed sampler for plain fanouts, else the extended one (PyG's attribute rules).
 
     Raises:
@@ -418,26 +418,26 @@ def typed_sampler(
             )
             for et, source in view.sources.items()
         }
-    config = HeteroExtendedSampler.Config(
+    config = ExtendedSampler.Config(
         fanouts=fanouts,
         replace=replace,
         disjoint=disjoint,
         temporal_strategy=sampling.temporal_strategy,
     )
-    return HeteroExtendedSampler(
+    return ExtendedSampler(
         config, sources=sources, num_nodes=view.num_nodes, edge_weight=weight,
         node_time=node_time or None, edge_time=edge_time or None,
     )  # fmt: skip
 
 
 def _check_seeds_have_time(
-    sampler: HeteroNeighborSampler | HeteroExtendedSampler, input_type: str, time_attr: Any
+    sampler: HeteroNeighborSampler | ExtendedSampler, input_type: str, time_attr: Any
 ) -> None:
     """Fail now, not at the first batch, when temporal seeds have no time.
 
     Without ``input_time``, a seed's time is its node time, so the input type must have one.
     """
-    if isinstance(sampler, HeteroExtendedSampler) and sampler.temporal:
+    if isinstance(sampler, ExtendedSampler) and sampler.temporal:
         if input_type not in sampler.node_time:
             raise ValueError(
                 f"time_attr={time_attr!r}: the input type {input_type!r} has no such node "

@@ -96,15 +96,15 @@ class PyGSampler:
             )
         self.sampler: NeighborSampler | ExtendedSampler
         if self.disjoint or weight is not None or not config.fanouts:  # [] = zero hops
-            ext = ExtendedSampler.Config(
-                fanouts=config.fanouts,
+            self.sampler = ExtendedSampler.over_graph(
+                config.fanouts,
+                source=time_sorted(view.source, src_time=node_time, edge_time=edge_time),
                 replace=config.replace,
                 disjoint=config.disjoint,
                 temporal_strategy=config.temporal_strategy,
-            )
-            source = time_sorted(view.source, src_time=node_time, edge_time=edge_time)
-            self.sampler = ExtendedSampler(
-                ext, source=source, edge_weight=weight, node_time=node_time, edge_time=edge_time
+                edge_weight=weight,
+                node_time=node_time,
+                edge_time=edge_time,
             )
         else:
             fast = NeighborSampler.Config(
@@ -116,7 +116,7 @@ class PyGSampler:
     def subgraph(self, seed_gid: Tensor, seed_time: Tensor | None, seed: int) -> SampledSubgraph:
         """The raw ``SampledSubgraph`` of one batch of seeds."""
         if isinstance(self.sampler, ExtendedSampler):
-            return self.sampler.sample(seed_gid, seed=seed, seed_time=seed_time)
+            return self.sampler.sample_graph(seed_gid, seed=seed, seed_time=seed_time)
         return self.sampler.sample(seed_gid, seed=seed)
 
     def sample_nodes(

@@ -20,7 +20,7 @@ Two paths, chosen per call:
 A node with at most ``k`` candidates (without replacement) takes all of them, as in PyG.
 
 ``KeyIds`` numbers ``(tree, node)`` keys by first appearance, as PyG orders a batch's nodes.
-``ExtendedSampler`` (one CSR) and ``HeteroExtendedSampler`` (one per relation) share both.
+``ExtendedSampler`` runs both once per relation (one for a homogeneous graph).
 
 Randomness: every random number is a splitmix64 hash of ``(key, tree, dst gid, counter)``, where
 the caller's ``key`` mixes the batch seed, hop, fanout and replacement, so a batch depends only

@@ -99,7 +99,7 @@ class HeteroSampledSubgraph:
     """Relation -> ``[2, E]`` int64 local ``(src, dst)`` of every hop's edges, hop by hop."""
     e_id: dict[EdgeType, Tensor] = field(default_factory=dict)
     batch: dict[str, Tensor] | None = None
-    """Disjoint sampling (``HeteroExtendedSampler``): node type -> ``[N_t]`` seed position of
+    """Disjoint sampling (``ExtendedSampler``): node type -> ``[N_t]`` seed position of
     every node's tree; ``None`` otherwise."""
 
 
@@ -120,7 +120,7 @@ class HeteroNeighborSampler:
     """
 
     disjoint = False
-    """Trees are never disjoint here (``HeteroExtendedSampler`` has the same attribute)."""
+    """Trees are never disjoint here (``ExtendedSampler`` has the same attribute)."""
 
     @dataclass(frozen=True, kw_only=True, slots=True)
     class Config:
@@ -191,13 +191,13 @@ class HeteroNeighborSampler:
 
         A link batch has two: its source and destination types. Each type's seeds come first
         in its ``n_id``; the first type is the output's ``input_type``. ``seed_time`` is
-        ``HeteroExtendedSampler.sample_types``'s argument (the same call serves both
+        ``ExtendedSampler.sample_types``'s argument (the same call serves both
         samplers); plain fanouts have no time limit, so it must be ``None``.
         """
         if seed_time is not None:
             raise ValueError(
                 "seed_time given to plain fanout sampling; temporal sampling is "
-                "HeteroExtendedSampler's (pass time_attr to the loader)"
+                "ExtendedSampler's (pass time_attr to the loader)"
             )
         seeds = {t: seeds_of(t, lid, self.node_types) for t, lid in seed_lids.items()}
         if not seeds:
@@ -274,6 +274,8 @@ def assemble(
     input_type: str,
     num_hops: int,
     batch: dict[str, Tensor] | None = None,
+    *,
+    with_edge_index: bool = True,
 ) -> HeteroSampledSubgraph:
     """The typed output of per-hop pieces (the layout of the module docstring).
 
@@ -284,6 +286,8 @@ def assemble(
         input_type: The seeds' type.
         num_hops: ``L``.
         batch: Disjoint sampling's tree of every node, or ``None``.
+        with_edge_index: Build ``edge_index`` (an ``O(E)`` pass per relation); without it the
+            field is empty (the blocks hold the same edges).
     """
     num_nodes = {t: tuple(int(p.shape[0]) for p in ps) for t, ps in parts.items()}
     num_edges = {et: tuple(int(p.src_E.shape[0]) for p in ps) for et, ps in hops.items()}
@@ -294,13 +298,16 @@ def assemble(
         np.cumsum(count_M, out=ptr[1:])
         rowptr[et] = torch.from_numpy(ptr)
         col[et] = torch.from_numpy(
-            np.concatenate([np.zeros(0, np.int64)] + [p.col_E.astype(np.int64) for p in pieces])
+            np.concatenate(
+                [np.zeros(0, np.int64)] + [p.col_E.astype(np.int64, copy=False) for p in pieces]
+            )
         )
         e_id[et] = torch.from_numpy(
             np.concatenate([np.zeros(0, np.int64)] + [p.e_id_E for p in pieces])
         )
-        dst_E = np.repeat(np.arange(count_M.shape[0], dtype=np.int64), count_M)
-        edge_index[et] = torch.stack([col[et], torch.from_numpy(dst_E)])
+        if with_edge_index:
+            dst_E = np.repeat(np.arange(count_M.shape[0], dtype=np.int64), count_M)
+            edge_index[et] = torch.stack([col[et], torch.from_numpy(dst_E)])
     blocks = []
     for layer in range(num_hops):
         seen = num_hops - layer  # this layer sees the edges of hops 0 .. seen-1
