@@ -53,16 +53,20 @@ _LIBC: ctypes.CDLL | bool | None = None
 
 
 def _mapping(arr: object) -> mmap.mmap | None:
-    """The ``mmap`` under ``arr`` (a ``np.memmap`` or a view of one), else ``None``."""
+    """The ``mmap`` under ``arr`` (a ``np.memmap``, a view of one, or ``np.frombuffer`` of a map).
+
+    Views chain through ``.base``; ``np.frombuffer(map)``'s base is a ``memoryview`` of the map
+    (followed through ``.obj``).
+    """
     seen = 0
-    while arr is not None and seen < 8:  # views chain through .base
+    while arr is not None and seen < 8:
         if isinstance(arr, np.memmap):
             mapped = getattr(arr, "_mmap", None)
             if isinstance(mapped, mmap.mmap):
                 return mapped
         if isinstance(arr, mmap.mmap):
             return arr
-        arr = getattr(arr, "base", None)
+        arr = arr.obj if isinstance(arr, memoryview) else getattr(arr, "base", None)
         seen += 1
     return None
 

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnnsys.store.pages import glibc, read_ahead_rows, willneed_range
+from gnnsys.store.pages import ReadAhead, dense_range, glibc, read_ahead_rows, willneed_range
 
 __all__ = [
     "EVAL_MMAP_THRESHOLD",
@@ -110,7 +110,9 @@ def spilled_table(rows: int, width: int) -> tuple[Tensor, mmap.mmap]:
 class LayerTables:
     """A rank's layer output tables by number, in memory or spilled to unlinked files.
 
-    Reads go through ``tables[n]`` and ``n in tables``; a table being computed is
+    Reads go through ``tables[n]``, ``n in tables`` and :meth:`rows` (a peer's request: a spilled
+    table's missing pages are asked for together first, ``store.pages.ReadAhead``, instead of
+    one 4 KiB fault at a time on its ``MADV_RANDOM`` map); a table being computed is
     :meth:`buffer` (created at its first chunk, when the width is known) and becomes readable
     at :meth:`publish`, so peers never read a half-written table. :meth:`pop` and
     :meth:`clear` drop tables and their maps; a map is unmapped once no tensor points into it.
@@ -124,12 +126,25 @@ class LayerTables:
         self._tables: dict[int, Tensor] = {}
         self._pending: dict[int, Tensor] = {}
         self._maps: dict[int, mmap.mmap] = {}
+        self._ahead: dict[int, ReadAhead] = {}
 
     def __contains__(self, table: object) -> bool:
         return table in self._tables
 
     def __getitem__(self, table: int) -> Tensor:
         return self._tables[table]
+
+    def rows(self, table: int, pos: np.ndarray) -> Tensor:
+        """Rows ``pos`` of published ``table`` (a copy), read ahead where it is spilled.
+
+        A dense request reads its whole range ahead in one sequential request
+        (:func:`table_rows`); a sparse one asks for the pages it lacks (``ReadAhead``).
+        """
+        pos = np.asarray(pos, dtype=np.int64)
+        ahead, out = self._ahead.get(table), self._tables[table]
+        if ahead is None or dense_range(pos, int(out.shape[1]) * 4) is not None:
+            return table_rows(out, pos)
+        return torch.from_numpy(ahead.take(pos))
 
     def spills(self, rows: int, width: int) -> bool:
         """Whether a ``[rows, width]`` table goes to a file."""
@@ -153,19 +168,24 @@ class LayerTables:
 
     def publish(self, table: int) -> None:
         """Make the finished ``table`` readable."""
-        self._tables[table] = self._pending.pop(table)
+        self._tables[table] = out = self._pending.pop(table)
+        if table in self._maps:  # a numpy view whose base is the map: ReadAhead can advise it
+            view = np.frombuffer(self._maps[table], dtype=np.float32, count=out.numel())
+            self._ahead[table] = ReadAhead(view.reshape(tuple(out.shape)))
 
     def pop(self, table: int) -> None:
         """Drop ``table`` (published or not), if held."""
         self._tables.pop(table, None)
         self._pending.pop(table, None)
         self._maps.pop(table, None)  # unmapped by its last reference, never by close()
+        self._ahead.pop(table, None)
 
     def clear(self) -> None:
         """Drop every table."""
         self._tables.clear()
         self._pending.clear()
         self._maps.clear()
+        self._ahead.clear()
 
     def spilled(self) -> list[int]:
         """The tables held in files."""

@@ -50,7 +50,7 @@ from torch import Tensor, nn
 
 from gnnsys.cache.codecs import Codec, make_codec
 from gnnsys.store.hetero_shard import HeteroShard
-from gnnsys.train.eval_memory import LayerTables, eval_tick, release_free_memory, table_rows
+from gnnsys.train.eval_memory import LayerTables, eval_tick, release_free_memory
 from gnnsys.train.eval_rows import Book, fill_remote, rows_of
 from gnnsys.train.evaluate import EvalConfig, RankEval
 from gnnsys.train.metrics import split_counts
@@ -130,7 +130,7 @@ class TypedShardEvaluator:
             )
         book = self.book_of(self.types[index])
         pos = np.asarray(book.lid_N[np.asarray(lid, dtype=np.int64)], dtype=np.int64)
-        return table_rows(self.tables[table], pos)
+        return self.tables.rows(table, pos)
 
     # ---- one step -----------------------------------------------------------------------------
     @torch.no_grad()

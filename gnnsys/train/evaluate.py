@@ -65,7 +65,6 @@ from gnnsys.train.eval_memory import (
     eval_ticks,
     release_free_memory,
     set_mmap_threshold,
-    table_rows,
 )
 from gnnsys.train.eval_rows import fill_remote, rows_of
 from gnnsys.train.metrics import (
@@ -337,7 +336,7 @@ class ShardEvaluator:
         if table not in self.tables:
             raise ValueError(f"table {table} is not computed on part {self.shard.part} yet")
         lid = self.book.lid_N[np.asarray(gid, dtype=np.int64)].astype(np.int64)
-        return table_rows(self.tables[table], lid)
+        return self.tables.rows(table, lid)
 
     # ---- one step -----------------------------------------------------------------------------
     @torch.no_grad()

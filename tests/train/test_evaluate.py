@@ -370,6 +370,10 @@ def test_layer_tables_spill_above_the_limit_and_unmap_when_dropped(spill_dir: Pa
     small.fill_(1.0)
     tables.publish(1)
     tables.publish(2)
+    pos = np.array([100, 3, 3, 57])  # a peer's request: read ahead on the spilled table
+    assert tables._ahead[2].live and 1 not in tables._ahead
+    assert torch.equal(tables.rows(2, pos), tables[2][torch.from_numpy(pos)])
+    assert torch.equal(tables.rows(1, pos[1:]), torch.ones(3, 8))
     view = tables[2][100:]  # a view outliving the table keeps the map valid
     del big
     tables.pop(2)
