@@ -57,6 +57,7 @@ from gnnsys.sampler.draw import draw_key
 from gnnsys.sampler.hetero import (
     HeteroNeighborSampler,
     HeteroSampledSubgraph,
+    checked_seeds,
     relation_seed,
     seeds_of,
 )
@@ -282,9 +283,7 @@ class ExtendedSampler:
         *,
         with_edge_index: bool,
     ) -> HeteroSampledSubgraph:
-        seeds = {t: self._seeds_of(t, lid) for t, lid in seed_lids.items()}
-        if not seeds:
-            raise ValueError("seed_lids is empty; pass the seeds of at least one node type")
+        seeds = checked_seeds(seed_lids, self._seeds_of)
         time_B = self._tree_times(seeds, seed_time or {})
         return self._sample_hops(seeds, next(iter(seeds)), time_B, seed, with_edge_index)
 

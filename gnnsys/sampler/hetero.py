@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import threading
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,6 +50,7 @@ __all__ = [
     "HeteroNeighborSampler",
     "HeteroSampledSubgraph",
     "assemble",
+    "checked_seeds",
     "csr_sources",
     "relation_seed",
     "seeds_of",
@@ -199,9 +200,7 @@ class HeteroNeighborSampler:
                 "seed_time given to plain fanout sampling; temporal sampling is "
                 "ExtendedSampler's (pass time_attr to the loader)"
             )
-        seeds = {t: seeds_of(t, lid, self.node_types) for t, lid in seed_lids.items()}
-        if not seeds:
-            raise ValueError("seed_lids is empty; pass the seeds of at least one node type")
+        seeds = checked_seeds(seed_lids, lambda t, lid: seeds_of(t, lid, self.node_types))
         with self._lock:
             ids = self._free.pop() if self._free else {t: LocalIds() for t in self.node_types}
         touched: dict[str, list[np.ndarray]] = {t: [] for t in self.node_types}
@@ -334,6 +333,16 @@ def assemble(
         e_id=e_id,
         batch=batch,
     )
+
+
+def checked_seeds(
+    seed_lids: Mapping[str, Tensor], check: Callable[[str, Tensor], np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Each type's seeds through ``check`` (``seeds_of`` or stricter); refuses no types at all."""
+    seeds = {t: check(t, lid) for t, lid in seed_lids.items()}
+    if not seeds:
+        raise ValueError("seed_lids is empty; pass the seeds of at least one node type")
+    return seeds
 
 
 def seeds_of(node_type: str, seed_lid: Tensor, node_types: Sequence[str]) -> np.ndarray:

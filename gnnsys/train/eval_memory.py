@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnnsys.store.pages import ReadAhead, dense_range, glibc, read_ahead_rows, willneed_range
+from gnnsys.store.pages import ReadAhead, glibc, read_ahead_rows, willneed_range
 
 __all__ = [
     "EVAL_MMAP_THRESHOLD",
@@ -135,16 +135,9 @@ class LayerTables:
         return self._tables[table]
 
     def rows(self, table: int, pos: np.ndarray) -> Tensor:
-        """Rows ``pos`` of published ``table`` (a copy), read ahead where it is spilled.
-
-        A dense request reads its whole range ahead in one sequential request
-        (:func:`table_rows`); a sparse one asks for the pages it lacks (``ReadAhead``).
-        """
+        """Rows ``pos`` of published ``table`` (a copy), read ahead where it is spilled."""
         pos = np.asarray(pos, dtype=np.int64)
-        ahead, out = self._ahead.get(table), self._tables[table]
-        if ahead is None or dense_range(pos, int(out.shape[1]) * 4) is not None:
-            return table_rows(out, pos)
-        return torch.from_numpy(ahead.take(pos))
+        return table_rows(self._tables[table], pos, self._ahead.get(table))
 
     def spills(self, rows: int, width: int) -> bool:
         """Whether a ``[rows, width]`` table goes to a file."""
@@ -246,13 +239,16 @@ def willneed_rows(table: Tensor, first: int, stop: int) -> None:
     willneed_range(table.data_ptr() + first * row, (stop - first) * row)
 
 
-def table_rows(table: Tensor, lid: np.ndarray) -> Tensor:
-    """Rows ``lid`` of a 2-D table; a dense sorted request's range is read ahead first.
+def table_rows(table: Tensor, lid: np.ndarray, ahead: ReadAhead | None = None) -> Tensor:
+    """Rows ``lid`` of a 2-D table, their pages asked for before the gather where it is mapped.
 
     ``pages.dense_range``: when the rows touch most pages of their range anyway (a peer asking
     for a large share of a spilled table), one sequential read-ahead replaces a 4 KiB fault
-    per page of the ``MADV_RANDOM`` map.
+    per page of the ``MADV_RANDOM`` map. A sparse request goes through ``ahead`` (the
+    table's ``ReadAhead``: only the pages it lacks, asked for together) when given.
     """
     if table.is_contiguous() and table.dim() == 2:
-        read_ahead_rows(table.data_ptr(), int(table.shape[1]) * table.element_size(), lid)
+        row_bytes = int(table.shape[1]) * table.element_size()
+        if not read_ahead_rows(table.data_ptr(), row_bytes, lid) and ahead is not None:
+            return torch.from_numpy(ahead.take(np.asarray(lid, dtype=np.int64)))
     return table[torch.from_numpy(lid)]
