@@ -1,8 +1,8 @@
 """``ExtendedSampler``: PyG's optional sampling modes (disjoint, weighted, temporal), by node type.
 
-``NeighborSampler`` / ``HeteroNeighborSampler`` are the fast paths for plain fanouts (the
-distributed runtime's); this sampler adds PyG's other modes, over whole-graph
-``CSRNeighborSource`` s keyed by relation. A homogeneous graph is its one-type case
+``NeighborSampler`` / ``HeteroNeighborSampler`` (both fronts of ``FanoutEngine``) are the fast
+path for plain fanouts (the distributed runtime's); this sampler adds PyG's other modes, over
+whole-graph ``CSRNeighborSource`` s keyed by relation. A homogeneous graph is its one-type case
 (``ExtendedSampler.over_graph``, ``sample_graph``: the ``SampledSubgraph`` layout, seeds first,
 one segment per hop, edges grouped by destination in ``n_id`` order, blocks as prefixes); a
 typed graph gets ``gnnsys.sampler.hetero``'s layout (per type, seeds first and one segment per
@@ -62,16 +62,11 @@ from gnnsys.sampler.hetero import (
     seeds_of,
 )
 from gnnsys.sampler.hetero import assemble as assemble_hetero
+from gnnsys.sampler.neighbor import ONE_RELATION, ONE_TYPE
 from gnnsys.sampler.relabel import Piece
 from gnnsys.types import SampledSubgraph
 
 __all__ = ["ExtendedSampler", "ONE_RELATION", "ONE_TYPE"]
-
-ONE_TYPE = "_N"
-"""The node type of a homogeneous graph in ``ExtendedSampler.over_graph`` (DGL's name)."""
-
-ONE_RELATION: EdgeType = (ONE_TYPE, "_E", ONE_TYPE)
-"""Its one relation."""
 
 
 class ExtendedSampler:

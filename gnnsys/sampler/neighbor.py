@@ -25,6 +25,12 @@ its sources up, and only one scatter-min per hop runs alone (``gnnsys.sampler.re
 node's draw depends only on ``(seed, hop, gid, degree)`` and ids follow first appearance in the
 whole hop, so the batch is identical for every thread count.
 
+**One engine for both kinds.** ``FanoutEngine`` runs the hops over typed nodes: one table per
+node type, one fanout list and source per relation. ``NeighborSampler`` is its one-type case
+(``ONE_TYPE``, ``ONE_RELATION``, drawn with the batch seed itself);
+``gnnsys.sampler.hetero.HeteroNeighborSampler`` is its typed front (each relation drawn with its
+``relation_seed``). Everything above holds per relation and per type.
+
 Shape legend: ``B`` seeds, ``N`` sampled nodes, ``E`` sampled edges, ``M`` destinations of a hop.
 """
 
@@ -32,20 +38,28 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from gnnsys.datasets.hetero import EdgeType
 from gnnsys.sampler.base import NeighborSource, prefix_blocks
 from gnnsys.sampler.degree import DegreeSource, with_in_degree
 from gnnsys.sampler.ordered import OrderedMap
 from gnnsys.sampler.relabel import ChunkPool, LocalIds, Piece
 from gnnsys.types import SampledSubgraph
 
-__all__ = ["NeighborSampler"]
+__all__ = ["ONE_RELATION", "ONE_TYPE", "FanoutEngine", "NeighborSampler", "Sampled"]
+
+ONE_TYPE = "_N"
+"""The node type of a homogeneous graph in the typed samplers (DGL's name)."""
+
+ONE_RELATION: EdgeType = (ONE_TYPE, "_E", ONE_TYPE)
+"""Its one relation."""
 
 # Destinations per chunk below which a hop is not split: a chunk must keep a thread busy for
 # well over the ~50 us a hand-off costs. 256 splits even the seed hop of a 1024-seed batch
@@ -56,6 +70,9 @@ _MIN_DST_PER_CHUNK = 256
 
 class NeighborSampler:
     """Implements ``Sampler``: fanout sampling of in-neighbors, hop by hop.
+
+    The one-type case of ``FanoutEngine`` (one node type, one relation, keyed by the batch
+    seed); ``HeteroNeighborSampler`` is its typed front over the same engine.
 
     Args:
         config: Fanouts, replacement and threads.
@@ -104,23 +121,14 @@ class NeighborSampler:
         self.config = config
         self.source = source
         self.degrees = degrees
-        self._free: list[_Context] = []  # contexts not in use; a call pops one or makes one
-        self._lock = threading.Lock()
-
-    def _take_context(self) -> _Context:
-        threads = self.config.num_threads or torch.get_num_threads()
-        with self._lock:
-            ctx = self._free.pop() if self._free else _Context(LocalIds(), ChunkPool(1))
-        if ctx.pool.pid != os.getpid():  # forked: the workers stayed in the parent
-            ctx.pool = ChunkPool(threads)
-        elif ctx.pool.num_threads != threads:
-            ctx.pool.close()
-            ctx.pool = ChunkPool(threads)
-        return ctx
-
-    def _give_back(self, ctx: _Context) -> None:
-        with self._lock:
-            self._free.append(ctx)
+        self.engine = FanoutEngine(
+            {ONE_RELATION: config.fanouts},
+            {ONE_RELATION: source},
+            [ONE_TYPE],
+            replace=config.replace,
+            num_threads=config.num_threads,
+            relation_key=None,
+        )
 
     def sample(self, seed_gid: Tensor, *, seed: int) -> SampledSubgraph:
         """Sample the ``len(fanouts)``-hop in-neighborhood of ``seed_gid``.
@@ -142,17 +150,22 @@ class NeighborSampler:
         seeds = seed_gid.long().contiguous().numpy()
         if int(seeds.min()) < 0:
             raise ValueError(f"seed_gid has negative gid {int(seeds.min())}; gids are >= 0")
-        ctx = self._take_context()
-        try:
-            ctx.ids.add_seeds(seeds)
-            touched = [seeds]  # every table entry this batch writes; reset before returning
-            try:
-                sub = self._sample_hops(seeds, seed, ctx, touched)
-            finally:
-                for gid in touched:  # empty unless a hop raised: _finish resets on success
-                    ctx.ids.reset(gid)
-        finally:
-            self._give_back(ctx)
+        out = self.engine.run({ONE_TYPE: seeds}, seed)
+        num_nodes = out.num_nodes[ONE_TYPE]
+        num_edges = out.num_edges[ONE_RELATION]
+        sub = SampledSubgraph(
+            n_id=out.n_id[ONE_TYPE],
+            blocks=prefix_blocks(
+                num_nodes,
+                num_edges,
+                out.rowptr[ONE_RELATION],
+                out.col[ONE_RELATION],
+                out.e_id[ONE_RELATION],
+            ),
+            batch_size=num_nodes[0],
+            num_sampled_nodes=num_nodes,
+            num_sampled_edges=num_edges,
+        )
         if self.degrees is None:
             return sub
         return with_in_degree(sub, self.degrees.in_degree(sub.n_id))
@@ -189,108 +202,231 @@ class NeighborSampler:
             name="gnnsys-sampler-batch",
         )
 
-    def _sample_hops(
-        self, seeds: np.ndarray, seed: int, ctx: _Context, touched: list[np.ndarray]
-    ) -> SampledSubgraph:
-        """Run every hop; ``touched`` collects the gids written to the table.
 
-        Rounds per split hop: draw + lookup (which also fills the previous hop's ids), detect,
-        assign; two more at the end (fill the last hop while copying the output; reset).
+@dataclass(frozen=True, slots=True, eq=False)
+class Sampled:
+    """What ``FanoutEngine.run`` returns: per type and per relation, every hop concatenated.
+
+    Attributes:
+        n_id: Node type -> ``[N_t]`` int64 ids, seeds first, then every hop's new nodes.
+        num_nodes: Node type -> nodes added per hop, seeds first (``L + 1``).
+        num_edges: Relation -> edges drawn per hop, seed hop first (``L``).
+        rowptr: Relation -> ``[M_r + 1]`` int64 over every hop's destinations, in ``n_id`` order
+            of the destination type.
+        col: Relation -> ``[E_r]`` int64 local index of each edge's source.
+        e_id: Relation -> ``[E_r]`` int64 edge ids.
+    """
+
+    n_id: dict[str, Tensor]
+    num_nodes: dict[str, tuple[int, ...]]
+    num_edges: dict[EdgeType, tuple[int, ...]]
+    rowptr: dict[EdgeType, Tensor]
+    col: dict[EdgeType, Tensor]
+    e_id: dict[EdgeType, Tensor]
+
+
+class FanoutEngine:
+    """Plain fanout sampling over typed nodes: the one hop loop of both samplers.
+
+    Hop ``h`` draws, for every relation ``(src, rel, dst)`` in order, up to ``fanouts[r][h]``
+    in-neighbors of the ``dst`` nodes first reached at hop ``h - 1`` (the seeds at hop 0); then
+    every source type numbers its new nodes by first appearance over its relations, in order
+    (``LocalIds``, one table per type). A homogeneous graph is one type and one relation.
+
+    Args:
+        fanouts: Relation -> fanout per hop (every relation the same number of hops); ``0``
+            draws none, ``-1`` all.
+        sources: Relation -> its ``NeighborSource``.
+        node_types: Every node type, in output order.
+        replace: Draw with replacement.
+        num_threads: Threads per call (the caller's included); ``None`` follows
+            ``torch.get_num_threads()`` at call time. The result never depends on it.
+        relation_key: ``(batch seed, relation) -> the relation's draw seed``; ``None`` draws
+            every relation with the batch seed itself (the one-type case).
+    """
+
+    def __init__(
+        self,
+        fanouts: Mapping[EdgeType, tuple[int, ...]],
+        sources: Mapping[EdgeType, NeighborSource],
+        node_types: Sequence[str],
+        *,
+        replace: bool = False,
+        num_threads: int | None = None,
+        relation_key: Callable[[int, EdgeType], int] | None = None,
+    ) -> None:
+        self.fanouts = dict(fanouts)
+        self.edge_types = list(self.fanouts)
+        self.sources = dict(sources)
+        self.node_types = list(node_types)
+        self.replace = replace
+        self.num_threads = num_threads
+        self.relation_key = relation_key
+        self.num_hops = len(next(iter(self.fanouts.values()), ()))
+        self._free: list[_Context] = []  # contexts not in use; a call pops one or makes one
+        self._lock = threading.Lock()
+
+    def _take_context(self) -> _Context:
+        threads = self.num_threads or torch.get_num_threads()
+        with self._lock:
+            ctx = self._free.pop() if self._free else None
+        if ctx is None:
+            ctx = _Context({t: LocalIds() for t in self.node_types}, ChunkPool(1))
+        if ctx.pool.pid != os.getpid():  # forked: the workers stayed in the parent
+            ctx.pool = ChunkPool(threads)
+        elif ctx.pool.num_threads != threads:
+            ctx.pool.close()
+            ctx.pool = ChunkPool(threads)
+        return ctx
+
+    def run(self, seeds: Mapping[str, np.ndarray], seed: int) -> Sampled:
+        """Sample from checked seeds (type -> ``[B_t]`` int64 distinct ids >= 0).
+
+        Raises:
+            ValueError: Repeated seeds, or a source error (an id it does not hold).
         """
-        frontier = seeds
-        num_known = int(seeds.shape[0])
-        node_parts, hops = [seeds], []
-        unfilled: list[Piece] = []
-        for hop, fanout in enumerate(self.config.fanouts):
-            pieces = self._draw(frontier, fanout, hop, seed, ctx, unfilled)
-            touched.extend(p.cand_F for p in pieces)  # claimed; those not assigned need a reset
-            num_known = ctx.ids.number(pieces, num_known, ctx.pool)
-            del touched[len(touched) - len(pieces) :]  # assigned: each is some piece's new_U
-            touched.extend(p.new_U for p in pieces)
-            frontier = np.concatenate([p.new_U for p in pieces]) if pieces else seeds[:0]
-            node_parts.append(frontier)
-            hops.append(pieces)
-            unfilled = pieces
-        return self._finish(node_parts, hops, ctx, touched)
+        ctx = self._take_context()
+        touched: list[tuple[LocalIds, np.ndarray]] = []  # entries written; reset before return
+        try:
+            for node_type, lid in seeds.items():
+                ctx.ids[node_type].add_seeds(lid)
+                touched.append((ctx.ids[node_type], lid))
+            try:
+                return self._sample_hops(seeds, seed, ctx, touched)
+            finally:
+                for ids, lid in touched:  # empty unless a hop raised: _finish resets on success
+                    ids.reset(lid)
+        finally:
+            with self._lock:
+                self._free.append(ctx)
+
+    def _sample_hops(
+        self,
+        seeds: Mapping[str, np.ndarray],
+        seed: int,
+        ctx: _Context,
+        touched: list[tuple[LocalIds, np.ndarray]],
+    ) -> Sampled:
+        """Run every hop; ``touched`` collects the ids written to the tables.
+
+        Rounds per split relation and hop: draw + lookup (the first also fills the previous
+        hop's ids), then per source type detect and assign; two more at the end (fill the last
+        hop while copying the output; reset).
+        """
+        empty = np.zeros(0, dtype=np.int64)
+        parts = {t: [seeds.get(t, empty)] for t in self.node_types}
+        known = {t: int(parts[t][0].shape[0]) for t in self.node_types}
+        hops: dict[EdgeType, list[list[Piece]]] = {et: [] for et in self.edge_types}
+        unfilled: list[tuple[LocalIds, Piece]] = []
+        for hop in range(self.num_hops):
+            by_src: dict[str, list[Piece]] = {t: [] for t in self.node_types}
+            for et in self.edge_types:
+                key = seed if self.relation_key is None else self.relation_key(seed, et)
+                pieces = self._draw(et, parts[et[2]][-1], hop, key, ctx, unfilled)
+                unfilled = []
+                hops[et].append(pieces)
+                by_src[et[0]].extend(pieces)
+            for node_type, pieces in by_src.items():
+                ids = ctx.ids[node_type]
+                if not pieces:
+                    parts[node_type].append(empty)
+                    continue
+                claimed = [(ids, p.cand_F) for p in pieces]
+                touched.extend(claimed)  # claimed; those not assigned need a reset
+                known[node_type] = ids.number(pieces, known[node_type], ctx.pool)
+                del touched[len(touched) - len(claimed) :]  # assigned: each is some new_U
+                touched.extend((ids, p.new_U) for p in pieces)
+                parts[node_type].append(np.concatenate([p.new_U for p in pieces]))
+                unfilled.extend((ids, p) for p in pieces)
+        return self._finish(parts, hops, ctx, touched)
 
     def _finish(
         self,
-        node_parts: list[np.ndarray],
-        hops: list[list[Piece]],
+        parts: dict[str, list[np.ndarray]],
+        hops: dict[EdgeType, list[list[Piece]]],
         ctx: _Context,
-        touched: list[np.ndarray],
-    ) -> SampledSubgraph:
-        """Fill the last hop and build the output arrays, then reset the table: two rounds."""
-        pieces = [p for hop_pieces in hops for p in hop_pieces]
-        first_unfilled = len(pieces) - (len(hops[-1]) if hops else 0)
-        ends = np.cumsum([0] + [int(p.src_E.shape[0]) for p in pieces]).tolist()
-        num_dst = sum(int(p.count_M.shape[0]) for p in pieces)
-        col_all, e_id_all = np.empty(ends[-1], np.int64), np.empty(ends[-1], np.int64)
-        rowptr_all = np.zeros(num_dst + 1, dtype=np.int64)
-        n_id = np.empty(sum(int(p.shape[0]) for p in node_parts), dtype=np.int64)
-        resets = list(touched)  # the seeds and every hop's new gids: each entry written once
-        touched.clear()  # from here on nothing can raise between the table and the caller
-
-        def copy(i: int) -> None:  # one piece, or (past the pieces) the rowptr or the n_id
-            if i < len(pieces):
-                if i >= first_unfilled:
-                    ctx.ids.fill(pieces[i])
-                col_all[ends[i] : ends[i + 1]] = pieces[i].col_E  # int32 ids widen here
-                e_id_all[ends[i] : ends[i + 1]] = pieces[i].e_id_E
-            elif i == len(pieces):
-                np.concatenate([col_all[:0]] + [p.count_M for p in pieces], out=rowptr_all[1:])
-                np.cumsum(rowptr_all, out=rowptr_all)
-            else:
-                np.concatenate(node_parts, out=n_id)
-
-        jobs = list(range(len(pieces) + 2))
-        self._spread(ctx.pool, copy, jobs)
-        self._spread(ctx.pool, lambda i: ctx.ids.reset(resets[i]), list(range(len(resets))))
-        return _assemble(node_parts, hops, rowptr_all, col_all, e_id_all, n_id)
-
-    @staticmethod
-    def _spread(pool: ChunkPool, job: Callable[[int], None], items: list[int]) -> None:
-        """Run ``job`` on every item, round-robin over the pool's threads (one hand-off)."""
-        step = pool.num_threads
-
-        def task(t: int) -> None:
-            for i in items[t::step]:
-                job(i)
-
-        pool.map(task, range(min(step, len(items))))
+        touched: list[tuple[LocalIds, np.ndarray]],
+    ) -> Sampled:
+        """Fill the last hop and build the output arrays, then reset the tables: two rounds."""
+        jobs: list[Callable[[], object]] = []
+        rowptr, col, e_id, n_id = {}, {}, {}, {}
+        for et, per_hop in hops.items():
+            pieces = [p for hop_pieces in per_hop for p in hop_pieces]
+            first_unfilled = len(pieces) - (len(per_hop[-1]) if per_hop else 0)
+            ends = np.cumsum([0] + [int(p.src_E.shape[0]) for p in pieces]).tolist()
+            col[et], e_id[et] = np.empty(ends[-1], np.int64), np.empty(ends[-1], np.int64)
+            num_dst = sum(int(p.count_M.shape[0]) for p in pieces)
+            rowptr[et] = np.zeros(num_dst + 1, dtype=np.int64)
+            ids = ctx.ids[et[0]]
+            jobs += [
+                partial(
+                    _copy_piece,
+                    ids if i >= first_unfilled else None,
+                    piece,
+                    col[et][ends[i] : ends[i + 1]],
+                    e_id[et][ends[i] : ends[i + 1]],
+                )
+                for i, piece in enumerate(pieces)
+            ]
+            jobs.append(partial(_rowptr, pieces, rowptr[et]))
+        for node_type, arrays in parts.items():
+            n_id[node_type] = np.empty(sum(int(a.shape[0]) for a in arrays), dtype=np.int64)
+            jobs.append(partial(np.concatenate, arrays, out=n_id[node_type]))
+        resets = [partial(ids.reset, gid) for ids, gid in touched]  # each entry written once
+        touched.clear()  # from here on nothing can raise between the tables and the caller
+        _spread(ctx.pool, jobs)
+        _spread(ctx.pool, resets)
+        return Sampled(
+            n_id={t: torch.from_numpy(a) for t, a in n_id.items()},
+            num_nodes={t: tuple(int(a.shape[0]) for a in ps) for t, ps in parts.items()},
+            num_edges={
+                et: tuple(sum(int(p.src_E.shape[0]) for p in hp) for hp in per_hop)
+                for et, per_hop in hops.items()
+            },
+            rowptr={et: torch.from_numpy(a) for et, a in rowptr.items()},
+            col={et: torch.from_numpy(a) for et, a in col.items()},
+            e_id={et: torch.from_numpy(a) for et, a in e_id.items()},
+        )
 
     def _draw(
         self,
+        edge_type: EdgeType,
         frontier: np.ndarray,
-        fanout: int,
         hop: int,
-        seed: int,
+        key: int,
         ctx: _Context,
-        unfilled: list[Piece],
+        unfilled: list[tuple[LocalIds, Piece]],
     ) -> list[Piece]:
-        """The hop's edges as looked-up pieces (one per thread when the hop is big enough).
+        """One relation's edges of one hop as looked-up pieces (one per thread when big enough).
 
         The same round fills ``unfilled``, the previous hop's pieces: that reads table entries
         this round never writes.
         """
-        ids, pool = ctx.ids, ctx.pool
+        ids, pool = ctx.ids[edge_type[0]], ctx.pool
+        fanout = self.fanouts[edge_type][hop]
+        source = self.sources[edge_type]
         num_chunks = max(1, min(pool.num_threads, frontier.shape[0] // _MIN_DST_PER_CHUNK))
-        concurrent = num_chunks > 1 and getattr(self.source, "concurrent_calls", False)
+        concurrent = num_chunks > 1 and getattr(source, "concurrent_calls", False)
         chunks: list[np.ndarray] = []
         pieces: list[Piece] = []
-        if concurrent:
+        if fanout == 0:  # every destination gets its (empty) row
+            if frontier.size:
+                none = np.zeros(0, dtype=np.int64)
+                pieces = [Piece(np.zeros(frontier.shape[0], np.int64), none, none)]
+        elif concurrent:
             chunks = np.array_split(frontier, num_chunks)  # drawn inside the round
         elif frontier.size:  # one call, then per-thread lookups
-            pieces = _split(self._call_source(frontier, fanout, hop, seed), num_chunks)
+            call = self._call_source(source, frontier, fanout, hop, key)
+            pieces = _split(call, num_chunks)
             _grow_for(ids, pieces)
         table_size = int(ids.table_N.shape[0])
         num_tasks = max(len(chunks), len(pieces), len(unfilled), 1)
 
         def task(t: int) -> Piece | None:
-            for piece in unfilled[t::num_tasks]:
-                ids.fill(piece)
+            for table, piece in unfilled[t::num_tasks]:
+                table.fill(piece)
             if t < len(chunks):
-                piece = self._call_source(chunks[t], fanout, hop, seed)
+                piece = self._call_source(source, chunks[t], fanout, hop, key)
                 if piece.src_E.size and int(piece.src_E.max()) >= table_size:
                     return piece  # not looked up: the table must grow first, between rounds
             elif t < len(pieces):
@@ -307,9 +443,11 @@ class NeighborSampler:
                 ids.lookup(piece)
         return done
 
-    def _call_source(self, dst: np.ndarray, fanout: int, hop: int, seed: int) -> Piece:
-        got = self.source.sample_neighbors(
-            torch.from_numpy(dst), fanout, seed=seed, hop=hop, replace=self.config.replace
+    def _call_source(
+        self, source: NeighborSource, dst: np.ndarray, fanout: int, hop: int, key: int
+    ) -> Piece:
+        got = source.sample_neighbors(
+            torch.from_numpy(dst), fanout, seed=key, hop=hop, replace=self.replace
         )
         return Piece(_np64(got.count_M), _np64(got.src_gid_E), _np64(got.e_id_E))
 
@@ -318,7 +456,7 @@ class NeighborSampler:
 class _Context:
     """What one in-flight ``sample`` call owns: its id table and its chunk threads."""
 
-    ids: LocalIds
+    ids: dict[str, LocalIds]
     pool: ChunkPool
 
 
@@ -348,22 +486,25 @@ def _split(piece: Piece, num_chunks: int) -> list[Piece]:
     ]
 
 
-def _assemble(
-    node_parts: list[np.ndarray],
-    hops: list[list[Piece]],
-    rowptr_all: np.ndarray,
-    col_all: np.ndarray,
-    e_id_all: np.ndarray,
-    n_id: np.ndarray,
-) -> SampledSubgraph:
-    """Cut one prefix block per layer (input layer first) out of the concatenated hops."""
-    num_nodes = tuple(int(p.shape[0]) for p in node_parts)
-    num_edges = tuple(sum(int(p.src_E.shape[0]) for p in hop_pieces) for hop_pieces in hops)
-    rowptr_t, col_t, e_id_t = (torch.from_numpy(a) for a in (rowptr_all, col_all, e_id_all))
-    return SampledSubgraph(
-        n_id=torch.from_numpy(n_id),
-        blocks=prefix_blocks(num_nodes, num_edges, rowptr_t, col_t, e_id_t),
-        batch_size=num_nodes[0],
-        num_sampled_nodes=num_nodes,
-        num_sampled_edges=num_edges,
-    )
+def _copy_piece(ids: LocalIds | None, piece: Piece, col_E: np.ndarray, e_id_E: np.ndarray) -> None:
+    """Fill ``piece`` (``ids`` given: a last-hop piece) and copy it into the output."""
+    if ids is not None:
+        ids.fill(piece)
+    col_E[:] = piece.col_E  # int32 ids widen here
+    e_id_E[:] = piece.e_id_E
+
+
+def _rowptr(pieces: list[Piece], rowptr: np.ndarray) -> None:
+    np.concatenate([rowptr[:0]] + [p.count_M for p in pieces], out=rowptr[1:])
+    np.cumsum(rowptr, out=rowptr)
+
+
+def _spread(pool: ChunkPool, jobs: Sequence[Callable[[], object]]) -> None:
+    """Run every job, round-robin over the pool's threads (one hand-off)."""
+    step = pool.num_threads
+
+    def task(t: int) -> None:
+        for job in jobs[t::step]:
+            job()
+
+    pool.map(task, range(min(step, len(jobs))))

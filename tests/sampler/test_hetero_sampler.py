@@ -164,3 +164,68 @@ def test_concurrent_calls_match_sequential(graph: HeteroGraph) -> None:
         assert have is not None
         for et in graph.edge_types:
             assert torch.equal(want.edge_index[et], have.edge_index[et])
+
+
+def _fields(sub: HeteroSampledSubgraph) -> list[torch.Tensor]:
+    out = [sub.n_id[t] for t in sorted(sub.n_id)]
+    for blocks in sub.blocks:
+        for et in sorted(blocks):
+            out += [blocks[et].rowptr, blocks[et].col, blocks[et].e_id]
+    return out + [sub.edge_index[et] for et in sorted(sub.edge_index)]
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_thread_count_never_changes_the_typed_batch(
+    graph: HeteroGraph, replace: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The typed sampler runs on the threaded engine: chunks per relation, same batch."""
+    from gnnsys.sampler import neighbor
+
+    monkeypatch.setattr(neighbor, "_MIN_DST_PER_CHUNK", 4)  # split even tiny hops
+    fanouts = uniform(graph, (5, 3))
+    fanouts[WRITES] = (0, -1)
+    subs = []
+    for threads in (1, 2, 3):
+        sampler = make(graph, fanouts, replace=replace)
+        sampler.engine.num_threads = threads
+        for _ in range(2):  # and again, on the reset tables
+            subs.append(
+                sampler.sample_types(
+                    {"paper": torch.arange(0, 400, 3), "author": torch.arange(30)}, seed=17
+                )
+            )
+        assert sampler.engine._free[0].pool.num_threads == threads
+    for sub in subs[1:]:
+        assert sub.num_sampled_nodes == subs[0].num_sampled_nodes
+        assert sub.num_sampled_edges == subs[0].num_sampled_edges
+        for got, want in zip(_fields(sub), _fields(subs[0]), strict=True):
+            assert torch.equal(got, want)
+
+
+def test_serial_sources_get_one_call_per_relation_and_hop(
+    graph: HeteroGraph, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A source without concurrent calls (a remote owner) keeps one request per hop."""
+    from gnnsys.sampler import neighbor
+
+    monkeypatch.setattr(neighbor, "_MIN_DST_PER_CHUNK", 4)
+    calls: list[EdgeType] = []
+
+    class Serial:
+        def __init__(self, et: EdgeType, inner: object) -> None:
+            self.et, self.inner = et, inner
+
+        def sample_neighbors(self, *args: object, **kw: object) -> object:
+            calls.append(self.et)
+            return self.inner.sample_neighbors(*args, **kw)  # type: ignore[attr-defined]
+
+    fanouts = uniform(graph, (4, 2))
+    config = HeteroNeighborSampler.Config(fanouts=fanouts)
+    sources = {et: Serial(et, s) for et, s in csr_sources(graph).items()}
+    serial = HeteroNeighborSampler(config, sources=sources, node_types=graph.node_types)
+    serial.engine.num_threads = 2
+    got = serial.sample(torch.arange(300), input_type="paper", seed=5)
+    want = make(graph, fanouts).sample(torch.arange(300), input_type="paper", seed=5)
+    assert calls and max(calls.count(et) for et in set(calls)) <= 2  # one call per hop at most
+    for a, b in zip(_fields(got), _fields(want), strict=True):
+        assert torch.equal(a, b)

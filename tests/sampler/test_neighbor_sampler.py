@@ -203,6 +203,15 @@ class _SerialSource(_CountingSource):
     concurrent_calls = False
 
 
+def _tables_clean(sampler: NeighborSampler) -> bool:
+    """Every id table the sampler keeps is back to unseen (-1)."""
+    return all(
+        not bool((torch.from_numpy(ids.table_N) != -1).any())
+        for ctx in sampler.engine._free
+        for ids in ctx.ids.values()
+    )
+
+
 def _every_field(sub: SampledSubgraph) -> list[Tensor]:
     block = sub.blocks[0]
     return [sub.n_id, block.rowptr, block.col, block.e_id]
@@ -250,7 +259,7 @@ def test_error_in_a_worker_thread_leaves_the_sampler_usable(
     sampler = NeighborSampler(NeighborSampler.Config(fanouts=(3,), num_threads=2), source=shard)
     with pytest.raises(ValueError, match="not held"):
         sampler.sample(torch.tensor([0, 2, 4, 6, 8, 10, 12, 1]), seed=0)  # gid 1: other shard
-    assert all(not bool((torch.from_numpy(c.ids.table_N) != -1).any()) for c in sampler._free)
+    assert _tables_clean(sampler)
     sub = sampler.sample(torch.tensor([0, 2, 4, 6, 8, 10]), seed=0)
     assert sub.batch_size == 6
 
@@ -289,7 +298,7 @@ def test_sample_batches_equals_sequential_sampling(tiny_graph: Graph, num_worker
         assert a.num_sampled_nodes == b.num_sampled_nodes
         for x, y in zip(_every_field(a), _every_field(b), strict=True):
             assert torch.equal(x, y)
-    assert len(sampler._free) <= num_workers + 1  # one id table per concurrent call, reused
+    assert len(sampler.engine._free) <= num_workers + 1  # one id table per concurrent call, reused
 
 
 def test_sample_batches_raises_at_the_bad_batch(tiny_graph: Graph) -> None:
@@ -299,6 +308,6 @@ def test_sample_batches_raises_at_the_bad_batch(tiny_graph: Graph) -> None:
     assert next(it).batch_size == 10
     with pytest.raises(ValueError, match="repeated"):
         next(it)
-    assert all(not bool((torch.from_numpy(c.ids.table_N) != -1).any()) for c in sampler._free)
+    assert _tables_clean(sampler)
     with pytest.raises(ValueError, match="num_workers"):
         sampler.sample_batches(requests, num_workers=0)
