@@ -54,81 +54,50 @@ def add_parser(kinds: Any) -> None:
     p.add_argument(
         "--no-sample",
         action="store_true",
-        help="heterogeneous datasets: skip the sampled remote-fetch simulation",
+        help="skip the sampled remote-fetch simulation (report the k-hop halo upper bound)",
     )
     p.set_defaults(func=run)
 
 
 def simulate_remote_fetches(
-    graph: Any,
-    part_N: np.ndarray,
+    engine: Any,
+    owner_of: dict[str, np.ndarray],
+    train_of: dict[str, np.ndarray | None],
     num_parts: int,
-    fanouts: tuple[int, ...],
     batch_size: int,
     seed: int,
-) -> int:
-    """Remote input nodes summed over one epoch of every part's train-seed batches.
+) -> dict[str, int]:
+    """Remote sampled nodes per type, over one epoch of every part's train-seed batches.
 
-    Raises:
-        ImportError: The sampler is not available.
+    Args:
+        engine: The sampler's ``FanoutEngine`` (``NeighborSampler(...).engine`` for a graph,
+            ``HeteroNeighborSampler(...).engine`` for a typed one).
+        owner_of: Node type -> ``[N_t]`` part of every node.
+        train_of: Node type -> ``[N_t]`` train mask; ``None``: the type has no seeds.
+        num_parts: ``P``.
+        batch_size: Seeds per batch.
+        seed: Seed of the seed order and of the draws.
     """
-    import torch
+    from gnnsys.sampler import batch_seed
 
-    from gnnsys.sampler import CSRNeighborSource, NeighborSampler, batch_seed
-
-    sampler = NeighborSampler(
-        NeighborSampler.Config(fanouts=fanouts), source=CSRNeighborSource.from_graph(graph)
-    )
     rng = np.random.default_rng(seed)
-    total = 0
-    for part in range(num_parts):
-        owned = part_N == part
-        mask = owned if graph.train_mask is None else owned & graph.train_mask
-        seeds = rng.permutation(np.flatnonzero(mask))
-        for b, lo in enumerate(range(0, seeds.shape[0], batch_size)):
-            batch = torch.from_numpy(seeds[lo : lo + batch_size].astype(np.int64))
-            sub = sampler.sample(batch, seed=batch_seed(seed, 0, part * 1_000_003 + b))
-            total += int(np.count_nonzero(part_N[sub.n_id.numpy()] != part))
+    total = dict.fromkeys(owner_of, 0)
+    for input_type, owner in owner_of.items():
+        train = train_of[input_type]
+        if train is None:
+            continue
+        for part in range(num_parts):
+            seeds = rng.permutation(np.flatnonzero((owner == part) & train)).astype(np.int64)
+            for b, lo in enumerate(range(0, seeds.shape[0], batch_size)):
+                key = batch_seed(seed, 0, part * 1_000_003 + b)
+                sub = engine.run({input_type: seeds[lo : lo + batch_size]}, key)
+                for t, n_id in sub.n_id.items():
+                    total[t] += int(np.count_nonzero(owner_of[t][n_id.numpy()] != part))
     return total
 
 
-def bench_one(
-    graph: Any, method: str, num_parts: int, args: argparse.Namespace, fanouts: tuple[int, ...]
-) -> dict[str, Any]:
-    """Assign, measure and score one ``(method, parts)`` row."""
-    from gnnsys.partitioners import compute_metrics, make_partitioner
-
-    partitioner = make_partitioner(method)
-    with Measured() as m:
-        assignment = partitioner.assign(graph, num_parts, seed=args.seed)
-    metrics = compute_metrics(graph, assignment, num_hops=len(fanouts))
-    row: dict[str, Any] = {
-        "dataset": graph.name,
-        "method": method,
-        "parts": num_parts,
-        "edge_cut": metrics.edge_cut,
-        "edge_cut_fraction": round(metrics.edge_cut_fraction, 6),
-        "node_balance": round(metrics.node_balance, 4),
-        "edge_balance": round(metrics.edge_balance, 4),
-        "train_balance": None if metrics.train_balance is None else round(metrics.train_balance, 4),
-        "comm_volume": metrics.comm_volume,
-        "halo_factor": round(metrics.halo_factor, 4),
-        "remote_fetch_upper_bound": metrics.remote_fetch_upper_bound,
-        "seconds": round(m.seconds, 4),
-        "peak_rss_bytes": m.peak_rss_bytes,
-        "fanouts": list(fanouts),
-        "batch_size": args.batch_size,
-    }
-    try:
-        row["remote_fetches_per_epoch"] = simulate_remote_fetches(
-            graph, assignment.part_N, num_parts, fanouts, args.batch_size, args.seed
-        )
-        row["remote_fetches_source"] = "simulated_sampling"
-    except ImportError as err:
-        logger.warning("sampler unavailable (%s); reporting the k-hop halo upper bound", err)
-        row["remote_fetches_per_epoch"] = metrics.remote_fetch_upper_bound
-        row["remote_fetches_source"] = "khop_halo_upper_bound"
-    return row
+def _fanouts(args: argparse.Namespace) -> tuple[int, ...]:
+    return tuple(int(f) for f in args.fanouts.split(","))
 
 
 def available(methods: list[str]) -> list[str]:
@@ -156,15 +125,17 @@ def warm_up(methods: list[str]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run every row, then write the JSONL, the markdown table and the plots."""
-    from gnnsys.commands import _hetero
+    from gnnsys.commands import _typed_partition
+    from gnnsys.datasets import is_heterogeneous
 
-    if _hetero.is_hetero(args.dataset, args.root):
-        return _hetero.run_bench(args)
+    # the kind, read from the files:
+    bench = (
+        _typed_partition.TypedBench() if is_heterogeneous(args.dataset, args.root) else GraphBench()
+    )
     parts = [int(p) for p in args.parts.split(",")]
-    fanouts = tuple(int(f) for f in args.fanouts.split(","))
-    names = (args.methods or DEFAULT_METHODS).split(",")
-    methods = available([m.strip() for m in names if m.strip()])
-    graph = load_graph(args.dataset, args.root, parse_kv(args.dataset_param))
+    names = (args.methods or bench.default_methods).split(",")
+    methods = bench.methods([m.strip() for m in names if m.strip()])
+    graph = bench.load(args)
     warm_up(methods)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -172,13 +143,13 @@ def run(args: argparse.Namespace) -> int:
     with open(out / "results.jsonl", "w") as jsonl:
         for num_parts in parts:
             for method in methods:
-                row = bench_one(graph, method, num_parts, args, fanouts)
+                row = bench.row(graph, method, num_parts, args)
                 rows.append(row)
                 jsonl.write(json.dumps(row) + "\n")
                 jsonl.flush()
                 print(json.dumps(row))
-    (out / "results.md").write_text(markdown_table(rows))
-    write_plots(rows, out)
+    (out / "results.md").write_text(bench.markdown(rows))
+    bench.plots(rows, out)
     return 0
 
 
@@ -233,3 +204,66 @@ def write_plots(rows: list[dict[str, Any]], out: Path) -> None:
         fig.tight_layout()
         fig.savefig(out / name, dpi=100)
         plt.close(fig)
+
+
+class GraphBench:
+    """``run``'s steps for a ``Graph`` (the typed ones: ``_typed_partition.TypedBench``)."""
+
+    default_methods = DEFAULT_METHODS
+    methods = staticmethod(available)
+    markdown = staticmethod(markdown_table)
+    plots = staticmethod(write_plots)
+
+    @staticmethod
+    def load(args: argparse.Namespace) -> Any:
+        """The graph (a registry name or an ``.npz`` CSR)."""
+        return load_graph(args.dataset, args.root, parse_kv(args.dataset_param))
+
+    def row(
+        self, graph: Any, method: str, num_parts: int, args: argparse.Namespace
+    ) -> dict[str, Any]:
+        """Assign, measure and score one ``(method, parts)`` row."""
+        from gnnsys.partitioners import compute_metrics, make_partitioner
+        from gnnsys.sampler import CSRNeighborSource, NeighborSampler
+        from gnnsys.sampler.neighbor import ONE_TYPE
+
+        fanouts = _fanouts(args)
+        with Measured() as m:
+            assignment = make_partitioner(method).assign(graph, num_parts, seed=args.seed)
+        metrics = compute_metrics(graph, assignment, num_hops=len(fanouts))
+        row: dict[str, Any] = {
+            "dataset": graph.name,
+            "method": method,
+            "parts": num_parts,
+            "edge_cut": metrics.edge_cut,
+            "edge_cut_fraction": round(metrics.edge_cut_fraction, 6),
+            "node_balance": round(metrics.node_balance, 4),
+            "edge_balance": round(metrics.edge_balance, 4),
+            "train_balance": None
+            if metrics.train_balance is None
+            else round(metrics.train_balance, 4),
+            "comm_volume": metrics.comm_volume,
+            "halo_factor": round(metrics.halo_factor, 4),
+            "remote_fetch_upper_bound": metrics.remote_fetch_upper_bound,
+            "seconds": round(m.seconds, 4),
+            "peak_rss_bytes": m.peak_rss_bytes,
+            "fanouts": list(fanouts),
+            "batch_size": args.batch_size,
+        }
+        if args.no_sample:
+            row["remote_fetches_per_epoch"] = metrics.remote_fetch_upper_bound
+            row["remote_fetches_source"] = "khop_halo_upper_bound"
+            return row
+        config = NeighborSampler.Config(fanouts=fanouts)
+        sampler = NeighborSampler(config, source=CSRNeighborSource.from_graph(graph))
+        train = np.ones(graph.num_nodes, bool) if graph.train_mask is None else graph.train_mask
+        row["remote_fetches_per_epoch"] = simulate_remote_fetches(
+            sampler.engine,
+            {ONE_TYPE: assignment.part_N},
+            {ONE_TYPE: train},
+            num_parts,
+            args.batch_size,
+            args.seed,
+        )[ONE_TYPE]
+        row["remote_fetches_source"] = "simulated_sampling"
+        return row

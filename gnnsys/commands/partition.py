@@ -236,38 +236,28 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Load, assign, write, and print the summary."""
+    """Load, assign, write, and print the summary (one flow for both kinds of graph)."""
     from tqdm import tqdm
 
-    from gnnsys.partitioners import make_partitioner
-    from gnnsys.store import write_partitions
-
     _check_args(args)  # before the (possibly long) load
-    from gnnsys.commands import _hetero
-
-    if _hetero.is_hetero(args.dataset, args.root):
-        return _hetero.run_partition(args)
+    kind = graph_kind(args)
     cfg = partitioner_options(args.method, args.balance, args.option)
-    partitioner = make_partitioner(args.method, **cfg)
-    with _graph_of(args) as source:
+    with kind.source(args) as source:
         graph, load_m, extra = source.graph, source.load, source.extra
-        logger.info("loaded %s: %d nodes, %d edges", graph.name, graph.num_nodes, graph.num_edges)
+        logger.info("loaded %s: %d nodes, %d edges", graph.name, *kind.size(graph))
         with Measured() as assign_m:
-            assignment = partitioner.assign(graph, args.parts, seed=args.seed)
+            assignment = kind.assign(graph, args, cfg)
         with (
             Measured() as write_m,
             tqdm(total=args.parts, desc="writing parts", unit="part") as bar,
         ):
-            write_partitions(
-                graph,
-                assignment,
-                args.out,
-                num_hops=args.hops,
-                overwrite=args.overwrite,
-                progress=lambda _: bar.update(1),
-                parts_writer=source.parts_writer,
-            )
-        summary = _summary(args, graph, assignment, (load_m, assign_m, write_m)) | extra
+            manifest = kind.write(graph, assignment, args, source, lambda _: bar.update(1))
+        summary = {
+            **kind.summary(args, graph, assignment, manifest),
+            **stage_costs(load_m, assign_m, write_m),
+            "files": len(manifest.files),
+            "out": str(args.out),
+        } | extra
         if extra and args.json:  # out of core: when each stage ran (the benchmark's samples)
             stages = zip(
                 ("construction", "partition", "store"), (load_m, assign_m, write_m), strict=True
@@ -276,10 +266,21 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary))
     else:
-        from gnnsys.store import read_manifest
-
-        print_table(read_manifest(args.out), summary)
+        kind.print_parts(manifest)
+        width = max(map(len, summary))
+        for key, value in summary.items():
+            print(f"{key:>{width}}: {value}")
     return 0
+
+
+def graph_kind(args: argparse.Namespace) -> Any:
+    """The steps of ``run`` for the dataset's kind, read from its files."""
+    from gnnsys.commands import _typed_partition
+    from gnnsys.datasets import is_heterogeneous
+
+    if is_heterogeneous(args.dataset, args.root):
+        return _typed_partition.TypedSteps()
+    return GraphSteps()
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,16 +315,14 @@ def _graph_of(args: argparse.Namespace) -> Iterator[GraphSource]:
 
 
 def _summary(
-    args: argparse.Namespace, graph: Any, assignment: Any, measured: tuple[Measured, ...]
+    args: argparse.Namespace, graph: Any, assignment: Any, manifest: Any
 ) -> dict[str, Any]:
-    """The summary table/JSON of a partition run."""
+    """The summary fields of a partition of a ``Graph``."""
     from gnnsys.partitioners.metrics import balance, edge_cut, part_loads
-    from gnnsys.store import read_manifest
 
-    manifest = read_manifest(args.out)
     loads = part_loads(graph, assignment.part_N, args.parts)
     cut = edge_cut(graph, assignment.part_N)
-    summary = {
+    return {
         "dataset": graph.name,
         "method": args.method,
         "parts": args.parts,
@@ -335,17 +334,48 @@ def _summary(
         "edge_balance": round(balance(loads["edges"]), 4),
         "train_balance": round(balance(loads["train"]), 4) if "train" in loads else None,
         "halo_factor": round(sum(p.num_halo for p in manifest.parts) / graph.num_nodes, 4),
-        **stage_costs(*measured),
-        "out": str(args.out),
     }
-    return summary
 
 
-def print_table(manifest: Any, summary: dict[str, Any]) -> None:
-    """Per-part sizes, then the totals."""
-    print(f"{'part':>6} {'owned':>12} {'in-edges':>14} {'halo':>12}")
-    for p, entry in enumerate(manifest.parts):
-        print(f"{p:>6} {entry.num_owned:>12,} {entry.num_edges:>14,} {entry.num_halo:>12,}")
-    width = max(map(len, summary))
-    for key, value in summary.items():
-        print(f"{key:>{width}}: {value}")
+class GraphSteps:
+    """``run``'s steps for a ``Graph`` (the typed ones: ``_typed_partition.TypedSteps``)."""
+
+    source = staticmethod(_graph_of)  # in memory, or built on disk out of core
+    summary = staticmethod(_summary)  # cut and balance
+
+    @staticmethod
+    def size(graph: Any) -> tuple[int, int]:
+        """Nodes and edges."""
+        return graph.num_nodes, graph.num_edges
+
+    @staticmethod
+    def assign(graph: Any, args: argparse.Namespace, cfg: dict[str, Any]) -> Any:
+        """The ``Assignment`` of ``--method``."""
+        from gnnsys.partitioners import make_partitioner
+
+        return make_partitioner(args.method, **cfg).assign(graph, args.parts, seed=args.seed)
+
+    @staticmethod
+    def write(
+        graph: Any, assignment: Any, args: argparse.Namespace, source: GraphSource, progress: Any
+    ) -> Any:
+        """Write the store; its manifest."""
+        from gnnsys.store import read_manifest, write_partitions
+
+        write_partitions(
+            graph,
+            assignment,
+            args.out,
+            num_hops=args.hops,
+            overwrite=args.overwrite,
+            progress=progress,
+            parts_writer=source.parts_writer,
+        )
+        return read_manifest(args.out)
+
+    @staticmethod
+    def print_parts(manifest: Any) -> None:
+        """Per-part sizes."""
+        print(f"{'part':>6} {'owned':>12} {'in-edges':>14} {'halo':>12}")
+        for p, entry in enumerate(manifest.parts):
+            print(f"{p:>6} {entry.num_owned:>12,} {entry.num_edges:>14,} {entry.num_halo:>12,}")

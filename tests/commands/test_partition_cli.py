@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from gnnsys.cli import main
 from gnnsys.types import Graph
@@ -123,3 +124,33 @@ def test_bench_partition_outputs(graph_npz: Path, tmp_path: Path) -> None:
     assert "| P | method |" in (out / "results.md").read_text()
     for png in ("cut.png", "halo.png", "time.png", "remote.png"):
         assert (out / png).stat().st_size > 0
+
+
+def test_bench_partition_no_sample_reports_the_halo_bound(graph_npz: Path, tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    argv = ["bench", "partition", str(graph_npz), "--parts", "2", "--methods", "random"]
+    assert main([*argv, "--fanouts", "5,5", "--no-sample", "--out", str(out)]) == 0
+    (row,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert row["remote_fetches_source"] == "khop_halo_upper_bound"
+    assert row["remote_fetches_per_epoch"] == row["remote_fetch_upper_bound"]
+
+
+def test_remote_fetch_simulation_counts_sampled_nodes_owned_elsewhere(tiny_graph: Graph) -> None:
+    """One epoch by hand: every part's train seeds in batches, the NeighborSampler's nodes."""
+    from gnnsys.commands.bench_partition import simulate_remote_fetches
+    from gnnsys.sampler import CSRNeighborSource, NeighborSampler, batch_seed
+
+    part_N = (np.arange(tiny_graph.num_nodes) % 3).astype(np.int64)
+    train = np.arange(tiny_graph.num_nodes) % 2 == 0
+    sampler = NeighborSampler(
+        NeighborSampler.Config(fanouts=(4, 3)), source=CSRNeighborSource.from_graph(tiny_graph)
+    )
+    got = simulate_remote_fetches(sampler.engine, {"_N": part_N}, {"_N": train}, 3, 50, 7)
+    rng, want = np.random.default_rng(7), 0
+    for part in range(3):
+        seeds = rng.permutation(np.flatnonzero((part_N == part) & train))
+        for b, lo in enumerate(range(0, seeds.shape[0], 50)):
+            batch = torch.from_numpy(seeds[lo : lo + 50])
+            n_id = sampler.sample(batch, seed=batch_seed(7, 0, part * 1_000_003 + b)).n_id
+            want += int(np.count_nonzero(part_N[n_id.numpy()] != part))
+    assert got == {"_N": want} and want > 0

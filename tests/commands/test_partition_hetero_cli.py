@@ -76,3 +76,23 @@ def test_bench_refuses_a_homogeneous_only_method(tmp_path: Path) -> None:
         str(tmp_path / "b"),
     ]
     assert main(args) == 2
+
+
+def test_partition_refuses_an_out_of_core_budget_for_a_typed_dataset(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "st"
+    argv = ["partition", *TINY, "--parts", "2", "--out", str(out), "--memory-budget", "2G"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--memory-budget" in err and "heterogeneous" in err
+    assert not out.exists()
+
+
+def test_partition_prints_parts_per_type(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "st"
+    assert main(["partition", *TINY, "--parts", "2", "--method", "random", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "institution" in text and "balance[paper]" in text and "files:" in text
