@@ -121,7 +121,7 @@ TRAIN_ROOMS: dict[str, set[str]] = {
     "eval_blocked": {"eval_blocks", "eval_memory"},
     "eval_rows": {"eval_memory", "remote"},
     "evaluate": {"eval_blocked", "eval_blocks", "eval_memory", "eval_rows", "metrics", "remote"},
-    "eval_typed": {"eval_memory", "eval_rows", "evaluate", "metrics", "remote"},
+    "eval_typed": {"eval_blocked", "eval_memory", "eval_rows", "evaluate", "metrics", "remote"},
     "pipeline": set(),
     "threads": set(),
     "trainer": {"layer0", "pipeline"},

@@ -26,8 +26,6 @@ __all__ = [
 ]
 
 NOT_FOR_HETERO: dict[str, str] = {
-    "eval_block_mb": "--eval-block-mb (source-blocked evaluation is built for homogeneous "
-    "tables only)",
     "num_nodes": "--num-nodes (size synthetic:mag with -D scale=...)",
 }
 """Flags (argparse dest -> how to name it) refused for heterogeneous runs."""

@@ -289,7 +289,8 @@ def _add_eval_flags(p: argparse.ArgumentParser) -> None:
         "--eval-block-mb",
         type=float,
         help="source-blocked evaluation for tables larger than memory: SAGE mean/sum and GCN "
-        "layers sum neighbours for runs of nodes whose sums fit this many MiB, reading sources "
+        "layers (heterogeneous SAGE per relation) sum neighbours for runs of nodes whose sums "
+        "fit this many MiB, reading sources "
         "in ascending blocks (sequential passes, not one random read per edge); same results "
         "up to float rounding (default 0: off)",
     )

@@ -24,6 +24,7 @@ rounding. Shape legend as in ``eval_blocks``; ``D`` destinations of a span.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -31,6 +32,7 @@ from torch import Tensor
 
 from gnnsys.kernels import aggregate
 from gnnsys.models import BlockModel
+from gnnsys.models.hetero import HeteroSAGELayer
 from gnnsys.models.layers import SAGELayer
 from gnnsys.train.eval_blocks import (
     HaloIndex,
@@ -40,9 +42,16 @@ from gnnsys.train.eval_blocks import (
     span_outputs,
 )
 from gnnsys.train.eval_memory import eval_tick, willneed_rows
-from gnnsys.types import PartitionShard
+from gnnsys.types import Block, PartitionShard
 
-__all__ = ["blocked_layer", "blocked_layer_outputs", "projected_layer_outputs"]
+__all__ = [
+    "TypedRelationInput",
+    "blocked_layer",
+    "blocked_layer_outputs",
+    "blocked_typed_outputs",
+    "projected_layer_outputs",
+    "typed_blocked",
+]
 
 _PIECE_EDGES = 1 << 20  # in-edges read from the shard at once while a span is bucketed
 
@@ -93,7 +102,7 @@ def _bucketed(
     rowptr: np.ndarray,
     e0: int,
     m: int,
-    index: HaloIndex,
+    index: HaloIndex | None,
     block_rows: int,
 ) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]], np.ndarray, np.ndarray]:
     """One span's in-edges, owned sources bucketed by source block, halo sources sorted.
@@ -122,7 +131,8 @@ def _bucketed(
         for b in np.flatnonzero(np.diff(bounds)):
             own_src[b].append(src[bounds[b] : bounds[b + 1]])
             own_dst[b].append(mine_dst[bounds[b] : bounds[b + 1]])
-        halo_src.append((index.source_of_K[col[~mine] - m] - m).astype(np.int32))
+        far = col[~mine] - m  # k-hop halo positions (a shard's), or 1-hop ones (``index`` None)
+        halo_src.append((far if index is None else index.source_of_K[far] - m).astype(np.int32))
         halo_dst.append(dst[~mine])
     h_src = np.concatenate(halo_src) if halo_src else np.zeros(0, np.int32)
     h_dst = np.concatenate(halo_dst) if halo_dst else np.zeros(0, np.int32)
@@ -309,3 +319,94 @@ def _projects(module: object, own_MF: Tensor, index: HaloIndex, block_mb: float)
     width, out = int(own_MF.shape[1]), int(module.lin_l.out_features)
     rows = int(own_MF.shape[0]) + int(index.halo_gid.shape[0])
     return 2 * out <= width and rows * out * 4 <= 2 * block_mb * 2**20
+
+
+def typed_blocked(module: object) -> bool:
+    """Whether a typed layer runs source-blocked: a heterogeneous SAGE layer, mean or sum.
+
+    Other typed layers (GAT, R-GCN) keep the default path, as non-linear homogeneous ones do.
+    """
+    return isinstance(module, HeteroSAGELayer) and module.reduce in ("mean", "sum")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TypedRelationInput:
+    """One relation into the destination type of :func:`blocked_typed_outputs`.
+
+    Attributes:
+        block: In-edges of every owned destination; ``col`` below ``own.shape[0]`` is an owned
+            source row, past it ``own.shape[0] +`` a position among the source type's halo rows.
+        own: ``[M_src, F]`` the source type's owned rows (usually memory-mapped).
+        halo_rows: Float rows of the source type's halo at sorted positions.
+    """
+
+    block: Block
+    own: Tensor
+    halo_rows: Callable[[np.ndarray], Tensor]
+
+
+@torch.no_grad()
+def blocked_typed_outputs(
+    module: object,
+    dst_type: str,
+    own_dst: Tensor,
+    relations: dict[tuple[str, str, str], TypedRelationInput],
+    into: Callable[[int], Tensor],
+    *,
+    block_mb: float,
+    willneed: Willneed | None = None,
+) -> None:
+    """A heterogeneous SAGE layer's outputs for one destination type, sources read in blocks.
+
+    The destinations run in spans whose neighbour sums over every relation into the type fit
+    ``block_mb`` MiB; per relation a span's in-edges are bucketed once, its owned sources read in
+    ascending blocks of a quarter of that (the next asked ahead) and its distinct halo rows
+    fetched once, sorted. Each relation's sums become its reduction (``forward_from_agg``).
+    Equal to the layer on the whole input up to float rounding (sums in source order).
+
+    Args:
+        module: The layer (:func:`typed_blocked` holds).
+        dst_type: The destination type computed.
+        own_dst: ``[M, F_dst]`` its owned rows (the roots).
+        relations: Every relation into ``dst_type`` whose source type has rows this layer.
+        into: Called once with the output width; returns the ``[M, H]`` output buffer.
+        block_mb: The span budget.
+        willneed: Read-ahead hint for rows of the owned tables (optional).
+    """
+    assert isinstance(module, HeteroSAGELayer) and typed_blocked(module)
+    m = int(own_dst.shape[0])
+    width = sum(int(r.own.shape[1]) for r in relations.values())
+    span_rows = max(1, int(block_mb * 2**20) // (4 * max(width, 1)))
+    block_rows = max(1, span_rows // 4)
+    out: Tensor | None = None
+    for start in range(0, m, span_rows):
+        end = min(start + span_rows, m)
+        agg, blocks = {}, {}
+        for et, rel in relations.items():
+            indptr = rel.block.rowptr.numpy()
+            e0 = int(indptr[start])
+            rowptr = indptr[start : end + 1] - e0
+            m_src = int(rel.own.shape[0])
+            own_src, own_dst_, halo_src, halo_dst = _bucketed(
+                rel.block.col.numpy(), rowptr, e0, m_src, None, block_rows
+            )
+            sums = _Sums(end - start, int(rel.own.shape[1]), None, m_src)
+            sums.own_blocks(rel.own, own_src, own_dst_, block_rows, willneed)
+            sums.halo_blocks(halo_src, halo_dst, rel.halo_rows, block_rows)
+            if module.reduce == "mean":
+                count = torch.from_numpy(np.diff(rowptr)).clamp_(min=1)
+                sums.acc /= count[:, None].to(sums.acc.dtype)
+            agg[et] = sums.acc
+            blocks[et] = Block(
+                num_src=0, num_dst=end - start, rowptr=torch.from_numpy(rowptr),
+                col=rel.block.col[:0], e_id=rel.block.e_id[:0],
+            )  # fmt: skip
+        if willneed is not None:
+            willneed(own_dst, start, end)
+        x_dst = {dst_type: own_dst[start:end].float()}
+        rows = module.forward_from_agg(x_dst, blocks, agg).get(dst_type)
+        if rows is None:
+            return
+        if out is None:
+            out = into(int(rows.shape[1]))
+        out[start:end] = rows

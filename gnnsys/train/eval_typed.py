@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +51,8 @@ from torch import Tensor, nn
 
 from gnnsys.cache.codecs import Codec, make_codec
 from gnnsys.store.hetero_shard import HeteroShard
-from gnnsys.train.eval_memory import LayerTables, eval_tick, release_free_memory
+from gnnsys.train.eval_blocked import TypedRelationInput, blocked_typed_outputs, typed_blocked
+from gnnsys.train.eval_memory import LayerTables, eval_tick, release_free_memory, willneed_rows
 from gnnsys.train.eval_rows import Book, fill_remote, rows_of
 from gnnsys.train.evaluate import EvalConfig, RankEval
 from gnnsys.train.metrics import split_counts
@@ -146,6 +148,18 @@ class TypedShardEvaluator:
         for t in self.types:  # every peer finished reading layer - 1 before this step
             self.tables.pop(self.table(layer - 1, t))
         present = list(self.inputs) if layer == 0 else self.present(layer)
+        if self.config.block_mb and typed_blocked(self.layers[layer]):
+            done = self._blocked_tables(layer, present)
+        else:
+            done = self._span_tables(layer, present)
+        for number, table in done.items():
+            if layer < len(self.layers) - 1:
+                table.relu_()
+            self.tables.publish(number)
+        self._seconds += time.perf_counter() - start
+
+    def _span_tables(self, layer: int, present: list[str]) -> dict[int, Tensor]:
+        """Layer ``layer``'s output tables, run by run of rows over the whole input rows."""
         budget = self._budget_rows(layer, present)
         x_dict = {t: self._rows(layer, t, with_halo=budget is None) for t in present}
         done: dict[int, Tensor] = {}
@@ -161,11 +175,41 @@ class TypedShardEvaluator:
                     done[number] = self.tables.buffer(number, rows, int(got.shape[1]))
                     done[number][first:stop] = got
                 eval_tick()
-        for number, table in done.items():
-            if layer < len(self.layers) - 1:
-                table.relu_()
-            self.tables.publish(number)
-        self._seconds += time.perf_counter() - start
+        return done
+
+    def _blocked_tables(self, layer: int, present: list[str]) -> dict[int, Tensor]:
+        """Layer ``layer``'s output tables, source-blocked (``EvalConfig.block_mb``)."""
+        done: dict[int, Tensor] = {}
+        own = {t: self._rows(layer, t, with_halo=False) for t in present}
+
+        def halo_rows(src: str) -> Callable[[np.ndarray], Tensor]:
+            def rows(pos: np.ndarray) -> Tensor:
+                out = torch.empty(pos.shape[0], int(own[src].shape[1]), dtype=torch.float32)
+                self._fill_remote(out, layer, src, self.halo_lid[src][pos])
+                return out
+
+            return rows
+
+        for node_type in self.spans:
+            relations = {
+                et: TypedRelationInput(block, own[et[0]], halo_rows(et[0]))
+                for et, block in self.blocks.items()
+                if et[2] == node_type and et[0] in present
+            }
+            if node_type not in present or not relations:
+                continue  # the layer gives the type no output
+            number = self.table(layer + 1, node_type)
+            rows = self.shard.nodes[node_type].num_owned
+
+            def into(width: int, number: int = number, rows: int = rows) -> Tensor:
+                done[number] = self.tables.buffer(number, rows, width)
+                return done[number]
+
+            blocked_typed_outputs(
+                self.layers[layer], node_type, own[node_type], relations, into,
+                block_mb=self.config.block_mb, willneed=willneed_rows,
+            )  # fmt: skip
+        return done
 
     def _budget_rows(self, layer: int, present: list[str]) -> int | None:
         """Halo rows a run may hold under ``EvalConfig.halo_mb``.

@@ -354,7 +354,6 @@ def test_rank_that_raises_aborts_naming_it(stores: dict[int, Path], tmp_path: Pa
 @pytest.mark.parametrize(
     ("flags", "named"),
     [
-        (["--eval-block-mb", "64"], "--eval-block-mb"),
         (["--model", "gcn"], "--model gcn"),
         (["--num-nodes", "100"], "-D scale"),
     ],
