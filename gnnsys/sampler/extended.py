@@ -37,7 +37,7 @@ Shape legend: ``B`` seeds, ``F`` frontier nodes of one type, ``E`` drawn edges o
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,6 +79,8 @@ class ExtendedSampler:
         edge_weight: Relation -> ``[E]`` weights by edge id (missing relations: uniform).
         node_time: Node type -> ``[N_t]`` timestamps (node-level temporal sampling).
         edge_time: Relation -> ``[E]`` timestamps by edge id (edge-level temporal sampling).
+        relation_key: ``(batch seed, relation) -> the relation's draw seed`` (as in
+            ``FanoutEngine``); ``None`` draws with the batch seed itself (``over_graph``).
 
     Raises:
         ValueError: Unknown relations or types, per-shard sources, both kinds of time, wrong
@@ -110,6 +112,7 @@ class ExtendedSampler:
         edge_weight: Mapping[EdgeType, Tensor] | None = None,
         node_time: Mapping[str, Tensor] | None = None,
         edge_time: Mapping[EdgeType, Tensor] | None = None,
+        relation_key: Callable[[int, EdgeType], int] | None = relation_seed,
     ) -> None:
         if node_time and edge_time:
             raise ValueError("pass node_time or edge_time, not both (PyG's time_attr is one)")
@@ -133,7 +136,7 @@ class ExtendedSampler:
             et: self._relation_draw(et, _get(edge_weight, et), _get(edge_time, et))
             for et in self.edge_types
         }
-        self._by_relation = True  # over_graph's one relation draws at the batch seed itself
+        self.relation_key = relation_key  # None: over_graph's one relation, at the batch seed
 
     @classmethod
     def over_graph(
@@ -176,8 +179,8 @@ class ExtendedSampler:
             edge_weight=None if edge_weight is None else {ONE_RELATION: edge_weight},
             node_time=None if node_time is None else {ONE_TYPE: node_time},
             edge_time=None if edge_time is None else {ONE_RELATION: edge_time},
+            relation_key=None,
         )  # fmt: skip
-        sampler._by_relation = False
         return sampler
 
     def sample_graph(
@@ -365,7 +368,7 @@ class ExtendedSampler:
         if fanout == 0 or gid_F.size == 0:
             none = np.zeros(0, dtype=np.int64)
             return Piece(np.zeros(gid_F.shape[0], dtype=np.int64), none, none), none
-        relation = relation_seed(seed, edge_type) if self._by_relation else seed
+        relation = seed if self.relation_key is None else self.relation_key(seed, edge_type)
         key = draw_key(relation, hop, fanout, self.config.replace)
         count_F, pos_E = self._draws[edge_type].draw(gid_F, tree_F, time_B, fanout, key)
         src_E = self._indices[edge_type].take(pos_E).astype(np.int64, copy=False)
