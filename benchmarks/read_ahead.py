@@ -12,10 +12,16 @@ the table), served by ``LayerTables.rows`` (``ReadAhead``) and by ``table_rows``
 request's range read ahead, a sparse one left to its 4 KiB faults), alternating; one JSON line
 per density. Needs Linux >= 5.4 (``MADV_PAGEOUT``).
 
+``--cold-draws``: the sampler's draws over a cold file-mapped shard-like CSR (``indptr`` int64,
+``indices`` int32, ``e_id`` int64; every page pushed out before each round), reading each drawn
+edge's id (``edge_ids=True``, what a shard source did before) and not reading it
+(``edge_ids=False``, the distributed runtime's sources), alternating; one JSON line.
+
 Usage::
 
     python benchmarks/read_ahead.py [--nodes 1000000] [--rounds 6]
     python benchmarks/read_ahead.py --spilled-mb 1024 --density 0.01 0.04 0.2 --rounds 3
+    python benchmarks/read_ahead.py --cold-draws --nodes 4000000 --rounds 3
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import mmap
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -45,7 +52,11 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--spilled-mb", type=float, default=0.0, help="time a cold spilled table")
     p.add_argument("--density", type=float, nargs="+", default=[0.01, 0.04, 0.2])
+    p.add_argument("--cold-draws", action="store_true", help="time draws over a cold shard")
     args = p.parse_args()
+    if args.cold_draws:
+        print(json.dumps(cold_draws(args.nodes, args.degree, args.rounds)), flush=True)
+        return
     if args.spilled_mb > 0:
         for density in args.density:
             print(json.dumps(spilled(args.spilled_mb, density, args.rounds)), flush=True)
@@ -89,6 +100,54 @@ def spilled(size_mb: float, density: float, rounds: int) -> dict[str, object]:
         "density": density, "requests": len(requests), "rows_asked": int(asked.shape[0]),
         "max_resident_before": max(resident), "seconds": times, "median": med,
         "speedup": med["faults"] / med["read_ahead"],
+    }  # fmt: skip
+
+
+def cold_draws(n: int, deg: int, rounds: int) -> dict[str, object]:
+    """Draws over a cold mapped CSR, reading the drawn edges' ids and not, alternating."""
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory(dir=".") as tmp:  # a disk, not a tmpfs
+        arrays = {
+            "ip": np.arange(0, (n + 1) * deg, deg, dtype=np.int64),
+            "ix": rng.integers(0, n, n * deg).astype(np.int32),
+            "ei": rng.permutation(n * deg).astype(np.int64),
+        }
+        for name, a in arrays.items():
+            np.save(Path(tmp) / f"{name}.npy", a)
+        del arrays
+        os.sync()  # dirty pages cannot be paged out
+        maps = {
+            k: np.load(Path(tmp) / f"{k}.npy", mmap_mode="r", allow_pickle=False)
+            for k in ("ip", "ix", "ei")
+        }
+        sources = {
+            "edge_ids": CSRNeighborSource(maps["ip"], maps["ix"], maps["ei"]),
+            "no_edge_ids": CSRNeighborSource(maps["ip"], maps["ix"], maps["ei"], edge_ids=False),
+        }
+        dst = [torch.from_numpy(rng.integers(0, n, 4096)) for _ in range(20)]
+        times: dict[str, list[float]] = {k: [] for k in sources}
+        resident: list[float] = []
+        for _ in range(rounds):
+            for name, source in sources.items():
+                for k, m in maps.items():  # out of this process's page tables, then the cache
+                    m._mmap.madvise(_MADV_PAGEOUT)
+                    fd = os.open(Path(tmp) / f"{k}.npy", os.O_RDONLY)
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                    os.close(fd)
+                resident += [
+                    _resident(torch.from_numpy(np.asarray(m).view(np.int32))) for m in maps.values()
+                ]
+                start = time.perf_counter()
+                for i, d in enumerate(dst):
+                    source.sample_neighbors(d, 10, seed=i, hop=0)
+                times[name].append(time.perf_counter() - start)
+        del sources, maps
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    return {
+        "bench": "cold_draws", "nodes": n, "degree": deg, "draws": 20, "dst_per_draw": 4096,
+        "fanout": 10, "bytes": {"indices": 4 * n * deg, "e_id": 8 * n * deg},
+        "max_resident_before": max(resident), "seconds": times, "median": med,
+        "speedup": med["edge_ids"] / med["no_edge_ids"],
     }  # fmt: skip
 
 

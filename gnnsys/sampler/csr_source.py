@@ -4,6 +4,11 @@ It serves both the whole graph (rows = gids) and one shard (rows = lids of the o
 shard keeps each owned node's in-edges in global CSR order, and the draw depends only on the dst
 gid and that list (see ``gnnsys.sampler.draw``), so both give identical samples.
 
+**Edge ids** are read only when asked for (``edge_ids=True``, the default): the distributed
+runtime's sources leave them out (``edge_ids=False``: every ``e_id`` is ``NO_EDGE_ID``), since
+no model it trains reads them and a shard's ``e_id`` array is 8 bytes per edge, read at random:
+two thirds of a draw's bytes beside 4-byte ``indices``.
+
 Shape legend: ``M`` destinations, ``E`` drawn edges, ``R`` CSR rows, ``N`` gids.
 """
 
@@ -20,7 +25,10 @@ from gnnsys.sampler.draw import draw_key, draw_positions
 from gnnsys.store.pages import ReadAhead
 from gnnsys.types import Graph, NeighborSample, PartitionShard
 
-__all__ = ["CSRNeighborSource"]
+__all__ = ["NO_EDGE_ID", "CSRNeighborSource"]
+
+NO_EDGE_ID = -1
+"""The ``e_id`` of a drawn edge whose id was not read (a source with ``edge_ids=False``)."""
 
 
 def _as_tensor(name: str, value: Tensor | np.ndarray) -> Tensor:
@@ -47,6 +55,8 @@ class CSRNeighborSource:
         row_of_gid: ``[N]`` gid -> row; ``None`` means row = gid (whole graph). Negative = absent.
         owned_gid: ``[R]`` gid of each row; when given, requests for gids whose row holds another
             gid raise (a shard given the global ``lid_N`` map needs it).
+        edge_ids: Return each drawn edge's id; ``False`` returns ``NO_EDGE_ID`` for every edge
+            without reading ``e_id`` (see the module docstring).
 
     Raises:
         TypeError: A tensor of the wrong kind or dtype.
@@ -65,7 +75,9 @@ class CSRNeighborSource:
         row_of_gid: Tensor | np.ndarray | None = None,
         *,
         owned_gid: Tensor | np.ndarray | None = None,
+        edge_ids: bool = True,
     ) -> None:
+        self.edge_ids = edge_ids
         self.indptr = _as_tensor("indptr", indptr).long()
         self.indices = _as_tensor("indices", indices)
         self.e_id = None if e_id is None else _as_tensor("e_id", e_id).long()
@@ -115,12 +127,15 @@ class CSRNeighborSource:
         return cls(graph.indptr, graph.indices)
 
     @classmethod
-    def from_shard(cls, shard: PartitionShard, lid_N: Tensor | np.ndarray) -> CSRNeighborSource:
+    def from_shard(
+        cls, shard: PartitionShard, lid_N: Tensor | np.ndarray, *, edge_ids: bool = True
+    ) -> CSRNeighborSource:
         """Source over one shard: answers only for the shard's owned gids.
 
         Args:
             shard: Owned gids ascending, their in-edges in global CSR order, global ``e_id``.
             lid_N: ``PartitionBook.lid_N``, gid -> lid inside its owner.
+            edge_ids: Read each drawn edge's global id (``False``: ``NO_EDGE_ID``).
         """
         return cls(
             shard.indptr.astype(np.int64, copy=False),
@@ -128,6 +143,7 @@ class CSRNeighborSource:
             shard.e_id.astype(np.int64, copy=False),
             lid_N,
             owned_gid=shard.owned_gid.astype(np.int64, copy=False),
+            edge_ids=edge_ids,
         )
 
     def rows_of(self, gid_M: np.ndarray) -> np.ndarray:
@@ -181,7 +197,12 @@ class CSRNeighborSource:
         key = draw_key(seed, hop, fanout, replace)
         count_M, pos_E = draw_positions(gid_M, start_M, deg_M, fanout, key=key, replace=replace)
         src_gid_E = self._ahead["indices"].take(pos_E).astype(np.int64, copy=False)
-        e_id_E = pos_E if self._e_id is None else self._ahead["e_id"].take(pos_E)
+        if not self.edge_ids:
+            e_id_E = np.full(pos_E.shape[0], NO_EDGE_ID, dtype=np.int64)
+        elif self._e_id is None:
+            e_id_E = pos_E
+        else:
+            e_id_E = self._ahead["e_id"].take(pos_E)
         return NeighborSample(
             count_M=torch.from_numpy(count_M),
             src_gid_E=torch.from_numpy(src_gid_E),

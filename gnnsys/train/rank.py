@@ -74,7 +74,7 @@ def _build_sampler(
         if spec.model.uses_in_degree:
             degrees = DegreeTable.from_indptr(graph.indptr)
     else:
-        local = CSRNeighborSource.from_shard(shard, book.lid_N)
+        local = CSRNeighborSource.from_shard(shard, book.lid_N, edge_ids=False)  # unread
         source = RoutedNeighborSource(spec.rank, book.part_N, local, client, ledger)
         if spec.model.uses_in_degree:
             degrees = RoutedDegreeSource.fetch(shard, book.part_N, client, ledger)

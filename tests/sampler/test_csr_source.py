@@ -115,6 +115,12 @@ def test_shard_draws_equal_whole_graph(tiny_graph: Graph, replace: bool) -> None
         assert torch.equal(got.count_M, want.count_M)
         assert torch.equal(got.src_gid_E, want.src_gid_E)
         assert torch.equal(got.e_id_E, want.e_id_E)
+        unread = CSRNeighborSource.from_shard(
+            hand_shard(tiny_graph, part_N, part), book.lid_N, edge_ids=False
+        ).sample_neighbors(dst, 4, seed=seed, hop=1, replace=replace)
+        assert torch.equal(unread.count_M, want.count_M)  # the same draw, without its ids
+        assert torch.equal(unread.src_gid_E, want.src_gid_E)
+        assert torch.equal(unread.e_id_E, torch.full_like(want.e_id_E, -1))
 
 
 def test_shard_rejects_foreign_gid(tiny_graph: Graph) -> None:

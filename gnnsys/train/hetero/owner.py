@@ -27,7 +27,7 @@ import torch
 
 from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.datasets.hetero import EdgeType
-from gnnsys.train.remote.client import SampleArrays
+from gnnsys.train.remote.client import NO_EDGE_IDS, SampleArrays
 from gnnsys.train.threads import use_actor_threads
 
 __all__ = ["HeteroShardOwner", "HeteroStoreInfo", "TypeBook", "load_books"]
@@ -139,6 +139,7 @@ class HeteroShardOwner:
                 rel.e_id,
                 books[et[2]].lid_N,
                 owned_gid=shard.nodes[et[2]].owned_lid,
+                edge_ids=False,
             )
             for et, rel in shard.relations.items()
         }
@@ -174,7 +175,7 @@ class HeteroShardOwner:
             hop=hop,
             replace=replace,
         )
-        return (got.count_M.numpy(), got.src_gid_E.numpy(), got.e_id_E.numpy())
+        return (got.count_M.numpy(), got.src_gid_E.numpy(), NO_EDGE_IDS)
 
     def fetch_encoded(
         self, lid: np.ndarray, codec: Codec, node_type: str | None = None

@@ -296,7 +296,7 @@ def build_sources(
         dst = et[2]
         local = CSRNeighborSource(
             rel.indptr, rel.indices_lid, rel.e_id, books[dst].lid_N,
-            owned_gid=shard.nodes[dst].owned_lid,
+            owned_gid=shard.nodes[dst].owned_lid, edge_ids=False,
         )  # fmt: skip
         relation_sources[et] = RoutedNeighborSource(
             rank, books[dst].part_N, local, client, ledger.of(dst), edge_type=et

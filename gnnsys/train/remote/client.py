@@ -21,6 +21,7 @@ __all__ = [
     "EdgeType",
     "OwnerClient",
     "RayOwnerClient",
+    "NO_EDGE_IDS",
     "SampleArrays",
     "get_within",
 ]
@@ -29,7 +30,11 @@ EdgeType = tuple[str, str, str]
 """``(src, rel, dst)`` of a typed store's relation."""
 
 SampleArrays = tuple[np.ndarray, np.ndarray, np.ndarray]
-"""``(count_M, src_gid_E, e_id_E)`` int64 arrays as an owner returns them."""
+"""``(count_M, src_gid_E, e_id_E)`` int64 arrays as an owner returns them; an empty ``e_id_E``
+(``NO_EDGE_IDS``) means the ids were not read (the runtime's owners never read them)."""
+
+NO_EDGE_IDS = np.zeros(0, dtype=np.int64)
+"""The ``e_id_E`` of an answer without edge ids: nothing on the wire."""
 
 
 class OwnerClient(Protocol):

@@ -7,8 +7,8 @@ locally, and sends one message per remote owner per hop through an :class:`Owner
 client issues every owner's call before waiting on any, so owners work in parallel, and every
 wait has a deadline.
 
-The ledger counts the payload arrays of every message: ``dst_gid`` out and
-``count/src_gid/e_id`` back.
+The ledger counts the payload arrays of every message: ``dst_gid`` out and ``count/src_gid``
+back (owners send no edge ids: ``NO_EDGE_IDS``; the merged sample carries ``NO_EDGE_ID``).
 
 Shape legend: ``M`` destinations, ``E`` drawn edges.
 """
@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from gnnsys.sampler.base import NeighborSource
+from gnnsys.sampler.csr_source import NO_EDGE_ID
 from gnnsys.train.remote.client import EdgeType, OwnerClient, SampleArrays
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.types import NeighborSample
@@ -133,7 +134,7 @@ def _merge_samples(num_dst: int, pieces: list[tuple[np.ndarray, SampleArrays]]) 
         )
         slots = np.repeat(start_M[pos], count) + within
         src_E[slots] = src
-        eid_E[slots] = eid
+        eid_E[slots] = eid if eid.shape[0] == src.shape[0] else NO_EDGE_ID  # ids not read
     return NeighborSample(
         count_M=torch.from_numpy(count_M),
         src_gid_E=torch.from_numpy(src_E),

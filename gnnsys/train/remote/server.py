@@ -10,7 +10,7 @@ import torch
 
 from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.store.pages import ReadAhead, read_ahead_dense
-from gnnsys.train.remote.client import EdgeType, SampleArrays
+from gnnsys.train.remote.client import NO_EDGE_IDS, EdgeType, SampleArrays
 from gnnsys.train.threads import use_actor_threads
 from gnnsys.types import PartitionBook
 
@@ -48,7 +48,7 @@ class ShardOwner:
         self._x = shard.x
         self._x_ahead = None if shard.x is None else ReadAhead(shard.x)  # scattered requests
         self._indptr = np.asarray(shard.indptr, dtype=np.int64)
-        self._source = CSRNeighborSource.from_shard(shard, book.lid_N)
+        self._source = CSRNeighborSource.from_shard(shard, book.lid_N, edge_ids=False)
 
     def ping(self) -> int:
         """Liveness check; returns the part."""
@@ -75,7 +75,7 @@ class ShardOwner:
             hop=hop,
             replace=replace,
         )
-        return (got.count_M.numpy(), got.src_gid_E.numpy(), got.e_id_E.numpy())
+        return (got.count_M.numpy(), got.src_gid_E.numpy(), NO_EDGE_IDS)
 
     def degree(self, gid: np.ndarray) -> np.ndarray:
         """``[K]`` int64 whole-graph in-degrees of owned ``gid`` (a shard row holds every in-edge).
