@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -90,6 +91,26 @@ def _whole_inputs(mag: HeteroGraph, group: LocalWorkerGroup, store: Path) -> dic
     return x_dict
 
 
+def _logits_against_the_whole_graph(
+    mag: HeteroGraph, group: LocalWorkerGroup, store: Path
+) -> tuple[list[Any], torch.Tensor]:
+    """Two steps (weights and embeddings move), then every rank's paper logits against one
+    process's whole-graph forward of the same weights and rows, to 1e-5; stops the group."""
+    try:
+        group.run_epoch(0, 2, lambda _: None)
+        reports = group.evaluate(SPLITS, with_logits=True)
+        layers = group.workers[0].trainer.model.layers
+        relations = {et: (r.indptr, r.indices) for et, r in mag.relations.items()}
+        want = full_typed_outputs(layers, relations, _whole_inputs(mag, group, store))
+    finally:
+        group.stop()
+    for report in reports:
+        assert report.logits is not None
+        lid, got = report.logits
+        np.testing.assert_allclose(got, want["paper"][torch.from_numpy(lid)].numpy(), atol=1e-5)
+    return reports, want["paper"]
+
+
 @pytest.mark.parametrize("chunk", [1 << 20, 300])  # one run of rows per type, or many
 @pytest.mark.parametrize("model", ["sage", "gat", "rgcn"])
 @pytest.mark.parametrize("parts", [1, 2, 4])
@@ -97,19 +118,8 @@ def test_exact_evaluation_equals_a_whole_graph_forward(
     mag: HeteroGraph, stores: dict[int, Path], parts: int, model: str, chunk: int
 ) -> None:
     group = _group(stores[parts], parts, model, chunk)
-    try:
-        group.run_epoch(0, 2, lambda _: None)  # two steps: weights and embeddings move
-        reports = group.evaluate(SPLITS, with_logits=True)
-        layers = group.workers[0].trainer.model.layers
-        relations = {et: (r.indptr, r.indices) for et, r in mag.relations.items()}
-        want = full_typed_outputs(layers, relations, _whole_inputs(mag, group, stores[parts]))
-    finally:
-        group.stop()
-    want_NC = want["paper"]
+    reports, want_NC = _logits_against_the_whole_graph(mag, group, stores[parts])
     for report in reports:
-        assert report.logits is not None
-        lid, got = report.logits
-        np.testing.assert_allclose(got, want_NC[torch.from_numpy(lid)].numpy(), atol=1e-5)
         assert (report.traffic.total_bytes > 0) == (parts > 1)
     papers = mag.nodes["paper"]
     assert papers.y is not None
@@ -183,16 +193,5 @@ def test_source_blocked_layers_equal_a_whole_graph_forward(
 
     monkeypatch.setattr(eval_typed, "blocked_typed_outputs", counted)
     group = _group(stores[parts], parts, model, 1 << 20, spill_mb=0.001, block_mb=0.01)
-    try:
-        group.run_epoch(0, 2, lambda _: None)
-        reports = group.evaluate(SPLITS, with_logits=True)
-        layers = group.workers[0].trainer.model.layers
-        relations = {et: (r.indptr, r.indices) for et, r in mag.relations.items()}
-        want = full_typed_outputs(layers, relations, _whole_inputs(mag, group, stores[parts]))
-    finally:
-        group.stop()
-    for report in reports:
-        assert report.logits is not None
-        lid, got = report.logits
-        np.testing.assert_allclose(got, want["paper"][torch.from_numpy(lid)].numpy(), atol=1e-5)
+    _logits_against_the_whole_graph(mag, group, stores[parts])
     assert bool(spans) == (model == "sage")  # R-GCN keeps the default path
