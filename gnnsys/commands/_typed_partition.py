@@ -117,12 +117,13 @@ def _type_row(tm: Any) -> dict[str, Any]:
     }
 
 
-def _simulate(graph: Any, part_N: Any, num_parts: int, args: argparse.Namespace) -> dict[str, int]:
-    """``simulate_remote_fetches`` with the typed sampler, every relation at ``--fanouts``."""
+def _simulate(
+    graph: Any, part_N: Any, num_parts: int, fanouts: tuple[int, ...], args: argparse.Namespace
+) -> dict[str, int]:
+    """``simulate_remote_fetches`` with the typed sampler, every relation at ``fanouts``."""
     from gnnsys.commands.bench_partition import simulate_remote_fetches
     from gnnsys.sampler.hetero import HeteroNeighborSampler, csr_sources
 
-    fanouts = tuple(int(f) for f in args.fanouts.split(","))
     config = HeteroNeighborSampler.Config(fanouts={et: fanouts for et in graph.edge_types})
     sampler = HeteroNeighborSampler(config, sources=csr_sources(graph), node_types=graph.node_types)
     offsets = graph.node_offsets()
@@ -222,9 +223,10 @@ class TypedBench:
         self, graph: Any, method: str, num_parts: int, args: argparse.Namespace
     ) -> dict[str, Any]:
         """Assign, measure and score one ``(method, parts)`` row."""
+        from gnnsys.commands.bench_partition import fanouts_of
         from gnnsys.partitioners import compute_hetero_metrics, partition_hetero
 
-        fanouts = tuple(int(f) for f in args.fanouts.split(","))
+        fanouts = fanouts_of(args)
         homo, directed = self._graphs(graph)
         with Measured() as m:
             assignment = partition_hetero(graph, method, num_parts, args.seed, homogeneous=homo)
@@ -254,6 +256,8 @@ class TypedBench:
         if args.no_sample:
             row["remote_fetches_source"] = "khop_halo_upper_bound"
             return row
-        row["remote_fetches_per_epoch"] = _simulate(graph, assignment.part_N, num_parts, args)
+        row["remote_fetches_per_epoch"] = _simulate(
+            graph, assignment.part_N, num_parts, fanouts, args
+        )
         row["remote_fetches_source"] = "simulated_sampling"
         return row

@@ -96,7 +96,8 @@ def simulate_remote_fetches(
     return total
 
 
-def _fanouts(args: argparse.Namespace) -> tuple[int, ...]:
+def fanouts_of(args: argparse.Namespace) -> tuple[int, ...]:
+    """``--fanouts`` as a tuple (every relation's, for a typed graph)."""
     return tuple(int(f) for f in args.fanouts.split(","))
 
 
@@ -227,7 +228,7 @@ class GraphBench:
         from gnnsys.sampler import CSRNeighborSource, NeighborSampler
         from gnnsys.sampler.neighbor import ONE_TYPE
 
-        fanouts = _fanouts(args)
+        fanouts = fanouts_of(args)
         with Measured() as m:
             assignment = make_partitioner(method).assign(graph, num_parts, seed=args.seed)
         metrics = compute_metrics(graph, assignment, num_hops=len(fanouts))

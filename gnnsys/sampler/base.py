@@ -59,21 +59,25 @@ def prefix_blocks(
     rowptr: Tensor,
     col: Tensor,
     e_id: Tensor,
+    num_dst_nodes: tuple[int, ...] | None = None,
 ) -> tuple[Block, ...]:
     """One block per layer, input layer first, each a prefix of the concatenated hops.
 
     Args:
-        num_nodes: Nodes added per hop, seeds first.
+        num_nodes: Nodes added per hop, seeds first (of the source type, when typed).
         num_edges: Edges drawn per hop, seed hop first.
         rowptr: Row pointer over every hop's destinations (seeds first).
         col: Local source index of every drawn edge.
         e_id: Global edge id of every drawn edge.
+        num_dst_nodes: The destination type's ``num_nodes`` for a relation between two types
+            (``None``: the same nodes).
     """
+    dst_nodes = num_nodes if num_dst_nodes is None else num_dst_nodes
     num_hops = len(num_edges)
     blocks = []
     for layer in range(num_hops):
         hops_seen = num_hops - layer  # this layer sees the edges of hops 0 .. hops_seen-1
-        num_dst = sum(num_nodes[:hops_seen])
+        num_dst = sum(dst_nodes[:hops_seen])
         num_e = sum(num_edges[:hops_seen])
         blocks.append(
             Block(

@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from gnnsys.datasets.hetero import EdgeType, HeteroGraph
-from gnnsys.sampler.base import NeighborSource
+from gnnsys.sampler.base import NeighborSource, prefix_blocks
 from gnnsys.sampler.csr_source import CSRNeighborSource
 from gnnsys.sampler.draw import batch_seed
 from gnnsys.sampler.neighbor import FanoutEngine
@@ -298,21 +298,15 @@ def typed_output(
             count_M = (ptr[1:] - ptr[:-1]).numpy()
             dst_E = np.repeat(np.arange(count_M.shape[0], dtype=np.int64), count_M)
             edge_index[et] = torch.stack([col[et], torch.from_numpy(dst_E)])
-    blocks = []
-    for layer in range(num_hops):
-        seen = num_hops - layer  # this layer sees the edges of hops 0 .. seen-1
-        blocks.append(
-            {
-                (src, rel, dst): Block(
-                    num_src=sum(num_nodes[src][: seen + 1]),
-                    num_dst=sum(num_nodes[dst][:seen]),
-                    rowptr=rowptr[(src, rel, dst)][: sum(num_nodes[dst][:seen]) + 1],
-                    col=col[(src, rel, dst)][: sum(num_edges[(src, rel, dst)][:seen])],
-                    e_id=e_id[(src, rel, dst)][: sum(num_edges[(src, rel, dst)][:seen])],
-                )
-                for (src, rel, dst) in rowptr
-            }
+    per_relation = {
+        et: prefix_blocks(
+            num_nodes[et[0]], num_edges[et], rowptr[et], col[et], e_id[et], num_nodes[et[2]]
         )
+        for et in rowptr
+    }
+    blocks = [
+        {et: layers[layer] for et, layers in per_relation.items()} for layer in range(num_hops)
+    ]
     return HeteroSampledSubgraph(
         n_id=n_id,
         blocks=tuple(blocks),

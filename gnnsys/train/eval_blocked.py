@@ -37,6 +37,7 @@ from gnnsys.models.layers import SAGELayer
 from gnnsys.train.eval_blocks import (
     HaloIndex,
     LinearLayerRun,
+    divide_by_degree,
     edge_runs,
     linear_run,
     span_outputs,
@@ -394,8 +395,7 @@ def blocked_typed_outputs(
             sums.own_blocks(rel.own, own_src, own_dst_, block_rows, willneed)
             sums.halo_blocks(halo_src, halo_dst, rel.halo_rows, block_rows)
             if module.reduce == "mean":
-                count = torch.from_numpy(np.diff(rowptr)).clamp_(min=1)
-                sums.acc /= count[:, None].to(sums.acc.dtype)
+                divide_by_degree(sums.acc, rowptr)
             agg[et] = sums.acc
             blocks[et] = Block(
                 num_src=0, num_dst=end - start, rowptr=torch.from_numpy(rowptr),

@@ -35,6 +35,7 @@ __all__ = [
     "HaloIndex",
     "LayerwiseModel",
     "chunk_blocks",
+    "divide_by_degree",
     "edge_runs",
     "full_block",
     "full_graph_logits",
@@ -195,6 +196,11 @@ def _split_edges(col: np.ndarray, m: int, rowptr: np.ndarray) -> tuple[Tensor, .
     return tuple(out)
 
 
+def divide_by_degree(sum_DF: Tensor, rowptr: np.ndarray) -> None:
+    """Neighbour sums -> means, in place, by each row's in-edges (a row without any stays 0)."""
+    sum_DF.div_(torch.from_numpy(np.diff(rowptr)).clamp_(min=1).to(sum_DF.dtype)[:, None])
+
+
 def span_outputs(
     model: BlockModel,
     layer: int,
@@ -212,7 +218,7 @@ def span_outputs(
     module = cast(SAGELayer | GCNLayer, model.layers[layer])  # linear_run checked the type
     num = int(rowptr.shape[0] - 1)
     if run.reduce == "mean":
-        sum_DF.div_(torch.from_numpy(np.diff(rowptr)).clamp_(min=1).to(sum_DF.dtype)[:, None])
+        divide_by_degree(sum_DF, rowptr)
     block = Block(
         num_src=num,
         num_dst=num,
