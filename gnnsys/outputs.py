@@ -323,7 +323,7 @@ class Outputs:
         if xxhash.xxh3_128(data).hexdigest() != entry["xxh3_128"]:
             raise ValueError(f"{self.directory / entry['file']}: checksum mismatch")
         decoder = build_decoder(entry["name"], int(h_src.shape[1]))
-        decoder.load_state_dict(torch.load(io.BytesIO(data), weights_only=True))
+        decoder.load_state_dict(torch.load(io.BytesIO(data), weights_only=True, map_location="cpu"))
         with torch.no_grad():
             got = decoder.eval()(torch.from_numpy(h_src), torch.from_numpy(h_dst))
         out: np.ndarray = got.numpy()

@@ -21,6 +21,16 @@ if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
 from gnnsys.datasets.synthetic import sbm  # noqa: E402  (after TRITON_INTERPRET is set)
 from gnnsys.types import Graph  # noqa: E402
 
+DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
+"""Devices the device-parametrised tests run on (PyG's ``withCUDA``): CPU everywhere, CUDA
+where torch sees a GPU (the GPU check runs them there)."""
+
+
+@pytest.fixture(params=DEVICES)
+def device(request: pytest.FixtureRequest) -> torch.device:
+    """The step's device of a device-parametrised test."""
+    return torch.device(str(request.param))
+
 
 @pytest.fixture(scope="session")
 def tiny_graph() -> Graph:

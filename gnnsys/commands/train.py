@@ -142,6 +142,14 @@ def _add_step_flags(p: argparse.ArgumentParser) -> None:
         "(default): local when gnnsys starts Ray itself (one machine), remote with --address",
     )
     p.add_argument(
+        "--device",
+        choices=("cpu", "cuda", "auto"),
+        help="where each trainer computes: cpu, cuda (a GPU per trainer through Ray's GPU "
+        "resources, shared when there are fewer GPUs than --parts; with --executor local the "
+        "ranks share the process's GPUs) or auto (default: cuda where the run sees a GPU). "
+        "Checkpoints are device-independent: a run resumes on either",
+    )
+    p.add_argument(
         "--prefetch",
         type=int,
         metavar="K",
@@ -339,7 +347,7 @@ def build_config(args: argparse.Namespace) -> Any:
         cluster=replace(
             cfg.cluster,
             **pick(parts=args.parts, topology=args.topology, address=args.address),
-            **pick(threads=args.threads, owner_reads=args.owner_reads),
+            **pick(threads=args.threads, owner_reads=args.owner_reads, device=args.device),
         ),
         sampler=replace(cfg.sampler, **pick(fanouts=fanouts)),
         model=replace(cfg.model, **pick(name=model_name, hidden=args.hidden, dropout=args.dropout)),

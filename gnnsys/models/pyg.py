@@ -257,7 +257,7 @@ def load_pyg(directory: str | os.PathLike[str]) -> PygExport:
     data = (directory / spec.get("model_file", MODEL_FILE)).read_bytes()
     if xxhash.xxh3_128(data).hexdigest() != spec.get("xxh3_128"):
         raise ValueError(f"{directory / MODEL_FILE}: checksum mismatch (corrupt or replaced)")
-    tensors = torch.load(io.BytesIO(data), weights_only=True)
+    tensors = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
     model = build_pyg(spec)
     model.load_state_dict({k: v for k, v in tensors.items() if k.startswith("convs.")})
     decoder = None

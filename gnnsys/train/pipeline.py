@@ -35,13 +35,13 @@ the whole sample and fetch time, with prefetching only what the stages had not y
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from torch import Tensor
 
 from gnnsys.sampler.stages import Prefetcher
+from gnnsys.train.device import StepInputs
 
 __all__ = ["STAGES", "PreparedBatch", "Prefetcher", "StageClock"]
 
@@ -59,8 +59,9 @@ class PreparedBatch:
         pos_B: ``[B]`` positions of its items in the rank's train items (may be empty).
         batch_seed: Its sampler seed (``batch_seed_for``).
         sub: The sampled subgraph (``None`` for an empty batch).
-        forward: The forward pass over the fetched inputs, or ``None`` when the inputs depend
-            on the weights and are fetched by the compute loop (learnable embeddings).
+        inputs: The forward pass over the fetched inputs (on the step's device after the
+            transfer stage), or ``None`` when the inputs depend on the weights and are fetched
+            by the compute loop (learnable embeddings).
         extra: What a trainer variant adds (a link batch's pairs and negatives).
         seconds: Time of the stages it went through (``sample``, ``fetch``, ``transfer``).
     """
@@ -69,7 +70,7 @@ class PreparedBatch:
     pos_B: Tensor
     batch_seed: int
     sub: Any = None
-    forward: Callable[[], Tensor] | None = None
+    inputs: StepInputs | None = None
     extra: Any = None
     seconds: dict[str, float] = field(default_factory=dict)
 

@@ -22,6 +22,7 @@ from torch import Tensor
 from gnnsys.models import BlockModel, LinkModel, build_decoder, build_model
 from gnnsys.outputs import OutputRows
 from gnnsys.store import ShardLinks
+from gnnsys.train.device import rank_device
 from gnnsys.train.evaluate import RankEval, ShardEvaluator
 from gnnsys.train.layer0.owner_sums import build_first_layer
 from gnnsys.train.link.scoring import score_links
@@ -137,7 +138,8 @@ def _build_trainer(
         client=client,
         ledger=ledger,
     )
-    handles = _Handles(sampler, features, spec.rank, sync, rng_lock, first_layer)
+    device = rank_device(spec.device.kind, spec.rank)
+    handles = _Handles(sampler, features, spec.rank, sync, rng_lock, first_layer, device)
     if links is not None:
         return _Built(_link_trainer(spec, model, links, shard.num_nodes, handles), features)
     train_gid, train_y = _node_seeds(shard)
@@ -152,6 +154,7 @@ def _build_trainer(
         sync=sync,
         rng_lock=rng_lock,
         first_layer=first_layer,
+        device=device,
     )
     return _Built(trainer, features)
 
@@ -166,6 +169,7 @@ class _Handles:
     sync: GradSync | None
     rng_lock: threading.Lock | None
     first_layer: Any
+    device: torch.device
 
 
 def _link_trainer(
@@ -186,6 +190,7 @@ def _link_trainer(
         sync=handles.sync,
         rng_lock=handles.rng_lock,
         first_layer=handles.first_layer,
+        device=handles.device,
     )
 
 
@@ -232,13 +237,15 @@ class NodeRank:
 
     def eval_layer(self, layer: int) -> None:
         """Compute this rank's outputs of layer ``layer`` (every rank finished ``layer - 1``)."""
+        if layer == 0:  # every evaluation starts here: the host copy takes its weights now
+            host = self.trainer.host_model()
         if self._evaluator is None:
             cache = self.features.cache  # capacity 0 without one: nothing to peek at
             self._evaluator = ShardEvaluator(
                 self.spec.eval,
                 shard=self.shard,
                 book=self.book,
-                model=self.trainer.encoder(),
+                model=host.encoder if isinstance(host, LinkModel) else host,
                 owners=self.client,
                 peers=self._peers(),
                 feature_codec=self.features.codec,
@@ -252,7 +259,7 @@ class NodeRank:
         if self.spec.link is None:
             return self._evaluator.report(splits, with_logits=with_logits)
         assert self.links is not None  # loaded with the spec's link task
-        model = cast(LinkModel, self.trainer.model)
+        model = cast(LinkModel, self.trainer.host_model())
         chunk = self.spec.link.score_chunk
         return score_links(
             self._evaluator, self.links, model, splits, chunk=chunk, with_logits=with_logits

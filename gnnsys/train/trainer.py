@@ -45,6 +45,7 @@ from torch.nn import functional
 from gnnsys.cache.base import DistinctFeatureSource, FeatureSource
 from gnnsys.models import BlockModel
 from gnnsys.sampler.base import Sampler
+from gnnsys.train.device import StepDevice, StepInputs, to_host
 from gnnsys.train.pipeline import Prefetcher, PreparedBatch, StageClock
 from gnnsys.types import SampledSubgraph
 
@@ -235,29 +236,29 @@ class Trainer:
         sync: GradSync | None = None,
         rng_lock: threading.Lock | None = None,
         first_layer: FirstLayer | None = None,
+        device: torch.device | str = "cpu",
     ) -> None:
         if train_gid.shape != train_y.shape:
             raise ValueError(
                 f"train_gid {tuple(train_gid.shape)} != train_y {tuple(train_y.shape)}"
             )
-        self.config = config
-        self.model = model
-        self.sampler = sampler
-        self.features = features
+        self.config, self.model, self.sampler, self.features = config, model, sampler, features
         self.stage_threads = 2  # producer threads when prefetching: 1 or 2 (see _feed)
         # a sampled n_id never repeats a node: sources that can use that do
         self._fetch_nodes: Callable[[Tensor], Tensor] = features.fetch
         if isinstance(features, DistinctFeatureSource):
             self._fetch_nodes = features.fetch_distinct
-        self.train_gid = train_gid.long()
-        self.train_y = train_y.long()
-        self.rank = rank
+        self.train_gid, self.train_y, self.rank = train_gid.long(), train_y.long(), rank
         self.sync: GradSync = sync if sync is not None else LocalSync()
         self.first_layer = first_layer  # owner sums or fused dequant of layer 0, or None
         if first_layer is not None and not isinstance(self.encoder(), BlockModel):
             raise TypeError(f"first_layer needs a gnnsys.models.BlockModel, got {type(model)}")
         self._rng_lock = rng_lock  # shared by in-process ranks; None: this process's RNG
+        self.device = StepDevice(device)  # the transfer stage's copies (no-ops on CPU)
+        model.to(self.device.device)  # before the optimizer: its state follows the parameters
         self._rng_state = torch.get_rng_state()
+        self._device_rng = self.device.rng_state()  # dropout on a GPU draws from its own RNG
+        self._host_model: nn.Module | None = None  # see host_model
         self.step_weight = 0.0  # the last step's mean weight over ranks (see _sync_grads)
         self.optimizer = torch.optim.Adam(
             model.parameters(), lr=config.lr, weight_decay=config.weight_decay
@@ -266,6 +267,21 @@ class Trainer:
     def encoder(self) -> nn.Module:
         """The module that runs over the blocks (the model itself; a link model's encoder)."""
         return self.model
+
+    def host_model(self) -> nn.Module:
+        """The model on the host with the current weights, for evaluation and inference.
+
+        The model itself on CPU. On another device, one host copy, refreshed in place on each
+        call (its modules stay the same objects, so an evaluator built over them stays valid);
+        the copy costs one device-to-host transfer of the weights per evaluation.
+        """
+        if self.device.device.type == "cpu":
+            return self.model
+        if self._host_model is None:
+            self._host_model = copy.deepcopy(self.model).to("cpu")
+        else:
+            self._host_model.load_state_dict(self.model.state_dict())
+        return self._host_model
 
     def batch_plan(self) -> BatchPlan:
         """This rank's items and batch settings (the group's :func:`steps_per_epoch` input)."""
@@ -394,25 +410,30 @@ class Trainer:
             return batch
         t1 = time.perf_counter()
         if not self._inputs_need_weights():
-            batch.forward = self._inputs(batch.sub)
+            batch.inputs = self._inputs(batch.sub)
             t2 = time.perf_counter()
             batch.seconds["fetch"] = t2 - t1
             t1 = t2
-        self._transfer(batch)
+            self._transfer(batch)
         batch.seconds["transfer"] = time.perf_counter() - t1
         return batch
 
     def _transfer(self, batch: PreparedBatch) -> None:
-        """Move a prepared batch to the step's device (CPU: already there, nothing to do)."""
-        del batch
+        """Start copying a prepared batch's inputs to the step's device (a no-op on CPU)."""
+        if batch.inputs is not None:
+            batch.inputs = self.device.copy(batch.inputs)
 
     def _late_inputs(self, batch: PreparedBatch, clock: StageClock) -> Callable[[], Tensor]:
         """The batch's forward pass, fetching its inputs now if they depend on the weights."""
-        if batch.forward is None:
+        if batch.inputs is None:
             start = time.perf_counter()
-            batch.forward = self._inputs(batch.sub)
-            clock.add("fetch", time.perf_counter() - start)
-        return batch.forward
+            batch.inputs = self._inputs(batch.sub)
+            t1 = time.perf_counter()
+            clock.add("fetch", t1 - start)
+            self._transfer(batch)
+            clock.add("transfer", time.perf_counter() - t1)
+        inputs = batch.inputs
+        return lambda: self.device.forward(inputs)
 
     def _step(self, batch: PreparedBatch, clock: StageClock) -> tuple[float, int]:
         """One optimisation step; returns (summed loss, correct predictions)."""
@@ -432,7 +453,7 @@ class Trainer:
         """Forward and backward one non-empty prepared batch; (summed loss, correct)."""
         forward = self._late_inputs(batch, clock)
         t2 = time.perf_counter()
-        y_B = self.train_y[batch.pos_B]
+        y_B = self.device.put(self.train_y[batch.pos_B])  # B labels: a small synchronous copy
         with self._own_rng():
             logits_BC = forward()[: batch.sub.batch_size]
             # summed over seeds: _sync_grads divides by the step's seeds over all ranks
@@ -454,19 +475,31 @@ class Trainer:
             return
         with self._rng_lock:
             torch.set_rng_state(self._rng_state)
+            self.device.set_rng_state(self._device_rng)
             try:
                 yield
             finally:
                 self._rng_state = torch.get_rng_state()
+                self._device_rng = self.device.rng_state()
 
-    def _inputs(self, sub: SampledSubgraph) -> Callable[[], Tensor]:
-        """Fetch layer 0's inputs (through ``first_layer`` when set); returns the forward pass."""
+    def _inputs(self, sub: SampledSubgraph) -> StepInputs:
+        """Fetch layer 0's inputs (through ``first_layer`` when set), with the forward pass.
+
+        With a ``first_layer``, what it fetched is finished on the step's device by the compute
+        loop (the fused dequantizing aggregation sums the halo rows there, still encoded).
+        """
         if self.first_layer is None:
             x_NF = self._fetch_nodes(sub.n_id)
-            return lambda: cast(Tensor, self.encoder()(x_NF, sub.blocks))
+            return StepInputs((x_NF, sub.blocks), lambda x, blocks: self.encoder()(x, blocks))
         model = cast(BlockModel, self.encoder())
-        first = self.first_layer.gather(model.layers[0], sub)  # fetches through its source
-        return lambda: model.forward_from_first_agg(first.agg_MF, first.x_dst_MF, sub.blocks)
+        first_layer = self.first_layer
+        fetched = first_layer.prepare(model.layers[0], sub)  # fetches through its source
+
+        def run(fetched: Any, blocks: tuple[Any, ...]) -> Tensor:
+            first = first_layer.finish(fetched)
+            return model.forward_from_first_agg(first.agg_MF, first.x_dst_MF, blocks)
+
+        return StepInputs((fetched, sub.blocks), run)
 
     def _grad_weight(self, pos_B: Tensor) -> float:
         """This rank's weight in the step's gradient average: its batch's seeds.
@@ -501,12 +534,14 @@ class Trainer:
 
     def state(self) -> dict[str, Any]:
         """Copies of the model and optimizer ``state_dict`` plus this rank's torch RNG state."""
-        return {
-            "model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
-            "optimizer": copy.deepcopy(self.optimizer.state_dict()),  # Adam mutates in place
-            "rng": {
-                "torch": self._rng_state if self._rng_lock is not None else torch.get_rng_state()
-            },
+        rng = {"torch": self._rng_state if self._rng_lock is not None else torch.get_rng_state()}
+        device_rng = self._device_rng if self._rng_lock is not None else self.device.rng_state()
+        if device_rng is not None:  # restored only on the same kind of device
+            rng[self.device.device.type] = device_rng
+        return {  # CPU copies whatever the device: a checkpoint resumes on any device
+            "model": to_host(self.model.state_dict()),
+            "optimizer": to_host(self.optimizer.state_dict()),  # Adam mutates in place
+            "rng": to_host(rng),
         }
 
     def load_state(
@@ -522,5 +557,7 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"], group["weight_decay"] = self.config.lr, self.config.weight_decay
         self._rng_state = rng["torch"]
+        self._device_rng = rng.get(self.device.device.type, self._device_rng)
         if self._rng_lock is None:
             torch.set_rng_state(rng["torch"])
+            self.device.set_rng_state(self._device_rng)

@@ -35,6 +35,7 @@ from gnnsys.cache import CacheConfig, CacheCounters, CodecConfig
 from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.models import ModelConfig
 from gnnsys.outputs import OutputRequest, OutputRows, PartFile, write_part
+from gnnsys.train.device import DevicePlan
 from gnnsys.train.evaluate import EvalConfig, RankEval, eval_ticks
 from gnnsys.train.layer0.base import FirstLayerConfig
 from gnnsys.train.link.config import LinkConfig
@@ -120,6 +121,8 @@ class WorkerSpec:
             mapped store: ``ClusterConfig.owner_reads``).
         hetero: Typed model, per-relation fanouts and embeddings of a heterogeneous run;
             ``None`` for a graph of one node type and one relation.
+        device: The driver's device plan (``plan_devices``): each rank resolves its own
+            ``torch.device`` from it (``rank_device``).
         attempt: 0 for the first group, incremented on each restart.
         fault: Injected fault, for tests.
     """
@@ -141,6 +144,7 @@ class WorkerSpec:
     link: LinkConfig | None = None
     owner_reads: str = "remote"
     hetero: HeteroConfig | None = None
+    device: DevicePlan = field(default_factory=lambda: DevicePlan("cpu"))
     attempt: int = 0
     fault: FaultSpec | None = field(default=None)
 
@@ -381,10 +385,15 @@ class TrainWorker:
         return node_ip(), port
 
     def init_group(self, host: str, port: int) -> None:
-        """Join the gloo group (blocks until all ``P`` ranks have joined or the deadline)."""
+        """Join the process group (blocks until all ``P`` ranks have joined or the deadline).
+
+        gloo, or with a GPU per rank (``DevicePlan.backend``) NCCL for CUDA tensors and gloo
+        for the CPU ones (a typed run's embedding exchange); the deadline bounds both.
+        """
         if self.spec.world_size > 1:
+            nccl = self.spec.device.backend == "nccl"
             dist.init_process_group(
-                "gloo",
+                "cpu:gloo,cuda:nccl" if nccl else "gloo",
                 init_method=f"tcp://{host}:{port}",
                 rank=self.spec.rank,
                 world_size=self.spec.world_size,

@@ -42,7 +42,9 @@ class _SlowRows:
         return torch.from_numpy(self.x[gid.numpy()])
 
 
-def _trainer(graph: Graph, prefetch: int, delay_s: float = 0.0) -> Trainer:
+def _trainer(
+    graph: Graph, prefetch: int, delay_s: float = 0.0, device: torch.device | str = "cpu"
+) -> Trainer:
     assert graph.x is not None and graph.y is not None and graph.train_mask is not None
     torch.manual_seed(0)
     model = build_model(ModelConfig(hidden=16), graph.num_features, graph.num_classes, 2)
@@ -57,6 +59,7 @@ def _trainer(graph: Graph, prefetch: int, delay_s: float = 0.0) -> Trainer:
         features=_SlowRows(graph.x, delay_s),
         train_gid=train_gid,
         train_y=torch.from_numpy(graph.y[train_gid.numpy()]),
+        device=device,
     )
 
 
@@ -84,11 +87,13 @@ def test_epoch_split_has_every_stage_stall_and_overlap(tiny_graph: Graph) -> Non
 
 
 @pytest.mark.parametrize("prefetch", [1, 3])
-def test_one_producer_thread_gives_the_same_epoch(tiny_graph: Graph, prefetch: int) -> None:
+def test_one_producer_thread_gives_the_same_epoch(
+    tiny_graph: Graph, prefetch: int, device: torch.device
+) -> None:
     """``stage_threads`` 1 (one thread samples, then fetches) and 2 train the same weights."""
     runs = []
     for threads in (1, 2):
-        trainer = _trainer(tiny_graph, prefetch=prefetch)
+        trainer = _trainer(tiny_graph, prefetch=prefetch, device=device)
         trainer.stage_threads = threads
         stats = [trainer.train_epoch(e, 6) for e in range(2)]
         runs.append(([s.loss_sum for s in stats], [p.detach() for p in trainer.model.parameters()]))

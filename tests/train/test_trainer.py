@@ -35,7 +35,7 @@ class _Rows:
         return torch.from_numpy(self.x[gid.numpy()])
 
 
-def _trainer(graph: Graph, seed: int) -> Trainer:
+def _trainer(graph: Graph, seed: int, device: torch.device | str = "cpu") -> Trainer:
     assert graph.x is not None and graph.y is not None and graph.train_mask is not None
     torch.manual_seed(seed)
     model = build_model(ModelConfig(hidden=32), graph.num_features, graph.num_classes, 2)
@@ -50,34 +50,40 @@ def _trainer(graph: Graph, seed: int) -> Trainer:
         features=_Rows(graph.x),
         train_gid=train_gid,
         train_y=torch.from_numpy(graph.y[train_gid.numpy()]),
+        device=device,
     )
 
 
-def test_single_process_loop_learns_and_is_deterministic(tiny_graph: Graph) -> None:
+def test_single_process_loop_learns_and_is_deterministic(
+    tiny_graph: Graph, device: torch.device
+) -> None:
     # dropout draws from torch's global RNG, so the two runs go one after the other
-    a = _trainer(tiny_graph, 0)
+    a = _trainer(tiny_graph, 0, device)
     losses = []
     for epoch in range(4):
         stats = a.train_epoch(epoch, steps_per_epoch([a.batch_plan()]))
         assert stats.num_seeds == int(tiny_graph.train_mask.sum())  # type: ignore[union-attr]
         losses.append(stats.loss_sum / stats.num_seeds)
     assert losses[-1] < losses[0]
-    b = _trainer(tiny_graph, 0)
+    b = _trainer(tiny_graph, 0, device)
     for epoch in range(4):
         b.train_epoch(epoch, steps_per_epoch([b.batch_plan()]))
     for key, value in a.model.state_dict().items():
+        assert value.device.type == device.type, key
         assert torch.equal(value, b.model.state_dict()[key]), key
     block = full_block(tiny_graph.indptr, tiny_graph.indices, tiny_graph.num_nodes)
-    logits = full_graph_logits(a.model, block, torch.from_numpy(tiny_graph.x))  # type: ignore[arg-type]
+    host = a.host_model()
+    assert all(p.device.type == "cpu" for p in host.parameters())
+    logits = full_graph_logits(host, block, torch.from_numpy(tiny_graph.x))  # type: ignore[arg-type]
     assert logits.shape == (tiny_graph.num_nodes, tiny_graph.num_classes)
 
 
-def test_state_roundtrip_restores_rng(tiny_graph: Graph) -> None:
-    a = _trainer(tiny_graph, 1)
+def test_state_roundtrip_restores_rng(tiny_graph: Graph, device: torch.device) -> None:
+    a = _trainer(tiny_graph, 1, device)
     a.train_epoch(0, steps_per_epoch([a.batch_plan()]))
     state = a.state()
     a.train_epoch(1, steps_per_epoch([a.batch_plan()]))
-    b = _trainer(tiny_graph, 1)  # same run seed (batch order); weights come from the state
+    b = _trainer(tiny_graph, 1, device)  # same run seed (batch order); weights from the state
     b.load_state(state["model"], state["optimizer"], state["rng"])
     b.train_epoch(1, steps_per_epoch([b.batch_plan()]))
     for key, value in a.model.state_dict().items():

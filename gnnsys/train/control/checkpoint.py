@@ -79,6 +79,7 @@ IGNORED = frozenset(
         "cluster.address",
         "cluster.threads",
         "cluster.owner_reads",
+        "cluster.device",
         "trainer.prefetch",
         "data.root",
         "data.store",
@@ -88,9 +89,11 @@ IGNORED = frozenset(
         "eval.message_mb",
     }
 )
-"""Fields that never matter for resuming: where Ray runs, logging, paths to the same data, and
-where an evaluation keeps its memory (a run resumed under another memory limit changes these;
-the values are the same, or with ``block_mb`` equal up to float rounding)."""
+"""Fields that never matter for resuming: where Ray runs and on which device (checkpoints hold
+CPU tensors: a run trained on a GPU resumes on a CPU and the other way round), logging, paths
+to the same data, and where an evaluation keeps its memory (a run resumed under another memory
+limit changes these; the values are the same, or with ``block_mb`` equal up to float
+rounding)."""
 IGNORED_PREFIXES = ("failure.", "loop.resources.")
 NEVER_ALLOWED_PREFIXES = (
     "run.",
@@ -384,7 +387,7 @@ def _read(path: Path) -> Checkpoint:
     else:
         raise CheckpointError(f"{path}: not a gnnsys checkpoint (unknown header)", str(path))
     try:
-        payload = torch.load(io.BytesIO(body), weights_only=True)
+        payload = torch.load(io.BytesIO(body), weights_only=True, map_location="cpu")
         if not isinstance(payload, dict) or payload.get("format_version") != version:
             raise ValueError(f"format_version {payload.get('format_version')!r}")
         raw = payload.get("identity")

@@ -30,6 +30,12 @@ class ClusterConfig:
     DistDGL reads a machine's own partitions through shared memory), ``remote`` when it joins
     a cluster (``address``)."""
 
+    device: str = "auto"
+    """Where each trainer computes (``--device``): ``cpu``, ``cuda`` (one GPU per trainer
+    through Ray's GPU resources, shared when there are fewer GPUs than parts; NCCL between
+    ranks with a GPU each, gloo otherwise) or ``auto`` (default): ``cuda`` where the run sees a
+    GPU, else ``cpu``. Checkpoints are device-independent (``gnnsys.train.device``)."""
+
     def reads(self) -> str:
         """``owner_reads`` with ``auto`` resolved (see the field)."""
         if self.owner_reads != "auto":
@@ -39,6 +45,8 @@ class ClusterConfig:
     def __post_init__(self) -> None:
         if self.owner_reads not in ("auto", "remote", "local"):
             raise ValueError(f"owner_reads={self.owner_reads!r}; choose auto, remote or local")
+        if self.device not in ("cpu", "cuda", "auto"):
+            raise ValueError(f"device={self.device!r}; choose cpu, cuda or auto (--device)")
         if self.parts < 1:
             raise ValueError(f"parts={self.parts}; choose parts >= 1")
         if self.threads is not None and self.threads < 1:

@@ -209,6 +209,7 @@ class RayWorkerGroup:
         # One thread for the step, one for progress polls, one per peer asking for eval rows.
         worker_opts: dict[str, Any] = {
             "num_cpus": resources.worker_cpus,
+            "num_gpus": template.device.gpus_per_trainer,  # 0 on CPU; below 1: a shared GPU
             "max_concurrency": world + 2,
         }
         self.owners = [

@@ -17,7 +17,7 @@ import os
 import platform
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,6 +47,7 @@ from gnnsys.train.control.prepare import store_info as read_store_info
 from gnnsys.train.control.ray_group import RayWorkerGroup
 from gnnsys.train.control.recorder import Recorder
 from gnnsys.train.control.resources import trainer_cpus
+from gnnsys.train.device import DevicePlan, plan_devices
 from gnnsys.train.hetero.owner import HeteroShardOwner, HeteroStoreInfo
 from gnnsys.train.hetero.rank import TypedLayout, TypedRank
 from gnnsys.train.remote.peers import LocalPeerClient
@@ -262,10 +263,28 @@ def _run(
     """Prepare, resolve, coordinate and summarise one run on either executor."""
     wall = time.perf_counter() - prepared.seconds
     config, info, roles, topology = resolve(config, prepared.path, executor)
-    template = replace(worker_template(config, prepared.path, info, topology), fault=fault)
+    device = plan_devices(
+        config.cluster.device, parts=config.cluster.parts, gpus=_visible_gpus(executor)
+    )
+    log.info(
+        "device %s (asked %s): %g GPU per trainer, %s between ranks",
+        device.kind, config.cluster.device, device.gpus_per_trainer, device.backend,
+    )  # fmt: skip
+    template = worker_template(config, prepared.path, info, topology)
+    template = replace(template, fault=fault, device=device)
     group = GroupPlan(executor, template, roles, replay=replay, threads=threads)
     coordinator = _coordinator(config, run_path, group, info.num_classes)
-    return _finish(config, run_path, prepared, coordinator, topology, executor, wall)
+    return _finish(config, run_path, prepared, coordinator, topology, executor, wall, device)
+
+
+def _visible_gpus(executor: str) -> float:
+    """GPUs the executor can give trainers: Ray's ``GPU`` resource, or this process's CUDA."""
+    if executor == "ray":
+        import ray
+
+        resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+        return float(resources.get("GPU", 0.0))
+    return float(torch.cuda.device_count()) if torch.cuda.is_available() else 0.0
 
 
 def resolve(config: RunConfig, store: Path, executor: str) -> tuple[RunConfig, Any, Roles, str]:
@@ -347,6 +366,7 @@ def _finish(
     topology: str,
     executor: str,
     wall: float,
+    device: DevicePlan,
 ) -> TrainResult:
     """Run the coordinator to the end and write ``summary.json`` (atomically; ``DiskError``)."""
     from gnnsys.store.diskio import atomic_write
@@ -356,6 +376,7 @@ def _finish(
     summary = summary_of(config, history, prepared, topology, coordinator.restarts)
     summary |= {"best": None if best is None else best.to_json(), "metric": coordinator.metric}
     summary |= {"executor": executor, "wall_seconds": time.perf_counter() - wall}
+    summary |= {"device": asdict(device)}
     summary |= {"failures": coordinator.failures}
     atomic_write(run_path / "summary.json", (json.dumps(summary, indent=1) + "\n").encode())
     return TrainResult(history=history, summary=summary, run_dir=run_path)

@@ -37,6 +37,7 @@ from gnnsys.outputs import OutputRows
 from gnnsys.sampler import CSRNeighborSource
 from gnnsys.sampler.hetero import HeteroNeighborSampler
 from gnnsys.store.hetero_shard import HeteroShard
+from gnnsys.train.device import rank_device
 from gnnsys.train.eval_typed import TypedShardEvaluator, TypeInput
 from gnnsys.train.evaluate import RankEval
 from gnnsys.train.hetero.config import HeteroConfig
@@ -396,6 +397,7 @@ class TypedRank:
             "inputs": sources.inputs, "books": self.books, "embeddings": self.embeddings,
             "ledger": self.ledger, "rank": spec.rank, "world_size": spec.world_size,
             "sync": sync, "rng_lock": rng_lock,
+            "device": rank_device(spec.device.kind, spec.rank),
         }  # fmt: skip
         if spec.link is not None:
             from gnnsys.store.links import load_typed_links
@@ -477,8 +479,8 @@ class TypedRank:
         self._typed_eval.run_layer(layer)
 
     def _encoder(self) -> nn.Module:
-        """The model's message-passing stack (a link model's encoder)."""
-        model = self.trainer.model
+        """The host model's message-passing stack (a link model's encoder), current weights."""
+        model = self.trainer.host_model()
         return cast(nn.Module, model.encoder) if isinstance(model, LinkModel) else model
 
     def _eval_inputs(self) -> dict[str, TypeInput]:
@@ -498,7 +500,7 @@ class TypedRank:
         assert self._typed_eval is not None  # the group ran eval_layer for every layer first
         link = self.spec.link
         if link is not None:
-            model = cast(LinkModel, self.trainer.model)
+            model = cast(LinkModel, self.trainer.host_model())
             assert self.links is not None  # loaded with the link trainer
             report = score_links(
                 self._typed_eval, self.links, model, splits,

@@ -16,7 +16,6 @@ Shape legend: ``B`` seeds, ``N_t`` sampled nodes of type ``t``, ``D`` embedding 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, cast
 
@@ -28,6 +27,7 @@ from gnnsys.datasets.hetero import EdgeType
 from gnnsys.models import LinkModel
 from gnnsys.models.sparse_embedding import SparseGrad, coalesce
 from gnnsys.sampler.hetero import HeteroNeighborSampler, HeteroSampledSubgraph
+from gnnsys.train.device import StepInputs
 from gnnsys.train.hetero.embedding import OwnedEmbeddings
 from gnnsys.train.hetero.owner import TypeBook
 from gnnsys.train.layer0.fused import decoded_roots, fused_sum
@@ -215,6 +215,7 @@ class HeteroTrainer(Trainer):
         world_size: int,
         sync: GatherSync | None,
         rng_lock: Any = None,
+        device: torch.device | str = "cpu",
     ) -> None:
         super().__init__(
             config,
@@ -226,6 +227,7 @@ class HeteroTrainer(Trainer):
             rank=rank,
             sync=sync,
             rng_lock=rng_lock,
+            device=device,
         )
         self.inputs, self.books, self.embeddings = inputs, books, embeddings
         self.typed_ledger, self.world_size, self.gather = ledger, world_size, sync
@@ -237,17 +239,18 @@ class HeteroTrainer(Trainer):
         """Embedding rows change every step: with them, the compute loop fetches the inputs."""
         return self.embeddings is not None
 
-    def _inputs(self, sub: Any) -> Callable[[], Tensor]:
-        """Fetch every type's rows; returns the forward pass (the seed type's logits)."""
+    def _inputs(self, sub: Any) -> StepInputs:
+        """Fetch every type's rows, with the forward pass (the seed type's logits)."""
         x_dict, leaves, agg = self.inputs.fetch_first(sub)
         if self.embeddings is not None:  # the compute loop's thread (see _inputs_need_weights)
             self._leaves, self._n_id = leaves, sub.n_id
-        blocks, model = sub.blocks, cast(Any, self.model)
+        model, seed_type = cast(Any, self.model), self.input_type
         if agg:
-            return lambda: cast(
-                Tensor, model.forward_from_first_agg(x_dict, blocks, agg)[self.input_type]
+            return StepInputs(
+                (x_dict, sub.blocks, agg),
+                lambda x, blocks, a: model.forward_from_first_agg(x, blocks, a)[seed_type],
             )
-        return lambda: cast(Tensor, model(x_dict, blocks)[self.input_type])
+        return StepInputs((x_dict, sub.blocks), lambda x, blocks: model(x, blocks)[seed_type])
 
     def _step(self, batch: PreparedBatch, clock: StageClock) -> tuple[float, int]:
         """``Trainer._step``, then the embedding exchange and sparse step (timed as sync)."""
@@ -428,13 +431,12 @@ class HeteroLinkTrainer(HeteroTrainer):
         sampler = cast(BoundSampler, self.sampler).sampler
         return batch, sampler.sample_types(batch.seeds, seed=batch_seed)
 
-    def _inputs(self, sub: Any) -> Callable[[], Tensor]:
+    def _inputs(self, sub: Any) -> StepInputs:
         """``HeteroTrainer._inputs``, with the forward pass returning every type's outputs."""
         x_dict, leaves = self.inputs.fetch(sub)
         if self.embeddings is not None:
             self._leaves, self._n_id = leaves, sub.n_id
-        blocks, model = sub.blocks, self.model
-        return lambda: cast(Tensor, model(x_dict, blocks))
+        return StepInputs((x_dict, sub.blocks), self.model)
 
     def _forward_backward(self, batch: PreparedBatch, clock: StageClock) -> tuple[float, int]:
         """One batch: loss summed over positives, and positives above all their negatives."""

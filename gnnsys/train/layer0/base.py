@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from torch import Tensor, nn
 
@@ -119,11 +119,22 @@ def linear_first_layer(model: nn.Module) -> LinearAggregation | None:
 
 
 class FirstLayer(Protocol):
-    """Computes layer 0's aggregation and root features for one batch.
+    """Computes layer 0's aggregation and root features for one batch, in two steps.
 
     Built with the worker's ``HaloFeatureSource`` (it fetches every row it still needs there).
+    :meth:`prepare` runs in the fetch stage (weight-free, on the host); the trainer's transfer
+    stage moves what it returns to the step's device, and :meth:`finish` computes there in the
+    compute loop. ``finish(prepare(layer, sub))`` equals ``gather(layer, sub)``.
     """
 
     def gather(self, layer: nn.Module, sub: SampledSubgraph) -> FirstLayerInput:
         """Layer 0's inputs for ``sub``."""
+        ...
+
+    def prepare(self, layer: nn.Module, sub: SampledSubgraph) -> Any:
+        """Fetch what layer 0 needs for ``sub`` (a record of tensors; no weights read)."""
+        ...
+
+    def finish(self, prepared: Any) -> FirstLayerInput:
+        """Layer 0's inputs from what :meth:`prepare` returned, on its tensors' device."""
         ...

@@ -24,6 +24,8 @@ source rows, ``H`` halo source rows.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor, nn
 
@@ -34,15 +36,32 @@ from gnnsys.models import GCNLayer
 from gnnsys.train.layer0.base import FirstLayerInput, linear_aggregation
 from gnnsys.types import Block, SampledSubgraph
 
-__all__ = ["FusedFirstLayer", "decoded_roots", "fused_sum"]
+__all__ = ["FusedFirstLayer", "FusedRows", "decoded_roots", "fused_sum"]
 
 
 def _sub_csr(keep_E: Tensor, dst_E: Tensor, col_E: Tensor, num_dst: int) -> tuple[Tensor, Tensor]:
     """``(rowptr, col)`` of the edges where ``keep_E``, grouped by destination, order kept."""
     counts_M = torch.bincount(dst_E[keep_E], minlength=num_dst)
-    rowptr = torch.zeros(num_dst + 1, dtype=torch.int64)
+    rowptr = torch.zeros(num_dst + 1, dtype=torch.int64, device=dst_E.device)
     torch.cumsum(counts_M, 0, out=rowptr[1:])
     return rowptr, col_E[keep_E]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class FusedRows:
+    """What ``FusedFirstLayer.prepare`` fetched for one batch (moved to the step's device).
+
+    Attributes:
+        block: Block 0.
+        rows: Its sources' rows: owned ones float, halo ones encoded.
+        weight_N: ``[N]`` GCN's source scales, or ``None``.
+        mean: Divide the sums by the in-degree (SAGE mean).
+    """
+
+    block: Block
+    rows: SplitRows
+    weight_N: Tensor | None
+    mean: bool
 
 
 class FusedFirstLayer:
@@ -66,7 +85,15 @@ class FusedFirstLayer:
         self.codec, self.num_features, self.features = codec, num_features, features
 
     def gather(self, layer: nn.Module, sub: SampledSubgraph) -> FirstLayerInput:
-        """Layer 0's aggregation and root features for one batch.
+        """Layer 0's aggregation and root features for one batch (``finish(prepare(...))``).
+
+        Raises:
+            TypeError: ``layer`` is not linear in its inputs (GAT, max).
+        """
+        return self.finish(self.prepare(layer, sub))
+
+    def prepare(self, layer: nn.Module, sub: SampledSubgraph) -> FusedRows:
+        """Fetch block 0's source rows, the halo ones left encoded (the fetch stage's half).
 
         Raises:
             TypeError: ``layer`` is not linear in its inputs (GAT, max).
@@ -77,8 +104,13 @@ class FusedFirstLayer:
         block = sub.blocks[0]
         rows = self.features.fetch_split(sub.n_id[: block.num_src].long())
         weight_N = GCNLayer.src_scale(block).float() if kind.weighted else None
-        agg_MF = self._aggregate(block, rows, weight_N)
-        if kind.reduce == "mean":
+        return FusedRows(block, rows, weight_N, kind.reduce == "mean")
+
+    def finish(self, prepared: FusedRows) -> FirstLayerInput:
+        """Sum the rows, halo ones from their codes, on the rows' device (the compute loop)."""
+        block, rows = prepared.block, prepared.rows
+        agg_MF = self._aggregate(block, rows, prepared.weight_N)
+        if prepared.mean:
             agg_MF /= block.rowptr.diff().clamp(min=1).to(agg_MF.dtype)[:, None]
         return FirstLayerInput(agg_MF=agg_MF, x_dst_MF=self._roots(block, rows), plan=None)
 
@@ -100,14 +132,17 @@ def fused_sum(
     encoded. A typed run calls it per relation, with the source type's rows.
     """
     num_src, num_dst = block.num_src, block.num_dst
-    is_halo_N = torch.zeros(num_src, dtype=torch.bool)
+    on = block.col.device  # the step's device: the host, or a GPU after the transfer stage
+    is_halo_N = torch.zeros(num_src, dtype=torch.bool, device=on)
     is_halo_N[rows.remote_pos] = True
-    within_N = torch.empty(num_src, dtype=torch.int64)  # index inside its own group
-    within_N[rows.local_pos] = torch.arange(rows.local_pos.numel())
-    within_N[rows.remote_pos] = torch.arange(rows.remote_pos.numel())
+    within_N = torch.empty(num_src, dtype=torch.int64, device=on)  # index inside its group
+    within_N[rows.local_pos] = torch.arange(rows.local_pos.numel(), device=on)
+    within_N[rows.remote_pos] = torch.arange(rows.remote_pos.numel(), device=on)
     col_E = block.col.long()
     halo_E = is_halo_N[col_E]
-    dst_E = torch.repeat_interleave(torch.arange(num_dst), block.rowptr.diff().long())
+    dst_E = torch.repeat_interleave(
+        torch.arange(num_dst, device=on), block.rowptr.diff().long(), output_size=col_E.numel()
+    )  # output_size: no device-to-host sync for the length
     col_E = within_N[col_E]
     x_LF = rows.local_LF
     if weight_N is not None:
@@ -130,7 +165,7 @@ def fused_sum(
 
 def decoded_roots(num_dst: int, rows: SplitRows, codec: Codec, *, num_features: int) -> Tensor:
     """``[num_dst, F]`` float32 rows of the first ``num_dst`` sources (only halo ones decoded)."""
-    x_dst_MF = torch.empty(num_dst, num_features, dtype=torch.float32)
+    x_dst_MF = torch.empty(num_dst, num_features, dtype=torch.float32, device=rows.local_LF.device)
     local_dst = rows.local_pos < num_dst
     x_dst_MF[rows.local_pos[local_dst]] = rows.local_LF[local_dst]
     remote_dst = torch.nonzero(rows.remote_pos < num_dst).flatten()

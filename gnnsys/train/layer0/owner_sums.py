@@ -175,6 +175,14 @@ class FirstLayerAggregator:
         )
         return FirstLayerInput(agg_MF=agg_MF, x_dst_MF=x_RF[: block.num_dst], plan=plan)
 
+    def prepare(self, layer: nn.Module, sub: SampledSubgraph) -> FirstLayerInput:
+        """:meth:`gather` without its plan (the sums are done: only they travel to the device)."""
+        return replace(self.gather(layer, sub), plan=None)
+
+    def finish(self, prepared: FirstLayerInput) -> FirstLayerInput:
+        """``prepared`` itself: the owners and this rank summed everything in ``prepare``."""
+        return prepared
+
     def relations_agg(
         self, blocks: list[Block], n_id: Tensor, *, root_rows: int
     ) -> tuple[list[Tensor], Tensor]:

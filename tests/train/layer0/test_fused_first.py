@@ -16,6 +16,7 @@ from gnnsys.models import GAT, GCN, SAGE, BlockModel
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.store import load_book, load_shard
 from gnnsys.train.control.run import train_local
+from gnnsys.train.device import StepDevice, StepInputs, to_host
 from gnnsys.train.layer0.base import FirstLayerConfig
 from gnnsys.train.layer0.fused import FusedFirstLayer
 from gnnsys.train.layer0.owner_sums import build_first_layer
@@ -86,14 +87,22 @@ def _two_layer_sub(store: Path, codec: str) -> tuple[SampledSubgraph, RoutedFeat
 @torch.no_grad()
 @pytest.mark.parametrize("codec", ["int8", "int4"])
 @pytest.mark.parametrize(("name", "reduce"), [("sage", "mean"), ("sage", "sum"), ("gcn", "")])
-def test_equals_decoding_first(store4: Path, codec: str, name: str, reduce: str) -> None:
+def test_equals_decoding_first(
+    store4: Path, codec: str, name: str, reduce: str, device: torch.device
+) -> None:
+    """The fetch stage's rows, copied to the device encoded, sum there to the decoded sum."""
     sub, features = _two_layer_sub(store4, codec)
     block = sub.blocks[0]
     model = _model(name, reduce)
     x_NF = features.fetch(sub.n_id)  # decoded float32 rows: the reference
     is_halo = torch.from_numpy(load_book(store4).part_N[sub.n_id.numpy()] != PART)
     assert bool(is_halo[: block.num_dst].any()) and bool(is_halo[block.num_dst :].any())
-    first = _fused(codec, features).gather(model.layers[0], sub)
+    fused = _fused(codec, features)
+    step = StepDevice(device)
+    moved = step.copy(StepInputs((fused.prepare(model.layers[0], sub),), fused.finish))
+    assert moved.args[0].rows.remote.data.dtype in (torch.int8, torch.uint8)  # still encoded
+    assert moved.args[0].rows.remote.data.device.type == device.type
+    first = to_host(step.forward(moved))
     want = model.layers[0].aggregate(x_NF, block)
     err = float((first.agg_MF - want).abs().max())
     assert err <= 1e-5 * max(1.0, float(want.abs().max())), f"max abs diff {err:.3g}"
