@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
-# One short, prepared GPU check for the kernels (issue 5); run it on a lent CUDA machine:
-#   bash benchmarks/gpu_check.sh            # writes to $OUT (or /tmp/gnnsys-gpu-check)
-# Budget: about 5 minutes. Steps, each under its own timeout so one hang cannot eat the rest:
-#   1. environment: torch / triton versions, device name (a CUDA torch build is required);
-#   2. the Triton kernel tests compiled for CUDA (TRITON_INTERPRET=0): every reduce x dtype,
-#      bf16 included, autotuning on, gradients against the reference and the torch path;
-#   3. the kernel benchmark on CUDA: Triton vs torch.sparse.mm (CSR), embedding_bag and PyG
+# The one prepared GPU script (issues 5 and 24); run it on a lent CUDA machine from the repo root:
+#   bash scripts/gpu_wheels.sh                          # here, once: pytest wheels into .gpu-wheels
+#   device run: bash benchmarks/gpu_check.sh            carry: [".gpu-wheels"]   timeout_s: 560
+# Everything lands in $OUT (or /tmp/gnnsys-gpu-check). Budget: at most 8 minutes; each step runs
+# under its own timeout, so one hang cannot eat the rest:
+#   1. environment: torch / triton versions, device name (a CUDA build of torch is required);
+#   2. GPU tests: the Triton kernels compiled for CUDA (TRITON_INTERPRET=0), and the
+#      device-parametrised tests (transfer-stage stream ordering, trainer, fused layer 0,
+#      device-independent state) on cuda as well as cpu;
+#   3. training (benchmarks/gpu_train.py): synthetic:rmat 2**20 nodes, F = 100, SAGE 2 x 128,
+#      with 1 rank (prefetch 0 and 2: GPU busy fraction without and with the pipeline) and
+#      4 ranks sharing the GPU (--executor local: Ray, pymetis and zstandard are not needed);
+#      epoch time, stages, stall, GPU busy, peak device memory and test accuracy against the
+#      CPU run of the same seeds (docs/results/gpu-cpu-reference.jsonl);
+#   4. the kernel benchmark on CUDA: Triton vs torch.sparse.mm (CSR), embedding_bag and PyG
 #      scatter on R-MAT scale 20 (1 M nodes, ~20 M edges), F = 128, fp32 and int8, as JSON lines
 #      with GB/s against a device copy timed in the same rounds.
+# GPU_CHECK_DRY=1 runs every step on the CPU at a small scale (to test this script without a GPU).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [ -z "${PY:-}" ]; then
@@ -15,22 +24,57 @@ if [ -z "${PY:-}" ]; then
 fi
 out="${OUT:-/tmp/gnnsys-gpu-check}"
 mkdir -p "$out"
+dry="${GPU_CHECK_DRY:-0}"
 status=0
+start=$SECONDS
 
 echo "== env" | tee "$out/env.txt"
 timeout 60 "$PY" -c "
-import torch, triton
-assert torch.cuda.is_available(), 'no CUDA device visible to torch ' + torch.__version__
-print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())
+import os, torch, triton
+dry = os.environ.get('GPU_CHECK_DRY') == '1'
+assert dry or torch.cuda.is_available(), 'no CUDA device visible to torch ' + torch.__version__
+name = torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu (dry run)'
+print('torch', torch.__version__, 'triton', triton.__version__, name, 'cpus', os.cpu_count())
 " 2>&1 | tee -a "$out/env.txt" || exit 1
 
-echo "== triton kernel tests (compiled)"
-TRITON_INTERPRET=0 timeout 180 "$PY" -m pytest -q -p no:cacheprovider \
-  tests/kernels/test_triton_aggregate.py tests/kernels/test_torch_path.py 2>&1 \
-  | tee "$out/tests.txt" | tail -15 || status=1
+if ! "$PY" -c "import pytest, pytest_timeout" 2>/dev/null; then
+  echo "== installing pytest from .gpu-wheels (the image has none)"
+  lib=/tmp/gnnsys-gpu-pylib
+  timeout 60 "$PY" -m pip install -q --no-index --find-links .gpu-wheels --target "$lib" \
+    pytest pytest-timeout 2>&1 | tail -3
+  export PYTHONPATH="$lib${PYTHONPATH:+:$PYTHONPATH}"
+fi
 
-echo "== kernel benchmark (cuda)"
-timeout 240 "$PY" benchmarks/kernels.py --device cuda --scale 20 --repeats 5 \
-  --pyg-edges 20000000 2>"$out/bench.err" | tee "$out/kernels_cuda.jsonl" || status=1
-tail -5 "$out/bench.err"
+echo "== GPU tests: compiled Triton kernels, device-parametrised tests (cpu + cuda)"
+interpret=0; [ "$dry" = 1 ] && interpret=1
+TRITON_INTERPRET=$interpret timeout 150 "$PY" -m pytest -q -p no:cacheprovider -m "not ray" \
+  tests/kernels/test_triton_aggregate.py tests/kernels/test_torch_path.py \
+  tests/train/test_device.py tests/train/test_trainer.py tests/train/layer0/test_fused_first.py \
+  -k "not training_matches" 2>&1 | tee "$out/tests.txt" | tail -15 || status=1
+echo "   ($((SECONDS - start)) s so far)"
+
+echo "== training on the device (benchmarks/gpu_train.py)"
+if [ "$dry" = 1 ]; then
+  train_args=(--device cpu --num-nodes 20000 --configs 1:0,1:2,4:2 --epochs 2 --threads 2)
+else
+  train_args=(--device cuda --configs 1:0,1:2,4:2 --epochs 3)
+fi
+timeout 270 "$PY" benchmarks/gpu_train.py "${train_args[@]}" --work /tmp/gnnsys-gpu-train \
+  --reference docs/results/gpu-cpu-reference.jsonl --out "$out/gpu-train.jsonl" \
+  2>"$out/train.err" | tail -4 || status=1
+tail -3 "$out/train.err"
+cp /tmp/gnnsys-gpu-train/run-*/train.log "$out/" 2>/dev/null
+echo "   ($((SECONDS - start)) s so far)"
+
+echo "== kernel benchmark"
+if [ "$dry" = 1 ]; then
+  kernel_args=(--device cpu --scale 12 --repeats 1 --pyg-edges 100000)
+else
+  kernel_args=(--device cuda --scale 20 --repeats 5 --pyg-edges 20000000)
+fi
+left=$((470 - (SECONDS - start))); [ "$left" -gt 150 ] && left=150; [ "$left" -lt 30 ] && left=30
+timeout "$left" "$PY" benchmarks/kernels.py "${kernel_args[@]}" 2>"$out/bench.err" \
+  | tee "$out/kernels.jsonl" | tail -3 || status=1
+tail -3 "$out/bench.err"
+echo "== done in $((SECONDS - start)) s, status $status"
 exit "$status"

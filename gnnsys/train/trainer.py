@@ -171,6 +171,8 @@ class EpochStats:
             ``sync``), the compute loop's ``stall``, its wall time ``loop`` and ``overlap``
             (stage seconds / ``loop``; see ``gnnsys.train.pipeline.StageClock``).
         threads: torch intra-op threads the step computed with (``gnnsys.train.threads``).
+        device: The step's device (``cpu``, ``cuda:0``).
+        peak_device_bytes: Peak memory allocated on that device so far (0 on CPU).
     """
 
     loss_sum: float
@@ -178,6 +180,8 @@ class EpochStats:
     num_seeds: int
     seconds: dict[str, float]
     threads: int = 1
+    device: str = "cpu"
+    peak_device_bytes: int = 0
 
 
 class Trainer:
@@ -318,6 +322,8 @@ class Trainer:
             num_seeds=count,
             seconds=clock.finish(),
             threads=torch.get_num_threads(),
+            device=str(self.device.device),
+            peak_device_bytes=self.device.peak_bytes(),
         )
 
     def _batches(self, epoch: int, num_batches: int) -> list[Tensor]:
@@ -380,6 +386,8 @@ class Trainer:
             num_seeds=count,
             seconds=clock.finish(),
             threads=torch.get_num_threads(),
+            device=str(self.device.device),
+            peak_device_bytes=self.device.peak_bytes(),
         )
 
     def _seed_gid(self, pos_B: Tensor, batch_seed: int) -> Tensor:
@@ -459,8 +467,10 @@ class Trainer:
             # summed over seeds: _sync_grads divides by the step's seeds over all ranks
             loss = functional.cross_entropy(logits_BC, y_B, reduction="sum")
             torch.autograd.backward(loss)
+        # float() and int() wait for the device: the step's kernels count as its compute time
+        out = float(loss.detach()), int((logits_BC.argmax(-1) == y_B).sum())
         clock.add("compute", time.perf_counter() - t2)
-        return float(loss.detach()), int((logits_BC.argmax(-1) == y_B).sum())
+        return out
 
     @contextlib.contextmanager
     def _own_rng(self) -> Iterator[None]:

@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -229,9 +230,8 @@ def peak_rss() -> int:
 
 
 def _node_id() -> str:
-    import ray
-
-    if not ray.is_initialized():
+    ray = sys.modules.get("ray")  # the in-process executor runs where Ray is not installed
+    if ray is None or not ray.is_initialized():
         return "local"  # the in-process executor (gnnsys.train.control.local_group)
     return str(ray.get_runtime_context().get_node_id())
 

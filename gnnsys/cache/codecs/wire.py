@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import zstandard
 from torch import Tensor
 
 from gnnsys.cache.codecs.base import EncodedRows
@@ -25,6 +24,14 @@ __all__ = ["HAS_LZ4", "WIRE_METHODS", "WireFrame", "wire_compress", "wire_decomp
 HAS_LZ4 = importlib.util.find_spec("lz4") is not None
 WIRE_METHODS = ("zstd", "lz4") if HAS_LZ4 else ("zstd",)
 """Methods available in this environment."""
+
+
+def _zstd() -> Any:
+    """The ``zstandard`` module, imported on first use (only ``--wire zstd`` needs it)."""
+    import zstandard
+
+    return zstandard
+
 
 _DTYPES = {
     "int8": torch.int8,
@@ -77,7 +84,7 @@ def _raw(t: Tensor) -> bytes:
 
 def _compress(method: str, raw: bytes, level: int) -> bytes:
     if method == "zstd":
-        return bytes(zstandard.ZstdCompressor(level=level).compress(raw))
+        return bytes(_zstd().ZstdCompressor(level=level).compress(raw))
     if method == "lz4" and HAS_LZ4:
         return bytes(_lz4_frame().compress(raw))
     raise ValueError(f"wire method {method!r} is not available; choose one of {WIRE_METHODS}")
@@ -105,9 +112,7 @@ def wire_compress(enc: EncodedRows, method: str = "zstd", level: int = 3) -> Wir
 def wire_decompress(frame: WireFrame) -> EncodedRows:
     """Inverse of ``wire_compress``: the identical ``EncodedRows``."""
     if frame.method == "zstd":
-        raw = zstandard.ZstdDecompressor().decompress(
-            frame.payload, max_output_size=frame.raw_nbytes
-        )
+        raw = _zstd().ZstdDecompressor().decompress(frame.payload, max_output_size=frame.raw_nbytes)
     else:
         raw = _lz4_frame().decompress(frame.payload)
     out: list[Tensor | None] = []

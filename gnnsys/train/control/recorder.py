@@ -61,6 +61,8 @@ class EpochMetrics:
         num_batches: Batches per rank.
         peak_rss_bytes: Peak RSS of every rank's process so far (its evaluation included).
         threads: torch threads each rank computed with (its CPUs, less one when prefetching).
+        devices: Each rank's step device (``cpu``, ``cuda:0``).
+        peak_device_bytes: Each rank's peak device memory so far (0 on CPU).
         num_ray_nodes: Distinct nodes the ranks ran on.
         restarts: Group restarts so far.
     """
@@ -78,6 +80,8 @@ class EpochMetrics:
     num_batches: int = 0
     peak_rss_bytes: tuple[int, ...] = ()
     threads: tuple[int, ...] = ()
+    devices: tuple[str, ...] = ()
+    peak_device_bytes: tuple[int, ...] = ()
     num_ray_nodes: int = 1
     restarts: int = 0
 
@@ -99,6 +103,8 @@ class EpochMetrics:
             "num_batches": self.num_batches,
             "peak_rss_bytes": list(self.peak_rss_bytes),
             "threads": list(self.threads),
+            "devices": list(self.devices),
+            "peak_device_bytes": list(self.peak_device_bytes),
             "num_ray_nodes": self.num_ray_nodes,
             "restarts": self.restarts,
         }
@@ -133,6 +139,8 @@ class EpochMetrics:
             num_batches=int(obj.get("num_batches", 0)),
             peak_rss_bytes=tuple(obj.get("peak_rss_bytes", ())),
             threads=tuple(obj.get("threads", ())),
+            devices=tuple(obj.get("devices", ())),
+            peak_device_bytes=tuple(obj.get("peak_device_bytes", ())),
             num_ray_nodes=int(obj.get("num_ray_nodes", 1)),
             restarts=int(obj.get("restarts", 0)),
         )
@@ -179,6 +187,8 @@ def epoch_metrics(
         cache=_cache_totals(reports),
         num_batches=num_batches,
         threads=tuple(r.stats.threads for r in reports),
+        devices=tuple(r.stats.device for r in reports),
+        peak_device_bytes=tuple(r.stats.peak_device_bytes for r in reports),
         peak_rss_bytes=tuple(
             max([r.peak_rss_bytes, *evaluation.peak_rss_bytes[i : i + 1]])
             for i, r in enumerate(reports)

@@ -451,6 +451,7 @@ class HeteroLinkTrainer(HeteroTrainer):
             h_dst = out[dst][: pairs.seeds[dst].numel()]
             loss, score_B, neg_Bq = link_loss(model, h_src, h_dst[pairs.dst_B], h_dst[pairs.neg_Bq])
             torch.autograd.backward(loss)
-        clock.add("compute", time.perf_counter() - t2)
         above = int((score_B.detach().unsqueeze(1) > neg_Bq.detach()).all(dim=1).sum())
-        return float(loss.detach()), above
+        loss_sum = float(loss.detach())  # waits for the device: counted as compute
+        clock.add("compute", time.perf_counter() - t2)
+        return loss_sum, above

@@ -157,9 +157,10 @@ class LinkTrainer(Trainer):
             h_src = h_UH[pairs.src_B]
             loss, score_B, neg_Bq = link_loss(model, h_src, h_UH[pairs.dst_B], h_UH[pairs.neg_Bq])
             torch.autograd.backward(loss)
-        clock.add("compute", time.perf_counter() - t2)
         above = int((score_B.detach().unsqueeze(1) > neg_Bq.detach()).all(dim=1).sum())
-        return float(loss.detach()), above
+        loss_sum = float(loss.detach())  # waits for the device: counted as compute
+        clock.add("compute", time.perf_counter() - t2)
+        return loss_sum, above
 
     def _grad_weight(self, pos_B: Tensor) -> float:
         """The batch's positive links: ranks weigh by positives, not 1/P each.
