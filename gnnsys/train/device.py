@@ -44,6 +44,7 @@ __all__ = [
     "plan_devices",
     "rank_device",
     "to_host",
+    "visible_index",
 ]
 
 DEVICES = ("cpu", "cuda", "auto")
@@ -112,11 +113,20 @@ def rank_device(kind: str, rank: int) -> torch.device:
         )
     gpu_ids = _ray_gpu_ids()
     if gpu_ids:
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-        names = [v.strip() for v in visible.split(",") if v.strip()]
-        first = str(gpu_ids[0])
-        return torch.device("cuda", names.index(first) if first in names else 0)
+        return torch.device("cuda", visible_index(gpu_ids, os.environ.get("CUDA_VISIBLE_DEVICES")))
     return torch.device("cuda", rank % torch.cuda.device_count())
+
+
+def visible_index(gpu_ids: list[Any], cuda_visible: str | None) -> int:
+    """The CUDA index, in this process, of the first GPU Ray assigned (``gpu_ids``).
+
+    Ray sets ``CUDA_VISIBLE_DEVICES`` to the actor's GPUs, so the process sees them renumbered
+    from 0; where it lists more (a shared GPU, or set by hand), the position of the first
+    assigned id in that list is the index.
+    """
+    names = [v.strip() for v in (cuda_visible or "").split(",") if v.strip()]
+    first = str(gpu_ids[0])
+    return names.index(first) if first in names else 0
 
 
 def _ray_gpu_ids() -> list[Any]:

@@ -23,6 +23,7 @@ from gnnsys.train.device import (
     plan_devices,
     rank_device,
     to_host,
+    visible_index,
 )
 from gnnsys.train.trainer import Trainer
 from gnnsys.types import Block, Graph, SampledSubgraph
@@ -57,6 +58,16 @@ def test_plan_refuses_cuda_without_a_gpu_and_unknown_devices() -> None:
         plan_devices("tpu", parts=1, gpus=0)
     with pytest.raises(ValueError, match="device='gpu'; choose cpu, cuda or auto"):
         ClusterConfig(device="gpu")
+
+
+@pytest.mark.parametrize(
+    ("gpu_ids", "visible", "want"),
+    [([3], "3", 0), (["1"], "0,1", 1), ([2, 5], "5,2", 1), ([0], None, 0)],
+)
+def test_a_ray_actor_finds_its_gpu_among_the_visible_ones(
+    gpu_ids: list[object], visible: str | None, want: int
+) -> None:
+    assert visible_index(gpu_ids, visible) == want
 
 
 @NO_GPU
