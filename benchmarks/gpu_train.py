@@ -4,7 +4,9 @@ The graph is synthetic:rmat with 2**20 nodes (F = 100), the same as ``benchmarks
 SAGE 2 x 128, fanouts 15,10, a global batch of 1024 seeds, Adam lr 0.01, dropout 0 (so a CPU
 and a GPU run of the same seeds differ only in floating-point summation order). Each part
 count gets one store (``gnnsys partition --method ldg``: no METIS needed); every configuration
-(``--configs``, comma list of ``P:K``: parts and prefetch depth) is one ``gnnsys train
+(``--configs``, comma list of ``P:K`` or ``P:K:CODEC``: parts, prefetch depth and the codec of
+remote rows, default fp32; ``int8`` or ``int4`` makes layer 0 sum the halo rows from their codes
+on the device, the fused kernel in the training step) is one ``gnnsys train
 --executor local --device DEVICE`` run (ranks are threads of one process and share its GPU, so
 Ray is not needed on the GPU machine), evaluated exactly after its last epoch.
 
@@ -53,15 +55,18 @@ def write_store(work: Path, parts: int, num_nodes: int) -> tuple[Path, float]:
 
 
 def run(args: argparse.Namespace, config: str) -> dict[str, Any]:
-    """One ``gnnsys train`` run of ``P:K``; its median epoch after the first."""
-    parts, prefetch = (int(v) for v in config.split(":"))
+    """One ``gnnsys train`` run of ``P:K[:CODEC]``; its median epoch after the first."""
+    fields = config.split(":")
+    parts, prefetch = int(fields[0]), int(fields[1])
+    codec = fields[2] if len(fields) > 2 else "fp32"
     store, store_seconds = write_store(args.work, parts, args.num_nodes)
-    out = args.work / f"run-{args.device}-p{parts}-k{prefetch}"
+    out = args.work / f"run-{args.device}-p{parts}-k{prefetch}-{codec}"
     cmd = [*GNNSYS, "train", "--store", str(store), "--out", str(out), "--executor", "local"]
     cmd += ["--parts", str(parts), "--device", args.device, "--prefetch", str(prefetch)]
     cmd += ["--epochs", str(args.epochs), "--eval-every", str(args.epochs), "--no-progress"]
     cmd += ["--lr", "0.01", "--dropout", "0", "--hidden", "128", "--fanouts", "15,10"]
     cmd += ["--batch-size", str(1024 // parts), "--threads", str(args.threads)]
+    cmd += ["--codec", codec]
     start = time.perf_counter()
     shutil.rmtree(out, ignore_errors=True)  # this script's own run directory: a fresh run
     out.mkdir(parents=True)
@@ -79,6 +84,7 @@ def run(args: argparse.Namespace, config: str) -> dict[str, Any]:
         "config": config,
         "parts": parts,
         "prefetch": prefetch,
+        "codec": codec,
         "num_nodes": args.num_nodes,
         "epoch_seconds": round(secs["total"], 3),
         "epochs": [round(m["seconds"]["total"], 3) for m in lines],
@@ -115,7 +121,9 @@ def main() -> None:
     """Run every configuration and print (and append to ``--out``) one JSON line each."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", choices=("cpu", "cuda"))
-    parser.add_argument("--configs", default="1:0,1:2,4:2", help="comma list of PARTS:PREFETCH")
+    parser.add_argument(
+        "--configs", default="1:0,1:2,4:2,4:2:int8", help="comma list of PARTS:PREFETCH[:CODEC]"
+    )
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--num-nodes", type=int, default=1 << 20)
     parser.add_argument("--threads", type=int, default=min(8, os.cpu_count() or 1))

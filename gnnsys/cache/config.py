@@ -34,6 +34,10 @@ class CacheConfig:
     """Budget in MiB (``--cache-mb``); overrides ``ratio`` when set."""
     presample_epochs: int = 1
     """Dry-run sampling epochs behind the ``presample`` and ``adaptive`` scores."""
+    placement: str = "host"
+    """Where the slots live (``--cache-on``): ``host`` memory, or ``device``: the trainer's
+    device (its GPU), the budget then being device memory; the fused layer 0 (``--codec
+    int8|int4``) then sums cached rows where they are. On a CPU run both are the host."""
     adaptive: AdaptiveAdmission.Config = field(default_factory=AdaptiveAdmission.Config)
     """Knobs of the ``adaptive`` policy (``--cache-decay``, ``--cache-warm-weight``,
     ``--cache-margin``); ignored by the other policies."""
@@ -46,6 +50,8 @@ class CacheConfig:
             raise ValueError(f"cache ratio={self.ratio}; choose a fraction >= 0, e.g. 0.1")
         if self.mb is not None and not (math.isfinite(self.mb) and self.mb >= 0):
             raise ValueError(f"cache mb={self.mb}; choose a budget >= 0 MiB or leave it unset")
+        if self.placement not in ("host", "device"):
+            raise ValueError(f"cache placement={self.placement!r}; choose host or device")
         if self.presample_epochs < 1:
             raise ValueError(f"cache presample_epochs={self.presample_epochs}; choose >= 1")
 

@@ -173,19 +173,21 @@ class HaloFetcher:
         """Rows of halo ``gid`` ``[K]`` in the codec's format, in request order, never decoded.
 
         Same cache lookups, fetches, admissions and counters as ``gather``; for a fused
-        dequantizing aggregation (``gnnsys.kernels.aggregate`` with ``scale``/``zero``).
+        dequantizing aggregation (``gnnsys.kernels.aggregate`` with ``scale``/``zero``). The
+        rows are on the cache's device (fetched ones copied there once, then stored).
         """
         gid = torch.as_tensor(gid, dtype=torch.int64)
         found = self.cache.lookup_encoded(gid)
-        out = self.codec.empty(int(gid.shape[0]), self.cache.feature_dim)
+        on = self.cache.device  # the rows come out where the cache keeps its slots
+        out = self.codec.empty(int(gid.shape[0]), self.cache.feature_dim).to(on)
         if found.hit_pos.shape[0]:
-            put(out, found.hit_pos, found.hit_rows)
+            put(out, found.hit_pos.to(on), found.hit_rows)
         uniq = torch.empty(0, dtype=torch.int64)
         received = wire_bytes = 0
         if found.miss_pos.shape[0]:
             uniq, inverse = torch.unique(found.miss_gid, return_inverse=True)
             enc, received, wire_bytes = self._fetch(uniq)
-            put(out, found.miss_pos, take(enc, inverse))
+            put(out, found.miss_pos.to(on), take(enc, inverse).to(on))
             self.cache.insert(uniq, enc)
         self._count(gid, int(found.miss_pos.shape[0]), int(uniq.shape[0]), received, wire_bytes)
         return out

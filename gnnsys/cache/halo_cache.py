@@ -96,6 +96,10 @@ class HaloCache:
         codec: A concrete codec (``auto`` must be resolved first).
         policy: Admission policy; required unless ``config.policy == "none"`` (scored policies
             need scores: see ``admission.make_policy``). Its ``name`` must equal ``config.policy``.
+        device: Where the slots live (``CacheConfig.placement``): the host, or the trainer's
+            GPU, where the budget is then device memory and ``lookup_encoded`` hands the fused
+            layer 0 its hits without a host round trip. Lookups of decoded rows (``lookup``,
+            ``peek``) always return host rows.
 
     Raises:
         ValueError: Negative budget, a policy that disagrees with the config, or ``auto`` codec.
@@ -140,6 +144,7 @@ class HaloCache:
         feature_dim: int,
         codec: Codec,
         policy: AdmissionPolicy | None = None,
+        device: torch.device | str = "cpu",
     ) -> None:
         if codec.name == "auto":
             raise ValueError("HaloCache needs a concrete codec; pass AutoCodec().resolve(x)")
@@ -152,7 +157,9 @@ class HaloCache:
         self.feature_dim = feature_dim
         self.row_bytes = codec.row_nbytes(feature_dim) + INDEX_BYTES_PER_ROW
         self.capacity_rows = config.capacity_bytes // self.row_bytes
-        self._store = codec.empty(self.capacity_rows, feature_dim)
+        # the slots (encoded rows) live on ``device``; the gid index stays on the host
+        self.device = torch.device(device)
+        self._store = codec.empty(self.capacity_rows, feature_dim).to(self.device)
         self._slot_gid = torch.full((self.capacity_rows,), -1, dtype=torch.int64)
         self._free_slots = torch.arange(self.capacity_rows - 1, -1, -1, dtype=torch.int64)
         self._num_free = self.capacity_rows
@@ -186,9 +193,13 @@ class HaloCache:
         """``lookup`` without side effects: no counters, no policy step (exact evaluation)."""
         gid = torch.as_tensor(gid, dtype=torch.int64)
         hit, slot = self._find(gid)
+        return self._decoded(gid, hit, slot)
+
+    def _decoded(self, gid: Tensor, hit: Tensor, slot: Tensor) -> CacheLookup:
+        """Host float32 rows of the hits (decoded where they live, then copied to the host)."""
         values = torch.zeros(gid.shape[0], self.feature_dim, dtype=torch.float32)
         if slot.shape[0]:
-            values[hit] = self.codec.decode(take(self._store, slot))
+            values[hit] = self.codec.decode(take(self._store, slot)).to(values.device)
         miss_pos = torch.nonzero(~hit).flatten()
         return CacheLookup(values_NF=values, miss_pos=miss_pos, miss_gid=gid[miss_pos])
 
@@ -229,14 +240,14 @@ class HaloCache:
             ``CacheLookup`` with ``values_NF`` ``[K, F]`` (rows at ``miss_pos`` are zero).
         """
         hit, slot, gid = self._split(gid)
-        values = torch.zeros(gid.shape[0], self.feature_dim, dtype=torch.float32)
-        if slot.shape[0]:
-            values[hit] = self.codec.decode(take(self._store, slot))
-        miss_pos = torch.nonzero(~hit).flatten()
-        return CacheLookup(values_NF=values, miss_pos=miss_pos, miss_gid=gid[miss_pos])
+        return self._decoded(gid, hit, slot)
 
     def lookup_encoded(self, gid: Tensor) -> EncodedLookup:
-        """Like ``lookup`` but leaves hit rows encoded (for a fused dequantizing aggregation)."""
+        """Like ``lookup`` but leaves hit rows encoded (for a fused dequantizing aggregation).
+
+        The hit rows are on the cache's ``device``: with the slots on a GPU they never cross
+        back to the host.
+        """
         hit, slot, gid = self._split(gid)
         miss_pos = torch.nonzero(~hit).flatten()
         return EncodedLookup(
@@ -280,7 +291,7 @@ class HaloCache:
         src_pos = order[torch.searchsorted(gid[order], admit)]
         slots = self._free_slots[self._num_free - admit.shape[0] : self._num_free].flip(0)
         self._num_free -= int(admit.shape[0])
-        put(self._store, slots, take(rows, src_pos))
+        put(self._store, slots.to(self.device), take(rows, src_pos).to(self.device))
         self._slot_gid[slots] = admit
         self._admitted += int(admit.shape[0])
         self._reindex()

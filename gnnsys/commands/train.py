@@ -228,6 +228,13 @@ def add_cache_args(p: argparse.ArgumentParser) -> None:
         "above 1 the cache may hold more than the part's own features (a halo can be larger)",
     )
     p.add_argument("--cache-mb", type=float, help="cache budget in MiB (overrides --cache-ratio)")
+    p.add_argument(
+        "--cache-on",
+        choices=("host", "device"),
+        help="where the cache keeps its rows: host memory (default), or the trainer's device "
+        "(its GPU; the budget is then device memory and --codec int8/int4 rows are summed "
+        "there without a copy back). On a CPU run both are the host",
+    )
     add_cache_tuning_args(p)
 
 
@@ -258,14 +265,18 @@ def _pick(**kw: Any) -> dict[str, Any]:
 
 
 def cache_tuning(args: argparse.Namespace, base: CacheConfig) -> CacheConfig:
-    """``base`` with ``--presample-epochs`` and the adaptive knobs applied (validated there)."""
+    """``base`` with ``--presample-epochs``, ``--cache-on`` and the adaptive knobs applied."""
     adaptive = replace(
         base.adaptive,
         **_pick(
             decay=args.cache_decay, warm_weight=args.cache_warm_weight, margin=args.cache_margin
         ),
     )
-    return replace(base, adaptive=adaptive, **_pick(presample_epochs=args.presample_epochs))
+    return replace(
+        base,
+        adaptive=adaptive,
+        **_pick(presample_epochs=args.presample_epochs, placement=getattr(args, "cache_on", None)),
+    )
 
 
 def _add_eval_flags(p: argparse.ArgumentParser) -> None:

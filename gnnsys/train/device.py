@@ -24,11 +24,12 @@ across devices), so a run trained on a GPU resumes on a CPU and the other way ro
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -209,14 +210,30 @@ class StepDevice:
         are done (``forward`` waits for it). Host tensors are pinned first, one extra host copy
         each: the price of a copy that does not block the producer.
         """
-        if self._stream is None:
-            self._stream = self.module.Stream(device=self.device) if self._pin else None
-        stream = self._stream if self._stream is not None else self.module.current_stream()
+        stream = self._side()
         with self.module.stream(stream):
             args = map_tensors(inputs.args, self._to_device)
             ready = self.module.Event()
             ready.record(stream)
         return StepInputs(args, inputs.run, ready)
+
+    def _side(self) -> Any:
+        """The side stream (a GPU's; on CPU the current no-op stream)."""
+        if self._stream is None:
+            self._stream = self.module.Stream(device=self.device) if self._pin else None
+        return self._stream if self._stream is not None else self.module.current_stream()
+
+    @contextlib.contextmanager
+    def producing(self) -> Iterator[None]:
+        """Run the fetch stage's own device work on the side stream (a device cache's slots).
+
+        Without it, that work would queue on the default stream behind the compute loop's
+        kernels, and a blocking host-to-device copy in it would wait for them. What it makes
+        is ready for the compute loop with the transfer's event (recorded after it, on the
+        same stream).
+        """
+        with self.module.stream(self._side()):
+            yield
 
     def _to_device(self, t: Tensor) -> Tensor:
         if self._pin and t.device.type == "cpu":

@@ -112,6 +112,7 @@ def _build_trainer(
     if shard.x is None:
         raise ValueError(f"part {spec.rank} lacks x; rewrite the store with features")
     sampler = _build_sampler(spec, shard, book, client, ledger)
+    device = rank_device(spec.device.kind, spec.rank)
     per_batch = 1 if spec.link is None else 2 + spec.link.neg_per_pos  # seeds per positive
     features = build_feature_source(
         spec.codec,
@@ -124,6 +125,7 @@ def _build_trainer(
         train_gid=_presample_seeds(spec, shard, links),
         batch_size=spec.trainer.batch_size * per_batch,
         seed=spec.trainer.seed * 7919 + spec.rank,
+        device=device,
     )
     torch.manual_seed(spec.trainer.seed)  # identical initial weights on every rank
     model = build_model(spec.model, spec.num_features, spec.num_classes, len(spec.sampler.fanouts))
@@ -138,7 +140,6 @@ def _build_trainer(
         client=client,
         ledger=ledger,
     )
-    device = rank_device(spec.device.kind, spec.rank)
     handles = _Handles(sampler, features, spec.rank, sync, rng_lock, first_layer, device)
     if links is not None:
         return _Built(_link_trainer(spec, model, links, shard.num_nodes, handles), features)

@@ -418,7 +418,8 @@ class Trainer:
             return batch
         t1 = time.perf_counter()
         if not self._inputs_need_weights():
-            batch.inputs = self._inputs(batch.sub)
+            with self.device.producing():  # a device cache's reads and writes: the side stream
+                batch.inputs = self._inputs(batch.sub)
             t2 = time.perf_counter()
             batch.seconds["fetch"] = t2 - t1
             t1 = t2
@@ -435,7 +436,8 @@ class Trainer:
         """The batch's forward pass, fetching its inputs now if they depend on the weights."""
         if batch.inputs is None:
             start = time.perf_counter()
-            batch.inputs = self._inputs(batch.sub)
+            with self.device.producing():
+                batch.inputs = self._inputs(batch.sub)
             t1 = time.perf_counter()
             clock.add("fetch", t1 - start)
             self._transfer(batch)

@@ -15,7 +15,9 @@ from gnnsys.cache import (
 N, F = 400, 10
 
 
-def setup(codec_name: str, rows: int, wire: str | None = None):  # type: ignore[no-untyped-def]
+def setup(  # type: ignore[no-untyped-def]
+    codec_name: str, rows: int, wire: str | None = None, device: torch.device | str = "cpu"
+):
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(N, F, generator=gen)
     if codec_name == "binary":
@@ -28,7 +30,7 @@ def setup(codec_name: str, rows: int, wire: str | None = None):  # type: ignore[
     cfg = HaloCache.Config(
         capacity_bytes=rows * (codec.row_nbytes(F) + INDEX_BYTES_PER_ROW), policy="presample"
     )
-    cache = HaloCache(cfg, feature_dim=F, codec=codec, policy=policy)
+    cache = HaloCache(cfg, feature_dim=F, codec=codec, policy=policy, device=device)
     source = LocalFeatureSource(x, owner, part=0)
     return x, codec, source, HaloFetcher(cache, source, codec, wire=wire)
 
@@ -64,6 +66,27 @@ def test_gather_encoded_keeps_rows_encoded_with_the_same_traffic(codec_name: str
     assert encoded.stats == decoding.stats and encoded.stats.rows_hit == 4
     assert torch.equal(encoded.cache.cached_gid, decoding.cache.cached_gid)
     assert source.requests == 2
+
+
+@pytest.mark.parametrize("codec_name", ["int8", "int4"])
+def test_a_cache_on_the_device_serves_the_same_rows_from_there(
+    codec_name: str, device: torch.device
+) -> None:
+    """Slots on the trainer's device: encoded rows come out there, decoded ones on the host."""
+    request = torch.tensor([399, 1, 398, 399, 2, 1, 395])
+    _, codec, _, host = setup(codec_name, rows=20)
+    _, _, _, on_device = setup(codec_name, rows=20, device=device)
+    for _ in range(2):  # the second round hits the rows the first one admitted
+        want = host.gather_encoded(request)
+        got = on_device.gather_encoded(request)
+        assert got.data.device.type == device.type
+        assert torch.equal(codec.decode(got).cpu(), codec.decode(want))
+    assert on_device.stats == host.stats and on_device.stats.rows_hit == 4
+    assert on_device.cache.stats == host.cache.stats
+    decoded = on_device.gather(request)
+    assert decoded.device.type == "cpu" and torch.equal(decoded, host.gather(request))
+    peeked = on_device.cache.peek(request)
+    assert torch.equal(peeked.values_NF, host.cache.peek(request).values_NF)
 
 
 def test_warm_up_prefetches_policy_rows_counted_apart() -> None:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from gnnsys.cache import CacheConfig, CodecConfig
 from gnnsys.cache.codecs import EncodedRows
 from gnnsys.models import ModelConfig, build_model
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
@@ -182,6 +183,32 @@ def test_a_run_resumes_whatever_its_device(tmp_path: Path) -> None:
     assert [m["epoch"] for m in result.history] == [0, 1]
     want = "cuda" if torch.cuda.is_available() else "cpu"
     assert result.summary["device"]["kind"] == want
+
+
+@pytest.mark.timeout(240)
+def test_a_cache_on_the_device_trains_the_same_weights(
+    tmp_path: Path, device: torch.device
+) -> None:
+    """int8 halo rows cached on the trainer's device, summed there by the fused layer 0."""
+    cfg = sbm_run(
+        num_nodes=400, num_features=8, parts=2, fanouts=(4, 3), hidden=8, batch_size=32, epochs=2,
+        codec=CodecConfig(name="int8"),
+    )  # fmt: skip
+    cfg = replace(cfg, cluster=replace(cfg.cluster, device=device.type))
+    runs = {}
+    for placement in ("host", "device"):
+        cache = CacheConfig(policy="degree", ratio=0.5, placement=placement)
+        result = train_local(replace(cfg, cache=cache), tmp_path / placement)
+        ckpt = load_checkpoint(tmp_path / placement)
+        assert ckpt is not None
+        runs[placement] = (result.history, ckpt.model_state)
+    (hist_a, state_a), (hist_b, state_b) = runs["host"], runs["device"]
+    assert [m["cache"]["rows_hit"] for m in hist_a] == [m["cache"]["rows_hit"] for m in hist_b]
+    assert hist_a[-1]["cache"]["rows_hit"] > 0 and hist_a[-1]["bytes"] == hist_b[-1]["bytes"]
+    for key, value in state_a.items():  # one device, the same sums: the same weights
+        torch.testing.assert_close(value, state_b[key], rtol=0, atol=0)
+    with pytest.raises(ValueError, match="placement='gpu'; choose host or device"):
+        CacheConfig(placement="gpu")
 
 
 @NO_GPU

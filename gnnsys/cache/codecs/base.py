@@ -73,6 +73,19 @@ class EncodedRows:
         """``N``."""
         return int(self.data.shape[0])
 
+    def to(self, device: torch.device | str) -> EncodedRows:
+        """These rows on ``device`` (``self`` when they are there already), still encoded."""
+        device = torch.device(device)
+        if self.data.device == device:
+            return self
+        return EncodedRows(
+            self.codec,
+            self.num_cols,
+            self.data.to(device),
+            None if self.scale is None else self.scale.to(device),
+            None if self.zero is None else self.zero.to(device),
+        )
+
     @property
     def nbytes(self) -> int:
         """Exact bytes of the tensors that would be sent: payload plus per-row metadata."""

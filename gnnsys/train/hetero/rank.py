@@ -89,10 +89,16 @@ class TypedLayout:
 
         Raises:
             ValueError: The seed type has no features or labels, an
-                override names an unknown relation, or the codec an unknown type.
+                override names an unknown relation, the codec an unknown type, or the cache
+                is placed on the device (``--cache-on device``).
         """
         hetero = spec.hetero
         assert hetero is not None, "the driver sets spec.hetero for a typed store"
+        if spec.cache.placement == "device":  # the CLI refuses the flag the same way
+            raise ValueError(
+                "cache placement 'device' on a typed store: a typed run's layer 0 sums its "
+                "halo rows on the host, so its cache stays there; use placement 'host'"
+            )
         info = HeteroStoreInfo.read(spec.store) if info is None else info
         labelled = bool(info.num_classes) or spec.link is not None  # links need no labels
         if hetero.input_type not in info.feature_dims or not labelled:

@@ -277,10 +277,13 @@ def build_feature_source(
     train_gid: Tensor,
     batch_size: int,
     seed: int,
+    device: torch.device | str = "cpu",
 ) -> RoutedFeatureSource:
     """One worker's feature source: codec, cache (capacity 0 when disabled), policy, fetcher.
 
     Not yet warmed up (the worker calls ``warm_up`` before epoch 0, after its first snapshot).
+    ``device``: the trainer's; the cache's slots live there with ``cache.placement ==
+    "device"``.
 
     Raises:
         ValueError: The shard has no features, or ``codec.name`` is still ``auto``.
@@ -291,15 +294,17 @@ def build_feature_source(
     feature_dim = int(shard.x.shape[1])
     config = cache.halo_config(owned_feature_bytes=shard.num_owned * feature_dim * 4)
     policy = _policy(cache, shard, sampler, train_gid, batch_size=batch_size, seed=seed)
-    halo = HaloCache(config, feature_dim=feature_dim, codec=rows, policy=policy)
+    on = device if cache.placement == "device" else "cpu"
+    halo = HaloCache(config, feature_dim=feature_dim, codec=rows, policy=policy, device=on)
     if cache.enabled:
         log.info(
-            "part %d: %s cache, %d rows of %s (%.1f MiB)",
+            "part %d: %s cache, %d rows of %s (%.1f MiB) on %s",
             shard.part,
             cache.policy,
             halo.capacity_rows,
             rows.name,
             config.capacity_bytes / MIB,
+            halo.device,
         )
     return RoutedFeatureSource(
         shard.part,

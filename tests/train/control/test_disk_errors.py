@@ -38,6 +38,7 @@ from gnnsys.train.control.checkpoint import (
 )
 from gnnsys.train.control.prepare import PreparedStore
 from gnnsys.train.control.recorder import EpochMetrics, Recorder
+from gnnsys.train.device import DevicePlan
 from gnnsys.train.remote.ledger import LedgerSnapshot
 from tests.tmpfs import mount_tmpfs
 from tests.train.control.test_checkpoint import _ckpt
@@ -171,7 +172,10 @@ def test_summary_write_is_atomic(
     coordinator: Any = SimpleNamespace(
         run=lambda: [], best=lambda: None, metric="acc", restarts=0, failures=[]
     )
-    args = (RunConfig(), tmp_path, PreparedStore(store4), coordinator, "partitioned", "local", 0.0)
+    args = (
+        RunConfig(), tmp_path, PreparedStore(store4), coordinator, "partitioned", "local", 0.0,
+        DevicePlan("cpu"),
+    )  # fmt: skip
     run_mod._finish(*args)
     before = (tmp_path / "summary.json").read_bytes()
     monkeypatch.setattr(diskio.os, "fsync", _full)
