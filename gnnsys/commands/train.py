@@ -129,7 +129,7 @@ def _add_step_flags(p: argparse.ArgumentParser) -> None:
         "--threads",
         type=int,
         help="CPUs per trainer, asked of Ray (default: this machine's cores / --parts, at "
-        "least 1; with --executor local, torch threads of the process, default 1). A trainer "
+        "least 1; with --executor local, CPUs of the process, default 1). A trainer "
         "computes on that many torch threads, one fewer when it prefetches (its sampling and "
         "fetching threads take one). On a cluster of big nodes, give the cores per trainer",
     )

@@ -110,9 +110,11 @@ class LocalWorkerGroup:
         template: Spec of rank 0.
         deadline_s: How long a rank waits for the others at a gradient average.
         replay: Epochs replay sampling and fetching without the model (``Trainer.replay_epoch``).
-        threads: torch intra-op threads of this process while the ranks run (their
-            forward/backward run one at a time); ``None``: 1, as a Ray worker of a machine
-            with no more cores than parts has.
+        threads: CPUs of this process while the ranks run (their forward/backward run one at
+            a time): torch intra-op threads while they evaluate, one fewer while they train
+            and prefetch (the stage threads take it, as a Ray trainer's do:
+            ``gnnsys.train.threads``); ``None``: 1, as a Ray worker of a machine with no more
+            cores than parts has.
         roles: The owner and trainer classes (``HOMOGENEOUS`` by default).
     """
 
@@ -168,6 +170,17 @@ class LocalWorkerGroup:
             reports = [w.replay_epoch(epoch, num_batches) for w in self.workers]
             on_progress(num_batches)
             return reports
+        reserve = 1 if self.template.trainer.prefetch else 0  # the stage threads' core
+        torch.set_num_threads(max(1, (self.threads or 1) - reserve))
+        try:
+            return self._train(epoch, num_batches, on_progress)
+        finally:
+            torch.set_num_threads(self.threads or 1)
+
+    def _train(
+        self, epoch: int, num_batches: int, on_progress: Callable[[int], None]
+    ) -> list[WorkerEpochReport]:
+        """Every rank's epoch on a thread of its own; the first real error names its rank."""
         done: list[WorkerEpochReport | None] = [None] * len(self.workers)
         errors: dict[int, BaseException] = {}
 
