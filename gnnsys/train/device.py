@@ -236,7 +236,9 @@ class StepDevice:
             yield
 
     def _to_device(self, t: Tensor) -> Tensor:
-        if self._pin and t.device.type == "cpu":
+        if t.requires_grad:  # learnable rows: the copy must stay on the autograd graph
+            return t.to(self.device)
+        if self._pin and t.device.type == "cpu" and not t.is_pinned():
             t = t.pin_memory()
         return t.to(self.device, non_blocking=True)
 

@@ -122,6 +122,15 @@ def test_copies_are_ready_before_the_forward_reads_them(device: torch.device) ->
     assert to_host(pending[0].args[0]).device.type == "cpu"
 
 
+def test_learnable_rows_keep_their_gradient_through_the_copy(device: torch.device) -> None:
+    """A typed run's embedding rows cross to the device on the autograd graph."""
+    step = StepDevice(device)
+    leaf = torch.randn(5, 3, requires_grad=True)
+    moved = step.copy(StepInputs(({"author": leaf},), lambda x: (x["author"] * 2).sum()))
+    step.forward(moved).backward()
+    assert leaf.grad is not None and torch.equal(leaf.grad, torch.full((5, 3), 2.0))
+
+
 # ---- state: device-independent -------------------------------------------------------------
 def _trainer(graph: Graph, device: torch.device | str) -> Trainer:
     assert graph.x is not None and graph.y is not None and graph.train_mask is not None
