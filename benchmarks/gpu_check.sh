@@ -9,9 +9,10 @@
 #      device-parametrised tests (transfer-stage stream ordering, trainer, fused layer 0,
 #      device-independent state) on cuda as well as cpu;
 #   3. training (benchmarks/gpu_train.py): synthetic:rmat 2**20 nodes, F = 100, SAGE 2 x 128,
-#      with 1 rank (prefetch 0 and 2: GPU busy fraction without and with the pipeline) and
-#      4 ranks sharing the GPU, fp32 and int8 (halo rows summed from their codes on the GPU)
-#      (--executor local: Ray, pymetis and zstandard are not needed);
+#      with 1 rank (prefetch 0 and 2: GPU busy fraction without and with the pipeline; rows on
+#      the host, then held on the GPU) and 4 ranks sharing the GPU (fp32; int8 with rows and a
+#      halo cache on the GPU, summed from their codes there) (--executor local: Ray, pymetis
+#      and zstandard are not needed);
 #      epoch time, stages, stall, GPU busy, peak device memory and test accuracy against the
 #      CPU run of the same seeds (docs/results/gpu-cpu-reference.jsonl);
 #   4. the kernel benchmark on CUDA: Triton vs torch.sparse.mm (CSR), embedding_bag and PyG
@@ -56,9 +57,9 @@ echo "   ($((SECONDS - start)) s so far)"
 
 echo "== training on the device (benchmarks/gpu_train.py)"
 if [ "$dry" = 1 ]; then
-  train_args=(--device cpu --num-nodes 20000 --configs 1:0,1:2,4:2,4:2:int8 --epochs 2 --threads 2)
+  train_args=(--device cpu --num-nodes 20000 --epochs 2 --threads 2)
 else
-  train_args=(--device cuda --configs 1:0,1:2,4:2,4:2:int8 --epochs 3)
+  train_args=(--device cuda --epochs 3)
 fi
 timeout 270 "$PY" benchmarks/gpu_train.py "${train_args[@]}" --work /tmp/gnnsys-gpu-train \
   --reference docs/results/gpu-cpu-reference.jsonl --out "$out/gpu-train.jsonl" \

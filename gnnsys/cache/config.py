@@ -35,9 +35,11 @@ class CacheConfig:
     presample_epochs: int = 1
     """Dry-run sampling epochs behind the ``presample`` and ``adaptive`` scores."""
     placement: str = "host"
-    """Where the slots live (``--cache-on``): ``host`` memory, or ``device``: the trainer's
-    device (its GPU), the budget then being device memory; the fused layer 0 (``--codec
-    int8|int4``) then sums cached rows where they are. On a CPU run both are the host."""
+    """Where a trainer keeps the feature rows it holds (``--features-on``): ``host`` memory, or
+    ``device``: the trainer's device (its GPU), for its own shard's rows (a copy) and its halo
+    cache's slots (the budget then being device memory). A batch's rows are then gathered
+    there, and the fused layer 0 (``--codec int8|int4``) sums cached rows where they are. On a
+    CPU run both are the host."""
     adaptive: AdaptiveAdmission.Config = field(default_factory=AdaptiveAdmission.Config)
     """Knobs of the ``adaptive`` policy (``--cache-decay``, ``--cache-warm-weight``,
     ``--cache-margin``); ignored by the other policies."""

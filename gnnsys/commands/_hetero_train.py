@@ -94,10 +94,10 @@ def _refuse_flags(args: argparse.Namespace) -> None:
             "--task link on a heterogeneous dataset needs the relation to predict: add "
             "--target-edge SRC__REL__DST, e.g. paper__cites__paper"
         )
-    if getattr(args, "cache_on", None) == "device":
+    if getattr(args, "features_on", None) == "device":
         given.append(
-            "--cache-on device (a typed run's layer 0 sums its halo rows on the host, so its "
-            "cache stays there: drop it or pass host)"
+            "--features-on device (a typed run's layer 0 sums its rows on the host, so its rows "
+            "and cache stay there: drop it or pass host)"
         )
     if args.model == "gcn":
         given.append(

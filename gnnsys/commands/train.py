@@ -229,11 +229,12 @@ def add_cache_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--cache-mb", type=float, help="cache budget in MiB (overrides --cache-ratio)")
     p.add_argument(
-        "--cache-on",
+        "--features-on",
         choices=("host", "device"),
-        help="where the cache keeps its rows: host memory (default), or the trainer's device "
-        "(its GPU; the budget is then device memory and --codec int8/int4 rows are summed "
-        "there without a copy back). On a CPU run both are the host",
+        help="where a trainer keeps the feature rows it holds: host memory (default), or its "
+        "device (its GPU): a copy of its own shard's rows and its halo cache's slots (the "
+        "cache budget is then device memory); a batch's rows are gathered there and "
+        "--codec int8/int4 rows are summed there. On a CPU run both are the host",
     )
     add_cache_tuning_args(p)
 
@@ -265,7 +266,7 @@ def _pick(**kw: Any) -> dict[str, Any]:
 
 
 def cache_tuning(args: argparse.Namespace, base: CacheConfig) -> CacheConfig:
-    """``base`` with ``--presample-epochs``, ``--cache-on`` and the adaptive knobs applied."""
+    """``base`` with ``--presample-epochs``, ``--features-on`` and the adaptive knobs applied."""
     adaptive = replace(
         base.adaptive,
         **_pick(
@@ -275,7 +276,9 @@ def cache_tuning(args: argparse.Namespace, base: CacheConfig) -> CacheConfig:
     return replace(
         base,
         adaptive=adaptive,
-        **_pick(presample_epochs=args.presample_epochs, placement=getattr(args, "cache_on", None)),
+        **_pick(
+            presample_epochs=args.presample_epochs, placement=getattr(args, "features_on", None)
+        ),
     )
 
 

@@ -26,6 +26,7 @@ from gnnsys.train.device import (
     to_host,
     visible_index,
 )
+from gnnsys.train.layer0.base import FirstLayerConfig
 from gnnsys.train.trainer import Trainer
 from gnnsys.types import Block, Graph, SampledSubgraph
 from tests.train.run_configs import sbm_run
@@ -195,13 +196,17 @@ def test_a_run_resumes_whatever_its_device(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(240)
-def test_a_cache_on_the_device_trains_the_same_weights(
-    tmp_path: Path, device: torch.device
+@pytest.mark.parametrize(
+    ("codec", "aggregate_at"), [("fp32", "requester"), ("int8", "requester"), ("fp32", "owner")]
+)
+def test_features_on_the_device_train_the_same_weights(
+    tmp_path: Path, device: torch.device, codec: str, aggregate_at: str
 ) -> None:
-    """int8 halo rows cached on the trainer's device, summed there by the fused layer 0."""
+    """Own rows and the halo cache on the trainer's device: the batch's rows gathered there
+    (int8: summed there by the fused layer 0; owner sums: combined on the host)."""
     cfg = sbm_run(
         num_nodes=400, num_features=8, parts=2, fanouts=(4, 3), hidden=8, batch_size=32, epochs=2,
-        codec=CodecConfig(name="int8"),
+        codec=CodecConfig(name=codec), layer0=FirstLayerConfig(placement=aggregate_at),
     )  # fmt: skip
     cfg = replace(cfg, cluster=replace(cfg.cluster, device=device.type))
     runs = {}

@@ -90,14 +90,14 @@ class TypedLayout:
         Raises:
             ValueError: The seed type has no features or labels, an
                 override names an unknown relation, the codec an unknown type, or the cache
-                is placed on the device (``--cache-on device``).
+                rows are placed on the device (``--features-on device``).
         """
         hetero = spec.hetero
         assert hetero is not None, "the driver sets spec.hetero for a typed store"
         if spec.cache.placement == "device":  # the CLI refuses the flag the same way
             raise ValueError(
-                "cache placement 'device' on a typed store: a typed run's layer 0 sums its "
-                "halo rows on the host, so its cache stays there; use placement 'host'"
+                "feature placement 'device' on a typed store: a typed run's layer 0 sums its "
+                "rows on the host, so its rows and cache stay there; use placement 'host'"
             )
         info = HeteroStoreInfo.read(spec.store) if info is None else info
         labelled = bool(info.num_classes) or spec.link is not None  # links need no labels

@@ -223,7 +223,8 @@ class FirstLayerAggregator:
         # Only the needed rows are materialised (``R`` of them, destinations first when they
         # are sources too): an [N, F] buffer would cost more than the traffic it saves.
         need_pos_R = torch.nonzero(plan.need_row_N).flatten()
-        x_RF = self.features.fetch(n_id[need_pos_R].long()).float()
+        # on the host, where the owners' sums are combined (rows held on a device come back)
+        x_RF = self.features.fetch(n_id[need_pos_R].long()).float().cpu()
         compact_N = torch.full((block.num_src,), -1, dtype=torch.int64)
         compact_N[need_pos_R] = torch.arange(need_pos_R.numel())
         compact = replace(plan, local_col=compact_N[plan.local_col])

@@ -29,6 +29,7 @@ rows of a request, ``H`` its halo rows.
 from __future__ import annotations
 
 import logging
+import warnings
 
 import numpy as np
 import torch
@@ -124,6 +125,9 @@ class RoutedFeatureSource:
         wire: Optional lossless wire stage measured over fetched rows (``zstd`` / ``lz4``).
         node_type: The node type asked for in a typed store (ids type-local); ``None`` for a
             homogeneous store's one type.
+        own_device: Keep a float32 copy of ``local_x`` on this device and gather own rows
+            there (``CacheConfig.placement == "device"``); every row a fetch returns is then
+            on it (halo rows copied up). ``None``: own rows are read from ``local_x``.
     """
 
     def __init__(
@@ -139,8 +143,15 @@ class RoutedFeatureSource:
         cache: HaloCache | None = None,
         wire: str | None = None,
         node_type: str | None = None,
+        own_device: torch.device | str | None = None,
     ) -> None:
         self.part, self.part_N, self.lid_N, self.local_x = part, part_N, lid_N, local_x
+        self._own_dev: Tensor | None = None  # own rows on the trainer's device (one copy)
+        if own_device is not None:  # on a CPU run: the mapped rows themselves, no copy
+            with warnings.catch_warnings():  # a read-only map; these rows are only ever read
+                warnings.simplefilter("ignore", UserWarning)
+                host = torch.from_numpy(np.asarray(local_x, dtype=np.float32))
+            self._own_dev = host.to(own_device)
         self.codec = codec
         self._x_ahead = ReadAhead(local_x)  # scattered rows of a mapped shard: pages asked first
         if cache is None:
@@ -181,6 +192,8 @@ class RoutedFeatureSource:
         A halo position first reads own row 0 as a placeholder and is then overwritten by its
         fetched row, so no own row is copied twice.
         """
+        if self._own_dev is not None:
+            return self._device_rows(gid, distinct=distinct)
         gid_np = gid.numpy().astype(np.int64, copy=False)
         mine = self.part_N[gid_np] == self.part
         lid = self.lid_N[gid_np]
@@ -198,20 +211,35 @@ class RoutedFeatureSource:
         out_KF[remote_pos] = self.fetcher.gather(halo, distinct=distinct).numpy()
         return torch.from_numpy(out_KF)
 
+    def _device_rows(self, gid: Tensor, *, distinct: bool) -> Tensor:
+        """``fetch`` on the own rows' device: own rows gathered there, halo rows copied up."""
+        assert self._own_dev is not None  # the caller checked
+        on = self._own_dev.device
+        gid_np, local_pos, remote_pos = self._split(gid)
+        out_KF = torch.empty(gid_np.shape[0], self._own_dev.shape[1], device=on)
+        if local_pos.size:
+            lid = torch.from_numpy(self.lid_N[gid_np[local_pos]].astype(np.int64, copy=False))
+            out_KF[torch.from_numpy(local_pos).to(on)] = self._own_dev[lid.to(on)]
+        if remote_pos.size:
+            halo = self.fetcher.gather(torch.from_numpy(gid_np[remote_pos]), distinct=distinct)
+            out_KF[torch.from_numpy(remote_pos).to(on)] = halo.to(on)
+        return out_KF
+
     def fetch_split(self, gid: Tensor) -> SplitRows:
         """Own rows as float32; halo rows through the cache, left in the codec's format."""
         gid_np, local_pos, remote_pos = self._split(gid)
-        own = self._own_rows(self.lid_N[gid_np[local_pos]])
-        rows_LF = own.astype(np.float32, copy=False)
+        if self._own_dev is not None:  # gathered on the own rows' device
+            lid = torch.from_numpy(self.lid_N[gid_np[local_pos]].astype(np.int64, copy=False))
+            local_LF = self._own_dev[lid.to(self._own_dev.device)]
+        else:
+            own = self._own_rows(self.lid_N[gid_np[local_pos]])
+            local_LF = torch.from_numpy(own.astype(np.float32, copy=False))
         if remote_pos.size:  # as in fetch
             remote = self.fetcher.gather_encoded(torch.from_numpy(gid_np[remote_pos]))
         else:
             remote = self.codec.empty(0, int(self.local_x.shape[1]))
         return SplitRows(
-            torch.from_numpy(local_pos),
-            torch.from_numpy(rows_LF),
-            torch.from_numpy(remote_pos),
-            remote,
+            torch.from_numpy(local_pos), local_LF, torch.from_numpy(remote_pos), remote
         )
 
     def resident_mask(self, gid: Tensor) -> Tensor:
@@ -316,4 +344,6 @@ def build_feature_source(
         codec=rows,
         cache=halo,
         wire=codec.wire if cache.enabled else None,  # measured into cache counters, or nowhere
+        # a CPU run's device is the host: its own rows stay the mapped shard, read ahead
+        own_device=device if cache.placement == "device" and str(device) != "cpu" else None,
     )

@@ -356,7 +356,7 @@ def test_rank_that_raises_aborts_naming_it(stores: dict[int, Path], tmp_path: Pa
     [
         (["--model", "gcn"], "--model gcn"),
         (["--num-nodes", "100"], "-D scale"),
-        (["--cache-on", "device"], "--cache-on device"),
+        (["--features-on", "device"], "--features-on device"),
     ],
 )
 def test_cli_names_options_that_do_not_apply(

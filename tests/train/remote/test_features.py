@@ -87,6 +87,28 @@ def test_a_batch_of_own_rows_sends_nothing(store4: Path) -> None:
     assert ledger.snapshot().total_bytes == 0
 
 
+def test_own_rows_held_on_a_device_give_the_same_rows(store4: Path, device: torch.device) -> None:
+    """``--features-on device``: own rows gathered from the device copy, halo rows copied up."""
+    book, shard = load_book(store4), load_shard(store4, PART)
+    client = LocalOwnerClient(store4, book.num_parts)
+
+    def source(own_device: torch.device | None) -> RoutedFeatureSource:
+        args = (PART, book.part_N, book.lid_N, shard.x, client, Ledger())
+        return RoutedFeatureSource(*args, codec=make_codec("int8"), own_device=own_device)
+
+    host, held = source(None), source(device)
+    gid = torch.arange(0, 1000, 5, dtype=torch.int64)
+    for name in ("fetch", "fetch_distinct"):
+        got = getattr(held, name)(gid)
+        assert got.device.type == device.type
+        assert torch.equal(got.cpu(), getattr(host, name)(gid)), name
+    want, split = host.fetch_split(gid), held.fetch_split(gid)
+    assert split.local_LF.device.type == device.type
+    assert torch.equal(split.local_LF.cpu(), want.local_LF)
+    assert torch.equal(split.local_pos, want.local_pos)
+    assert torch.equal(split.remote.data, want.remote.data)
+
+
 def test_cached_source_reports_and_takes_the_adaptive_knobs(store4: Path) -> None:
     knobs = AdaptiveAdmission.Config(decay=0.9, warm_weight=0.5, margin=2.0)
     cache = CacheConfig(policy="adaptive", ratio=0.5, adaptive=knobs)
