@@ -65,7 +65,9 @@ timeout 270 "$PY" benchmarks/gpu_train.py "${train_args[@]}" --work /tmp/gnnsys-
   --reference docs/results/gpu-cpu-reference.jsonl --out "$out/gpu-train.jsonl" \
   2>"$out/train.err" | tail -4 || status=1
 tail -3 "$out/train.err"
-cp /tmp/gnnsys-gpu-train/run-*/train.log "$out/" 2>/dev/null
+for run in /tmp/gnnsys-gpu-train/run-*/; do
+  cp "$run/train.log" "$out/$(basename "$run").log" 2>/dev/null
+done
 echo "   ($((SECONDS - start)) s so far)"
 
 echo "== kernel benchmark"

@@ -8,7 +8,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY="${PY:-.venv/bin/python}"
 rm -rf .gpu-wheels && mkdir -p .gpu-wheels
 "$PY" -m pip download -q --no-deps --only-binary=:all: -d .gpu-wheels \
-  pytest pytest-timeout pluggy iniconfig packaging exceptiongroup typing_extensions
+  pytest pytest-timeout pluggy iniconfig packaging exceptiongroup typing_extensions pygments
 # tomli (pytest's config reader below Python 3.11): the pure-Python wheel, for any interpreter
 "$PY" -m pip download -q --no-deps --only-binary=:all: -d .gpu-wheels \
   --platform any --python-version 3.10 --implementation py tomli
