@@ -238,20 +238,20 @@ class NodeRank:
 
     def eval_layer(self, layer: int) -> None:
         """Compute this rank's outputs of layer ``layer`` (every rank finished ``layer - 1``)."""
-        if layer == 0:  # every evaluation starts here: the host copy takes its weights now
-            host = self.trainer.host_model()
-        if self._evaluator is None:
-            cache = self.features.cache  # capacity 0 without one: nothing to peek at
-            self._evaluator = ShardEvaluator(
-                self.spec.eval,
-                shard=self.shard,
-                book=self.book,
-                model=host.encoder if isinstance(host, LinkModel) else host,
-                owners=self.client,
-                peers=self._peers(),
-                feature_codec=self.features.codec,
-                cache=cache if cache.capacity_rows else None,
-            )
+        if layer == 0 or self._evaluator is None:  # an evaluation starts at layer 0
+            host = self.trainer.host_model()  # its host copy takes the current weights now
+            if self._evaluator is None:
+                cache = self.features.cache  # capacity 0 without one: nothing to peek at
+                self._evaluator = ShardEvaluator(
+                    self.spec.eval,
+                    shard=self.shard,
+                    book=self.book,
+                    model=host.encoder if isinstance(host, LinkModel) else host,
+                    owners=self.client,
+                    peers=self._peers(),
+                    feature_codec=self.features.codec,
+                    cache=cache if cache.capacity_rows else None,
+                )
         self._evaluator.run_layer(layer)
 
     def eval_report(self, splits: tuple[str, ...], with_logits: bool) -> RankEval:

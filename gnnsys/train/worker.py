@@ -398,6 +398,8 @@ class TrainWorker:
                 rank=self.spec.rank,
                 world_size=self.spec.world_size,
                 timeout=timedelta(seconds=self.spec.deadline_s),
+                # NCCL's communicator is bound to this rank's GPU, never a default cuda:0
+                device_id=self.trainer.device.device if nccl else None,
             )
 
     def batch_plan(self) -> BatchPlan:
