@@ -34,6 +34,7 @@ __all__ = [
     "linear_layer_outputs",
     "HaloIndex",
     "LayerwiseModel",
+    "block_on",
     "chunk_blocks",
     "divide_by_degree",
     "edge_runs",
@@ -43,6 +44,7 @@ __all__ = [
     "halo_index",
     "halo_spans",
     "linear_run",
+    "model_device",
     "span_outputs",
     "restricted",
 ]
@@ -201,6 +203,27 @@ def divide_by_degree(sum_DF: Tensor, rowptr: np.ndarray) -> None:
     sum_DF.div_(torch.from_numpy(np.diff(rowptr)).clamp_(min=1).to(sum_DF.dtype)[:, None])
 
 
+def model_device(model: nn.Module) -> torch.device:
+    """The device ``model``'s parameters live on (the host for a model without any)."""
+    first = next(model.parameters(), None)
+    return torch.device("cpu") if first is None else first.device
+
+
+def block_on(block: Block, device: torch.device) -> Block:
+    """``block`` with its tensors on ``device`` (itself when they are there)."""
+    if block.rowptr.device == device:
+        return block
+    degree = block.src_in_degree
+    return Block(
+        num_src=block.num_src,
+        num_dst=block.num_dst,
+        rowptr=block.rowptr.to(device),
+        col=block.col.to(device),
+        e_id=block.e_id.to(device),
+        src_in_degree=None if degree is None else degree.to(device),
+    )
+
+
 def span_outputs(
     model: BlockModel,
     layer: int,
@@ -213,7 +236,9 @@ def span_outputs(
 ) -> Tensor:
     """A linear layer's outputs for destinations ``start ..`` from their neighbour sums.
 
-    ``sum_DF`` is the callers' own temporary: a mean divides it in place.
+    ``sum_DF`` is the callers' own temporary: a mean divides it in place. The dense part runs
+    where ``model`` lives: on a GPU the run's sums and own rows go up (``LinearLayerRun.max_dst``
+    rows at most: the bound on the device memory a run takes) and its outputs come back.
     """
     module = cast(SAGELayer | GCNLayer, model.layers[layer])  # linear_run checked the type
     num = int(rowptr.shape[0] - 1)
@@ -227,7 +252,9 @@ def span_outputs(
         e_id=torch.zeros(0, dtype=torch.int64),
         src_in_degree=None if degree_S is None else torch.from_numpy(degree_S[start : start + num]),
     )
-    return model.activate(layer, module.combine(sum_DF, own_DF, block))
+    on = model_device(model)  # no copies on the host
+    out = model.activate(layer, module.combine(sum_DF.to(on), own_DF.to(on), block_on(block, on)))
+    return out.to("cpu")
 
 
 @torch.no_grad()

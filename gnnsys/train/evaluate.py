@@ -47,6 +47,7 @@ from gnnsys.train.eval_blocked import blocked_layer
 from gnnsys.train.eval_blocks import (
     HaloIndex,
     LayerwiseModel,
+    block_on,
     chunk_blocks,
     full_block,
     full_graph_logits,
@@ -55,6 +56,7 @@ from gnnsys.train.eval_blocks import (
     halo_spans,
     linear_layer_outputs,
     linear_run,
+    model_device,
     restricted,
 )
 from gnnsys.train.eval_memory import (
@@ -293,11 +295,14 @@ class ShardEvaluator:
         config: Evaluation settings.
         shard: This rank's shard (features, labels, masks).
         book: The partition book (owner and lid of every gid).
-        model: This rank's model (same weights on every rank).
+        model: This rank's model on the host (same weights on every rank).
         owners: Client of the shard owners (layer-0 halo features).
         peers: Client of the peer ranks (embeddings and degrees).
         feature_codec: The run codec features travel in (``FP32Codec``: float32 rows).
         cache: The worker's halo cache, read without side effects, or ``None``.
+        device_model: The same model on the trainer's device (``None``: ``model``): the
+            linear and chunked layer paths run their dense part there, one run or chunk of
+            rows at a time (source-blocked layers run on the host).
     """
 
     def __init__(
@@ -311,11 +316,13 @@ class ShardEvaluator:
         peers: PeerClient,
         feature_codec: Codec,
         cache: HaloCache | None,
+        device_model: nn.Module | None = None,
     ) -> None:
         if shard.x is None:
             raise ValueError(f"part {shard.part} lacks x; rewrite the store with features")
         self.config, self.shard, self.book = config, shard, book
         self.model, self.owners, self.peers = model, owners, peers
+        self.device_model = model if device_model is None else device_model
         self.feature_codec, self.cache = feature_codec, cache
         self.codec = make_codec(config.codec)
         self.ledger = Ledger()
@@ -357,6 +364,7 @@ class ShardEvaluator:
             release_pages(self.shard.x)  # layer 0 read it; training maps it again
         release_free_memory()  # training's (or the last layer's) freed temporaries
         self.model.eval()
+        self.device_model.eval()  # the trainer sets it back to training at its next epoch
         m, width = int(own.shape[0]), int(own.shape[1])
         if self._blocked(layer, own, width):
             self.tables.publish(layer + 1)
@@ -432,18 +440,21 @@ class ShardEvaluator:
         other layers (GAT, max) run on chunk blocks whose rows are gathered, at most
         ``Config.chunk_edges`` in-edges at a time.
         """
-        model = cast(LayerwiseModel, self.model)
-        run = linear_run(self.model.layers[layer]) if isinstance(self.model, BlockModel) else None
+        compute = self.device_model  # the dense part runs where it lives, a run at a time
+        model = cast(LayerwiseModel, compute)
+        run = linear_run(compute.layers[layer]) if isinstance(compute, BlockModel) else None
         if run is not None and self.config.in_place:
-            assert isinstance(self.model, BlockModel)
+            assert isinstance(compute, BlockModel)
             args = (self.shard, index, degree_S, run, span)
-            linear_layer_outputs(self.model, layer, own, halo, *args, into=into)
+            linear_layer_outputs(compute, layer, own, halo, *args, into=into)
             return
         out: Tensor | None = None
         first = span[0]
+        on = model_device(compute)  # the host: nothing moves
         chunks = chunk_blocks(self.shard, index, degree_S, self.config.chunk_edges, span)
         for chunk in chunks:
-            rows = model.forward_layer(layer, gather_rows(own, halo, chunk.source), chunk.block)
+            x = gather_rows(own, halo, chunk.source).to(on)
+            rows = model.forward_layer(layer, x, block_on(chunk.block, on)).to("cpu")
             if out is None:  # the width is known from the first chunk on
                 out = into(int(rows.shape[1]))
             out[chunk.start - first : chunk.end - first] = rows

@@ -251,6 +251,7 @@ class NodeRank:
                     peers=self._peers(),
                     feature_codec=self.features.codec,
                     cache=cache if cache.capacity_rows else None,
+                    device_model=self.trainer.encoder(),  # on a CPU run: the model itself
                 )
         self._evaluator.run_layer(layer)
 

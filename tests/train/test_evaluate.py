@@ -28,6 +28,7 @@ from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.prepare import store_info
 from gnnsys.train.control.run import worker_template
+from gnnsys.train.device import DevicePlan
 from gnnsys.train.evaluate import (
     SPLITS,
     EvalConfig,
@@ -73,7 +74,14 @@ def _config(store: Path, parts: int, model: str, **fetch: object) -> RunConfig:
 
 
 def _sharded(
-    graph: Graph, parts: int, model: str, root: Path, *, strategy: str = "metis", **fetch: object
+    graph: Graph,
+    parts: int,
+    model: str,
+    root: Path,
+    *,
+    strategy: str = "metis",
+    device: str = "cpu",
+    **fetch: object,
 ) -> tuple[list[RankEval], torch.Tensor]:
     """Train one epoch in-process, evaluate sharded; returns the reports and the reference."""
     store = root / f"store-{parts}"
@@ -81,7 +89,8 @@ def _sharded(
     write_partitions(graph, assignment, store, num_hops=2, overwrite=True)
     cfg = _config(store, parts, model, **fetch)
     info = store_info(store)
-    group = LocalWorkerGroup(worker_template(cfg, store, info, "partitioned"), 60.0)
+    template = replace(worker_template(cfg, store, info, "partitioned"), device=DevicePlan(device))
+    group = LocalWorkerGroup(template, 60.0)
     return _train_and_evaluate(group, graph, cfg, store)
 
 
@@ -145,6 +154,18 @@ def test_sharded_equals_full_graph_sbm(
     _check_equal(sbm_graph, reports, reference)
     if parts > 1:
         assert sum(r.traffic.bytes["feature_response"] for r in reports) > 0
+
+
+@pytest.mark.parametrize("in_place", [True, False])
+@pytest.mark.parametrize("model", ["sage", "gcn", "gat"])
+def test_sharded_on_the_trainers_device(
+    sbm_graph: Graph, model: str, in_place: bool, device: torch.device, tmp_path: Path
+) -> None:
+    """The dense part of every layer runs on the trainer's device, a run of rows at a time."""
+    reports, reference = _sharded(
+        sbm_graph, 2, model, tmp_path, device=device.type, chunk_edges=37, in_place=in_place
+    )
+    _check_equal(sbm_graph, reports, reference)
 
 
 @pytest.mark.parametrize("model", ["sage", "gcn", "gat"])
