@@ -120,7 +120,15 @@ TRAIN_ROOMS: dict[str, set[str]] = {
     "eval_memory": set(),
     "eval_blocked": {"eval_blocks", "eval_memory"},
     "eval_rows": {"eval_memory", "remote"},
-    "evaluate": {"eval_blocked", "eval_blocks", "eval_memory", "eval_rows", "metrics", "remote"},
+    "evaluate": {
+        "device",
+        "eval_blocked",
+        "eval_blocks",
+        "eval_memory",
+        "eval_rows",
+        "metrics",
+        "remote",
+    },
     "eval_typed": {"eval_blocked", "eval_memory", "eval_rows", "evaluate", "metrics", "remote"},
     "device": set(),  # the step's device: what the stages of every runtime room use
     "pipeline": {"device"},

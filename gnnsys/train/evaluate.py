@@ -43,6 +43,7 @@ from gnnsys.cache import HaloCache
 from gnnsys.cache.codecs import CODECS, Codec, make_codec
 from gnnsys.models import BlockModel, GCNLayer
 from gnnsys.store.pages import release_pages
+from gnnsys.train.device import StepDevice
 from gnnsys.train.eval_blocked import blocked_layer
 from gnnsys.train.eval_blocks import (
     HaloIndex,
@@ -223,6 +224,7 @@ class RankEval:
         halo_rows: Layer-0 halo rows needed.
         seconds: Wall time of this rank's evaluation steps.
         peak_rss_bytes: Peak RSS of the rank's process so far (evaluation included).
+        peak_device_bytes: Peak memory on the rank's device so far (evaluation included).
         logits: ``(gid_M, logits_MC)`` of the owned nodes when asked for (tests), else ``None``.
         link: Split -> ``metrics.link_sums`` of the rank's held-out links (link task only).
     """
@@ -236,6 +238,7 @@ class RankEval:
     halo_rows: int
     seconds: float
     peak_rss_bytes: int = 0
+    peak_device_bytes: int = 0
     logits: tuple[np.ndarray, np.ndarray] | None = None
     link: dict[str, np.ndarray] = field(default_factory=dict)
 
@@ -251,7 +254,8 @@ class EvalResult:
         cache_hits: Layer-0 halo rows served by caches, summed.
         halo_rows: Layer-0 halo rows needed, summed.
         seconds: Slowest rank's evaluation time.
-        peak_rss_bytes: Every rank's peak RSS after evaluating (empty when not evaluated).
+        peak_rss_bytes, peak_device_bytes: Every rank's peak RSS and device memory after
+            evaluating (empty when not evaluated).
     """
 
     metrics: dict[str, float | None]
@@ -260,6 +264,7 @@ class EvalResult:
     halo_rows: int = 0
     seconds: float = 0.0
     peak_rss_bytes: tuple[int, ...] = ()
+    peak_device_bytes: tuple[int, ...] = ()
 
 
 def combine_evals(reports: list[RankEval], num_classes: int) -> EvalResult:
@@ -285,6 +290,7 @@ def combine_evals(reports: list[RankEval], num_classes: int) -> EvalResult:
         halo_rows=sum(r.halo_rows for r in reports),
         seconds=max(r.seconds for r in reports),
         peak_rss_bytes=tuple(r.peak_rss_bytes for r in reports),
+        peak_device_bytes=tuple(r.peak_device_bytes for r in reports),
     )
 
 
@@ -300,9 +306,8 @@ class ShardEvaluator:
         peers: Client of the peer ranks (embeddings and degrees).
         feature_codec: The run codec features travel in (``FP32Codec``: float32 rows).
         cache: The worker's halo cache, read without side effects, or ``None``.
-        device_model: The same model on the trainer's device (``None``: ``model``): the
-            linear and chunked layer paths run their dense part there, one run or chunk of
-            rows at a time (source-blocked layers run on the host).
+        device_model: The same model on the trainer's device (``None``: ``model``), where the
+            linear and chunked paths run their dense part (source-blocked layers: the host).
     """
 
     def __init__(
@@ -448,9 +453,7 @@ class ShardEvaluator:
             args = (self.shard, index, degree_S, run, span)
             linear_layer_outputs(compute, layer, own, halo, *args, into=into)
             return
-        out: Tensor | None = None
-        first = span[0]
-        on = model_device(compute)  # the host: nothing moves
+        out, first, on = None, span[0], model_device(compute)  # on the host: nothing moves
         chunks = chunk_blocks(self.shard, index, degree_S, self.config.chunk_edges, span)
         for chunk in chunks:
             x = gather_rows(own, halo, chunk.source).to(on)
@@ -509,6 +512,7 @@ class ShardEvaluator:
             halo_rows=int(self.halo_gid.shape[0]),
             seconds=self._seconds,
             peak_rss_bytes=int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024,
+            peak_device_bytes=StepDevice(model_device(self.device_model)).peak_bytes(),
             logits=(gid_M, last.numpy().copy()) if with_logits else None,
             link=link or {},
         )

@@ -62,7 +62,8 @@ class EpochMetrics:
         peak_rss_bytes: Peak RSS of every rank's process so far (its evaluation included).
         threads: torch threads each rank computed with (its CPUs, less one when prefetching).
         devices: Each rank's step device (``cpu``, ``cuda:0``).
-        peak_device_bytes: Each rank's peak device memory so far (0 on CPU).
+        peak_device_bytes: Each rank's peak device memory so far, its evaluation included (0 on
+            CPU).
         num_ray_nodes: Distinct nodes the ranks ran on.
         restarts: Group restarts so far.
     """
@@ -188,7 +189,10 @@ def epoch_metrics(
         num_batches=num_batches,
         threads=tuple(r.stats.threads for r in reports),
         devices=tuple(r.stats.device for r in reports),
-        peak_device_bytes=tuple(r.stats.peak_device_bytes for r in reports),
+        peak_device_bytes=tuple(
+            max([r.stats.peak_device_bytes, *evaluation.peak_device_bytes[i : i + 1]])
+            for i, r in enumerate(reports)
+        ),
         peak_rss_bytes=tuple(
             max([r.peak_rss_bytes, *evaluation.peak_rss_bytes[i : i + 1]])
             for i, r in enumerate(reports)
