@@ -5,9 +5,10 @@
 # Everything lands in $OUT (or /tmp/gnnsys-gpu-check). Budget: at most 8 minutes; each step runs
 # under its own timeout, so one hang cannot eat the rest:
 #   1. environment: torch / triton versions, device name (a CUDA build of torch is required);
-#   2. GPU tests: the Triton kernels compiled for CUDA (TRITON_INTERPRET=0), and the
-#      device-parametrised tests (transfer-stage stream ordering, trainer, fused layer 0,
-#      device-independent state) on cuda as well as cpu;
+#   2. GPU tests: the Triton kernels compiled for CUDA (TRITON_INTERPRET=0), and the cuda
+#      case of every device-parametrised test (transfer-stage stream ordering, trainer and
+#      pipeline, fused layer 0, rows and cache on the device, evaluation, typed runs,
+#      device-independent state and resume);
 #   3. training (benchmarks/gpu_train.py): synthetic:rmat 2**20 nodes, F = 100, SAGE 2 x 128,
 #      with 1 rank (prefetch 0 and 2: GPU busy fraction without and with the pipeline; rows on
 #      the host, then held on the GPU) and 4 ranks sharing the GPU (fp32; int8 with rows and a
@@ -47,12 +48,16 @@ if ! "$PY" -c "import pytest, pytest_timeout" 2>/dev/null; then
   export PYTHONPATH="$lib${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
-echo "== GPU tests: compiled Triton kernels, device-parametrised tests (cpu + cuda)"
+echo "== GPU tests: compiled Triton kernels"
 interpret=0; [ "$dry" = 1 ] && interpret=1
-TRITON_INTERPRET=$interpret timeout 150 "$PY" -m pytest -q -p no:cacheprovider -m "not ray" \
-  tests/kernels/test_triton_aggregate.py tests/kernels/test_torch_path.py \
-  tests/train/test_device.py tests/train/test_trainer.py tests/train/layer0/test_fused_first.py \
-  -k "not training_matches" 2>&1 | tee "$out/tests.txt" | tail -15 || status=1
+TRITON_INTERPRET=$interpret timeout 100 "$PY" -m pytest -q -p no:cacheprovider -m "not ray" \
+  tests/kernels/test_triton_aggregate.py tests/kernels/test_torch_path.py 2>&1 \
+  | tee "$out/tests-kernels.txt" | tail -5 || status=1
+echo "== GPU tests: every device-parametrised test, its cuda case (the cpu one in a dry run)"
+param=cuda; [ "$dry" = 1 ] && param=cpu
+TRITON_INTERPRET=$interpret timeout 150 "$PY" -m pytest -q -p no:cacheprovider \
+  -m "not ray and not slow" tests/train tests/cache -k "$param" 2>&1 \
+  | tee "$out/tests-device.txt" | tail -8 || status=1
 echo "   ($((SECONDS - start)) s so far)"
 
 echo "== training on the device (benchmarks/gpu_train.py)"

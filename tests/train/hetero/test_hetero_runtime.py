@@ -302,6 +302,22 @@ def test_same_seed_same_run_and_resume_equals_uninterrupted(
             assert ta["steps"] == tc["steps"] == 2 * full[0]["num_batches"]
 
 
+def test_a_typed_run_trains_on_the_device_and_resumes_on_the_host(
+    stores: dict[int, Path], tmp_path: Path, device: torch.device
+) -> None:
+    """Embedding rows cross to the device on the autograd graph; state resumes anywhere."""
+    cfg = _config(stores[2], 2, epochs=2, batch=256)
+    on = replace(cfg, cluster=replace(cfg.cluster, device=device.type))
+    host = replace(cfg, cluster=replace(cfg.cluster, device="cpu"))
+    want = [m["loss"] for m in train_local(host, tmp_path / "host").history]
+    got = train_local(on, tmp_path / "device").history
+    assert {d.split(":")[0] for d in got[0]["devices"]} == {device.type}
+    assert [m["loss"] for m in got] == pytest.approx(want, rel=1e-3)
+    train_local(replace(on, loop=replace(on.loop, epochs=1)), tmp_path / "moved")
+    resumed = train_local(replace(host, loop=replace(host.loop, resume=True)), tmp_path / "moved")
+    assert [m["loss"] for m in resumed.history] == pytest.approx(want, rel=1e-3)
+
+
 @pytest.mark.parametrize("model", ["rgcn", "gat"])
 def test_other_models_train_and_metrics_line_has_every_type(
     stores: dict[int, Path], tmp_path: Path, model: str
