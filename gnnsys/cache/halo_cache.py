@@ -199,7 +199,8 @@ class HaloCache:
         """Host float32 rows of the hits (decoded where they live, then copied to the host)."""
         values = torch.zeros(gid.shape[0], self.feature_dim, dtype=torch.float32)
         if slot.shape[0]:
-            values[hit] = self.codec.decode(take(self._store, slot)).to(values.device)
+            rows = take(self._store, slot.to(self.device))
+            values[hit] = self.codec.decode(rows).to(values.device)
         miss_pos = torch.nonzero(~hit).flatten()
         return CacheLookup(values_NF=values, miss_pos=miss_pos, miss_gid=gid[miss_pos])
 
@@ -250,9 +251,8 @@ class HaloCache:
         """
         hit, slot, gid = self._split(gid)
         miss_pos = torch.nonzero(~hit).flatten()
-        return EncodedLookup(
-            torch.nonzero(hit).flatten(), take(self._store, slot), miss_pos, gid[miss_pos]
-        )
+        hit_rows = take(self._store, slot.to(self.device))
+        return EncodedLookup(torch.nonzero(hit).flatten(), hit_rows, miss_pos, gid[miss_pos])
 
     # ---- updates --------------------------------------------------------------------------
     def warm_plan(self) -> AdmissionPlan:
