@@ -33,7 +33,7 @@ from gnnsys.train.hetero.owner import TypeBook
 from gnnsys.train.layer0.fused import decoded_roots, fused_sum
 from gnnsys.train.layer0.owner_sums import FirstLayerAggregator
 from gnnsys.train.link.config import LinkConfig
-from gnnsys.train.link.trainer import link_loss
+from gnnsys.train.link.trainer import link_loss, link_step_result
 from gnnsys.train.pipeline import PreparedBatch, StageClock
 from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import TypedLedger
@@ -451,7 +451,4 @@ class HeteroLinkTrainer(HeteroTrainer):
             h_dst = out[dst][: pairs.seeds[dst].numel()]
             loss, score_B, neg_Bq = link_loss(model, h_src, h_dst[pairs.dst_B], h_dst[pairs.neg_Bq])
             torch.autograd.backward(loss)
-        above = int((score_B.detach().unsqueeze(1) > neg_Bq.detach()).all(dim=1).sum())
-        loss_sum = float(loss.detach())  # waits for the device: counted as compute
-        clock.add("compute", time.perf_counter() - t2)
-        return loss_sum, above
+        return link_step_result(loss, score_B, neg_Bq, clock, t2)

@@ -34,7 +34,7 @@ from gnnsys.train.pipeline import PreparedBatch, StageClock
 from gnnsys.train.trainer import Trainer, _mix
 from gnnsys.types import SampledSubgraph
 
-__all__ = ["LinkBatch", "LinkTrainer", "link_batch", "link_loss"]
+__all__ = ["LinkBatch", "LinkTrainer", "link_batch", "link_loss", "link_step_result"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +74,20 @@ def link_batch(links_2B: Tensor, *, num_nodes: int, neg_per_pos: int, seed: int)
         dst_B=inverse[b : 2 * b],
         neg_Bq=inverse[2 * b :].view(b, neg_per_pos),
     )
+
+
+def link_step_result(
+    loss: Tensor, score_B: Tensor, neg_Bq: Tensor, clock: StageClock, start: float
+) -> tuple[float, int]:
+    """A link step's (summed loss, positives above all their negatives); its compute time.
+
+    Reading both back waits for the device, so the time since ``start`` is counted as compute
+    with the step's kernels in it.
+    """
+    above = int((score_B.detach().unsqueeze(1) > neg_Bq.detach()).all(dim=1).sum())
+    loss_sum = float(loss.detach())
+    clock.add("compute", time.perf_counter() - start)
+    return loss_sum, above
 
 
 def link_loss(
@@ -157,10 +171,7 @@ class LinkTrainer(Trainer):
             h_src = h_UH[pairs.src_B]
             loss, score_B, neg_Bq = link_loss(model, h_src, h_UH[pairs.dst_B], h_UH[pairs.neg_Bq])
             torch.autograd.backward(loss)
-        above = int((score_B.detach().unsqueeze(1) > neg_Bq.detach()).all(dim=1).sum())
-        loss_sum = float(loss.detach())  # waits for the device: counted as compute
-        clock.add("compute", time.perf_counter() - t2)
-        return loss_sum, above
+        return link_step_result(loss, score_B, neg_Bq, clock, t2)
 
     def _grad_weight(self, pos_B: Tensor) -> float:
         """The batch's positive links: ranks weigh by positives, not 1/P each.
