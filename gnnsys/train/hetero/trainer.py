@@ -22,7 +22,7 @@ from typing import Any, Protocol, cast
 import torch
 from torch import Tensor, nn
 
-from gnnsys.cache import CacheCounters
+from gnnsys.cache import CacheCounters, SplitRows
 from gnnsys.datasets.hetero import EdgeType
 from gnnsys.models import LinkModel
 from gnnsys.models.sparse_embedding import SparseGrad, coalesce
@@ -49,6 +49,21 @@ __all__ = [
     "TypedLinkBatch",
     "typed_link_batch",
 ]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class FusedType:
+    """A fused type's layer-0 rows, fetched and still encoded (``TypedInputs.prepare_first``).
+
+    Attributes:
+        rows: The type's sampled rows: owned ones float, halo ones encoded.
+        num_dst: Its destinations in block 0 (the first ``num_dst`` rows).
+        relations: Block 0's relations out of the type, with their blocks.
+    """
+
+    rows: SplitRows
+    num_dst: int
+    relations: list[tuple[EdgeType, Block]]
 
 
 class GatherSync(Protocol):
@@ -117,18 +132,29 @@ class TypedInputs:
     ) -> tuple[dict[str, Tensor], dict[str, Tensor], dict[EdgeType, Tensor]]:
         """``(x_dict, leaves, agg)``: :meth:`fetch`, with layer 0's reductions done for some types.
 
+        :meth:`prepare_first` then :meth:`finish_first`, both here (on the host).
+        """
+        x_dict, leaves, agg, pending = self.prepare_first(sub)
+        self.finish_first(x_dict, agg, pending)
+        return x_dict, leaves, agg
+
+    def prepare_first(self, sub: HeteroSampledSubgraph) -> tuple[
+        dict[str, Tensor], dict[str, Tensor], dict[EdgeType, Tensor], dict[str, FusedType]
+    ]:  # fmt: skip
+        """``(x_dict, leaves, agg, pending)``: the fetch stage's half of :meth:`fetch_first`.
+
         A fused type's rows are fetched split (``fetch_split``: the same messages, cache
-        lookups and ledger as :meth:`fetch`); each relation out of it gets its layer-0 mean
-        from the fused dequantizing sum (``gnnsys.train.layer0.fused``), and only the type's
-        destination rows are decoded into ``x_dict``. An owner-summed type's relations get
-        their means from its owners' partial sums (:meth:`_owner_summed`).
+        lookups and ledger as :meth:`fetch`) and left in ``pending``, still encoded, for
+        :meth:`finish_first` to sum on the step's device. An owner-summed type's relations get
+        their means from its owners' partial sums here (:meth:`_owner_summed`).
         """
         special = self.fused | set(self.owner_sums)
         if not special:
-            return (*self.fetch(sub), {})
+            return (*self.fetch(sub), {}, {})
         rest = replace(sub, n_id={t: n for t, n in sub.n_id.items() if t not in special})
         x_dict, leaves = self.fetch(rest)
         agg: dict[EdgeType, Tensor] = {}
+        pending: dict[str, FusedType] = {}
         first = sub.blocks[0]
         for t in special & set(sub.n_id):
             num_dst = next((b.num_dst for et, b in first.items() if et[2] == t), 0)
@@ -136,14 +162,24 @@ class TypedInputs:
             if t in self.owner_sums:
                 x_dict[t] = self._owner_summed(t, sub.n_id[t], num_dst, out, agg)
                 continue
-            source = self.features[t]
-            rows = source.fetch_split(sub.n_id[t])
-            width = int(rows.local_LF.shape[1])
-            x_dict[t] = decoded_roots(num_dst, rows, source.codec, num_features=width)
-            for et, block in out:
+            pending[t] = FusedType(self.features[t].fetch_split(sub.n_id[t]), num_dst, out)
+        return x_dict, leaves, agg, pending
+
+    def finish_first(
+        self, x_dict: dict[str, Tensor], agg: dict[EdgeType, Tensor], pending: dict[str, FusedType]
+    ) -> None:
+        """Sum ``pending``'s rows into ``agg`` and decode their roots into ``x_dict``.
+
+        Each relation gets its mean from the fused dequantizing sum
+        (``gnnsys.train.layer0.fused``) on the rows' device; only destination rows are decoded.
+        """
+        for t, fused in pending.items():
+            rows, width = fused.rows, int(fused.rows.local_LF.shape[1])
+            codec = self.features[t].codec
+            x_dict[t] = decoded_roots(fused.num_dst, rows, codec, num_features=width)
+            for et, block in fused.relations:
                 deg_M = block.rowptr.diff().clamp(min=1).to(torch.float32)[:, None]
                 agg[et] = fused_sum(block, rows, None, num_features=width) / deg_M
-        return x_dict, leaves, agg
 
     def _owner_summed(
         self,
@@ -240,17 +276,23 @@ class HeteroTrainer(Trainer):
         return self.embeddings is not None
 
     def _inputs(self, sub: Any) -> StepInputs:
-        """Fetch every type's rows, with the forward pass (the seed type's logits)."""
-        x_dict, leaves, agg = self.inputs.fetch_first(sub)
+        """Fetch every type's rows, with the forward pass (the seed type's logits).
+
+        Fused types' rows travel encoded; the forward pass sums them on the step's device.
+        """
+        x_dict, leaves, agg, pending = self.inputs.prepare_first(sub)
         if self.embeddings is not None:  # the compute loop's thread (see _inputs_need_weights)
             self._leaves, self._n_id = leaves, sub.n_id
-        model, seed_type = cast(Any, self.model), self.input_type
-        if agg:
-            return StepInputs(
-                (x_dict, sub.blocks, agg),
-                lambda x, blocks, a: model.forward_from_first_agg(x, blocks, a)[seed_type],
-            )
-        return StepInputs((x_dict, sub.blocks), lambda x, blocks: model(x, blocks)[seed_type])
+        model, seed_type, inputs = cast(Any, self.model), self.input_type, self.inputs
+        if not (agg or pending):
+            return StepInputs((x_dict, sub.blocks), lambda x, blocks: model(x, blocks)[seed_type])
+
+        def run(x: dict[str, Tensor], blocks: Any, a: dict[EdgeType, Tensor], p: Any) -> Tensor:
+            x, a = dict(x), dict(a)  # the moved records stay as they came
+            inputs.finish_first(x, a, p)
+            return cast(Tensor, model.forward_from_first_agg(x, blocks, a)[seed_type])
+
+        return StepInputs((x_dict, sub.blocks, agg, pending), run)
 
     def _step(self, batch: PreparedBatch, clock: StageClock) -> tuple[float, int]:
         """``Trainer._step``, then the embedding exchange and sparse step (timed as sync)."""

@@ -29,6 +29,7 @@ import pytest
 import torch
 from torch.nn import functional
 
+from gnnsys.cache import CodecConfig
 from gnnsys.config import RunConfig
 from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.errors import WorkerFailedError
@@ -302,11 +303,13 @@ def test_same_seed_same_run_and_resume_equals_uninterrupted(
             assert ta["steps"] == tc["steps"] == 2 * full[0]["num_batches"]
 
 
+@pytest.mark.parametrize("codec", ["fp32", "int8"])
 def test_a_typed_run_trains_on_the_device_and_resumes_on_the_host(
-    stores: dict[int, Path], tmp_path: Path, device: torch.device
+    stores: dict[int, Path], tmp_path: Path, device: torch.device, codec: str
 ) -> None:
-    """Embedding rows cross to the device on the autograd graph; state resumes anywhere."""
-    cfg = _config(stores[2], 2, epochs=2, batch=256)
+    """Embedding rows cross to the device on the autograd graph, int8 rows still encoded (the
+    fused layer 0 sums them there); state resumes anywhere."""
+    cfg = replace(_config(stores[2], 2, epochs=2, batch=256), codec=CodecConfig(name=codec))
     on = replace(cfg, cluster=replace(cfg.cluster, device=device.type))
     host = replace(cfg, cluster=replace(cfg.cluster, device="cpu"))
     want = [m["loss"] for m in train_local(host, tmp_path / "host").history]
