@@ -96,8 +96,8 @@ def _refuse_flags(args: argparse.Namespace) -> None:
         )
     if getattr(args, "features_on", None) == "device":
         given.append(
-            "--features-on device (a typed run's layer 0 sums its rows on the host, so its rows "
-            "and cache stay there: drop it or pass host)"
+            "--features-on device (a typed run's per-type rows and caches live on the host; its "
+            "layer 0 still sums int8/int4 rows on the device: drop it or pass host)"
         )
     if args.model == "gcn":
         given.append(

@@ -96,8 +96,8 @@ class TypedLayout:
         assert hetero is not None, "the driver sets spec.hetero for a typed store"
         if spec.cache.placement == "device":  # the CLI refuses the flag the same way
             raise ValueError(
-                "feature placement 'device' on a typed store: a typed run's layer 0 sums its "
-                "rows on the host, so its rows and cache stay there; use placement 'host'"
+                "feature placement 'device' on a typed store: a typed run's per-type rows and "
+                "caches live on the host (its layer 0 still sums on the device); use 'host'"
             )
         info = HeteroStoreInfo.read(spec.store) if info is None else info
         labelled = bool(info.num_classes) or spec.link is not None  # links need no labels
