@@ -116,7 +116,7 @@ TRAIN_ROOMS: dict[str, set[str]] = {
     "remote": {"remote", "threads"},
     "layer0": {"layer0", "remote"},
     "metrics": set(),
-    "eval_blocks": {"eval_memory"},
+    "eval_blocks": {"device", "eval_memory"},
     "eval_memory": set(),
     "eval_blocked": {"eval_blocks", "eval_memory"},
     "eval_rows": {"eval_memory", "remote"},

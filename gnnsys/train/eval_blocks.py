@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from gnnsys.kernels import aggregate
 from gnnsys.models import BlockModel, GCNLayer, SAGELayer
+from gnnsys.train.device import StepDevice
 from gnnsys.train.eval_memory import eval_tick
 from gnnsys.types import Block, PartitionShard
 
@@ -34,7 +35,6 @@ __all__ = [
     "linear_layer_outputs",
     "HaloIndex",
     "LayerwiseModel",
-    "block_on",
     "chunk_blocks",
     "divide_by_degree",
     "edge_runs",
@@ -209,21 +209,6 @@ def model_device(model: nn.Module) -> torch.device:
     return torch.device("cpu") if first is None else first.device
 
 
-def block_on(block: Block, device: torch.device) -> Block:
-    """``block`` with its tensors on ``device`` (itself when they are there)."""
-    if block.rowptr.device == device:
-        return block
-    degree = block.src_in_degree
-    return Block(
-        num_src=block.num_src,
-        num_dst=block.num_dst,
-        rowptr=block.rowptr.to(device),
-        col=block.col.to(device),
-        e_id=block.e_id.to(device),
-        src_in_degree=None if degree is None else degree.to(device),
-    )
-
-
 def span_outputs(
     model: BlockModel,
     layer: int,
@@ -252,9 +237,9 @@ def span_outputs(
         e_id=torch.zeros(0, dtype=torch.int64),
         src_in_degree=None if degree_S is None else torch.from_numpy(degree_S[start : start + num]),
     )
-    on = model_device(model)  # no copies on the host
-    out = model.activate(layer, module.combine(sum_DF.to(on), own_DF.to(on), block_on(block, on)))
-    return out.to("cpu")
+    step = StepDevice(model_device(model))  # on the host: no copies
+    sum_DF, own_DF, block = step.put((sum_DF, own_DF, block))
+    return model.activate(layer, module.combine(sum_DF, own_DF, block)).to("cpu")
 
 
 @torch.no_grad()

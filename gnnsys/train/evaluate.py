@@ -48,7 +48,6 @@ from gnnsys.train.eval_blocked import blocked_layer
 from gnnsys.train.eval_blocks import (
     HaloIndex,
     LayerwiseModel,
-    block_on,
     chunk_blocks,
     full_block,
     full_graph_logits,
@@ -453,11 +452,11 @@ class ShardEvaluator:
             args = (self.shard, index, degree_S, run, span)
             linear_layer_outputs(compute, layer, own, halo, *args, into=into)
             return
-        out, first, on = None, span[0], model_device(compute)  # on the host: nothing moves
+        out, first, step = None, span[0], StepDevice(model_device(compute))  # host: no copies
         chunks = chunk_blocks(self.shard, index, degree_S, self.config.chunk_edges, span)
         for chunk in chunks:
-            x = gather_rows(own, halo, chunk.source).to(on)
-            rows = model.forward_layer(layer, x, block_on(chunk.block, on)).to("cpu")
+            x, block = step.put((gather_rows(own, halo, chunk.source), chunk.block))
+            rows = model.forward_layer(layer, x, block).to("cpu")
             if out is None:  # the width is known from the first chunk on
                 out = into(int(rows.shape[1]))
             out[chunk.start - first : chunk.end - first] = rows

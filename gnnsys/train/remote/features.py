@@ -218,19 +218,23 @@ class RoutedFeatureSource:
         gid_np, local_pos, remote_pos = self._split(gid)
         out_KF = torch.empty(gid_np.shape[0], self._own_dev.shape[1], device=on)
         if local_pos.size:
-            lid = torch.from_numpy(self.lid_N[gid_np[local_pos]].astype(np.int64, copy=False))
-            out_KF[torch.from_numpy(local_pos).to(on)] = self._own_dev[lid.to(on)]
+            out_KF[torch.from_numpy(local_pos).to(on)] = self._own_dev_rows(gid_np[local_pos])
         if remote_pos.size:
             halo = self.fetcher.gather(torch.from_numpy(gid_np[remote_pos]), distinct=distinct)
             out_KF[torch.from_numpy(remote_pos).to(on)] = halo.to(on)
         return out_KF
 
+    def _own_dev_rows(self, own_gid: np.ndarray) -> Tensor:
+        """Rows of owned ``own_gid`` from the device copy (gathered on its device)."""
+        assert self._own_dev is not None  # the callers checked
+        lid = torch.from_numpy(self.lid_N[own_gid].astype(np.int64, copy=False))
+        return self._own_dev[lid.to(self._own_dev.device)]
+
     def fetch_split(self, gid: Tensor) -> SplitRows:
         """Own rows as float32; halo rows through the cache, left in the codec's format."""
         gid_np, local_pos, remote_pos = self._split(gid)
         if self._own_dev is not None:  # gathered on the own rows' device
-            lid = torch.from_numpy(self.lid_N[gid_np[local_pos]].astype(np.int64, copy=False))
-            local_LF = self._own_dev[lid.to(self._own_dev.device)]
+            local_LF = self._own_dev_rows(gid_np[local_pos])
         else:
             own = self._own_rows(self.lid_N[gid_np[local_pos]])
             local_LF = torch.from_numpy(own.astype(np.float32, copy=False))
