@@ -2,7 +2,8 @@
 
 ``write_partitions`` writes it atomically; ``load_shard`` / ``load_book`` / ``read_manifest``
 read it (memory-mapped, each array checked before use), ``load_partition`` all of it plus the
-cross-shard edge-id check; ``verify`` recomputes every checksum. Layout: ``gnnsys.store.layout``.
+cross-shard edge-id check; ``verify`` recomputes every checksum; ``load_books`` gives the book of
+every node type, of either kind. Layout: ``gnnsys.store.layout``.
 Heterogeneous graphs: ``write_hetero_partitions`` / ``read_hetero_shard`` / ``verify_hetero`` /
 ``assemble_hetero`` (layout: ``gnnsys.store.hetero_layout``).
 """
@@ -13,6 +14,7 @@ from gnnsys.store.hetero_layout import HeteroManifest
 from gnnsys.store.hetero_reader import (
     assemble_hetero,
     is_hetero_store,
+    load_books,
     read_hetero_manifest,
     read_hetero_shard,
     read_store_manifest,
@@ -40,6 +42,7 @@ __all__ = [
     "has_links",
     "is_hetero_store",
     "load_book",
+    "load_books",
     "load_links",
     "load_partition",
     "load_shard",

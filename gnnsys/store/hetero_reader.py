@@ -39,11 +39,13 @@ from gnnsys.store.integrity import (
     file_digests,
 )
 from gnnsys.store.layout import MANIFEST, NODE_TO_PART, Manifest
-from gnnsys.store.reader import load_array, read_manifest
+from gnnsys.store.reader import load_array, load_book, read_manifest
+from gnnsys.types import PartitionBook
 
 __all__ = [
     "assemble_hetero",
     "is_hetero_store",
+    "load_books",
     "read_hetero_manifest",
     "read_store_manifest",
     "read_hetero_shard",
@@ -90,6 +92,32 @@ def read_hetero_manifest(root: str | os.PathLike[str]) -> HeteroManifest:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise PartitionStoreError(f"{path}: cannot read the manifest ({err}); {_FIX}") from err
     return HeteroManifest.from_json(obj, str(path))
+
+
+def load_books(root: str | os.PathLike[str]) -> dict[str | None, PartitionBook]:
+    """The partition book of every node type of a store of either kind, keyed by node type.
+
+    A homogeneous store has one node type, keyed ``None``: its ``load_book``. A typed store's
+    ``node_to_part.npy`` assigns global ids (``offset[t] + lid``); each type's book is that
+    slice (``part_N``: the owner of every type-local id) with each owner's ids of the type
+    numbered ascending (``lid_N``: the position in the owner's ``owned_lid``), so the routing
+    code runs per type with type-local ids in place of gids.
+
+    Raises:
+        PartitionStoreError: As ``load_book`` / :func:`read_hetero_manifest`.
+    """
+    if not is_hetero_store(root):
+        return {None: load_book(root)}
+    root = Path(root)
+    manifest = read_hetero_manifest(root)
+    part_N = load_array(root, manifest, NODE_TO_PART, mmap=True)
+    _check_book(root, manifest, part_N)
+    return {
+        t.name: PartitionBook.from_assignment(
+            np.asarray(part_N[t.offset : t.offset + t.num_nodes]), manifest.num_parts
+        )
+        for t in manifest.node_types
+    }
 
 
 def read_hetero_shard(

@@ -1,7 +1,7 @@
 """One rank of a training run, for a graph of any kind: the actor, its spec and its reports.
 
-Per part ``p`` there are two actors: an owner (``ShardOwner``, or ``HeteroShardOwner`` for a
-typed store) that serves part ``p``'s structure and features to everyone, and a
+Per part ``p`` there are two actors: an owner (``ShardOwner``, for a store of either kind) that
+serves part ``p``'s structure and features to everyone, and a
 :class:`TrainWorker` (rank ``p``) that trains on part ``p``'s train seeds and evaluates part
 ``p``'s nodes. The worker is one class for both graph kinds: what depends on the kind (the
 shard, trainer, evaluator and the rows it serves) is its :class:`Rank`, built by

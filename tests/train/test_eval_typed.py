@@ -35,11 +35,11 @@ from gnnsys.store import read_hetero_shard
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.local_group import LocalWorkerGroup
+from gnnsys.train.control.prepare import store_info
 from gnnsys.train.control.run import HETERO, worker_template
 from gnnsys.train.eval_typed import full_typed_outputs
 from gnnsys.train.evaluate import combine_evals
 from gnnsys.train.hetero.config import HeteroConfig
-from gnnsys.train.hetero.owner import HeteroStoreInfo
 from gnnsys.train.metrics import accuracy, confusion_matrix
 from gnnsys.train.trainer import Trainer
 
@@ -71,7 +71,7 @@ def _group(
             block_mb=block_mb,
         ),
     )
-    template = worker_template(cfg, store, HeteroStoreInfo.read(str(store)), "partitioned")
+    template = worker_template(cfg, store, store_info(store), "partitioned")
     group = LocalWorkerGroup(template, 60.0, roles=HETERO)
     group.start()
     return group

@@ -74,8 +74,8 @@ class GroupFailure(Exception):  # noqa: N818 (a control-flow signal carrying a r
 class Roles:
     """Which classes a run's actors are, and the in-process clients between them.
 
-    Every run's trainers are ``TrainWorker`` actors; homogeneous runs use ``ShardOwner`` and
-    ``NodeRank`` (``local_group.HOMOGENEOUS``), heterogeneous ones ``HeteroShardOwner`` and
+    Every run's trainers are ``TrainWorker`` actors and its owners ``ShardOwner`` actors;
+    homogeneous runs use ``NodeRank`` (``local_group.HOMOGENEOUS``), heterogeneous ones
     ``TypedRank``. Both executors build the ranks from these, so they and the coordinator exist
     once for every kind of run.
 

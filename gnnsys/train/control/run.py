@@ -48,10 +48,9 @@ from gnnsys.train.control.ray_group import RayWorkerGroup
 from gnnsys.train.control.recorder import Recorder
 from gnnsys.train.control.resources import trainer_cpus
 from gnnsys.train.device import DevicePlan, plan_devices
-from gnnsys.train.hetero.owner import HeteroShardOwner, HeteroStoreInfo
 from gnnsys.train.hetero.rank import TypedLayout, TypedRank
 from gnnsys.train.remote.peers import LocalPeerClient
-from gnnsys.train.remote.server import LocalOwnerClient
+from gnnsys.train.remote.server import LocalOwnerClient, ShardOwner
 from gnnsys.train.topology import choose_topology
 from gnnsys.train.worker import FaultSpec, WorkerSpec
 
@@ -73,7 +72,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 HETERO = Roles(
-    owner=HeteroShardOwner,
+    owner=ShardOwner,
     rank=TypedRank,
     local_client=LocalOwnerClient,
     local_peers=LocalPeerClient,
@@ -287,19 +286,19 @@ def _visible_gpus(executor: str) -> float:
     return float(torch.cuda.device_count()) if torch.cuda.is_available() else 0.0
 
 
-def resolve(config: RunConfig, store: Path, executor: str) -> tuple[RunConfig, Any, Roles, str]:
+def resolve(
+    config: RunConfig, store: Path, executor: str
+) -> tuple[RunConfig, StoreInfo, Roles, str]:
     """The run's codec (``auto`` resolved), store info, actor roles and topology on ``store``.
 
     The run's one dispatch on the graph's kind; ``gnnsys predict``/``embed`` resolve the same
     way, so inference sees exactly the rows training's evaluation saw.
     """
-    info: Any
+    info = read_store_info(store)
     if config.hetero is not None:
-        info, roles = HeteroStoreInfo.read(str(store)), HETERO
-        codec = resolved_typed_codec(config, store, info)
+        roles, codec = HETERO, resolved_typed_codec(config, store, info)
     else:
-        info, roles = read_store_info(store), HOMOGENEOUS
-        codec = resolved_codec(config, store)
+        roles, codec = HOMOGENEOUS, resolved_codec(config, store)
     topology = "partitioned"
     if executor == "ray":
         topology = choose_topology(
@@ -382,7 +381,7 @@ def _finish(
     return TrainResult(history=history, summary=summary, run_dir=run_path)
 
 
-def resolved_typed_codec(config: RunConfig, store: Path, info: HeteroStoreInfo) -> CodecConfig:
+def resolved_typed_codec(config: RunConfig, store: Path, info: StoreInfo) -> CodecConfig:
     """``config.codec`` of a typed run with ``auto`` resolved per type (a canonical spec).
 
     A featured type's ``auto`` is resolved from its rows (streamed); a featureless type's is
@@ -390,8 +389,8 @@ def resolved_typed_codec(config: RunConfig, store: Path, info: HeteroStoreInfo) 
     """
     from gnnsys.cache.codecs import TypedCodecConfig
 
-    typed = TypedCodecConfig.from_config(config.codec, list(info.node_types))
-    chunks = {t: partial(feature_chunks, store, node_type=t) for t in info.feature_dims}
+    typed = TypedCodecConfig.from_config(config.codec, info.named_types)
+    chunks = {t: partial(feature_chunks, store, node_type=t) for t in info.named_dims}
     resolved = typed.resolve_chunks(chunks)
     if resolved.spec != typed.spec:
         log.info("codec %s -> %s", config.codec.name, resolved.spec)
@@ -403,12 +402,10 @@ def resolved_codec(config: RunConfig, store: Path) -> CodecConfig:
     return config.codec.resolve_chunks(lambda: feature_chunks(store))
 
 
-def worker_template(
-    config: RunConfig, store: Path, info: StoreInfo | HeteroStoreInfo, topology: str
-) -> WorkerSpec:
+def worker_template(config: RunConfig, store: Path, info: StoreInfo, topology: str) -> WorkerSpec:
     """Rank 0's ``WorkerSpec`` (both executors derive every rank's spec from it).
 
-    ``info``: the store's sizes (``StoreInfo``, or ``HeteroStoreInfo`` for a typed store).
+    ``info``: the store's sizes (``gnnsys.train.control.prepare.store_info``).
 
     Raises:
         ValueError: A typed run whose seed type has no features or labels, or whose fanouts
@@ -435,7 +432,7 @@ def worker_template(
         owner_reads=config.cluster.reads(),
         hetero=config.hetero,
     )
-    if isinstance(info, StoreInfo):
+    if not info.typed:
         return replace(spec, num_features=info.num_features)
     layout = TypedLayout.of(spec, info)  # refuses what the typed worker could not build
     return replace(spec, num_features=layout.in_dims[layout.hetero.input_type])

@@ -1,12 +1,13 @@
 """The graph-kind side of a rank of a heterogeneous run: ``TypedLayout`` and ``TypedRank``.
 
-Per part ``p`` there are two actors, as for homogeneous runs: a ``HeteroShardOwner``
-(``owner.py``: part ``p``'s per-relation in-edges and feature rows) and the same
+Per part ``p`` there are two actors, as for every run: a ``ShardOwner``
+(``gnnsys.train.remote.server``: part ``p``'s per-relation in-edges and per-type feature rows)
+and the same
 ``TrainWorker`` as every run (rank ``p``: epoch reports, progress polls, fault injection, gloo
 group, checkpoint state), whose :class:`TypedRank` trains on part ``p``'s labelled seed-type
 nodes, holds part ``p``'s embedding rows, serves them to its peers and evaluates its own nodes.
 
-Per rank and node type ``t`` (ids type-local, ``TypeBook`` routing):
+Per rank and node type ``t`` (ids type-local, routed by the type's ``PartitionBook``):
 
 * relations into ``t``: a ``RoutedNeighborSource`` (owned destinations from the shard, the rest
   one request per owner per hop, with the run deadline), counted in ``t``'s ledger;
@@ -37,12 +38,12 @@ from gnnsys.outputs import OutputRows
 from gnnsys.sampler import CSRNeighborSource
 from gnnsys.sampler.hetero import HeteroNeighborSampler
 from gnnsys.store.hetero_shard import HeteroShard
+from gnnsys.train.control.prepare import StoreInfo, store_info
 from gnnsys.train.device import rank_device
 from gnnsys.train.eval_typed import TypedShardEvaluator, TypeInput
 from gnnsys.train.evaluate import RankEval
 from gnnsys.train.hetero.config import HeteroConfig
 from gnnsys.train.hetero.embedding import OwnedEmbeddings, embedding_client
-from gnnsys.train.hetero.owner import HeteroShardOwner, HeteroStoreInfo, TypeBook, load_books
 from gnnsys.train.hetero.trainer import (
     BoundSampler,
     HeteroLinkTrainer,
@@ -57,7 +58,9 @@ from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import TypedLedger
 from gnnsys.train.remote.peers import PeerClient
 from gnnsys.train.remote.routed import RoutedNeighborSource
+from gnnsys.train.remote.server import ShardOwner
 from gnnsys.train.worker import WorkerSpec, grad_sync, owner_client, peak_rss
+from gnnsys.types import PartitionBook
 
 __all__ = [
     "TypedRank",
@@ -84,7 +87,7 @@ class TypedLayout:
     featured: tuple[str, ...]
 
     @classmethod
-    def of(cls, spec: WorkerSpec, info: HeteroStoreInfo | None = None) -> TypedLayout:
+    def of(cls, spec: WorkerSpec, info: StoreInfo | None = None) -> TypedLayout:
         """The layout of ``spec`` over its store (``info``: the store's, read when ``None``).
 
         Raises:
@@ -99,20 +102,21 @@ class TypedLayout:
                 "feature placement 'device' on a typed store: a typed run's per-type rows and "
                 "caches live on the host (its layer 0 still sums on the device); use 'host'"
             )
-        info = HeteroStoreInfo.read(spec.store) if info is None else info
+        info = store_info(spec.store) if info is None else info
+        dims, types = info.named_dims, info.named_types
         labelled = bool(info.num_classes) or spec.link is not None  # links need no labels
-        if hetero.input_type not in info.feature_dims or not labelled:
+        if hetero.input_type not in dims or not labelled:
             raise ValueError(
                 f"node type {hetero.input_type!r} of {spec.store} needs features and labels to "
-                f"be the seed type; featured types: {sorted(info.feature_dims)}"
+                f"be the seed type; featured types: {sorted(dims)}"
             )
-        TypedCodecConfig.from_config(spec.codec, list(info.node_types)).codecs()  # unknown types
-        dim = hetero.embedding_dim or info.feature_dims[hetero.input_type]
+        TypedCodecConfig.from_config(spec.codec, types).codecs()  # refuses unknown types
+        dim = hetero.embedding_dim or dims[hetero.input_type]
         return cls(
             hetero=hetero,
-            fanouts=hetero.fanouts_of(list(info.edge_types), tuple(spec.sampler.fanouts)),
-            in_dims={t: info.feature_dims.get(t, dim) for t in info.node_types},
-            featured=tuple(t for t in info.node_types if t in info.feature_dims),
+            fanouts=hetero.fanouts_of(info.named_relations, tuple(spec.sampler.fanouts)),
+            in_dims={t: dims.get(t, dim) for t in types},
+            featured=tuple(t for t in types if t in dims),
         )
 
 
@@ -234,7 +238,7 @@ def _first_layer(
     layout: TypedLayout,
     features: dict[str, RoutedFeatureSource],
     codecs: dict[str, Codec],
-    books: dict[str, TypeBook],
+    books: dict[str, PartitionBook],
     client: OwnerClient,
     ledger: TypedLedger,
 ) -> tuple[frozenset[str], dict[str, FirstLayerAggregator]]:
@@ -283,7 +287,7 @@ def build_sources(
     spec: WorkerSpec,
     layout: TypedLayout,
     shard: HeteroShard,
-    books: dict[str, TypeBook],
+    books: dict[str, PartitionBook],
     client: OwnerClient,
     peers: Callable[[], PeerClient],
     ledger: TypedLedger,
@@ -362,16 +366,16 @@ class TypedRank:
         rng_lock: threading.Lock | None,
         peers: Callable[[], PeerClient],
     ) -> None:
-        from gnnsys.store import read_hetero_shard
+        from gnnsys.store import load_books, read_hetero_shard
 
         self.spec, self._peers = spec, peers
         self.layout = TypedLayout.of(spec)
         self.hshard = read_hetero_shard(spec.store, spec.rank)
-        self.books = load_books(spec.store)
+        self.books = {str(t): b for t, b in load_books(spec.store).items()}
         self.ledger = TypedLedger(list(self.hshard.nodes))
         self.eval_ledger = TypedLedger(list(self.hshard.nodes))
         self.client = owner_client(
-            spec, owners, client, lambda p: HeteroShardOwner(spec.store, p, own_threads=False)
+            spec, owners, client, lambda p: ShardOwner(spec.store, p, own_threads=False)
         )
         self.embeddings = self._embeddings()
         self.trainer = self._trainer(grad_sync(spec, sync, self.ledger), rng_lock)

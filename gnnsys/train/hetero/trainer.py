@@ -29,7 +29,6 @@ from gnnsys.models.sparse_embedding import SparseGrad, coalesce
 from gnnsys.sampler.hetero import HeteroNeighborSampler, HeteroSampledSubgraph
 from gnnsys.train.device import StepInputs
 from gnnsys.train.hetero.embedding import OwnedEmbeddings
-from gnnsys.train.hetero.owner import TypeBook
 from gnnsys.train.layer0.fused import decoded_roots, fused_sum
 from gnnsys.train.layer0.owner_sums import FirstLayerAggregator
 from gnnsys.train.link.config import LinkConfig
@@ -38,7 +37,7 @@ from gnnsys.train.pipeline import PreparedBatch, StageClock
 from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import TypedLedger
 from gnnsys.train.trainer import Trainer, _mix
-from gnnsys.types import Block
+from gnnsys.types import Block, PartitionBook
 
 __all__ = [
     "BoundSampler",
@@ -244,7 +243,7 @@ class HeteroTrainer(Trainer):
         inputs: TypedInputs,
         train_lid: Tensor,
         train_y: Tensor,
-        books: dict[str, TypeBook],
+        books: dict[str, PartitionBook],
         embeddings: OwnedEmbeddings | None,
         ledger: TypedLedger,
         rank: int,

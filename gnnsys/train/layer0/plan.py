@@ -243,7 +243,7 @@ def answer_partials(
 
     ``rows(ids) -> [K, F]`` float32 owned rows of the request's ids (global or type-local);
     row ``g`` of the answer is ``sum_{k in group g} w_k * rows[k]`` (``w = 1`` without
-    ``src_weight``). Both owners (``ShardOwner``, ``HeteroShardOwner``) answer through it.
+    ``src_weight``). ``ShardOwner.partial_sums`` answers through it, for any node type.
 
     Raises:
         ValueError: ``group_rowptr`` does not end at the number of ids sent.

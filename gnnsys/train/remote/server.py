@@ -5,10 +5,13 @@ Shape legend: ``M`` destinations, ``K`` requested rows, ``F`` features, ``G`` pa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
 from gnnsys.cache.codecs import Codec, EncodedRows
+from gnnsys.sampler.csr_source import CSRNeighborSource
 from gnnsys.store.pages import ReadAhead, read_ahead_dense
 from gnnsys.train.remote.client import NO_EDGE_IDS, EdgeType, SampleArrays
 from gnnsys.train.threads import use_actor_threads
@@ -17,8 +20,33 @@ from gnnsys.types import PartitionBook
 __all__ = ["LocalOwnerClient", "ShardOwner"]
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class _TypeRows:
+    """One node type's rows at an owner: where each id sits, and its feature rows."""
+
+    lid_N: np.ndarray
+    """``[N_t]`` int64 position of every id of the type in its owner's shard."""
+    x: np.ndarray | None
+    """``[M_t, F_t]`` owned feature rows (memory-mapped), or ``None`` (featureless)."""
+    ahead: ReadAhead | None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _RelationEdges:
+    """One relation's owned in-edges at an owner."""
+
+    source: CSRNeighborSource
+    indptr: np.ndarray
+    """``[M_dst + 1]`` int64 CSR over the owned destinations."""
+
+
 class ShardOwner:
     """Holds one shard (memory-mapped) and answers neighbor and feature requests for its nodes.
+
+    One owner for stores of either kind: every call names its relation or node type, ``None``
+    for the one relation and the one node type of a homogeneous store (ids are gids), a name of
+    a typed one (ids are type-local; ``gnnsys.store.load_books``). The store's kind is read
+    once, here (``_relations_of``).
 
     Used as a Ray actor (``ray.remote(ShardOwner)``); plain methods, so it also runs in-process.
 
@@ -27,28 +55,17 @@ class ShardOwner:
         part: The part this owner serves.
         own_threads: Set torch's threads to the CPUs Ray assigned this actor (False when a
             trainer builds it in-process to read a co-located shard: ``--owner-reads local``).
-        book: The store's partition book when the caller has loaded it already (a trainer
-            building every part's owner); ``None`` loads it.
+        book: A homogeneous store's partition book when the caller has loaded it already (a
+            trainer building every part's owner); ``None`` loads it.
     """
 
     def __init__(
         self, root: str, part: int, *, own_threads: bool = True, book: PartitionBook | None = None
     ) -> None:
-        from gnnsys.sampler import CSRNeighborSource
-        from gnnsys.store import load_book, load_shard
-        from gnnsys.store.pages import advise_random
-
         if own_threads:  # an actor of its own; not when a trainer reads through it in-process
             use_actor_threads()  # the CPUs Ray assigned (gnnsys.train.threads)
-        shard = load_shard(root, part)
-        book = load_book(root) if book is None else book
-        advise_random(shard.x, shard.indptr, shard.indices_gid, shard.e_id)  # requested rows
         self.part = part
-        self._lid_N = book.lid_N
-        self._x = shard.x
-        self._x_ahead = None if shard.x is None else ReadAhead(shard.x)  # scattered requests
-        self._indptr = np.asarray(shard.indptr, dtype=np.int64)
-        self._source = CSRNeighborSource.from_shard(shard, book.lid_N, edge_ids=False)
+        self._types, self._relations = _tables(root, part, book)
 
     def ping(self) -> int:
         """Liveness check; returns the part."""
@@ -63,12 +80,8 @@ class ShardOwner:
         replace: bool,
         edge_type: EdgeType | None = None,
     ) -> SampleArrays:
-        """Draw in-neighbors of owned ``dst_gid`` (see ``NeighborSource.sample_neighbors``).
-
-        ``edge_type`` must be ``None``: a homogeneous store has one relation.
-        """
-        _one_kind("relation", edge_type, self.part)
-        got = self._source.sample_neighbors(
+        """Draw in-neighbors over ``edge_type`` of owned ``dst_gid`` (``sample_neighbors``)."""
+        got = self._relation(edge_type).source.sample_neighbors(
             torch.from_numpy(np.array(dst_gid, dtype=np.int64)),
             fanout,
             seed=seed,
@@ -77,23 +90,31 @@ class ShardOwner:
         )
         return (got.count_M.numpy(), got.src_gid_E.numpy(), NO_EDGE_IDS)
 
-    def degree(self, gid: np.ndarray) -> np.ndarray:
-        """``[K]`` int64 whole-graph in-degrees of owned ``gid`` (a shard row holds every in-edge).
+    def degree(self, gid: np.ndarray, edge_type: EdgeType | None = None) -> np.ndarray:
+        """``[K]`` int64 in-degrees over ``edge_type`` of owned ``gid`` (a shard row's length).
 
         Raises:
             ValueError: A gid this part does not own.
         """
-        gid = np.asarray(gid, dtype=np.int64)
-        rows = self._source.rows_of(gid)  # raises for a gid owned elsewhere
-        out: np.ndarray = self._indptr[rows + 1] - self._indptr[rows]
+        edges = self._relation(edge_type)
+        rows = edges.source.rows_of(np.asarray(gid, dtype=np.int64))  # raises if owned elsewhere
+        out: np.ndarray = edges.indptr[rows + 1] - edges.indptr[rows]
         return out
 
-    def fetch(self, gid: np.ndarray) -> np.ndarray:
-        """Float32 rows ``[K, F]`` of owned ``gid``."""
-        x, ahead = self._x, self._x_ahead
+    def fetch(self, gid: np.ndarray, node_type: str | None = None) -> np.ndarray:
+        """Float32 rows ``[K, F]`` of owned ``gid`` of ``node_type``.
+
+        Raises:
+            ValueError: The type has no stored features.
+        """
+        rows_of = self._type(node_type)
+        x, ahead = rows_of.x, rows_of.ahead
         if x is None or ahead is None:
-            raise ValueError(f"part {self.part} has no features; the store was written without x")
-        lid = self._lid_N[gid]
+            raise ValueError(
+                f"part {self.part}: node type {node_type!r} has no stored features (a store "
+                "written without x, or a featureless type whose rows the trainers learn)"
+            )
+        lid = rows_of.lid_N[gid]
         if read_ahead_dense(x, lid):  # an evaluation's large sorted requests: one read
             rows: np.ndarray = np.take(x, lid, axis=0)  # (no memmap wrapper: cheaper)
         else:  # training's scattered rows: missing pages asked for together
@@ -103,12 +124,8 @@ class ShardOwner:
     def fetch_encoded(
         self, gid: np.ndarray, codec: Codec, node_type: str | None = None
     ) -> EncodedRows:
-        """Rows of owned ``gid`` encoded with ``codec`` (what travels instead of float32).
-
-        ``node_type`` must be ``None``: a homogeneous store has one node type.
-        """
-        _one_kind("node type", node_type, self.part)
-        return codec.encode(torch.from_numpy(self.fetch(gid)))
+        """Rows of owned ``gid`` of ``node_type``, encoded with ``codec`` for the wire."""
+        return codec.encode(torch.from_numpy(self.fetch(gid, node_type)))
 
     def partial_sums(
         self,
@@ -126,21 +143,82 @@ class ShardOwner:
 
         Args:
             group_rowptr: ``[G + 1]`` int64 grouping of the ``K`` pairs (by destination).
-            src_gid: ``[K]`` int64 owned source gids.
+            src_gid: ``[K]`` int64 owned source ids of ``node_type``.
             src_weight: ``[K]`` float32 per-pair weights (GCN's ``s_j``), or ``None``.
             codec: Encode the sums with it for the wire (``FP32Codec``: plain float32 rows).
-            node_type: Must be ``None``: a homogeneous store has one node type.
+            node_type: The sources' node type (``None``: a homogeneous store's one type).
 
         Returns:
             ``[G, F]`` sums as ``EncodedRows`` of ``codec``.
 
         Raises:
-            ValueError: The store has no features, or the arrays do not fit together.
+            ValueError: The type has no features, or the arrays do not fit together.
         """
         from gnnsys.train.layer0.plan import answer_partials
 
-        _one_kind("node type", node_type, self.part)
-        return answer_partials(self.fetch, group_rowptr, src_gid, src_weight, codec)
+        def rows(gid: np.ndarray) -> np.ndarray:
+            return self.fetch(gid, node_type)
+
+        self._type(node_type)  # an unknown type is refused before any work
+        return answer_partials(rows, group_rowptr, src_gid, src_weight, codec)
+
+    def _type(self, node_type: str | None) -> _TypeRows:
+        if node_type not in self._types:
+            raise ValueError(
+                f"part {self.part}: node type {node_type!r} is not in the store; ask for one of "
+                f"{list(self._types)} (None: the one type of a homogeneous store)"
+            )
+        return self._types[node_type]
+
+    def _relation(self, edge_type: EdgeType | None) -> _RelationEdges:
+        key = None if edge_type is None else tuple(edge_type)
+        if key not in self._relations:
+            raise ValueError(
+                f"part {self.part}: relation {edge_type!r} is not in the store; ask for one of "
+                f"{list(self._relations)} (None: the one relation of a homogeneous store)"
+            )
+        return self._relations[key]
+
+
+def _tables(
+    root: str, part: int, book: PartitionBook | None
+) -> tuple[dict[str | None, _TypeRows], dict[EdgeType | None, _RelationEdges]]:
+    """Part ``part``'s rows per node type and in-edges per relation, of a store of either kind.
+
+    A homogeneous store is the one-type case: its type and relation are keyed ``None``.
+    """
+    from gnnsys.store import is_hetero_store, load_books, load_shard, read_hetero_shard
+    from gnnsys.store.pages import advise_random
+
+    def rows(lid_N: np.ndarray, x: np.ndarray | None) -> _TypeRows:
+        return _TypeRows(lid_N, x, None if x is None else ReadAhead(x))  # scattered requests
+
+    def edges(indptr: np.ndarray, indices: np.ndarray, e_id: np.ndarray, dst: str | None,
+              owned: np.ndarray) -> _RelationEdges:  # fmt: skip
+        advise_random(indptr, indices, e_id)  # requested rows
+        source = CSRNeighborSource(
+            indptr.astype(np.int64, copy=False), indices, e_id.astype(np.int64, copy=False),
+            types[dst].lid_N, owned_gid=owned.astype(np.int64, copy=False), edge_ids=False,
+        )  # fmt: skip
+        return _RelationEdges(source, np.asarray(indptr, dtype=np.int64))
+
+    types: dict[str | None, _TypeRows] = {}
+    if not is_hetero_store(root):
+        shard = load_shard(root, part)
+        book = load_books(root)[None] if book is None else book
+        advise_random(shard.x)
+        types[None] = rows(book.lid_N, shard.x)
+        args = (shard.indptr, shard.indices_gid, shard.e_id, None, shard.owned_gid)
+        return types, {None: edges(*args)}
+    typed = read_hetero_shard(root, part)
+    for t, b in load_books(root).items():
+        x = typed.nodes[str(t)].data.get("x")
+        advise_random(x)
+        types[t] = rows(b.lid_N, x)
+    return types, {
+        et: edges(rel.indptr, rel.indices_lid, rel.e_id, et[2], typed.nodes[et[2]].owned_lid)
+        for et, rel in typed.relations.items()
+    }
 
 
 class LocalOwnerClient:
@@ -194,11 +272,3 @@ class LocalOwnerClient:
             p: self.owners[p].partial_sums(rowptr, gid, weight, codec, node_type)
             for p, (rowptr, gid, weight) in req_by_part.items()
         }
-
-
-def _one_kind(what: str, key: object, part: int) -> None:
-    """Refuse a relation or node type named to a homogeneous owner (it has one of each)."""
-    if key is not None:
-        raise ValueError(
-            f"part {part} holds a homogeneous shard: one {what}, so ask it with none (got {key!r})"
-        )

@@ -33,11 +33,11 @@ from gnnsys.store.links import load_typed_links
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.local_group import LocalWorkerGroup
+from gnnsys.train.control.prepare import store_info
 from gnnsys.train.control.run import HETERO, train_local, worker_template
 from gnnsys.train.eval_typed import full_typed_outputs
 from gnnsys.train.evaluate import combine_evals
 from gnnsys.train.hetero.config import HeteroConfig
-from gnnsys.train.hetero.owner import HeteroStoreInfo
 from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.metrics import link_metrics, link_ranks, link_sums
 from gnnsys.train.trainer import Trainer
@@ -136,9 +136,7 @@ def test_exact_link_evaluation_equals_a_whole_graph_ranking(
     write_hetero_partitions(
         split.graph, partition_hetero(split.graph, "random", 2, 0), store, num_hops=2, links=split
     )
-    template = worker_template(
-        _config(2, store), store, HeteroStoreInfo.read(str(store)), "partitioned"
-    )
+    template = worker_template(_config(2, store), store, store_info(store), "partitioned")
     group = LocalWorkerGroup(template, 60.0, roles=HETERO)
     group.start()
     try:

@@ -42,9 +42,9 @@ from gnnsys.store.source import DataConfig
 from gnnsys.train.control.checkpoint import load_checkpoint
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.local_group import LocalWorkerGroup
+from gnnsys.train.control.prepare import store_info
 from gnnsys.train.control.run import HETERO, train_local, worker_template
 from gnnsys.train.hetero.config import HeteroConfig
-from gnnsys.train.hetero.owner import HeteroStoreInfo
 from gnnsys.train.hetero.rank import build_hetero_model
 from gnnsys.train.trainer import Trainer, batch_seed_for, epoch_batches
 from gnnsys.train.worker import FaultSpec
@@ -69,7 +69,7 @@ def _config(store: Path, parts: int, *, epochs: int = 1, batch: int = 1024, **kw
 
 def _group(store: Path, parts: int, topology: str = "partitioned") -> LocalWorkerGroup:
     cfg = _config(store, parts)
-    template = worker_template(cfg, store, HeteroStoreInfo.read(str(store)), topology)
+    template = worker_template(cfg, store, store_info(store), topology)
     group = LocalWorkerGroup(template, 60.0, roles=HETERO)
     group.start()
     return group
@@ -145,7 +145,7 @@ def _reference_steps(
     """Epoch 0 of ``parts`` ranks simulated in one process on the whole graph."""
     torch.set_num_threads(1)  # as every rank (matmul blocking can depend on threads)
     cfg = _config(store, parts, batch=batch)
-    spec = worker_template(cfg, store, HeteroStoreInfo.read(str(store)), "partitioned")
+    spec = worker_template(cfg, store, store_info(store), "partitioned")
     model = build_hetero_model(spec)
     tables = {
         t: LocalEmbeddingGroup(EMB, node_type=t, owner_of=torch.zeros(mag.num_nodes(t)).long())
@@ -411,7 +411,7 @@ def test_codec_auto_is_resolved_per_type(stores: dict[int, Path]) -> None:
     from gnnsys.train.control.run import resolved_typed_codec
 
     base = _config(stores[2], 2)
-    info = HeteroStoreInfo.read(str(stores[2]))
+    info = store_info(stores[2])
     for spec, want in (("auto", "int4"), ("paper=auto,*=fp16", "int4"), ("paper=int8", "int8")):
         cfg = replace(base, codec=replace(base.codec, name=spec, lossy="int4"))
         got = TypedCodecConfig.parse(
