@@ -25,10 +25,10 @@ from gnnsys.datasets import load
 from gnnsys.partitioners import partition
 from gnnsys.sampler import NeighborSampler
 from gnnsys.store import write_partitions
+from gnnsys.store.info import store_info
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.local_group import LocalWorkerGroup
-from gnnsys.train.control.prepare import store_info
 from gnnsys.train.control.run import worker_template
 from gnnsys.train.evaluate import SPLITS, EvalConfig, combine_evals
 

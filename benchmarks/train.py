@@ -144,7 +144,7 @@ def memory_account(cfg: RunConfig, store: Path, line: dict[str, Any]) -> dict[st
     """Each worker's budget (shard + halo + model bytes) beside its measured peak RSS."""
     import numpy as np
 
-    from gnnsys.train.control.prepare import store_info
+    from gnnsys.store.info import store_info
 
     info = store_info(store)
     model = _model_bytes(cfg, info.num_features, info.num_classes)
@@ -189,8 +189,8 @@ def _driver_side_accuracy(store: str, run_dir: str, model: Any, fanouts: int) ->
     import torch
 
     from gnnsys.models import build_model
+    from gnnsys.store.info import store_info
     from gnnsys.train.control.checkpoint import load_checkpoint
-    from gnnsys.train.control.prepare import store_info
     from gnnsys.train.evaluate import full_block, full_graph_logits
     from gnnsys.train.topology import assemble_graph
 

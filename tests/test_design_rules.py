@@ -293,14 +293,23 @@ KIND_BRANCHES: dict[str, tuple[int, str]] = {
     "datasets/__init__.py": (3, "the dataset's kind is read from its files"),
     "datasets/ogb.py": (1, "OGB's two folder layouts"),
     "store/hetero_layout.py": (2, "a store's kind is read from its manifest"),
-    "store/hetero_reader.py": (2, "a store's kind is read from its manifest"),
+    "store/hetero_reader.py": (3, "a store's kind is read from its manifest"),
     "partitioners/hetero.py": (1, "users pass a HeteroGraph or PyG's HeteroData"),
     "loader/node_loader.py": (1, "PyG's NeighborLoader takes Data or HeteroData"),
     "loader/link_loader.py": (1, "PyG's LinkNeighborLoader takes Data or HeteroData"),
     "loader/hetero_loader.py": (7, "PyG's loaders take Data or HeteroData"),
     "loader/hetero_link_loader.py": (1, "PyG's loaders take Data or HeteroData"),
     "train/control/prepare.py": (3, "the store is written from a dataset of either kind"),
-    "train/control/run.py": (2, "the run's one dispatch to its worker roles"),
+    "train/control/run.py": (
+        2,
+        "a typed run resolves its codec per node type; a typed store's links name their relation",
+    ),
+    "train/control/group.py": (1, "the runtime's one dispatch to a rank of the graph's kind"),
+    "train/remote/server.py": (
+        1,
+        "an owner reads a store of either kind (its manifest says which)",
+    ),
+    "store/info.py": (1, "a store's kind is read from its manifest"),
     "train/hetero/config.py": (1, "the typed run's own config"),
 }
 """The rule: a branch whose condition names the graph's kind (an identifier containing

@@ -289,7 +289,7 @@ class Rank(Protocol):
 
     ``gnnsys.train.rank.NodeRank`` builds it for a graph of one node type and
     ``gnnsys.train.hetero.rank.TypedRank`` for a typed one; :class:`TrainWorker` is the same
-    actor around either (``Roles.rank`` names the builder).
+    actor around either (``gnnsys.train.control.group.rank_of`` names the builder).
     """
 
     trainer: Trainer
@@ -339,7 +339,7 @@ class TrainWorker:
     Args:
         spec: This rank's spec.
         owners: Owner actor handles (Ray executor); unused with ``client``.
-        rank: Builds the graph-kind side (``NodeRank`` or ``TypedRank``: ``Roles.rank``).
+        rank: Builds the graph-kind side (``NodeRank`` or ``TypedRank``: ``rank_of``).
         client: Owner client (the in-process executor passes its own).
         sync: Makes the allreduce + all_gather for this rank's ledger (in-process executor).
         rng_lock: Serialises the random part of a step between in-process ranks.

@@ -17,9 +17,9 @@ from gnnsys.config import RunConfig
 from gnnsys.datasets import load
 from gnnsys.datasets.link_split import LinkSplitConfig
 from gnnsys.models.pyg import PYG_MODELS, load_pyg
+from gnnsys.store.info import store_info
 from gnnsys.train.control.checkpoint import load_checkpoint
 from gnnsys.train.control.local_group import LocalWorkerGroup
-from gnnsys.train.control.prepare import store_info
 from gnnsys.train.control.run import train_local, worker_template
 from gnnsys.train.evaluate import SPLITS
 from gnnsys.train.link.config import LinkConfig

@@ -32,11 +32,11 @@ from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.models import ModelConfig
 from gnnsys.sampler import NeighborSampler
 from gnnsys.store import read_hetero_shard
+from gnnsys.store.info import store_info
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.local_group import LocalWorkerGroup
-from gnnsys.train.control.prepare import store_info
-from gnnsys.train.control.run import HETERO, worker_template
+from gnnsys.train.control.run import worker_template
 from gnnsys.train.eval_typed import full_typed_outputs
 from gnnsys.train.evaluate import combine_evals
 from gnnsys.train.hetero.config import HeteroConfig
@@ -72,7 +72,7 @@ def _group(
         ),
     )
     template = worker_template(cfg, store, store_info(store), "partitioned")
-    group = LocalWorkerGroup(template, 60.0, roles=HETERO)
+    group = LocalWorkerGroup(template, 60.0)
     group.start()
     return group
 

@@ -22,11 +22,11 @@ from gnnsys.models.layers import SAGELayer
 from gnnsys.partitioners import partition
 from gnnsys.sampler import NeighborSampler
 from gnnsys.store import load_shard, write_partitions
+from gnnsys.store.info import store_info
 from gnnsys.store.source import DataConfig
 from gnnsys.train import eval_blocked, eval_blocks, eval_memory, evaluate
 from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.local_group import LocalWorkerGroup
-from gnnsys.train.control.prepare import store_info
 from gnnsys.train.control.run import worker_template
 from gnnsys.train.device import DevicePlan
 from gnnsys.train.evaluate import (

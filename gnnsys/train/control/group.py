@@ -13,16 +13,17 @@ decision (``FailurePolicy.worst``), not the executor's.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gnnsys.outputs import OutputRequest, PartFile
 from gnnsys.train.control.checkpoint import Checkpoint
 from gnnsys.train.control.failure import Blame, FailureKind, blame
 from gnnsys.train.evaluate import RankEval
-from gnnsys.train.worker import RankState, WorkerEpochReport
+from gnnsys.train.hetero.rank import TypedRank
+from gnnsys.train.rank import NodeRank
+from gnnsys.train.worker import RankState, WorkerEpochReport, WorkerSpec
 
-__all__ = ["EVAL_LAYER_LOG", "GroupFactory", "GroupFailure", "Roles", "WorkerGroup"]
+__all__ = ["EVAL_LAYER_LOG", "GroupFactory", "GroupFailure", "WorkerGroup", "rank_of"]
 
 EVAL_LAYER_LOG = "evaluation: layer %d/%d done after %.0fs"
 """What a group logs after each evaluation layer (a layer of a large graph takes minutes)."""
@@ -70,26 +71,14 @@ class GroupFailure(Exception):  # noqa: N818 (a control-flow signal carrying a r
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Roles:
-    """Which classes a run's actors are, and the in-process clients between them.
+def rank_of(spec: WorkerSpec) -> Callable[..., Any]:
+    """The graph-kind side a rank of ``spec`` builds (``gnnsys.train.worker.RankBuilder``).
 
     Every run's trainers are ``TrainWorker`` actors and its owners ``ShardOwner`` actors;
-    homogeneous runs use ``NodeRank`` (``local_group.HOMOGENEOUS``), heterogeneous ones
-    ``TypedRank``. Both executors build the ranks from these, so they and the coordinator exist
-    once for every kind of run.
-
-    Attributes:
-        owner: Owner class, ``owner(store, part)``.
-        rank: The worker's graph-kind side (``gnnsys.train.worker.RankBuilder``).
-        local_client: In-process owner client over a list of owners.
-        local_peers: In-process peer client (its ``peers`` list is filled with the ranks).
+    ``TypedRank`` trains a typed store (``spec.hetero`` set), ``NodeRank`` a homogeneous one. Both
+    executors build their ranks through this one dispatch.
     """
-
-    owner: Callable[[str, int], Any]
-    rank: Callable[..., Any]
-    local_client: Callable[[list[Any]], Any]
-    local_peers: Callable[[], Any]
+    return NodeRank if spec.hetero is None else TypedRank
 
 
 class WorkerGroup(Protocol):

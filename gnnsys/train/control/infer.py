@@ -248,8 +248,8 @@ def _run_group(
     """Start the run's group on ``store``, load the weights, run the layers, write the parts."""
     started = connect(config.cluster) if executor == "ray" else False
     try:
-        config, info, roles, topology = resolve(config, store, executor)
-        group = GroupPlan(executor, worker_template(config, store, info, topology), roles)
+        config, info, topology = resolve(config, store, executor)
+        group = GroupPlan(executor, worker_template(config, store, info, topology))
         workers = group.make(config, 0)
         ckpt = replace(ckpt, rng_by_rank=_per_rank_state(ckpt, store, config.cluster.parts))
         try:

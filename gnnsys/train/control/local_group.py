@@ -30,27 +30,17 @@ from torch import Tensor
 from gnnsys.outputs import OutputRequest, PartFile
 from gnnsys.train.control.checkpoint import Checkpoint
 from gnnsys.train.control.failure import FailureKind
-from gnnsys.train.control.group import EVAL_LAYER_LOG, GroupFailure, Roles
+from gnnsys.train.control.group import EVAL_LAYER_LOG, GroupFailure, rank_of
 from gnnsys.train.evaluate import RankEval
-from gnnsys.train.rank import NodeRank
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.peers import LocalPeerClient
 from gnnsys.train.remote.server import LocalOwnerClient, ShardOwner
 from gnnsys.train.trainer import steps_per_epoch
 from gnnsys.train.worker import RankState, TrainWorker, WorkerEpochReport
 
-__all__ = ["HOMOGENEOUS", "LocalOwnerClient", "LocalWorkerGroup", "ThreadSync"]
+__all__ = ["LocalOwnerClient", "LocalWorkerGroup", "ThreadSync"]
 
 log = logging.getLogger(__name__)
-
-
-HOMOGENEOUS = Roles(
-    owner=ShardOwner,
-    rank=NodeRank,
-    local_client=LocalOwnerClient,
-    local_peers=LocalPeerClient,
-)
-"""The actors of a homogeneous run (``control.run`` picks ``HETERO`` for heterogeneous ones)."""
 
 
 class _Room:
@@ -115,7 +105,6 @@ class LocalWorkerGroup:
             and prefetch (the stage threads take it, as a Ray trainer's do:
             ``gnnsys.train.threads``); ``None``: 1, as a Ray worker of a machine with no more
             cores than parts has.
-        roles: The owner and trainer classes (``HOMOGENEOUS`` by default).
     """
 
     def __init__(
@@ -125,26 +114,25 @@ class LocalWorkerGroup:
         *,
         replay: bool = False,
         threads: int | None = None,
-        roles: Roles = HOMOGENEOUS,
     ) -> None:
         self.template, self.deadline_s = template, deadline_s
-        self.replay, self.threads, self.roles = replay, threads, roles
+        self.replay, self.threads = replay, threads
         self.workers: list[Any] = []
         self._room = _Room(template.world_size, deadline_s)
         self._threads_before = torch.get_num_threads()
 
     def start(self) -> int:
         """Build the owners and ranks; returns the batches per epoch (``steps_per_epoch``)."""
-        world, roles = self.template.world_size, self.roles
-        owners = [roles.owner(self.template.store, p) for p in range(world)]
-        client, peers = roles.local_client(owners), roles.local_peers()
+        world = self.template.world_size
+        owners = [ShardOwner(self.template.store, p) for p in range(world)]
+        client, peers = LocalOwnerClient(owners), LocalPeerClient()
         rng_lock = threading.Lock()
         for r in range(world):
             try:
                 worker = TrainWorker(
                     replace(self.template, rank=r),
                     [],
-                    rank=roles.rank,
+                    rank=rank_of(self.template),
                     client=client,
                     sync=_thread_sync(self._room, r),
                     rng_lock=rng_lock,

@@ -3,7 +3,8 @@
 ``gnnsys train`` without ``--store`` loads the dataset, partitions it and writes the store under
 the run directory before any actor starts, so every worker reads the same memory-mapped files.
 That step runs in a child process (its peak RSS is reported), so the driver never holds the
-graph: afterwards it reads only the manifest and the per-part label files (:func:`store_info`).
+graph: afterwards it reads only the manifest and the per-part label files
+(``gnnsys.store.info.store_info``).
 
 **When the child fails.** A ``DiskError`` it raises (full disk, read-only file system, ...)
 reaches the driver as itself: the child's writer already removed its temporary store. A child
@@ -36,16 +37,15 @@ from torch import Tensor
 
 from gnnsys.errors import DiskError, ProcessDiedError
 from gnnsys.store.diskio import mount_of
+from gnnsys.store.info import part_array
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.checkpoint import CHECKPOINT_NAME, PREVIOUS_NAME, RUN_NAME
 
 __all__ = [
     "PreparedStore",
-    "StoreInfo",
     "feature_chunks",
     "prepare_store",
     "store_has_links",
-    "store_info",
 ]
 
 log = logging.getLogger(__name__)
@@ -68,75 +68,6 @@ class PreparedStore:
     peak_rss_bytes: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class StoreInfo:
-    """What the driver knows of a store of either kind without holding the graph.
-
-    A homogeneous store is the one-type case: its node type and relation are ``None``.
-
-    Attributes:
-        num_nodes: ``N``, nodes of every type.
-        num_edges: ``E`` (directed), edges of every relation.
-        num_parts: ``P``.
-        num_classes: ``C`` of the labelled type: a homogeneous store's ``max(y) + 1`` over every
-            part (labels ``-1`` are unlabelled), a typed store's from its manifest.
-        feature_dims: Featured node type -> ``F_t`` (``{None: F}``, or ``{}`` without features).
-        node_types: Every node type, in store order (``(None,)``: one type).
-        edge_types: Every relation, in store order (``(None,)``: one relation).
-    """
-
-    num_nodes: int
-    num_edges: int
-    num_parts: int
-    num_classes: int
-    feature_dims: dict[str | None, int]
-    node_types: tuple[str | None, ...] = (None,)
-    edge_types: tuple[tuple[str, str, str] | None, ...] = (None,)
-
-    @property
-    def num_features(self) -> int:
-        """``F`` of a homogeneous store (0 without features, or for a typed store)."""
-        return self.feature_dims.get(None, 0)
-
-    @property
-    def typed(self) -> bool:
-        """Whether the store names its node types (a heterogeneous graph)."""
-        return self.node_types != (None,)
-
-    @property
-    def named_types(self) -> list[str]:
-        """A typed store's node types (empty for a homogeneous one)."""
-        return [t for t in self.node_types if t is not None]
-
-    @property
-    def named_relations(self) -> list[tuple[str, str, str]]:
-        """A typed store's relations (empty for a homogeneous one)."""
-        return [r for r in self.edge_types if r is not None]
-
-    @property
-    def named_dims(self) -> dict[str, int]:
-        """A typed store's featured node types -> ``F_t`` (empty for a homogeneous one)."""
-        return {t: f for t, f in self.feature_dims.items() if t is not None}
-
-
-def _part_array(
-    store: Path, part: int, name: str, node_type: str | None = None
-) -> np.ndarray | None:
-    """One part's ``name`` array, memory-mapped; ``None`` when the store has none.
-
-    ``node_type``: the array of that node type in a typed store.
-    """
-    from gnnsys.store.hetero_layout import type_file
-    from gnnsys.store.layout import shard_file
-
-    rel = shard_file(part, name) if node_type is None else type_file(part, node_type, name)
-    path = store / rel
-    if not path.exists():
-        return None
-    arr: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
-    return arr
-
-
 def feature_chunks(
     store: str | Path, rows: int = 1 << 16, *, node_type: str | None = None
 ) -> Iterator[Tensor]:
@@ -147,49 +78,12 @@ def feature_chunks(
     root = Path(store)
     parts = len(list(root.glob("part-*")))
     for part in range(parts):
-        x = _part_array(root, part, "x", node_type)
+        x = part_array(root, part, "x", node_type)
         if x is None:
             continue
         for start in range(0, int(x.shape[0]), rows):
             yield torch.from_numpy(np.array(x[start : start + rows], dtype=np.float32))
         del x  # unmap before the next part, so at most one part's pages stay resident
-
-
-def store_info(store: str | Path) -> StoreInfo:
-    """Sizes of a store of either kind, from its manifest (and a homogeneous store's labels).
-
-    Reads no structure and no features.
-    """
-    from gnnsys.store import is_hetero_store, read_hetero_manifest, read_manifest
-
-    root = Path(store)
-    if is_hetero_store(root):
-        typed = read_hetero_manifest(root)
-        return StoreInfo(
-            num_nodes=typed.num_nodes,
-            num_edges=typed.num_edges,
-            num_parts=typed.num_parts,
-            num_classes=typed.num_classes,
-            feature_dims={
-                t.name: int(t.data["x"][1][0]) for t in typed.node_types if "x" in t.data
-            },
-            node_types=tuple(t.name for t in typed.node_types),
-            edge_types=tuple(r.edge_type for r in typed.relations),
-        )
-    manifest = read_manifest(root)
-    x0 = _part_array(root, 0, "x")
-    num_classes = 0
-    for part in range(manifest.num_parts):
-        y = _part_array(root, part, "y")
-        if y is not None and y.size:
-            num_classes = max(num_classes, int(y.shape[1]) if y.ndim == 2 else int(y.max()) + 1)
-    return StoreInfo(
-        num_nodes=manifest.num_nodes,
-        num_edges=manifest.num_edges,
-        num_parts=manifest.num_parts,
-        num_classes=num_classes,
-        feature_dims={} if x0 is None else {None: int(x0.shape[1])},
-    )
 
 
 def prepare_store(

@@ -36,10 +36,10 @@ from typing import Any
 from gnnsys.outputs import OutputRequest, PartFile
 from gnnsys.train.control.checkpoint import Checkpoint
 from gnnsys.train.control.failure import FailureKind
-from gnnsys.train.control.group import EVAL_LAYER_LOG, GroupFailure, Roles
-from gnnsys.train.control.local_group import HOMOGENEOUS
+from gnnsys.train.control.group import EVAL_LAYER_LOG, GroupFailure, rank_of
 from gnnsys.train.control.resources import Resources
 from gnnsys.train.evaluate import RankEval
+from gnnsys.train.remote.server import ShardOwner
 from gnnsys.train.trainer import steps_per_epoch
 from gnnsys.train.worker import RankState, TrainWorker, WorkerEpochReport
 
@@ -167,7 +167,6 @@ class RayWorkerGroup:
         deadline_s: Deadline of every driver-side wait (state, report), and the longest time
             without progress of an epoch (no batch finished) or of an evaluation layer (no
             evaluation step, ``TrainWorker.progress``).
-        roles: The owner and trainer classes (``HOMOGENEOUS`` by default).
         heartbeat_s: Silence after which an actor counts as frozen (see the module docstring).
         startup_deadline_s: Deadline of ``start`` as a whole (actors built, gloo joined).
     """
@@ -177,13 +176,11 @@ class RayWorkerGroup:
         template: Any,
         resources: Resources,
         deadline_s: float,
-        roles: Roles = HOMOGENEOUS,
         *,
         heartbeat_s: float = 10.0,
         startup_deadline_s: float = 90.0,
     ) -> None:
         self.template, self.resources, self.deadline_s = template, resources, deadline_s
-        self.roles = roles
         self.heartbeat_s, self.startup_deadline_s = heartbeat_s, startup_deadline_s
         self.owners: list[Any] = []
         self.workers: list[Any] = []
@@ -201,7 +198,7 @@ class RayWorkerGroup:
         template, resources = self.template, self.resources
         # requests stay one at a time; pings have a thread of their own
         owner_cls = ray.remote(concurrency_groups={LIVENESS_GROUP: 1})(  # type: ignore[call-overload]
-            self.roles.owner
+            ShardOwner
         )
         worker_cls = ray.remote(TrainWorker)
         owner_opts: dict[str, Any] = {"num_cpus": resources.owner_cpus}
@@ -223,7 +220,7 @@ class RayWorkerGroup:
                 name=actor_name("worker", r, template),
                 scheduling_strategy="SPREAD",
                 **worker_opts,
-            ).remote(replace(template, rank=r), self.owners, rank=self.roles.rank)
+            ).remote(replace(template, rank=r), self.owners, rank=rank_of(template))
             for r in range(world)
         ]
         actors: dict[_Key, Any] = {("rank", r): w for r, w in enumerate(self.workers)}

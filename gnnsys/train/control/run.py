@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from gnnsys.store.info import StoreInfo, store_info
 from gnnsys.train.control.checkpoint import (
     check_resume,
     identity_of,
@@ -34,23 +35,19 @@ from gnnsys.train.control.cluster import connect
 from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.failure import FailurePolicy
-from gnnsys.train.control.group import Roles, WorkerGroup
-from gnnsys.train.control.local_group import HOMOGENEOUS, LocalWorkerGroup
+from gnnsys.train.control.group import WorkerGroup
+from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.prepare import (
     PreparedStore,
-    StoreInfo,
     feature_chunks,
     prepare_store,
     store_has_links,
 )
-from gnnsys.train.control.prepare import store_info as read_store_info
 from gnnsys.train.control.ray_group import RayWorkerGroup
 from gnnsys.train.control.recorder import Recorder
 from gnnsys.train.control.resources import trainer_cpus
 from gnnsys.train.device import DevicePlan, plan_devices
-from gnnsys.train.hetero.rank import TypedLayout, TypedRank
-from gnnsys.train.remote.peers import LocalPeerClient
-from gnnsys.train.remote.server import LocalOwnerClient, ShardOwner
+from gnnsys.train.hetero.rank import TypedLayout
 from gnnsys.train.topology import choose_topology
 from gnnsys.train.worker import FaultSpec, WorkerSpec
 
@@ -70,14 +67,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-HETERO = Roles(
-    owner=ShardOwner,
-    rank=TypedRank,
-    local_client=LocalOwnerClient,
-    local_peers=LocalPeerClient,
-)
-"""The actors of a heterogeneous run (``RunConfig.hetero`` set): typed owners and trainers."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,7 +250,7 @@ def _run(
 ) -> TrainResult:
     """Prepare, resolve, coordinate and summarise one run on either executor."""
     wall = time.perf_counter() - prepared.seconds
-    config, info, roles, topology = resolve(config, prepared.path, executor)
+    config, info, topology = resolve(config, prepared.path, executor)
     device = plan_devices(
         config.cluster.device, parts=config.cluster.parts, gpus=_visible_gpus(executor)
     )
@@ -271,7 +260,7 @@ def _run(
     )  # fmt: skip
     template = worker_template(config, prepared.path, info, topology)
     template = replace(template, fault=fault, device=device)
-    group = GroupPlan(executor, template, roles, replay=replay, threads=threads)
+    group = GroupPlan(executor, template, replay=replay, threads=threads)
     coordinator = _coordinator(config, run_path, group, info.num_classes)
     return _finish(config, run_path, prepared, coordinator, topology, executor, wall, device)
 
@@ -286,19 +275,17 @@ def _visible_gpus(executor: str) -> float:
     return float(torch.cuda.device_count()) if torch.cuda.is_available() else 0.0
 
 
-def resolve(
-    config: RunConfig, store: Path, executor: str
-) -> tuple[RunConfig, StoreInfo, Roles, str]:
-    """The run's codec (``auto`` resolved), store info, actor roles and topology on ``store``.
+def resolve(config: RunConfig, store: Path, executor: str) -> tuple[RunConfig, StoreInfo, str]:
+    """The run's codec (``auto`` resolved, per node type), store info and topology on ``store``.
 
-    The run's one dispatch on the graph's kind; ``gnnsys predict``/``embed`` resolve the same
-    way, so inference sees exactly the rows training's evaluation saw.
+    ``gnnsys predict``/``embed`` resolve the same way, so inference sees exactly the rows
+    training's evaluation saw.
     """
-    info = read_store_info(store)
+    info = store_info(store)
     if config.hetero is not None:
-        roles, codec = HETERO, resolved_typed_codec(config, store, info)
+        codec = resolved_typed_codec(config, store, info)
     else:
-        roles, codec = HOMOGENEOUS, resolved_codec(config, store)
+        codec = resolved_codec(config, store)
     topology = "partitioned"
     if executor == "ray":
         topology = choose_topology(
@@ -307,16 +294,15 @@ def resolve(
             num_edges=info.num_edges,
             num_parts=config.cluster.parts,
         )
-    return replace(config, codec=codec), info, roles, topology
+    return replace(config, codec=codec), info, topology
 
 
 @dataclass(frozen=True, slots=True)
 class GroupPlan:
-    """How each attempt's worker group is made: executor, rank-0 spec, actor roles."""
+    """How each attempt's worker group is made: executor and rank-0 spec."""
 
     executor: str
     template: Any
-    roles: Roles
     replay: bool = False
     threads: int | None = None
 
@@ -331,14 +317,11 @@ class GroupPlan:
                 spec,
                 replace(loop.resources, worker_cpus=cpus),
                 loop.deadline_s,
-                self.roles,
                 heartbeat_s=Coordinator.heartbeat(loop),
                 startup_deadline_s=loop.startup_deadline_s,
             )
         threads = self.threads if self.threads is not None else config.cluster.threads
-        return LocalWorkerGroup(
-            spec, loop.deadline_s, replay=self.replay, threads=threads, roles=self.roles
-        )
+        return LocalWorkerGroup(spec, loop.deadline_s, replay=self.replay, threads=threads)
 
 
 def _coordinator(
@@ -405,7 +388,7 @@ def resolved_codec(config: RunConfig, store: Path) -> CodecConfig:
 def worker_template(config: RunConfig, store: Path, info: StoreInfo, topology: str) -> WorkerSpec:
     """Rank 0's ``WorkerSpec`` (both executors derive every rank's spec from it).
 
-    ``info``: the store's sizes (``gnnsys.train.control.prepare.store_info``).
+    ``info``: the store's sizes (``gnnsys.store.info.store_info``).
 
     Raises:
         ValueError: A typed run whose seed type has no features or labels, or whose fanouts

@@ -38,7 +38,7 @@ from gnnsys.outputs import OutputRows
 from gnnsys.sampler import CSRNeighborSource
 from gnnsys.sampler.hetero import HeteroNeighborSampler
 from gnnsys.store.hetero_shard import HeteroShard
-from gnnsys.train.control.prepare import StoreInfo, store_info
+from gnnsys.store.info import StoreInfo, store_info
 from gnnsys.train.device import rank_device
 from gnnsys.train.eval_typed import TypedShardEvaluator, TypeInput
 from gnnsys.train.evaluate import RankEval

@@ -29,12 +29,12 @@ from gnnsys.models import ModelConfig
 from gnnsys.partitioners import partition_hetero
 from gnnsys.sampler import NeighborSampler
 from gnnsys.store import write_hetero_partitions
+from gnnsys.store.info import store_info
 from gnnsys.store.links import load_typed_links
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.local_group import LocalWorkerGroup
-from gnnsys.train.control.prepare import store_info
-from gnnsys.train.control.run import HETERO, train_local, worker_template
+from gnnsys.train.control.run import train_local, worker_template
 from gnnsys.train.eval_typed import full_typed_outputs
 from gnnsys.train.evaluate import combine_evals
 from gnnsys.train.hetero.config import HeteroConfig
@@ -137,7 +137,7 @@ def test_exact_link_evaluation_equals_a_whole_graph_ranking(
         split.graph, partition_hetero(split.graph, "random", 2, 0), store, num_hops=2, links=split
     )
     template = worker_template(_config(2, store), store, store_info(store), "partitioned")
-    group = LocalWorkerGroup(template, 60.0, roles=HETERO)
+    group = LocalWorkerGroup(template, 60.0)
     group.start()
     try:
         group.run_epoch(0, 2, lambda _: None)

@@ -38,12 +38,12 @@ from gnnsys.models.sparse_embedding import EmbeddingConfig, LocalEmbeddingGroup,
 from gnnsys.sampler import NeighborSampler
 from gnnsys.sampler.hetero import HeteroNeighborSampler, csr_sources
 from gnnsys.store import read_hetero_shard
+from gnnsys.store.info import store_info
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.checkpoint import load_checkpoint
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.local_group import LocalWorkerGroup
-from gnnsys.train.control.prepare import store_info
-from gnnsys.train.control.run import HETERO, train_local, worker_template
+from gnnsys.train.control.run import train_local, worker_template
 from gnnsys.train.hetero.config import HeteroConfig
 from gnnsys.train.hetero.rank import build_hetero_model
 from gnnsys.train.trainer import Trainer, batch_seed_for, epoch_batches
@@ -70,7 +70,7 @@ def _config(store: Path, parts: int, *, epochs: int = 1, batch: int = 1024, **kw
 def _group(store: Path, parts: int, topology: str = "partitioned") -> LocalWorkerGroup:
     cfg = _config(store, parts)
     template = worker_template(cfg, store, store_info(store), topology)
-    group = LocalWorkerGroup(template, 60.0, roles=HETERO)
+    group = LocalWorkerGroup(template, 60.0)
     group.start()
     return group
 

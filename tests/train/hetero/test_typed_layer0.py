@@ -56,15 +56,15 @@ def test_owner_sums_train_as_the_requester_does(tmp_path: Path) -> None:
 def test_relation_agg_equals_the_mean_of_fetched_rows(stores: dict[int, Path]) -> None:
     from dataclasses import replace
 
+    from gnnsys.store.info import store_info
     from gnnsys.train.control.local_group import LocalWorkerGroup
-    from gnnsys.train.control.prepare import store_info
-    from gnnsys.train.control.run import HETERO, worker_template
+    from gnnsys.train.control.run import worker_template
     from gnnsys.train.layer0.base import FirstLayerConfig, Placement
     from tests.train.hetero.test_hetero_runtime import _config, _rank_seeds
 
     cfg = replace(_config(stores[2], 2), layer0=FirstLayerConfig(placement=Placement.OWNER))
     template = worker_template(cfg, stores[2], store_info(stores[2]), "partitioned")
-    group = LocalWorkerGroup(template, 60.0, roles=HETERO)
+    group = LocalWorkerGroup(template, 60.0)
     group.start()
     try:
         trainer = group.workers[0].trainer
@@ -86,14 +86,14 @@ def test_fetch_first_sums_equal_the_mean_of_decoded_rows(stores: dict[int, Path]
     from dataclasses import replace
 
     from gnnsys.cache import CodecConfig
+    from gnnsys.store.info import store_info
     from gnnsys.train.control.local_group import LocalWorkerGroup
-    from gnnsys.train.control.prepare import store_info
-    from gnnsys.train.control.run import HETERO, worker_template
+    from gnnsys.train.control.run import worker_template
     from tests.train.hetero.test_hetero_runtime import _config, _rank_seeds
 
     cfg = replace(_config(stores[2], 2), codec=CodecConfig(name="int8"))
     template = worker_template(cfg, stores[2], store_info(stores[2]), "partitioned")
-    group = LocalWorkerGroup(template, 60.0, roles=HETERO)
+    group = LocalWorkerGroup(template, 60.0)
     group.start()
     try:
         trainer = group.workers[1].trainer

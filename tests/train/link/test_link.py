@@ -22,10 +22,10 @@ from gnnsys.models import LinkModel, ModelConfig, build_decoder, build_model
 from gnnsys.partitioners import partition
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.store import load_links, write_partitions
+from gnnsys.store.info import store_info
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.local_group import LocalWorkerGroup
-from gnnsys.train.control.prepare import store_info
 from gnnsys.train.control.run import worker_template
 from gnnsys.train.evaluate import EvalConfig, combine_evals, full_block, full_graph_logits
 from gnnsys.train.link.config import LinkConfig

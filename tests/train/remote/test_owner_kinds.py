@@ -15,7 +15,7 @@ import torch
 from gnnsys.cache.codecs import make_codec
 from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.store import load_book, load_books, load_shard, read_hetero_shard
-from gnnsys.train.control.prepare import store_info
+from gnnsys.store.info import store_info
 from gnnsys.train.remote.server import ShardOwner
 from gnnsys.types import PartitionBook
 
