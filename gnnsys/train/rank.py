@@ -33,7 +33,6 @@ from gnnsys.train.remote.features import RoutedFeatureSource, build_feature_sour
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.peers import PeerClient
 from gnnsys.train.remote.routed import RoutedNeighborSource
-from gnnsys.train.remote.server import ShardOwner
 from gnnsys.train.topology import assemble_graph
 from gnnsys.train.trainer import GradSync, Trainer
 from gnnsys.train.worker import WorkerSpec, grad_sync, owner_client
@@ -224,9 +223,7 @@ class NodeRank:
         self.ledger = Ledger()
         self.shard, self.book = load_shard(spec.store, spec.rank), load_book(spec.store)
         book = self.book
-        self.client = owner_client(
-            spec, owners, client, lambda p: ShardOwner(spec.store, p, own_threads=False, book=book)
-        )
+        self.client = owner_client(spec, owners, client, {None: book})
         advise_random(self.shard.x, self.shard.indptr, self.shard.indices_gid, self.shard.e_id)
         self.links = None if spec.link is None else load_links(spec.store, spec.rank)
         built = _build_trainer(

@@ -22,7 +22,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -43,9 +43,10 @@ from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.remote.client import DelayedOwnerClient, OwnerClient, RayOwnerClient
 from gnnsys.train.remote.ledger import Ledger, LedgerSnapshot
 from gnnsys.train.remote.peers import LocalPeerClient, PeerClient, RayPeerClient
-from gnnsys.train.remote.server import LocalOwnerClient
+from gnnsys.train.remote.server import LocalOwnerClient, ShardOwner
 from gnnsys.train.threads import use_actor_threads
 from gnnsys.train.trainer import BatchPlan, EpochStats, GradSync, Trainer
+from gnnsys.types import PartitionBook
 
 if TYPE_CHECKING:
     from gnnsys.train.hetero.config import HeteroConfig
@@ -240,15 +241,17 @@ def owner_client(
     spec: WorkerSpec,
     owners: list[Any],
     client: OwnerClient | None,
-    local_owner: Callable[[int], Any],
+    books: Mapping[Any, PartitionBook],
 ) -> OwnerClient:
     """``client``, or one over the owner actors; slowed down by a ``delay`` fault (benchmark).
 
-    With ``owner_reads == "local"`` the owners' code runs in this process: ``local_owner(p)``
-    makes part ``p``'s owner over the mapped store.
+    With ``owner_reads == "local"`` the owners' code runs in this process: a ``ShardOwner`` per
+    part over the mapped store, with the rank's ``books`` (``gnnsys.store.load_books``).
     """
     if client is None and spec.owner_reads == "local":
-        client = LocalOwnerClient([local_owner(p) for p in range(spec.world_size)])
+        parts = range(spec.world_size)
+        owners_here = [ShardOwner(spec.store, p, own_threads=False, books=books) for p in parts]
+        client = LocalOwnerClient(owners_here)
     if client is None:
         client = RayOwnerClient(owners, spec.deadline_s)
     if spec.fault is not None and spec.fault.kind == "delay":

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from gnnsys.outputs import OutputRequest, PartFile
+from gnnsys.store import load_books
 from gnnsys.train.control.checkpoint import Checkpoint
 from gnnsys.train.control.failure import FailureKind
 from gnnsys.train.control.group import EVAL_LAYER_LOG, GroupFailure, rank_of
@@ -124,7 +125,8 @@ class LocalWorkerGroup:
     def start(self) -> int:
         """Build the owners and ranks; returns the batches per epoch (``steps_per_epoch``)."""
         world = self.template.world_size
-        owners = [ShardOwner(self.template.store, p) for p in range(world)]
+        books = load_books(self.template.store)  # once for every part's owner
+        owners = [ShardOwner(self.template.store, p, books=books) for p in range(world)]
         client, peers = LocalOwnerClient(owners), LocalPeerClient()
         rng_lock = threading.Lock()
         for r in range(world):

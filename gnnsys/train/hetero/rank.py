@@ -58,7 +58,6 @@ from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import TypedLedger
 from gnnsys.train.remote.peers import PeerClient
 from gnnsys.train.remote.routed import RoutedNeighborSource
-from gnnsys.train.remote.server import ShardOwner
 from gnnsys.train.worker import WorkerSpec, grad_sync, owner_client, peak_rss
 from gnnsys.types import PartitionBook
 
@@ -374,9 +373,7 @@ class TypedRank:
         self.books = {str(t): b for t, b in load_books(spec.store).items()}
         self.ledger = TypedLedger(list(self.hshard.nodes))
         self.eval_ledger = TypedLedger(list(self.hshard.nodes))
-        self.client = owner_client(
-            spec, owners, client, lambda p: ShardOwner(spec.store, p, own_threads=False)
-        )
+        self.client = owner_client(spec, owners, client, self.books)
         self.embeddings = self._embeddings()
         self.trainer = self._trainer(grad_sync(spec, sync, self.ledger), rng_lock)
         self.features = self.trainer.inputs

@@ -5,7 +5,9 @@ Shape legend: ``M`` destinations, ``K`` requested rows, ``F`` features, ``G`` pa
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -55,17 +57,22 @@ class ShardOwner:
         part: The part this owner serves.
         own_threads: Set torch's threads to the CPUs Ray assigned this actor (False when a
             trainer builds it in-process to read a co-located shard: ``--owner-reads local``).
-        book: A homogeneous store's partition book when the caller has loaded it already (a
-            trainer building every part's owner); ``None`` loads it.
+        books: The store's ``load_books`` when the caller has loaded them already (a trainer or
+            the in-process executor building every part's owner); ``None`` loads them.
     """
 
     def __init__(
-        self, root: str, part: int, *, own_threads: bool = True, book: PartitionBook | None = None
+        self,
+        root: str,
+        part: int,
+        *,
+        own_threads: bool = True,
+        books: Mapping[Any, PartitionBook] | None = None,
     ) -> None:
         if own_threads:  # an actor of its own; not when a trainer reads through it in-process
             use_actor_threads()  # the CPUs Ray assigned (gnnsys.train.threads)
         self.part = part
-        self._types, self._relations = _tables(root, part, book)
+        self._types, self._relations = _tables(root, part, books)
 
     def ping(self) -> int:
         """Liveness check; returns the part."""
@@ -181,7 +188,7 @@ class ShardOwner:
 
 
 def _tables(
-    root: str, part: int, book: PartitionBook | None
+    root: str, part: int, books: Mapping[Any, PartitionBook] | None
 ) -> tuple[dict[str | None, _TypeRows], dict[EdgeType | None, _RelationEdges]]:
     """Part ``part``'s rows per node type and in-edges per relation, of a store of either kind.
 
@@ -203,15 +210,15 @@ def _tables(
         return _RelationEdges(source, np.asarray(indptr, dtype=np.int64))
 
     types: dict[str | None, _TypeRows] = {}
+    books = load_books(root) if books is None else books
     if not is_hetero_store(root):
         shard = load_shard(root, part)
-        book = load_books(root)[None] if book is None else book
         advise_random(shard.x)
-        types[None] = rows(book.lid_N, shard.x)
+        types[None] = rows(books[None].lid_N, shard.x)
         args = (shard.indptr, shard.indices_gid, shard.e_id, None, shard.owned_gid)
         return types, {None: edges(*args)}
     typed = read_hetero_shard(root, part)
-    for t, b in load_books(root).items():
+    for t, b in books.items():
         x = typed.nodes[str(t)].data.get("x")
         advise_random(x)
         types[t] = rows(b.lid_N, x)
