@@ -256,6 +256,7 @@ class TypedHaloCache:
         feature_dims: Mapping[str, int],
         codecs: Mapping[str, Codec],
         policies: Mapping[str, AdmissionPolicy] | None = None,
+        device: torch.device | str = "cpu",
     ) -> TypedHaloCache:
         """One cache per type of ``feature_dims``, sized by ``split``, rows in ``codecs[t]``.
 
@@ -264,6 +265,7 @@ class TypedHaloCache:
             feature_dims: Node type -> ``F_t`` (the types with halo rows, in the graph's order).
             codecs: Node type -> its concrete codec (``TypedCodecConfig.codecs()``).
             policies: Node type -> its admission policy (``NoAdmission`` for types left out).
+            device: Where every type's slots live (``HaloCache``'s ``device``).
 
         Raises:
             ValueError: ``codecs``, ``split`` or ``policies`` name other types than
@@ -279,17 +281,24 @@ class TypedHaloCache:
         for t in types:
             policy = policies.get(t, NoAdmission())
             config = HaloCache.Config(capacity_bytes=split.capacity_bytes(t), policy=policy.name)
-            cache = HaloCache(config, feature_dim=feature_dims[t], codec=codecs[t], policy=policy)
+            cache = HaloCache(
+                config, feature_dim=feature_dims[t], codec=codecs[t], policy=policy, device=device
+            )
             _check_share(t, split, cache)
             caches[t] = cache
         return cls(caches, budget_bytes=split.budget_bytes)
 
     @classmethod
     def disabled(
-        cls, *, feature_dims: Mapping[str, int], codecs: Mapping[str, Codec]
+        cls,
+        *,
+        feature_dims: Mapping[str, int],
+        codecs: Mapping[str, Codec],
+        device: torch.device | str = "cpu",
     ) -> TypedHaloCache:
         """Every type at capacity 0, policy ``none``: each halo row is fetched, none kept."""
-        return cls.build(split_budget(0, {}), feature_dims=feature_dims, codecs=codecs)
+        empty = split_budget(0, {})
+        return cls.build(empty, feature_dims=feature_dims, codecs=codecs, device=device)
 
     # ---- per type -----------------------------------------------------------------------------
     @property

@@ -94,11 +94,6 @@ def _refuse_flags(args: argparse.Namespace) -> None:
             "--task link on a heterogeneous dataset needs the relation to predict: add "
             "--target-edge SRC__REL__DST, e.g. paper__cites__paper"
         )
-    if getattr(args, "features_on", None) == "device":
-        given.append(
-            "--features-on device (a typed run's per-type rows and caches live on the host; its "
-            "layer 0 still sums int8/int4 rows on the device: drop it or pass host)"
-        )
     if args.model == "gcn":
         given.append(
             "--model gcn (GCN normalises over one node set; a relation joins two types, and "

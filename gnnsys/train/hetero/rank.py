@@ -90,17 +90,11 @@ class TypedLayout:
         """The layout of ``spec`` over its store (``info``: the store's, read when ``None``).
 
         Raises:
-            ValueError: The seed type has no features or labels, an
-                override names an unknown relation, the codec an unknown type, or the cache
-                rows are placed on the device (``--features-on device``).
+            ValueError: The seed type has no features or labels, an override names an unknown
+                relation, or the codec an unknown type.
         """
         hetero = spec.hetero
         assert hetero is not None, "the driver sets spec.hetero for a typed store"
-        if spec.cache.placement == "device":  # the CLI refuses the flag the same way
-            raise ValueError(
-                "feature placement 'device' on a typed store: a typed run's per-type rows and "
-                "caches live on the host (its layer 0 still sums on the device); use 'host'"
-            )
         info = store_info(spec.store) if info is None else info
         dims, types = info.named_dims, info.named_types
         labelled = bool(info.num_classes) or spec.link is not None  # links need no labels
@@ -186,6 +180,7 @@ def typed_cache(
     codecs: dict[str, Codec],
     draw: Callable[[torch.Tensor, int], dict[str, torch.Tensor]] | None = None,
     seeds: torch.Tensor | None = None,
+    device: torch.device | str = "cpu",
 ) -> TypedHaloCache:
     """The featured types' halo caches under one byte budget (``gnnsys.cache.typed``).
 
@@ -203,11 +198,13 @@ def typed_cache(
         codecs: Each type's run codec.
         draw: ``(seeds, batch seed) -> {type: n_id}`` of one dry-run batch (scored policies).
         seeds: The dry run's seeds (the input type's train ids).
+        device: Where the slots live (the trainer's device with ``cache.placement ==
+            "device"``, else the host).
     """
     dims = {t: layout.in_dims[t] for t in layout.featured}
     featured = {t: codecs[t] for t in layout.featured}
     if not spec.cache.enabled:
-        return TypedHaloCache.disabled(feature_dims=dims, codecs=featured)
+        return TypedHaloCache.disabled(feature_dims=dims, codecs=featured, device=device)
     owned_N = {}
     for t in dims:
         owned_N[t] = torch.zeros(shard.nodes[t].num_nodes, dtype=torch.bool)
@@ -229,7 +226,9 @@ def typed_cache(
         )
         for t in dims
     }
-    return TypedHaloCache.build(split, feature_dims=dims, codecs=featured, policies=policies)
+    return TypedHaloCache.build(
+        split, feature_dims=dims, codecs=featured, policies=policies, device=device
+    )
 
 
 def _first_layer(
@@ -293,9 +292,19 @@ def build_sources(
     embeddings: OwnedEmbeddings | None,
     *,
     step: Callable[[], int],
+    device: torch.device | None = None,
 ) -> _Sources:
-    """The typed sampler and per-type row sources of one rank (see the module docstring)."""
+    """The typed sampler and per-type row sources of one rank (see the module docstring).
+
+    ``device``: the trainer's (``None``: the host). With ``cache.placement == "device"`` each
+    featured type's own rows (a float32 copy) and cache slots live there, as a homogeneous
+    rank's do; on a CPU run nothing moves. Embedding rows stay with their ranks (they change
+    every step).
+    """
     rank = spec.rank
+    device = torch.device("cpu") if device is None else device
+    on_device = spec.cache.placement == "device" and device.type != "cpu"
+    slots = device if on_device else torch.device("cpu")
     relation_sources: dict[EdgeType, Any] = {}
     if spec.topology == "replicated":  # every relation's whole CSR, read once from the store
         from gnnsys.sampler.hetero import csr_sources
@@ -322,7 +331,8 @@ def build_sources(
     def draw(seeds: torch.Tensor, batch_seed: int) -> dict[str, torch.Tensor]:
         return dict(sampler.sample(seeds, input_type=input_type, seed=batch_seed).n_id)
 
-    caches = typed_cache(spec, layout, shard, codecs, draw, _dry_run_seeds(spec, shard, layout))
+    seeds = _dry_run_seeds(spec, shard, layout)
+    caches = typed_cache(spec, layout, shard, codecs, draw, seeds, device=slots)
     wire = spec.codec.wire if spec.cache.enabled else None  # measured into the cache counters
     features, rows = {}, {}
     for t, nodes in shard.nodes.items():
@@ -331,6 +341,7 @@ def build_sources(
             features[t] = RoutedFeatureSource(
                 rank, book.part_N, book.lid_N, nodes.data["x"], client, ledger.of(t),
                 codec=codecs[t], cache=caches.of(t), node_type=t, wire=wire,
+                own_device=device if on_device else None,
             )  # fmt: skip
         elif embeddings is not None:
             rows[t] = RoutedFeatureSource(
@@ -374,6 +385,7 @@ class TypedRank:
         self.ledger = TypedLedger(list(self.hshard.nodes))
         self.eval_ledger = TypedLedger(list(self.hshard.nodes))
         self.client = owner_client(spec, owners, client, self.books)
+        self.device = rank_device(spec.device.kind, spec.rank)
         self.embeddings = self._embeddings()
         self.trainer = self._trainer(grad_sync(spec, sync, self.ledger), rng_lock)
         self.features = self.trainer.inputs
@@ -390,7 +402,7 @@ class TypedRank:
     def _sources(self, ledger: TypedLedger) -> _Sources:
         return build_sources(
             self.spec, self.layout, self.hshard, self.books, self.client, self._peers, ledger,
-            self.embeddings, step=self._step_count,
+            self.embeddings, step=self._step_count, device=self.device,
         )  # fmt: skip
 
     def _step_count(self) -> int:
@@ -404,7 +416,7 @@ class TypedRank:
             "inputs": sources.inputs, "books": self.books, "embeddings": self.embeddings,
             "ledger": self.ledger, "rank": spec.rank, "world_size": spec.world_size,
             "sync": sync, "rng_lock": rng_lock,
-            "device": rank_device(spec.device.kind, spec.rank),
+            "device": self.device,
         }  # fmt: skip
         if spec.link is not None:
             from gnnsys.store.links import load_typed_links

@@ -321,6 +321,34 @@ def test_a_typed_run_trains_on_the_device_and_resumes_on_the_host(
     assert [m["loss"] for m in resumed.history] == pytest.approx(want, rel=1e-3)
 
 
+@pytest.mark.parametrize(("codec", "aggregate_at"), [("int8", "requester"), ("fp32", "owner")])
+def test_typed_rows_on_the_device_train_the_same_weights(
+    stores: dict[int, Path], tmp_path: Path, device: torch.device, codec: str, aggregate_at: str
+) -> None:
+    """``--features-on device``: each featured type's own rows and cache slots on the trainer's
+    device (int8: the fused layer 0 sums them there; owner sums: combined on the host); the
+    counters, bytes and weights are those of host rows."""
+    from gnnsys.cache import CacheConfig
+    from gnnsys.train.layer0.base import FirstLayerConfig
+
+    cfg = replace(_config(stores[2], 2, epochs=2, batch=256), codec=CodecConfig(name=codec))
+    cfg = replace(cfg, layer0=FirstLayerConfig(placement=aggregate_at))
+    cfg = replace(cfg, cluster=replace(cfg.cluster, device=device.type))
+    runs = {}
+    for placement in ("host", "device"):
+        cache = CacheConfig(policy="degree", ratio=0.5, placement=placement)
+        result = train_local(replace(cfg, cache=cache), tmp_path / placement)
+        ckpt = load_checkpoint(tmp_path / placement)
+        assert ckpt is not None
+        runs[placement] = (result.history, ckpt.model_state)
+    (hist_a, state_a), (hist_b, state_b) = runs["host"], runs["device"]
+    assert [m["cache"]["rows_hit"] for m in hist_a] == [m["cache"]["rows_hit"] for m in hist_b]
+    assert hist_a[-1]["cache"]["rows_hit"] > 0
+    assert [m["bytes_by_type"] for m in hist_a] == [m["bytes_by_type"] for m in hist_b]
+    for key, value in state_a.items():  # one device, the same sums: the same weights
+        torch.testing.assert_close(value, state_b[key], rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("model", ["rgcn", "gat"])
 def test_other_models_train_and_metrics_line_has_every_type(
     stores: dict[int, Path], tmp_path: Path, model: str
@@ -375,7 +403,6 @@ def test_rank_that_raises_aborts_naming_it(stores: dict[int, Path], tmp_path: Pa
     [
         (["--model", "gcn"], "--model gcn"),
         (["--num-nodes", "100"], "-D scale"),
-        (["--features-on", "device"], "--features-on device"),
     ],
 )
 def test_cli_names_options_that_do_not_apply(
