@@ -223,8 +223,26 @@ def synthetic_mag(
 
 
 def load_synthetic_hetero(variant: str, root: object = None, **params: Any) -> HeteroGraph:
-    """Registry entry for heterogeneous ``synthetic:<variant>`` (only ``mag``); ``root`` unused."""
+    """Registry entry for heterogeneous ``synthetic:<variant>`` (only ``mag``); ``root`` unused.
+
+    ``num_nodes=N`` (``gnnsys train --num-nodes``, ``-D num_nodes=``, as the homogeneous
+    synthetic graphs take it) sizes the graph to about ``N`` nodes of all types: ``scale = N /
+    sum(MAG_NODE_COUNTS)``.
+
+    Raises:
+        ValueError: Another variant, or both ``num_nodes`` and ``scale``.
+    """
     del root
     if variant != "mag":
         raise ValueError(f"unknown heterogeneous synthetic graph {variant!r}; choose 'mag'")
+    num_nodes = params.pop("num_nodes", None)
+    if num_nodes is not None:
+        if "scale" in params:
+            raise ValueError(
+                f"synthetic:mag got num_nodes={num_nodes} and scale={params['scale']}; "
+                "give one of them"
+            )
+        if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
+            raise ValueError(f"num_nodes={num_nodes!r}; give a positive integer")
+        params["scale"] = num_nodes / sum(MAG_NODE_COUNTS.values())
     return synthetic_mag(**params)

@@ -37,6 +37,18 @@ def test_shapes_follow_ogbn_mag() -> None:
     assert paper.test_mask is not None and (year[paper.test_mask] == 2019).all()
 
 
+def test_num_nodes_sizes_the_graph_as_for_homogeneous_synthetics() -> None:
+    """``num_nodes`` (``--num-nodes``, ``-D num_nodes=``) is a scale: about that many nodes."""
+    g = load_hetero("synthetic:mag", num_nodes=20_000)
+    assert abs(g.num_nodes() - 20_000) <= len(MAG_NODE_COUNTS)  # one rounding per type
+    same = load_hetero("synthetic:mag", scale=20_000 / sum(MAG_NODE_COUNTS.values()))
+    assert np.array_equal(g.nodes["paper"].x, same.nodes["paper"].x)
+    with pytest.raises(ValueError, match="num_nodes=100 and scale=0.1; give one of them"):
+        load_hetero("synthetic:mag", num_nodes=100, scale=0.1)
+    with pytest.raises(ValueError, match="num_nodes=0; give a positive integer"):
+        load_hetero("synthetic:mag", num_nodes=0)
+
+
 def test_same_seed_same_arrays_other_seed_differs() -> None:
     a, b, c = (
         synthetic_mag(0.003, seed=1),

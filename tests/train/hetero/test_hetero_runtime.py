@@ -402,7 +402,6 @@ def test_rank_that_raises_aborts_naming_it(stores: dict[int, Path], tmp_path: Pa
     ("flags", "named"),
     [
         (["--model", "gcn"], "--model gcn"),
-        (["--num-nodes", "100"], "-D scale"),
     ],
 )
 def test_cli_names_options_that_do_not_apply(
