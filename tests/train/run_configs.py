@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from gnnsys.config import RunConfig
@@ -54,3 +55,22 @@ def sbm_run(
         ),
         **stages,
     )
+
+
+def host_and_device_rows(cfg: RunConfig, tmp_path: Path) -> dict[str, tuple[list[Any], Any]]:
+    """``cfg`` trained with its rows on the host and on the device (``--features-on``).
+
+    A degree cache at ratio 0.5 either way. Returns placement -> (metrics lines, model state).
+    """
+    from gnnsys.cache import CacheConfig
+    from gnnsys.train.control.checkpoint import load_checkpoint
+    from gnnsys.train.control.run import train_local
+
+    runs = {}
+    for placement in ("host", "device"):
+        cache = CacheConfig(policy="degree", ratio=0.5, placement=placement)
+        result = train_local(replace(cfg, cache=cache), tmp_path / placement)
+        ckpt = load_checkpoint(tmp_path / placement)
+        assert ckpt is not None
+        runs[placement] = (result.history, ckpt.model_state)
+    return runs

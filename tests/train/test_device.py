@@ -29,7 +29,7 @@ from gnnsys.train.device import (
 from gnnsys.train.layer0.base import FirstLayerConfig
 from gnnsys.train.trainer import Trainer
 from gnnsys.types import Block, Graph, SampledSubgraph
-from tests.train.run_configs import sbm_run
+from tests.train.run_configs import host_and_device_rows, sbm_run
 
 NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without a GPU")
 
@@ -209,13 +209,7 @@ def test_features_on_the_device_train_the_same_weights(
         codec=CodecConfig(name=codec), layer0=FirstLayerConfig(placement=aggregate_at),
     )  # fmt: skip
     cfg = replace(cfg, cluster=replace(cfg.cluster, device=device.type))
-    runs = {}
-    for placement in ("host", "device"):
-        cache = CacheConfig(policy="degree", ratio=0.5, placement=placement)
-        result = train_local(replace(cfg, cache=cache), tmp_path / placement)
-        ckpt = load_checkpoint(tmp_path / placement)
-        assert ckpt is not None
-        runs[placement] = (result.history, ckpt.model_state)
+    runs = host_and_device_rows(cfg, tmp_path)
     (hist_a, state_a), (hist_b, state_b) = runs["host"], runs["device"]
     assert [m["cache"]["rows_hit"] for m in hist_a] == [m["cache"]["rows_hit"] for m in hist_b]
     assert hist_a[-1]["cache"]["rows_hit"] > 0 and hist_a[-1]["bytes"] == hist_b[-1]["bytes"]

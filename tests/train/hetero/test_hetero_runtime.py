@@ -328,19 +328,13 @@ def test_typed_rows_on_the_device_train_the_same_weights(
     """``--features-on device``: each featured type's own rows and cache slots on the trainer's
     device (int8: the fused layer 0 sums them there; owner sums: combined on the host); the
     counters, bytes and weights are those of host rows."""
-    from gnnsys.cache import CacheConfig
     from gnnsys.train.layer0.base import FirstLayerConfig
+    from tests.train.run_configs import host_and_device_rows
 
     cfg = replace(_config(stores[2], 2, epochs=2, batch=256), codec=CodecConfig(name=codec))
     cfg = replace(cfg, layer0=FirstLayerConfig(placement=aggregate_at))
     cfg = replace(cfg, cluster=replace(cfg.cluster, device=device.type))
-    runs = {}
-    for placement in ("host", "device"):
-        cache = CacheConfig(policy="degree", ratio=0.5, placement=placement)
-        result = train_local(replace(cfg, cache=cache), tmp_path / placement)
-        ckpt = load_checkpoint(tmp_path / placement)
-        assert ckpt is not None
-        runs[placement] = (result.history, ckpt.model_state)
+    runs = host_and_device_rows(cfg, tmp_path)
     (hist_a, state_a), (hist_b, state_b) = runs["host"], runs["device"]
     assert [m["cache"]["rows_hit"] for m in hist_a] == [m["cache"]["rows_hit"] for m in hist_b]
     assert hist_a[-1]["cache"]["rows_hit"] > 0
