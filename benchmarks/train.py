@@ -42,6 +42,7 @@ from memprobe import MemProbe
 
 from gnnsys.config import RunConfig
 from gnnsys.sampler import NeighborSampler
+from gnnsys.store.layout import shard_file
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.run import train
 
@@ -127,7 +128,7 @@ def _halo_rows(store: Path, part: int) -> int:
     import numpy as np
 
     col = np.load(store / f"part-{part}" / "indices_local.npy", mmap_mode="r")
-    owned = int(np.load(store / f"part-{part}" / "owned_gid.npy", mmap_mode="r").shape[0])
+    owned = int(np.load(store / shard_file(part, "owned_gid"), mmap_mode="r").shape[0])
     halo = np.asarray(col[col >= owned])
     return int(np.unique(halo).shape[0])
 
@@ -154,7 +155,7 @@ def memory_account(cfg: RunConfig, store: Path, line: dict[str, Any]) -> dict[st
         halo_rows = _halo_rows(store, part)
         halo = halo_rows * info.num_features * 4
         budget = shard + halo + model
-        owned = int(np.load(store / f"part-{part}" / "owned_gid.npy", mmap_mode="r").shape[0])
+        owned = int(np.load(store / shard_file(part, "owned_gid"), mmap_mode="r").shape[0])
         activations = (owned + halo_rows) * cfg.model.hidden * 4  # layer 1's two tables
         rows.append(
             {

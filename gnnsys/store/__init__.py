@@ -5,7 +5,8 @@ read it (memory-mapped, each array checked before use), ``load_partition`` all o
 cross-shard edge-id check; ``verify`` recomputes every checksum; ``load_books`` gives the book of
 every node type, of either kind. Layout: ``gnnsys.store.layout``.
 Heterogeneous graphs: ``write_hetero_partitions`` / ``read_hetero_shard`` / ``verify_hetero`` /
-``assemble_hetero`` (layout: ``gnnsys.store.hetero_layout``).
+``assemble_hetero``, in the same format (a homogeneous store is its one-type case, which the
+typed readers read too; the manifest record: ``gnnsys.store.hetero_layout``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""On-disk layout of a *heterogeneous* partition directory and its manifest (``HETERO_FORMAT``).
+"""The manifest of a partition directory of either kind, and a typed store's layout.
+
+``gnnsys.store.layout`` has the format; a homogeneous store is its one-type case.
 
 ::
 
@@ -23,8 +25,9 @@ The halo of a part is, per type, every node within ``num_hops`` in-edge hops of 
 over all relations that another part owns (``halo_part`` names the owner), so every source of
 every stored edge is owned or in its type's halo. Each array is checked as in the homogeneous
 store (``gnnsys.store.layout``): xxh3_128 on every load, sha256 by ``verify``, the manifest's
-own sha256; nothing is pickled. The manifest's ``"format": "gnnsys-hetero"`` key tells the two
-kinds apart; each reader refuses the other's with a message naming the right one.
+own sha256; nothing is pickled. The manifest's ``"kind"`` tells the two kinds apart: the
+homogeneous reader refuses a typed store, naming the typed one; the typed readers read a
+homogeneous store as its one type ``node`` and relation ``node__to__node``.
 
 Shape legend: ``G`` nodes of all types, ``M_t`` owned nodes of type ``t``, ``H_t`` halo nodes,
 ``E_p`` a part's in-edges of one relation.
@@ -38,10 +41,29 @@ from typing import Any
 
 from gnnsys.datasets.hetero import EdgeType
 from gnnsys.errors import PartitionStoreError
-from gnnsys.store.layout import FileEntry, _check_keys, _strict_int, manifest_checksum, part_dir
+from gnnsys.store.layout import (
+    FORMAT,
+    FORMAT_VERSION,
+    KINDS,
+    FileEntry,
+    _check_keys,
+    _strict_int,
+    manifest_checksum,
+    rel_file,
+    type_file,
+)
 
-HETERO_FORMAT = "gnnsys-hetero"
-HETERO_VERSION = 1
+__all__ = [
+    "REL_ARRAYS",
+    "TYPE_ARRAYS",
+    "HeteroManifest",
+    "HeteroPartEntry",
+    "RelationEntry",
+    "TypeEntry",
+    "check_name",
+    "rel_file",
+    "type_file",
+]
 TYPE_ARRAYS = ("owned_lid", "halo_lid", "halo_part")
 """Arrays every node-type folder of a shard holds."""
 REL_ARRAYS = ("indptr", "indices_lid", "indices_local", "e_id")
@@ -57,16 +79,6 @@ def check_name(name: str, what: str) -> None:
             f"{what} {name!r} cannot name a store folder; use letters, digits, '_', '.', '-' "
             "without '__'"
         )
-
-
-def type_file(part: int, node_type: str, name: str) -> str:
-    """Relative path of a node type's array, e.g. ``part-0/nodes/paper/x.npy``."""
-    return f"{part_dir(part)}/nodes/{node_type}/{name}.npy"
-
-
-def rel_file(part: int, edge_type: EdgeType, name: str) -> str:
-    """Relative path of a relation's array, e.g. ``part-0/rels/paper__cites__paper/e_id.npy``."""
-    return f"{part_dir(part)}/rels/{'__'.join(edge_type)}/{name}.npy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +115,11 @@ class HeteroPartEntry:
 
 @dataclass(frozen=True, slots=True)
 class HeteroManifest:
-    """Contents of a heterogeneous store's ``manifest.json``."""
+    """Contents of a store's ``manifest.json``, of either kind (the one schema).
+
+    A homogeneous store's is one type ``node`` and one relation ``node__to__node``
+    (``gnnsys.store.layout``); its typed readers read it as that one type.
+    """
 
     dataset: str
     fingerprint: str
@@ -118,6 +134,8 @@ class HeteroManifest:
     relations: tuple[RelationEntry, ...]
     parts: tuple[HeteroPartEntry, ...]
     files: dict[str, FileEntry] = field(default_factory=dict)
+    kind: str = "typed"
+    """``"typed"`` (a heterogeneous graph's store) or ``"homogeneous"`` (one type)."""
     link_edge_type: EdgeType | None = None
     """The relation whose links the store holds per part (``part-<p>/link_*.npy``, sources
     owned by the part), or ``None``: written by ``write_hetero_partitions(links=...)``."""
@@ -139,8 +157,9 @@ class HeteroManifest:
     def to_json(self) -> dict[str, Any]:
         """The exact ``manifest.json`` content, with its checksum."""
         out: dict[str, Any] = {
-            "format": HETERO_FORMAT,
-            "format_version": HETERO_VERSION,
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "kind": self.kind,
             **{k: getattr(self, k) for k in _SCALARS},
             "node_types": [
                 {
@@ -179,17 +198,21 @@ class HeteroManifest:
             PartitionStoreError: Not a heterogeneous manifest, unknown version, missing or
                 unknown keys, a wrong checksum or malformed fields; names ``path`` and the fix.
         """
-        if not isinstance(obj, dict) or obj.get("format") != HETERO_FORMAT:
+        if not isinstance(obj, dict):
+            raise PartitionStoreError(f"{path}: manifest is not a JSON object; {_FIX}", path)
+        found = (obj.get("format"), obj.get("format_version"))
+        if found != (FORMAT, FORMAT_VERSION):
+            earlier = found[0] in (None, "gnnsys-hetero") or found[1] in (1, 2)
+            what = "an earlier" if earlier else "an unknown"
             raise PartitionStoreError(
-                f'{path}: not a heterogeneous partition directory (no "format": '
-                f'"{HETERO_FORMAT}"); read a homogeneous one with gnnsys.store.load_shard',
+                f"{path}: written in {what} store format (format {found[0]!r}, version "
+                f"{found[1]!r}); this gnnsys reads format {FORMAT!r} version {FORMAT_VERSION}. "
+                f"{_FIX[0].upper() + _FIX[1:]} using this gnnsys version",
                 path,
             )
-        if obj.get("format_version") != HETERO_VERSION:
+        if obj.get("kind") not in KINDS:
             raise PartitionStoreError(
-                f"{path}: unknown heterogeneous format_version {obj.get('format_version')!r} "
-                f"(this gnnsys reads {HETERO_VERSION}); {_FIX} using this gnnsys version",
-                path,
+                f"{path}: kind {obj.get('kind')!r}, expected one of {list(KINDS)}; {_FIX}", path
             )
         _check_keys(
             {k: v for k, v in obj.items() if k != "link_edge_type"}, _KEYS, "manifest", path
@@ -227,9 +250,19 @@ _SCALARS = (
     "num_classes",
 )
 _KEYS = frozenset(
-    {"format", "format_version", *_SCALARS, "node_types", "relations", "parts", "files", "checksum"}
+    {
+        "format",
+        "format_version",
+        "kind",
+        *_SCALARS,
+        "node_types",
+        "relations",
+        "parts",
+        "files",
+        "checksum",
+    }
 )
-"""Every key of a heterogeneous ``manifest.json``."""
+"""Every key of a ``manifest.json`` (``link_edge_type`` is optional)."""
 
 
 def _file_json(e: FileEntry) -> dict[str, Any]:
@@ -301,5 +334,6 @@ def _parse(obj: dict[str, Any]) -> HeteroManifest:
         raise TypeError(f"link_edge_type is {link!r}, expected [src, rel, dst]")
     return HeteroManifest(
         **scalars, node_types=types, relations=relations, parts=parts, files=files,
+        kind=str(obj["kind"]),
         link_edge_type=None if link is None else (str(link[0]), str(link[1]), str(link[2])),
     )  # fmt: skip

@@ -22,7 +22,6 @@ import numpy as np
 from gnnsys.datasets.hetero import HeteroGraph, NodeSet, Relation
 from gnnsys.errors import PartitionStoreError
 from gnnsys.store.hetero_layout import (
-    HETERO_FORMAT,
     REL_ARRAYS,
     TYPE_ARRAYS,
     HeteroManifest,
@@ -39,7 +38,7 @@ from gnnsys.store.integrity import (
     file_digests,
 )
 from gnnsys.store.layout import MANIFEST, NODE_TO_PART, Manifest
-from gnnsys.store.reader import load_array, load_book, read_manifest
+from gnnsys.store.reader import load_array, load_book, read_json, read_manifest
 from gnnsys.types import PartitionBook
 
 __all__ = [
@@ -56,12 +55,12 @@ _FIX = "re-create the directory with `gnnsys partition`"
 
 
 def is_hetero_store(root: str | os.PathLike[str]) -> bool:
-    """Whether ``root/manifest.json`` declares a heterogeneous store (no validation)."""
+    """Whether ``root/manifest.json`` declares a typed store (``"kind": "typed"``; unchecked)."""
     try:
         obj = json.loads((Path(root) / MANIFEST).read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(obj, dict) and obj.get("format") == HETERO_FORMAT
+    return isinstance(obj, dict) and obj.get("kind") == "typed"
 
 
 def read_store_manifest(root: str | os.PathLike[str]) -> Manifest | HeteroManifest:
@@ -74,24 +73,15 @@ def read_store_manifest(root: str | os.PathLike[str]) -> Manifest | HeteroManife
 
 
 def read_hetero_manifest(root: str | os.PathLike[str]) -> HeteroManifest:
-    """Parse and validate ``root/manifest.json`` of a heterogeneous store.
+    """Parse and validate ``root/manifest.json`` of a store of either kind (the one schema).
+
+    A homogeneous store's is one type ``node`` and one relation ``node__to__node``.
 
     Raises:
-        PartitionStoreError: Missing directory or manifest, invalid JSON, a homogeneous store,
-            unknown version or keys, or a wrong manifest checksum.
+        PartitionStoreError: Missing directory or manifest, invalid JSON, another format or
+            version, unknown keys, or a wrong manifest checksum.
     """
-    path = Path(root) / MANIFEST
-    if not is_hetero_store(root):
-        read_manifest(root)  # raises the homogeneous reader's precise error, if any
-        raise PartitionStoreError(
-            f"{root}: a homogeneous partition directory; read it with gnnsys.store.load_shard",
-            str(root),
-        )
-    try:
-        obj = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise PartitionStoreError(f"{path}: cannot read the manifest ({err}); {_FIX}") from err
-    return HeteroManifest.from_json(obj, str(path))
+    return HeteroManifest.from_json(read_json(root), str(Path(root) / MANIFEST))
 
 
 def load_books(root: str | os.PathLike[str]) -> dict[str | None, PartitionBook]:

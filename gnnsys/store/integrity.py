@@ -3,7 +3,7 @@
 Both layers run on every ``load_shard`` / ``load_book`` (``verify=True``, the default), so no
 array a worker or the driver maps is used before it is checked:
 
-1. **Bytes.** Each file's xxh3_128 (sha256 for a format-1 store) is recomputed and compared with
+1. **Bytes.** Each file's xxh3_128 is recomputed and compared with
    its manifest entry before the array is handed out. Cost: one sequential read of the file;
    xxh3 hashes at ~10+ GB/s from the page cache, so the disk is the bound, and the read warms
    the page cache the memory map then uses. A process hashes a file once: a later load of the
@@ -80,7 +80,7 @@ def _stat_key(path: Path) -> tuple[int, ...]:
 
 
 def check_file(path: Path, entry: FileEntry) -> None:
-    """Raise unless ``path`` hashes to its manifest entry (xxh3_128, or sha256 for format 1).
+    """Raise unless ``path`` hashes to its manifest entry (xxh3_128; sha256 for an entry without).
 
     Raises:
         PartitionStoreError: The digest differs (the file changed after it was written).

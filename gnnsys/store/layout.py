@@ -1,32 +1,42 @@
-"""On-disk layout of a partition directory and its manifest schema (``FORMAT_VERSION`` 2).
+"""On-disk layout of a partition directory and its manifest (``FORMAT_VERSION`` 3).
+
+One format for every graph: a homogeneous graph is one node type and one relation.
 
 ::
 
     DIR/
-    ├── manifest.json          # Manifest: sizes, strategy, provenance, num_classes, for every
-    │                          #   file below its shape, dtype, sha256 and xxh3_128, and the
-    │                          #   manifest's own checksum (sha256 of its canonical JSON)
+    ├── manifest.json          # kind, sizes, strategy, provenance, num_classes, node types and
+    │                          #   relations, per-part counts, for every file below its shape,
+    │                          #   dtype, sha256 and xxh3_128, and the manifest's own checksum
     ├── node_to_part.npy       # [N] int32 owner part of every gid
-    ├── node_lid.npy           # [N] int64 lid of every gid inside its owner (optional: a
-    │                          #   store written before 0.1.0 lacks it; the reader derives it)
+    ├── node_lid.npy           # [N] int64 lid of every gid inside its owner (homogeneous
+    │                          #   stores; optional: the reader derives it when absent)
     └── part-<p>/              # one folder per part p in [0, P)
-        ├── owned_gid.npy      # [M] int64 owned gids, ascending (lid = position)
-        ├── indptr.npy         # [M + 1] int64 CSR over the owned nodes' in-edges
-        ├── indices_gid.npy    # [E_p] int64 source gid of each in-edge, global CSR order
-        ├── indices_local.npy  # [E_p] int64 source lid (owned) or M + halo position (halo)
-        ├── e_id.npy           # [E_p] int64 global edge id (position in the global CSR)
-        ├── halo_gid.npy       # [H] int64 k-hop in-neighbors owned elsewhere, ascending
-        ├── halo_part.npy      # [H] int32 owner of each halo node
-        └── x.npy y.npy train_mask.npy val_mask.npy test_mask.npy   # owned rows, if present
+        ├── nodes/<type>/      # a homogeneous store's one type is ``node``
+        │   ├── owned_lid.npy  # [M] int64 owned ids, ascending (lid = position)
+        │   ├── halo_lid.npy   # [H] int64 k-hop in-neighbors owned elsewhere, ascending
+        │   ├── halo_part.npy  # [H] int32 owner of each halo node
+        │   └── x.npy y.npy train_mask.npy val_mask.npy test_mask.npy   # owned rows, if present
+        ├── rels/<src>__<rel>__<dst>/   # a homogeneous store's one relation is node__to__node
+        │   ├── indptr.npy        # [M_dst + 1] int64 CSR over the owned nodes' in-edges
+        │   ├── indices_lid.npy   # [E_p] int64 source id of each in-edge, in CSR order
+        │   ├── indices_local.npy # [E_p] int64 source lid (owned) or M + halo position (halo)
+        │   └── e_id.npy          # [E_p] int64 edge id (position in the relation's CSR)
+        └── link_*.npy         # a link store's links of the part (``gnnsys.store.links``)
+
+Ids are a type's own (type-local); in a homogeneous store the one type starts at 0, so its ids
+are the gids. The homogeneous code names the arrays as ``PartitionShard`` does (``owned_gid``,
+``indices_gid``, ...); :func:`shard_file` maps those names into the layout above. The manifest's
+``"kind"`` (``homogeneous`` or ``typed``) says which runtime a store is for; every reader of a
+typed store also reads a homogeneous one as its one type (``gnnsys.store.hetero_reader``).
 
 Every array is a plain ``.npy`` (read with ``np.load(mmap_mode="r", allow_pickle=False)``);
-nothing is pickled. A reader rejects a manifest whose ``format_version`` or keys it does not
-know, so a future format can never be misread silently.
-
-Version 2 adds, per file, ``xxh3`` (xxh3_128 of the whole file, ~10x faster than sha256, checked
-by every load), ``num_classes`` (labels are checked against it on load) and ``checksum``, the
-sha256 of the manifest's canonical JSON without that key, so a hand-edited or bit-flipped
-manifest is refused. Version 1 directories still load: their files are checked with sha256.
+nothing is pickled. Every file carries an ``xxh3`` (xxh3_128 of the whole file, checked by
+every load) and a sha256 (checked by ``verify``); the manifest's ``checksum`` is the sha256 of
+its canonical JSON without that key, so a hand-edited or bit-flipped manifest is refused. A
+reader refuses a manifest whose format, version or keys it does not know, naming the fix:
+directories of earlier formats (homogeneous 1 and 2, heterogeneous ``gnnsys-hetero`` 1) are
+re-created with ``gnnsys partition``.
 """
 
 from __future__ import annotations
@@ -38,9 +48,16 @@ from typing import Any
 
 from gnnsys.errors import PartitionStoreError
 
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
-"""Versions this reader accepts; version 1 lacks per-file xxh3, num_classes and checksum."""
+FORMAT = "gnnsys"
+"""The manifest's ``"format"``."""
+FORMAT_VERSION = 3
+"""The one version this reader accepts (both kinds)."""
+KINDS = ("homogeneous", "typed")
+"""The manifest's ``"kind"``: which runtime the store is for."""
+ONE_TYPE = "node"
+"""The node type of a homogeneous store."""
+ONE_RELATION = (ONE_TYPE, "to", ONE_TYPE)
+"""The relation of a homogeneous store."""
 MANIFEST = "manifest.json"
 NODE_TO_PART = "node_to_part.npy"
 NODE_LID = "node_lid.npy"
@@ -62,28 +79,20 @@ SHARD_ARRAYS = (
 SHARD_DATA = ("x", "y", "train_mask", "val_mask", "test_mask")
 """Per-node arrays a shard holds when the graph has them (owned rows only)."""
 
-_MANIFEST_KEYS_V1 = frozenset(
-    {
-        "format_version",
-        "dataset",
-        "fingerprint",
-        "num_nodes",
-        "num_edges",
-        "num_parts",
-        "num_hops",
-        "strategy",
-        "params",
-        "seed",
-        "gnnsys_version",
-        "files",
-        "parts",
-    }
-)
-_MANIFEST_KEYS = _MANIFEST_KEYS_V1 | {"num_classes", "checksum"}
-_FILE_KEYS_V1 = frozenset({"shape", "dtype", "sha256"})
-_FILE_KEYS = _FILE_KEYS_V1 | {"xxh3"}
 _FIX = "re-create the directory with `gnnsys partition`"
-_PART_KEYS = frozenset({"num_owned", "num_edges", "num_halo"})
+
+_TYPE_NAMES = {
+    "owned_gid": "owned_lid",
+    "halo_gid": "halo_lid",
+    "halo_part": "halo_part",
+    **{k: k for k in SHARD_DATA},
+}
+_RELATION_NAMES = {
+    "indptr": "indptr",
+    "indices_gid": "indices_lid",
+    "indices_local": "indices_local",
+    "e_id": "e_id",
+}
 
 
 def part_dir(part: int) -> str:
@@ -91,8 +100,27 @@ def part_dir(part: int) -> str:
     return f"part-{part}"
 
 
+def type_file(part: int, node_type: str, name: str) -> str:
+    """Relative path of a node type's array, e.g. ``part-0/nodes/paper/x.npy``."""
+    return f"{part_dir(part)}/nodes/{node_type}/{name}.npy"
+
+
+def rel_file(part: int, edge_type: tuple[str, str, str], name: str) -> str:
+    """Relative path of a relation's array, e.g. ``part-0/rels/paper__cites__paper/e_id.npy``."""
+    return f"{part_dir(part)}/rels/{'__'.join(edge_type)}/{name}.npy"
+
+
 def shard_file(part: int, name: str) -> str:
-    """Relative path of array ``name`` of part ``part``, e.g. ``part-0/indptr.npy``."""
+    """Relative path of a homogeneous shard's array ``name`` (a ``PartitionShard`` field name).
+
+    The one type's and the one relation's arrays map into the layout's ``nodes/node/`` and
+    ``rels/node__to__node/`` folders (``owned_gid`` is ``owned_lid.npy``, ``indices_gid`` is
+    ``indices_lid.npy``, ...); any other name (the link arrays) is ``part-<p>/<name>.npy``.
+    """
+    if name in _TYPE_NAMES:
+        return type_file(part, ONE_TYPE, _TYPE_NAMES[name])
+    if name in _RELATION_NAMES:
+        return rel_file(part, ONE_RELATION, _RELATION_NAMES[name])
     return f"{part_dir(part)}/{name}.npy"
 
 
@@ -105,7 +133,7 @@ class FileEntry:
     """``numpy.dtype.str``, e.g. ``<i8``."""
     sha256: str
     xxh3: str | None = None
-    """xxh3_128 hex digest of the whole file (``None`` in a format-1 manifest)."""
+    """xxh3_128 hex digest of the whole file (every format-3 manifest has one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,69 +165,98 @@ class Manifest:
     """Relative path -> entry, for every file except ``manifest.json`` itself."""
     parts: tuple[PartEntry, ...] = ()
     num_classes: int | None = None
-    """Classes of ``y`` (0 without labels); ``None`` in a format-1 manifest (not checked)."""
+    """Classes of ``y`` (0 without labels; ``None``: not checked)."""
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-serialisable dict (the exact ``manifest.json`` content, format 2)."""
-        keys = _MANIFEST_KEYS_V1 | {"num_classes"}
-        out: dict[str, Any] = {k: getattr(self, k) for k in sorted(keys)}
-        out["format_version"] = FORMAT_VERSION
-        out["num_classes"] = 0 if self.num_classes is None else self.num_classes
-        out["files"] = {
-            path: {"shape": list(e.shape), "dtype": e.dtype, "sha256": e.sha256, "xxh3": e.xxh3}
-            for path, e in sorted(self.files.items())
-        }
-        out["parts"] = [
-            {"num_owned": p.num_owned, "num_edges": p.num_edges, "num_halo": p.num_halo}
-            for p in self.parts
-        ]
-        out["checksum"] = manifest_checksum(out)
+        """The exact ``manifest.json`` content: the one schema, kind ``homogeneous``."""
+        out: dict[str, Any] = self.typed().to_json()
         return out
+
+    def typed(self) -> Any:
+        """This manifest as the one schema's record (a ``HeteroManifest`` of one type)."""
+        from gnnsys.store.hetero_layout import (
+            HeteroManifest,
+            HeteroPartEntry,
+            RelationEntry,
+            TypeEntry,
+        )
+
+        data = {}
+        for key in SHARD_DATA:  # every part stores each listed array: part 0 names them
+            entry = self.files.get(shard_file(0, key))
+            if entry is not None:
+                data[key] = (entry.dtype, tuple(entry.shape[1:]))
+        rel = "__".join(ONE_RELATION)
+        return HeteroManifest(
+            kind="homogeneous",
+            dataset=self.dataset,
+            fingerprint=self.fingerprint,
+            num_parts=self.num_parts,
+            num_hops=self.num_hops,
+            strategy=self.strategy,
+            params=self.params,
+            seed=self.seed,
+            gnnsys_version=self.gnnsys_version,
+            num_classes=0 if self.num_classes is None else self.num_classes,
+            node_types=(TypeEntry(ONE_TYPE, self.num_nodes, 0, data),),
+            relations=(RelationEntry(ONE_RELATION, self.num_edges, "<i8"),),
+            parts=tuple(
+                HeteroPartEntry({ONE_TYPE: p.num_owned}, {ONE_TYPE: p.num_halo}, {rel: p.num_edges})
+                for p in self.parts
+            ),
+            files=self.files,
+        )
 
     @classmethod
     def from_json(cls, obj: Any, path: str) -> Manifest:
-        """Validate and convert parsed ``manifest.json`` content.
+        """Validate and convert parsed ``manifest.json`` content of a homogeneous store.
 
         Raises:
-            PartitionStoreError: Unknown ``format_version``, missing or unknown keys, fields
-                of the wrong type or a wrong manifest checksum; the message names ``path``
-                and the fix.
+            PartitionStoreError: Another format or version, a typed store, missing or unknown
+                keys, fields of the wrong type or a wrong manifest checksum; the message names
+                ``path`` and the fix.
         """
-        if not isinstance(obj, dict):
-            raise PartitionStoreError(f"{path}: manifest is not a JSON object; {_FIX}", path)
-        if obj.get("format") == "gnnsys-hetero":
+        from gnnsys.store.hetero_layout import HeteroManifest
+
+        one = HeteroManifest.from_json(obj, path)
+        if one.kind != "homogeneous":
             raise PartitionStoreError(
                 f"{path}: a heterogeneous partition directory; read it with "
                 "gnnsys.store.read_hetero_shard (or assemble_hetero)",
                 path,
             )
-        version = obj.get("format_version")
-        if version not in READABLE_VERSIONS or isinstance(version, bool):
+        rel = "__".join(ONE_RELATION)
+        if [t.name for t in one.node_types] != [ONE_TYPE] or [
+            r.edge_type for r in one.relations
+        ] != [ONE_RELATION]:
             raise PartitionStoreError(
-                f"{path}: unknown format_version {version!r} (this gnnsys reads "
-                f"{', '.join(map(str, READABLE_VERSIONS))}); {_FIX} using this gnnsys version",
-                path,
-            )
-        v1 = version == 1
-        _check_keys(obj, _MANIFEST_KEYS_V1 if v1 else _MANIFEST_KEYS, "manifest", path)
-        if not v1 and obj["checksum"] != manifest_checksum(obj):
-            raise PartitionStoreError(
-                f"{path}: manifest checksum mismatch; the manifest was edited or corrupted "
-                f"after it was written. {_FIX}",
+                f"{path}: a homogeneous manifest must list one node type {ONE_TYPE!r} and one "
+                f"relation {rel!r}; {_FIX}",
                 path,
             )
         try:
-            manifest = _parse(cls, obj, v1, path)
-        except (TypeError, ValueError, AttributeError, KeyError) as err:
-            raise PartitionStoreError(
-                f"{path}: malformed manifest field ({err}); {_FIX}", path
-            ) from err
-        if len(manifest.parts) != manifest.num_parts or manifest.num_parts < 1:
-            raise PartitionStoreError(
-                f"{path}: num_parts={manifest.num_parts} but {len(manifest.parts)} part "
-                f"entries; {_FIX}",
-                path,
+            parts = tuple(
+                PartEntry(p.num_owned[ONE_TYPE], p.num_edges[rel], p.num_halo[ONE_TYPE])
+                for p in one.parts
             )
+        except KeyError as err:
+            raise PartitionStoreError(f"{path}: a part entry lacks {err}; {_FIX}", path) from err
+        manifest = cls(
+            format_version=FORMAT_VERSION,
+            dataset=one.dataset,
+            fingerprint=one.fingerprint,
+            num_nodes=one.node_types[0].num_nodes,
+            num_edges=one.relations[0].num_edges,
+            num_parts=one.num_parts,
+            num_hops=one.num_hops,
+            strategy=one.strategy,
+            params=one.params,
+            seed=one.seed,
+            gnnsys_version=one.gnnsys_version,
+            files=one.files,
+            parts=parts,
+            num_classes=one.num_classes,
+        )
         owned, edges = (
             sum(getattr(p, k) for p in manifest.parts) for k in ("num_owned", "num_edges")
         )
@@ -224,34 +281,6 @@ def _strict_int(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{what} is {value!r}, expected an integer")
     return value
-
-
-def _parse(cls: type[Manifest], obj: dict[str, Any], v1: bool, path: str) -> Manifest:
-    files = {}
-    if not isinstance(obj["files"], dict) or not isinstance(obj["parts"], list):
-        raise TypeError("files must be an object and parts a list")
-    for rel, entry in obj["files"].items():
-        _check_keys(entry, _FILE_KEYS_V1 if v1 else _FILE_KEYS, f"files[{rel!r}]", path)
-        if not isinstance(entry["shape"], list) or not all(
-            isinstance(s, str) for s in (entry["dtype"], entry["sha256"], entry.get("xxh3", ""))
-        ):
-            raise TypeError(f"files[{rel!r}] has a shape that is not a list or a non-string")
-        shape = tuple(_strict_int(d, f"files[{rel!r}].shape") for d in entry["shape"])
-        files[rel] = FileEntry(shape, entry["dtype"], entry["sha256"], entry.get("xxh3"))
-    parts = []
-    for i, entry in enumerate(obj["parts"]):
-        _check_keys(entry, _PART_KEYS, f"parts[{i}]", path)
-        parts.append(PartEntry(**{k: _strict_int(entry[k], f"parts[{i}].{k}") for k in _PART_KEYS}))
-    scalars = {k: obj[k] for k in _MANIFEST_KEYS_V1 - {"files", "parts"}}
-    for key in ("num_nodes", "num_edges", "num_parts", "num_hops", "seed"):
-        scalars[key] = _strict_int(scalars[key], key)
-    for key in ("dataset", "fingerprint", "strategy", "gnnsys_version"):
-        if not isinstance(scalars[key], str):
-            raise TypeError(f"{key} is {scalars[key]!r}, expected a string")
-    if not isinstance(scalars["params"], dict):
-        raise TypeError(f"params is {scalars['params']!r}, expected an object")
-    num_classes = None if v1 else _strict_int(obj["num_classes"], "num_classes")
-    return cls(**scalars, files=files, parts=tuple(parts), num_classes=num_classes)
 
 
 def _check_keys(obj: Any, expected: frozenset[str], what: str, path: str) -> None:

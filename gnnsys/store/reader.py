@@ -60,11 +60,21 @@ _NPY_ERRORS = (
 
 
 def read_manifest(root: str | os.PathLike[str]) -> Manifest:
-    """Parse and validate ``root/manifest.json``.
+    """Parse and validate ``root/manifest.json`` of a homogeneous store.
 
     Raises:
-        PartitionStoreError: Missing directory or manifest, invalid JSON, unknown
-            ``format_version`` or keys.
+        PartitionStoreError: Missing directory or manifest, invalid JSON, another format or
+            version, a typed store, unknown keys or a wrong checksum.
+    """
+    return Manifest.from_json(read_json(root), str(Path(root) / MANIFEST))
+
+
+def read_json(root: str | os.PathLike[str]) -> object:
+    """``root/manifest.json`` parsed (not validated).
+
+    Raises:
+        PartitionStoreError: ``root`` is missing or a file, or the manifest is unreadable or
+            not JSON; the message names the fix.
     """
     path = Path(root) / MANIFEST
     if Path(root).exists() and not Path(root).is_dir():
@@ -86,12 +96,12 @@ def read_manifest(root: str | os.PathLike[str]) -> Manifest:
             f"{path}: cannot read the manifest ({err}); {_FIX}", str(path)
         ) from err
     try:
-        obj = json.loads(text)
+        obj: object = json.loads(text)
     except json.JSONDecodeError as err:
         raise PartitionStoreError(
             f"{path}: manifest is not valid JSON ({err}); {_FIX}", str(path)
         ) from err
-    return Manifest.from_json(obj, str(path))
+    return obj
 
 
 def load_array(
@@ -107,7 +117,7 @@ def load_array(
     Args:
         root: The partition directory.
         manifest: Its manifest.
-        rel: Relative path of the file, e.g. ``part-0/x.npy``.
+        rel: Relative path of the file, e.g. ``part-0/nodes/node/x.npy``.
         mmap: Memory-map the file (read-only) instead of reading it into RAM.
         verify: Also check the file's checksum before the array is returned (one read of
             the file per process; see ``gnnsys.store.integrity``).

@@ -211,7 +211,8 @@ def _write_part(
     indptr = np.zeros(owned_gid.shape[0] + 1, dtype=np.int64)
     np.cumsum(graph.indptr[owned_gid + 1] - graph.indptr[owned_gid], out=indptr[1:])
     halo_gid = halo_of_part(graph, book.part_N, part, num_hops, seeds=owned_gid)
-    (tmp / shard_file(part, "x")).parent.mkdir()
+    for folder in ("x", "indptr"):  # the one type's and the one relation's folders
+        (tmp / shard_file(part, folder)).parent.mkdir(parents=True)
     whole = {
         "owned_gid": owned_gid,
         "indptr": indptr,

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from gnnsys.cli import main
+from gnnsys.store.layout import shard_file
 from gnnsys.types import Graph
 
 REQUIRED = {
@@ -76,12 +77,12 @@ def test_verify_exit_codes_on_corruption(
         == 0
     )
     capsys.readouterr()
-    data = bytearray((out / "part-0/y.npy").read_bytes())
+    data = bytearray((out / shard_file(0, "y")).read_bytes())
     data[-1] ^= 1
-    (out / "part-0/y.npy").write_bytes(bytes(data))
+    (out / shard_file(0, "y")).write_bytes(bytes(data))
     assert main(["store", "verify", str(out)]) == 1
     err = capsys.readouterr().err
-    assert "part-0/y.npy" in err and "sha256 mismatch" in err
+    assert shard_file(0, "y") in err and "sha256 mismatch" in err
     assert main(["store", "verify", str(tmp_path / "missing")]) == 1
 
 

@@ -21,7 +21,7 @@ from gnnsys.datasets import load
 from gnnsys.partitioners import partition
 from gnnsys.store import write_partitions
 from gnnsys.store.integrity import file_digests
-from gnnsys.store.layout import manifest_checksum
+from gnnsys.store.layout import manifest_checksum, shard_file
 from gnnsys.train.control.checkpoint import (
     CHECKPOINT_NAME,
     PREVIOUS_NAME,
@@ -152,10 +152,10 @@ def _swap(a: Path, b: Path) -> None:
 
 
 CORRUPT = {
-    "flipped byte in x": lambda r: _flip(r / "part-0/x.npy", 200),
-    "swapped y": lambda r: _swap(r / "part-0/y.npy", r / "part-1/y.npy"),
-    "flipped train_mask": lambda r: _flip(r / "part-1/train_mask.npy", 130),
-    "flipped local index": lambda r: _flip(r / "part-0/indices_local.npy", 136),
+    "flipped byte in x": lambda r: _flip(r / shard_file(0, "x"), 200),
+    "swapped y": lambda r: _swap(r / shard_file(0, "y"), r / shard_file(1, "y")),
+    "flipped train_mask": lambda r: _flip(r / shard_file(1, "train_mask"), 130),
+    "flipped local index": lambda r: _flip(r / shard_file(0, "indices_local"), 136),
     "manifest edited": lambda r: (r / "manifest.json").write_text(
         (r / "manifest.json").read_text().replace('"seed": 0', '"seed": 1')
     ),
@@ -181,8 +181,8 @@ def test_store_without_labels(
     path = store / "manifest.json"
     obj = json.loads(path.read_text())
     for part in (0, 1):
-        del obj["files"][f"part-{part}/y.npy"]
-        (store / f"part-{part}/y.npy").unlink()
+        del obj["files"][shard_file(part, "y")]
+        (store / shard_file(part, "y")).unlink()
     obj["checksum"] = manifest_checksum(obj)
     path.write_text(json.dumps(obj))
     assert _train("--store", str(store), "--out", str(tmp_path / "run")) == 2
@@ -194,7 +194,7 @@ def test_store_with_foreign_semantics(
     store: Path, calls: list[Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Checksums valid (another tool wrote it) but a local index points past the halo."""
-    rel = "part-1/indices_local.npy"
+    rel = shard_file(1, "indices_local")
     lid = np.load(store / rel)
     lid[3] = 10**6
     np.save(store / rel, lid)

@@ -25,7 +25,7 @@ import numpy as np
 from gnnsys.errors import PartitionStoreError
 from gnnsys.store import load_book, load_partition, load_shard, read_manifest, verify
 from gnnsys.store.integrity import file_digests
-from gnnsys.store.layout import manifest_checksum
+from gnnsys.store.layout import manifest_checksum, shard_file
 
 Mutation = Callable[[Path, np.random.Generator], str]
 
@@ -114,7 +114,7 @@ def swap_files(root: Path, rng: np.random.Generator) -> str:
 
 
 def swap_parts(root: Path, rng: np.random.Generator) -> str:
-    names = sorted({p.name for p in (root / "part-0").iterdir()})
+    names = sorted(str(p.relative_to(root / "part-0")) for p in (root / "part-0").rglob("*.npy"))
     name = names[int(rng.integers(len(names)))]
     a, b = root / "part-0" / name, root / "part-1" / name
     tmp = a.with_suffix(".swap")
@@ -188,55 +188,58 @@ def _load(root: Path, rel: str) -> np.ndarray:
 
 def _bad_array(root: Path, part: int, rng: np.random.Generator) -> tuple[str, np.ndarray]:
     m = read_manifest(root)
-    p = f"part-{part}/"
-    owned, halo = _load(root, p + "owned_gid.npy"), _load(root, p + "halo_gid.npy")
-    lid = _load(root, p + "indices_local.npy")
+
+    def p(name: str) -> str:
+        return shard_file(part, name)
+
+    owned, halo = _load(root, p("owned_gid")), _load(root, p("halo_gid"))
+    lid = _load(root, p("indices_local"))
     kind = int(rng.integers(12))
     pos = lambda a: int(rng.integers(max(len(a), 1)))  # noqa: E731
     if kind == 0:  # local index past the end
         lid[pos(lid)] = len(owned) + len(halo) + int(rng.integers(1, 5))
-        return p + "indices_local.npy", lid
+        return p("indices_local"), lid
     if kind == 1:  # local index naming another node (in range)
         i = pos(lid)
         lid[i] = (lid[i] + 1) % (len(owned) + len(halo))
-        return p + "indices_local.npy", lid
+        return p("indices_local"), lid
     if kind == 2:
-        mask = _load(root, p + "train_mask.npy")
+        mask = _load(root, p("train_mask"))
         mask.view(np.uint8)[pos(mask)] = 2
-        return p + "train_mask.npy", mask
+        return p("train_mask"), mask
     if kind == 3:
-        y = _load(root, p + "y.npy")
+        y = _load(root, p("y"))
         y[pos(y)] = (m.num_classes or 1) + int(rng.integers(3))
-        return p + "y.npy", y
+        return p("y"), y
     if kind == 4:
-        x = _load(root, p + "x.npy")
+        x = _load(root, p("x"))
         x[pos(x), 0] = np.nan if rng.random() < 0.5 else np.inf
-        return p + "x.npy", x
+        return p("x"), x
     if kind == 5:
-        return p + "owned_gid.npy", owned[::-1].copy()
+        return p("owned_gid"), owned[::-1].copy()
     if kind == 6:
-        hp = _load(root, p + "halo_part.npy")
+        hp = _load(root, p("halo_part"))
         hp[pos(hp)] = part
-        return p + "halo_part.npy", hp
+        return p("halo_part"), hp
     if kind == 7:
-        e_id = _load(root, p + "e_id.npy")
+        e_id = _load(root, p("e_id"))
         if rng.random() < 0.5:  # out of range
             e_id[pos(e_id)] = m.num_edges + int(rng.integers(1, 9))
         else:  # in range, but another shard's (or a duplicate) edge id
             i = pos(e_id)
             e_id[i] = (e_id[i] + int(rng.integers(1, m.num_edges))) % m.num_edges
-        return p + "e_id.npy", e_id
+        return p("e_id"), e_id
     if kind == 8:
-        indptr = _load(root, p + "indptr.npy")
+        indptr = _load(root, p("indptr"))
         indptr[1 + pos(indptr[1:-1])] = indptr[-1] + 1
-        return p + "indptr.npy", indptr
+        return p("indptr"), indptr
     if kind == 9:
-        return p + "train_mask.npy", _load(root, p + "train_mask.npy").astype(np.int8)
+        return p("train_mask"), _load(root, p("train_mask")).astype(np.int8)
     if kind == 10:
-        return p + "y.npy", _load(root, p + "y.npy").astype(np.int32)
-    gid = _load(root, p + "indices_gid.npy")
+        return p("y"), _load(root, p("y")).astype(np.int32)
+    gid = _load(root, p("indices_gid"))
     gid[pos(gid)] = m.num_nodes + int(rng.integers(1, 9))
-    return p + "indices_gid.npy", gid
+    return p("indices_gid"), gid
 
 
 def foreign_array(root: Path, rng: np.random.Generator) -> str:
@@ -245,21 +248,29 @@ def foreign_array(root: Path, rng: np.random.Generator) -> str:
     return f"foreign write of {rel}"
 
 
+def _n(obj: dict) -> int:
+    """The one node type's count in a homogeneous manifest."""
+    return int(obj["node_types"][0]["num_nodes"])
+
+
+def _bump(counts: dict, by: int) -> None:
+    """Add ``by`` to the one entry of a per-type count."""
+    (key,) = counts
+    counts[key] += by
+
+
 def foreign_manifest(root: Path, rng: np.random.Generator) -> str:
     edits: list[tuple[str, Callable[[dict], None]]] = [
-        ("num_nodes + 1", lambda o: o.update(num_nodes=o["num_nodes"] + 1)),
-        ("num_edges - 1", lambda o: o.update(num_edges=o["num_edges"] - 1)),
+        ("num_nodes + 1", lambda o: o["node_types"][0].update(num_nodes=_n(o) + 1)),
+        (
+            "num_edges - 1",
+            lambda o: o["relations"][0].update(num_edges=o["relations"][0]["num_edges"] - 1),
+        ),
         ("num_parts 3", lambda o: o.update(num_parts=3)),
         ("num_classes 1", lambda o: o.update(num_classes=1)),
-        (
-            "parts[0].num_owned + 1",
-            lambda o: o["parts"][0].update(num_owned=o["parts"][0]["num_owned"] + 1),
-        ),
-        (
-            "parts[1].num_halo - 1",
-            lambda o: o["parts"][1].update(num_halo=o["parts"][1]["num_halo"] - 1),
-        ),
-        ("num_nodes '12'", lambda o: o.update(num_nodes=str(o["num_nodes"]))),
+        ("parts[0].num_owned + 1", lambda o: _bump(o["parts"][0]["num_owned"], 1)),
+        ("parts[1].num_halo - 1", lambda o: _bump(o["parts"][1]["num_halo"], -1)),
+        ("num_nodes '12'", lambda o: o["node_types"][0].update(num_nodes=str(_n(o)))),
         ("parts swapped", lambda o: o.update(parts=o["parts"][::-1])),
     ]
     what, edit = edits[int(rng.integers(len(edits)))]

@@ -14,6 +14,7 @@ from gnnsys.errors import PartitionStoreError
 from gnnsys.partitioners import partition_hetero
 from gnnsys.store import (
     assemble_hetero,
+    is_hetero_store,
     load_shard,
     read_hetero_shard,
     verify_hetero,
@@ -78,7 +79,7 @@ def test_shard_contents(store: Path, mag: HeteroGraph) -> None:
 
 def test_manifest_lists_types_relations_widths(store: Path, mag: HeteroGraph) -> None:
     obj = json.loads((store / "manifest.json").read_text())
-    assert obj["format"] == "gnnsys-hetero"
+    assert (obj["format"], obj["format_version"], obj["kind"]) == ("gnnsys", 3, "typed")
     assert [t["name"] for t in obj["node_types"]] == mag.node_types
     paper = obj["node_types"][0]
     assert paper["data"]["x"] == {"dtype": "<f4", "row_shape": [128]}
@@ -122,6 +123,56 @@ def test_readers_refuse_the_other_kind(store: Path) -> None:
         load_shard(store, 0)
     with pytest.raises(PartitionStoreError, match="out of range"):
         read_hetero_shard(store, 3)
+
+
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        ({"format": "gnnsys-hetero", "format_version": 1}, "an earlier store format"),
+        ({"format_version": 2}, "an earlier store format"),
+        ({"format_version": 4}, "an unknown store format"),
+        ({"kind": "other"}, "kind 'other'"),
+    ],
+)
+def test_other_formats_are_refused_naming_the_fix(
+    store: Path, tmp_path: Path, edit: dict[str, object], named: str
+) -> None:
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(store, copy)
+    obj = json.loads((copy / "manifest.json").read_text())
+    (copy / "manifest.json").write_text(json.dumps(obj | edit))
+    for read in (lambda: read_hetero_shard(copy, 0), lambda: load_shard(copy, 0)):
+        with pytest.raises(PartitionStoreError, match=named) as err:
+            read()
+        assert "gnnsys partition" in str(err.value)
+
+
+def test_a_homogeneous_store_reads_as_its_one_type(tmp_path: Path) -> None:
+    """One format: the typed reader reads a homogeneous store as type ``node``, relation
+    ``node__to__node``, the same arrays at no copy."""
+    from gnnsys.datasets.synthetic import sbm
+    from gnnsys.partitioners import partition
+    from gnnsys.store import read_hetero_manifest, write_partitions
+
+    graph = sbm(300, 4, num_features=8, seed=1)
+    root = tmp_path / "one"
+    write_partitions(graph, partition(graph, "random", 2, seed=0), root, num_hops=2)
+    manifest = read_hetero_manifest(root)
+    assert manifest.kind == "homogeneous" and not is_hetero_store(root)
+    assert [t.name for t in manifest.node_types] == ["node"]
+    assert [r.edge_type for r in manifest.relations] == [("node", "to", "node")]
+    for part in range(2):
+        one, typed = load_shard(root, part), read_hetero_shard(root, part)
+        nodes, edges = typed.nodes["node"], typed.relations[("node", "to", "node")]
+        assert np.array_equal(one.owned_gid, nodes.owned_lid)
+        assert np.array_equal(one.halo_gid, nodes.halo_lid)
+        assert np.array_equal(one.x, nodes.data["x"]) and np.array_equal(one.y, nodes.data["y"])
+        for a, b in ((one.indptr, edges.indptr), (one.indices_gid, edges.indices_lid)):
+            assert np.array_equal(a, b)
+        assert np.array_equal(one.indices_local, edges.indices_local)
+    assert verify_hetero(root).kind == "homogeneous"
 
 
 def test_writer_errors(tmp_path: Path, mag: HeteroGraph, store: Path) -> None:

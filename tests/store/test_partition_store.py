@@ -21,6 +21,7 @@ from gnnsys.store import (
     write_partitions,
 )
 from gnnsys.store import writer as writer_mod
+from gnnsys.store.layout import shard_file
 from gnnsys.types import Graph, PartitionBook
 
 P = 3
@@ -85,7 +86,7 @@ def test_manifest_contents(tiny_graph: Graph, store: Path) -> None:
     assert m.params["balance"] == ["nodes"]
     assert sum(p.num_owned for p in m.parts) == 1000
     assert sum(p.num_edges for p in m.parts) == tiny_graph.num_edges
-    assert "part-0/x.npy" in m.files and m.files["part-0/x.npy"].dtype == "<f4"
+    assert shard_file(0, "x") in m.files and m.files[shard_file(0, "x")].dtype == "<f4"
     assert read_manifest(store) == m
 
 
@@ -152,18 +153,23 @@ def _flip_last_byte(path: Path) -> None:
 
 
 CORRUPTIONS = {
-    "missing_file": ("part-1/indptr.npy", lambda r: (r / "part-1/indptr.npy").unlink()),
+    "missing_file": (shard_file(1, "indptr"), lambda r: (r / shard_file(1, "indptr")).unlink()),
     "missing_manifest": ("manifest.json", lambda r: (r / "manifest.json").unlink()),
-    "truncated": ("part-1/indices_gid.npy", lambda r: _truncate(r / "part-1/indices_gid.npy")),
+    "truncated": (
+        shard_file(1, "indices_gid"),
+        lambda r: _truncate(r / shard_file(1, "indices_gid")),
+    ),
     "wrong_dtype": (
-        "part-1/owned_gid.npy",
+        shard_file(1, "owned_gid"),
         lambda r: np.save(
-            r / "part-1/owned_gid.npy", np.load(r / "part-1/owned_gid.npy").astype(np.int32)
+            r / shard_file(1, "owned_gid"), np.load(r / shard_file(1, "owned_gid")).astype(np.int32)
         ),
     ),
     "wrong_shape": (
-        "part-1/halo_gid.npy",
-        lambda r: np.save(r / "part-1/halo_gid.npy", np.load(r / "part-1/halo_gid.npy")[:-1]),
+        shard_file(1, "halo_gid"),
+        lambda r: np.save(
+            r / shard_file(1, "halo_gid"), np.load(r / shard_file(1, "halo_gid"))[:-1]
+        ),
     ),
     "not_json": ("manifest.json", lambda r: (r / "manifest.json").write_text("{oops")),
     "unknown_version": (
@@ -172,11 +178,11 @@ CORRUPTIONS = {
     ),
     "unknown_key": ("manifest.json", lambda r: _rewrite_manifest(r, lambda o: o.update(extra=1))),
     "missing_key": ("manifest.json", lambda r: _rewrite_manifest(r, lambda o: o.pop("seed"))),
-    "checksum": ("part-1/x.npy", lambda r: _flip_last_byte(r / "part-1/x.npy")),
+    "checksum": (shard_file(1, "x"), lambda r: _flip_last_byte(r / shard_file(1, "x"))),
     "halo_part_out_of_range": (
-        "part-1/halo_part.npy",
+        shard_file(1, "halo_part"),
         lambda r: np.save(
-            r / "part-1/halo_part.npy", np.full_like(np.load(r / "part-1/halo_part.npy"), 7)
+            r / shard_file(1, "halo_part"), np.full_like(np.load(r / shard_file(1, "halo_part")), 7)
         ),
     ),
 }
@@ -194,8 +200,8 @@ def test_corruption_raises_named_error(copy: Path, case: str) -> None:
 
 
 def test_cheap_checks_on_load(copy: Path) -> None:
-    np.save(copy / "part-1/owned_gid.npy", np.zeros(3, dtype=np.int64))
-    with pytest.raises(PartitionStoreError, match="part-1/owned_gid.npy"):
+    np.save(copy / shard_file(1, "owned_gid"), np.zeros(3, dtype=np.int64))
+    with pytest.raises(PartitionStoreError, match=shard_file(1, "owned_gid")):
         load_shard(copy, 1)
     load_shard(copy, 0)  # other parts still load
 
@@ -281,33 +287,35 @@ def test_error_pickles() -> None:
 
 
 def test_halo_part_out_of_range_on_load(copy: Path) -> None:
-    halo_part = np.load(copy / "part-2/halo_part.npy")
-    rewrite_array(copy, "part-2/halo_part.npy", np.full_like(halo_part, -1))
-    with pytest.raises(PartitionStoreError, match="part-2/halo_part.npy: part id out of range"):
+    halo_part = np.load(copy / shard_file(2, "halo_part"))
+    rewrite_array(copy, shard_file(2, "halo_part"), np.full_like(halo_part, -1))
+    with pytest.raises(
+        PartitionStoreError, match=f"{shard_file(2, 'halo_part')}: part id out of range"
+    ):
         load_shard(copy, 2)
 
 
 def test_a_file_changed_after_a_load_is_checked_again(copy: Path) -> None:
     load_shard(copy, 1)  # hashed and checked: both per-process caches hold it now
     load_shard(copy, 1)
-    x = np.load(copy / "part-1/x.npy")
+    x = np.load(copy / shard_file(1, "x"))
     x[0, 0] = np.nan
-    rewrite_array(copy, "part-1/x.npy", x)  # checksums valid, content not
-    with pytest.raises(PartitionStoreError, match="part-1/x.npy: a feature is NaN"):
+    rewrite_array(copy, shard_file(1, "x"), x)  # checksums valid, content not
+    with pytest.raises(PartitionStoreError, match=f"{shard_file(1, 'x')}: a feature is NaN"):
         load_shard(copy, 1)
-    _flip_last_byte(copy / "part-1/x.npy")  # now the bytes differ from the manifest too
-    with pytest.raises(PartitionStoreError, match="part-1/x.npy: xxh3 checksum mismatch"):
+    _flip_last_byte(copy / shard_file(1, "x"))  # now the bytes differ from the manifest too
+    with pytest.raises(PartitionStoreError, match=f"{shard_file(1, 'x')}: xxh3 checksum mismatch"):
         load_shard(copy, 1)
 
 
 def test_load_partition_checks_edge_ids_across_shards(copy: Path) -> None:
     load_partition(copy)
-    e_id = np.load(copy / "part-0/e_id.npy")
-    other = np.load(copy / "part-1/e_id.npy")
+    e_id = np.load(copy / shard_file(0, "e_id"))
+    other = np.load(copy / shard_file(1, "e_id"))
     e_id[0] = other[0]  # in range, but part 1's edge: a duplicate across shards
-    rewrite_array(copy, "part-0/e_id.npy", e_id)
+    rewrite_array(copy, shard_file(0, "e_id"), e_id)
     load_shard(copy, 0)  # each shard alone is consistent
-    with pytest.raises(PartitionStoreError, match="part-0/e_id.npy: edge ids are not"):
+    with pytest.raises(PartitionStoreError, match=f"{shard_file(0, 'e_id')}: edge ids are not"):
         load_partition(copy)
-    with pytest.raises(PartitionStoreError, match="part-0/e_id.npy"):
+    with pytest.raises(PartitionStoreError, match=shard_file(0, "e_id")):
         verify(copy)

@@ -53,7 +53,8 @@ def _whole_part(
 ) -> tuple[dict[str, FileEntry], PartEntry]:
     """The writer's part before streaming: ``build_shard``'s arrays and gathered rows, np.save'd."""
     shard = build_shard(graph, book, part, num_hops, with_data=False)
-    (tmp / shard_file(part, "x")).parent.mkdir()
+    for folder in ("x", "indptr"):
+        (tmp / shard_file(part, folder)).parent.mkdir(parents=True)
     files = {
         shard_file(part, k): writer_mod._save(tmp, shard_file(part, k), getattr(shard, k))
         for k in SHARD_ARRAYS
