@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from gnnsys.sampler.draw import draw_key, draw_positions
+from gnnsys.store.hetero_shard import HeteroShard
 from gnnsys.store.pages import ReadAhead
 from gnnsys.types import Graph, NeighborSample, PartitionShard
 
@@ -143,6 +144,34 @@ class CSRNeighborSource:
             shard.e_id.astype(np.int64, copy=False),
             lid_N,
             owned_gid=shard.owned_gid.astype(np.int64, copy=False),
+            edge_ids=edge_ids,
+        )
+
+    @classmethod
+    def from_relation(
+        cls,
+        shard: HeteroShard,
+        edge_type: tuple[str, str, str],
+        lid_N: Tensor | np.ndarray,
+        *,
+        edge_ids: bool = True,
+    ) -> CSRNeighborSource:
+        """Source over one relation of a typed shard: :meth:`from_shard` with type-local ids.
+
+        Args:
+            shard: The part; ``edge_type``'s in-edges of its owned destinations, in the
+                relation's CSR order, ``e_id`` their positions in it.
+            edge_type: ``(src, rel, dst)``.
+            lid_N: The destination type's ``PartitionBook.lid_N``.
+            edge_ids: Read each drawn edge's id (``False``: ``NO_EDGE_ID``).
+        """
+        rel, dst = shard.relations[edge_type], shard.nodes[edge_type[2]]
+        return cls(
+            rel.indptr.astype(np.int64, copy=False),
+            rel.indices_lid,
+            rel.e_id.astype(np.int64, copy=False),
+            lid_N,
+            owned_gid=dst.owned_lid.astype(np.int64, copy=False),
             edge_ids=edge_ids,
         )
 

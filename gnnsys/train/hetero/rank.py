@@ -311,12 +311,9 @@ def build_sources(
         from gnnsys.store import assemble_hetero
 
         relation_sources = dict(csr_sources(assemble_hetero(spec.store, with_data=False)))
-    for et, rel in shard.relations.items() if not relation_sources else ():
+    for et in shard.relations if not relation_sources else ():
         dst = et[2]
-        local = CSRNeighborSource(
-            rel.indptr, rel.indices_lid, rel.e_id, books[dst].lid_N,
-            owned_gid=shard.nodes[dst].owned_lid, edge_ids=False,
-        )  # fmt: skip
+        local = CSRNeighborSource.from_relation(shard, et, books[dst].lid_N, edge_ids=False)
         relation_sources[et] = RoutedNeighborSource(
             rank, books[dst].part_N, local, client, ledger.of(dst), edge_type=et
         )

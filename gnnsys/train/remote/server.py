@@ -33,22 +33,13 @@ class _TypeRows:
     ahead: ReadAhead | None
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class _RelationEdges:
-    """One relation's owned in-edges at an owner."""
-
-    source: CSRNeighborSource
-    indptr: np.ndarray
-    """``[M_dst + 1]`` int64 CSR over the owned destinations."""
-
-
 class ShardOwner:
     """Holds one shard (memory-mapped) and answers neighbor and feature requests for its nodes.
 
     One owner for stores of either kind: every call names its relation or node type, ``None``
     for the one relation and the one node type of a homogeneous store (ids are gids), a name of
     a typed one (ids are type-local; ``gnnsys.store.load_books``). The store's kind is read
-    once, here (``_relations_of``).
+    once, when the owner is built (``_tables``).
 
     Used as a Ray actor (``ray.remote(ShardOwner)``); plain methods, so it also runs in-process.
 
@@ -88,7 +79,7 @@ class ShardOwner:
         edge_type: EdgeType | None = None,
     ) -> SampleArrays:
         """Draw in-neighbors over ``edge_type`` of owned ``dst_gid`` (``sample_neighbors``)."""
-        got = self._relation(edge_type).source.sample_neighbors(
+        got = self._relation(edge_type).sample_neighbors(
             torch.from_numpy(np.array(dst_gid, dtype=np.int64)),
             fanout,
             seed=seed,
@@ -103,9 +94,10 @@ class ShardOwner:
         Raises:
             ValueError: A gid this part does not own.
         """
-        edges = self._relation(edge_type)
-        rows = edges.source.rows_of(np.asarray(gid, dtype=np.int64))  # raises if owned elsewhere
-        out: np.ndarray = edges.indptr[rows + 1] - edges.indptr[rows]
+        source = self._relation(edge_type)
+        rows = source.rows_of(np.asarray(gid, dtype=np.int64))  # raises if owned elsewhere
+        indptr = source.indptr.numpy()  # int64, the source's own (no copy)
+        out: np.ndarray = indptr[rows + 1] - indptr[rows]
         return out
 
     def fetch(self, gid: np.ndarray, node_type: str | None = None) -> np.ndarray:
@@ -177,7 +169,7 @@ class ShardOwner:
             )
         return self._types[node_type]
 
-    def _relation(self, edge_type: EdgeType | None) -> _RelationEdges:
+    def _relation(self, edge_type: EdgeType | None) -> CSRNeighborSource:
         key = None if edge_type is None else tuple(edge_type)
         if key not in self._relations:
             raise ValueError(
@@ -189,7 +181,7 @@ class ShardOwner:
 
 def _tables(
     root: str, part: int, books: Mapping[Any, PartitionBook] | None
-) -> tuple[dict[str | None, _TypeRows], dict[EdgeType | None, _RelationEdges]]:
+) -> tuple[dict[str | None, _TypeRows], dict[EdgeType | None, CSRNeighborSource]]:
     """Part ``part``'s rows per node type and in-edges per relation, of a store of either kind.
 
     A homogeneous store is the one-type case: its type and relation are keyed ``None``.
@@ -198,34 +190,23 @@ def _tables(
     from gnnsys.store.pages import advise_random
 
     def rows(lid_N: np.ndarray, x: np.ndarray | None) -> _TypeRows:
+        advise_random(x)  # requested rows
         return _TypeRows(lid_N, x, None if x is None else ReadAhead(x))  # scattered requests
 
-    def edges(indptr: np.ndarray, indices: np.ndarray, e_id: np.ndarray, dst: str | None,
-              owned: np.ndarray) -> _RelationEdges:  # fmt: skip
-        advise_random(indptr, indices, e_id)  # requested rows
-        source = CSRNeighborSource(
-            indptr.astype(np.int64, copy=False), indices, e_id.astype(np.int64, copy=False),
-            types[dst].lid_N, owned_gid=owned.astype(np.int64, copy=False), edge_ids=False,
-        )  # fmt: skip
-        return _RelationEdges(source, np.asarray(indptr, dtype=np.int64))
-
-    types: dict[str | None, _TypeRows] = {}
     books = load_books(root) if books is None else books
     if not is_hetero_store(root):
         shard = load_shard(root, part)
-        advise_random(shard.x)
-        types[None] = rows(books[None].lid_N, shard.x)
-        args = (shard.indptr, shard.indices_gid, shard.e_id, None, shard.owned_gid)
-        return types, {None: edges(*args)}
+        advise_random(shard.indptr, shard.indices_gid, shard.e_id)
+        lid_N = books[None].lid_N
+        source = CSRNeighborSource.from_shard(shard, lid_N, edge_ids=False)
+        return {None: rows(lid_N, shard.x)}, {None: source}
     typed = read_hetero_shard(root, part)
-    for t, b in books.items():
-        x = typed.nodes[str(t)].data.get("x")
-        advise_random(x)
-        types[t] = rows(b.lid_N, x)
-    return types, {
-        et: edges(rel.indptr, rel.indices_lid, rel.e_id, et[2], typed.nodes[et[2]].owned_lid)
-        for et, rel in typed.relations.items()
-    }
+    sources: dict[EdgeType | None, CSRNeighborSource] = {}
+    for et, rel in typed.relations.items():
+        advise_random(rel.indptr, rel.indices_lid, rel.e_id)
+        sources[et] = CSRNeighborSource.from_relation(typed, et, books[et[2]].lid_N, edge_ids=False)
+    types = {t: rows(b.lid_N, typed.nodes[str(t)].data.get("x")) for t, b in books.items()}
+    return types, sources
 
 
 class LocalOwnerClient:
