@@ -80,6 +80,17 @@ SHARD_DATA = ("x", "y", "train_mask", "val_mask", "test_mask")
 """Per-node arrays a shard holds when the graph has them (owned rows only)."""
 
 _FIX = "re-create the directory with `gnnsys partition`"
+_SHARED_FIELDS = (
+    "dataset",
+    "fingerprint",
+    "num_parts",
+    "num_hops",
+    "strategy",
+    "params",
+    "seed",
+    "gnnsys_version",
+)
+"""The fields a homogeneous ``Manifest`` and the one schema's record share as they are."""
 
 _TYPE_NAMES = {
     "owned_gid": "owned_lid",
@@ -189,14 +200,7 @@ class Manifest:
         rel = "__".join(ONE_RELATION)
         return HeteroManifest(
             kind="homogeneous",
-            dataset=self.dataset,
-            fingerprint=self.fingerprint,
-            num_parts=self.num_parts,
-            num_hops=self.num_hops,
-            strategy=self.strategy,
-            params=self.params,
-            seed=self.seed,
-            gnnsys_version=self.gnnsys_version,
+            **{k: getattr(self, k) for k in _SHARED_FIELDS},
             num_classes=0 if self.num_classes is None else self.num_classes,
             node_types=(TypeEntry(ONE_TYPE, self.num_nodes, 0, data),),
             relations=(RelationEntry(ONE_RELATION, self.num_edges, "<i8"),),
@@ -243,16 +247,9 @@ class Manifest:
             raise PartitionStoreError(f"{path}: a part entry lacks {err}; {_FIX}", path) from err
         manifest = cls(
             format_version=FORMAT_VERSION,
-            dataset=one.dataset,
-            fingerprint=one.fingerprint,
+            **{k: getattr(one, k) for k in _SHARED_FIELDS},
             num_nodes=one.node_types[0].num_nodes,
             num_edges=one.relations[0].num_edges,
-            num_parts=one.num_parts,
-            num_hops=one.num_hops,
-            strategy=one.strategy,
-            params=one.params,
-            seed=one.seed,
-            gnnsys_version=one.gnnsys_version,
             files=one.files,
             parts=parts,
             num_classes=one.num_classes,
