@@ -45,6 +45,7 @@ from gnnsys.store.layout import (
     FORMAT,
     FORMAT_VERSION,
     KINDS,
+    SHARED_FIELDS,
     FileEntry,
     _check_keys,
     _strict_int,
@@ -238,17 +239,7 @@ class HeteroManifest:
         return manifest
 
 
-_SCALARS = (
-    "dataset",
-    "fingerprint",
-    "num_parts",
-    "num_hops",
-    "strategy",
-    "params",
-    "seed",
-    "gnnsys_version",
-    "num_classes",
-)
+_SCALARS = (*SHARED_FIELDS, "num_classes")
 _KEYS = frozenset(
     {
         "format",

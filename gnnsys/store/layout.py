@@ -80,7 +80,7 @@ SHARD_DATA = ("x", "y", "train_mask", "val_mask", "test_mask")
 """Per-node arrays a shard holds when the graph has them (owned rows only)."""
 
 _FIX = "re-create the directory with `gnnsys partition`"
-_SHARED_FIELDS = (
+SHARED_FIELDS = (
     "dataset",
     "fingerprint",
     "num_parts",
@@ -90,7 +90,8 @@ _SHARED_FIELDS = (
     "seed",
     "gnnsys_version",
 )
-"""The fields a homogeneous ``Manifest`` and the one schema's record share as they are."""
+"""The plain fields of a manifest, the same in a homogeneous ``Manifest`` and the one schema's
+record (``gnnsys.store.hetero_layout.HeteroManifest``)."""
 
 _TYPE_NAMES = {
     "owned_gid": "owned_lid",
@@ -200,7 +201,7 @@ class Manifest:
         rel = "__".join(ONE_RELATION)
         return HeteroManifest(
             kind="homogeneous",
-            **{k: getattr(self, k) for k in _SHARED_FIELDS},
+            **{k: getattr(self, k) for k in SHARED_FIELDS},
             num_classes=0 if self.num_classes is None else self.num_classes,
             node_types=(TypeEntry(ONE_TYPE, self.num_nodes, 0, data),),
             relations=(RelationEntry(ONE_RELATION, self.num_edges, "<i8"),),
@@ -247,7 +248,7 @@ class Manifest:
             raise PartitionStoreError(f"{path}: a part entry lacks {err}; {_FIX}", path) from err
         manifest = cls(
             format_version=FORMAT_VERSION,
-            **{k: getattr(one, k) for k in _SHARED_FIELDS},
+            **{k: getattr(one, k) for k in SHARED_FIELDS},
             num_nodes=one.node_types[0].num_nodes,
             num_edges=one.relations[0].num_edges,
             files=one.files,
