@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import torch
+
 from gnnsys.cache.admission import ADMISSION_POLICIES, AdaptiveAdmission
 from gnnsys.cache.halo_cache import HaloCache
 
@@ -56,6 +58,15 @@ class CacheConfig:
             raise ValueError(f"cache placement={self.placement!r}; choose host or device")
         if self.presample_epochs < 1:
             raise ValueError(f"cache presample_epochs={self.presample_epochs}; choose >= 1")
+
+    def rows_device(self, device: torch.device | str) -> torch.device | None:
+        """Where a trainer on ``device`` keeps the rows it holds; ``None``: the host.
+
+        ``device`` with ``placement == "device"`` on an accelerator; on a CPU run its device is
+        the host, so nothing moves (its own rows stay the mapped shard, read ahead).
+        """
+        on = torch.device(device)
+        return on if self.placement == "device" and on.type != "cpu" else None
 
     @property
     def enabled(self) -> bool:

@@ -302,9 +302,7 @@ def build_sources(
     every step).
     """
     rank = spec.rank
-    device = torch.device("cpu") if device is None else device
-    on_device = spec.cache.placement == "device" and device.type != "cpu"
-    slots = device if on_device else torch.device("cpu")
+    on = spec.cache.rows_device("cpu" if device is None else device)
     relation_sources: dict[EdgeType, Any] = {}
     if spec.topology == "replicated":  # every relation's whole CSR, read once from the store
         from gnnsys.sampler.hetero import csr_sources
@@ -329,7 +327,7 @@ def build_sources(
         return dict(sampler.sample(seeds, input_type=input_type, seed=batch_seed).n_id)
 
     seeds = _dry_run_seeds(spec, shard, layout)
-    caches = typed_cache(spec, layout, shard, codecs, draw, seeds, device=slots)
+    caches = typed_cache(spec, layout, shard, codecs, draw, seeds, device=on or "cpu")
     wire = spec.codec.wire if spec.cache.enabled else None  # measured into the cache counters
     features, rows = {}, {}
     for t, nodes in shard.nodes.items():
@@ -338,7 +336,7 @@ def build_sources(
             features[t] = RoutedFeatureSource(
                 rank, book.part_N, book.lid_N, nodes.data["x"], client, ledger.of(t),
                 codec=codecs[t], cache=caches.of(t), node_type=t, wire=wire,
-                own_device=device if on_device else None,
+                own_device=on,
             )  # fmt: skip
         elif embeddings is not None:
             rows[t] = RoutedFeatureSource(

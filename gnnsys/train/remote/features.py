@@ -326,8 +326,8 @@ def build_feature_source(
     feature_dim = int(shard.x.shape[1])
     config = cache.halo_config(owned_feature_bytes=shard.num_owned * feature_dim * 4)
     policy = _policy(cache, shard, sampler, train_gid, batch_size=batch_size, seed=seed)
-    on = device if cache.placement == "device" else "cpu"
-    halo = HaloCache(config, feature_dim=feature_dim, codec=rows, policy=policy, device=on)
+    on = cache.rows_device(device)
+    halo = HaloCache(config, feature_dim=feature_dim, codec=rows, policy=policy, device=on or "cpu")
     if cache.enabled:
         log.info(
             "part %d: %s cache, %d rows of %s (%.1f MiB) on %s",
@@ -348,6 +348,5 @@ def build_feature_source(
         codec=rows,
         cache=halo,
         wire=codec.wire if cache.enabled else None,  # measured into cache counters, or nowhere
-        # a CPU run's device is the host: its own rows stay the mapped shard, read ahead
-        own_device=device if cache.placement == "device" and str(device) != "cpu" else None,
+        own_device=on,
     )
