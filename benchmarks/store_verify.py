@@ -27,7 +27,7 @@ import os
 import time
 from pathlib import Path
 
-from gnnsys.store import integrity, load_book, load_shard, read_manifest
+from gnnsys.store import integrity, load_book, load_shard, read_manifest, read_shard
 from gnnsys.store.layout import NODE_TO_PART, SHARD_ARRAYS, SHARD_DATA, shard_file
 
 
@@ -93,9 +93,10 @@ def main() -> None:
             total[key] = total.get(key, 0.0) + value
     integrity.clear_caches()
     book_s = timed(lambda: load_book(args.store))
-    shards = [load_shard(args.store, p, verify=False) for p in range(manifest.num_parts)]
+    shards = [read_shard(args.store, p, verify=False) for p in range(manifest.num_parts)]
+    one = manifest.typed()
     edges_s = min(
-        timed(lambda: integrity.check_edge_ids(args.store, manifest, shards)) for _ in range(2)
+        timed(lambda: integrity.check_edge_ids(args.store, one, shards)) for _ in range(2)
     )
     total["edge_ids"] = edges_s
     print(

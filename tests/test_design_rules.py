@@ -289,10 +289,9 @@ KIND_BRANCHES: dict[str, tuple[int, str]] = {
     ),
     "commands/partition.py": (1, "the dataset's kind is read from its files"),
     "commands/bench_partition.py": (1, "the dataset's kind is read from its files"),
-    "commands/store.py": (1, "a store's kind is read from its manifest"),
     "datasets/__init__.py": (3, "the dataset's kind is read from its files"),
     "datasets/ogb.py": (1, "OGB's two folder layouts"),
-    "store/hetero_reader.py": (2, "a store's kind is read from its manifest"),
+    "store/reader.py": (2, "a store's kind is read from its manifest"),
     "partitioners/hetero.py": (1, "users pass a HeteroGraph or PyG's HeteroData"),
     "loader/node_loader.py": (1, "PyG's NeighborLoader takes Data or HeteroData"),
     "loader/link_loader.py": (1, "PyG's LinkNeighborLoader takes Data or HeteroData"),
@@ -304,10 +303,6 @@ KIND_BRANCHES: dict[str, tuple[int, str]] = {
         "a typed run resolves its codec per node type; a typed store's links name their relation",
     ),
     "train/control/group.py": (1, "the runtime's one dispatch to a rank of the graph's kind"),
-    "train/remote/server.py": (
-        1,
-        "an owner reads a store of either kind (its manifest says which)",
-    ),
     "store/info.py": (1, "a store's kind is read from its manifest"),
     "train/hetero/config.py": (1, "the typed run's own config"),
 }

@@ -135,7 +135,7 @@ def check_store(path: Path, parts: int, *, link: bool = False) -> Any:
     """Load and verify every shard of ``path``; it must have ``parts`` parts, x, y, train_mask.
 
     A link-prediction run (``link``) needs x and every part's link files instead of y and
-    train_mask. A heterogeneous store is verified in full (``verify_hetero``).
+    train_mask. A heterogeneous store is verified in full (``verify``).
 
     Returns:
         The store's ``Manifest``.
@@ -144,11 +144,11 @@ def check_store(path: Path, parts: int, *, link: bool = False) -> Any:
         PartitionStoreError: The store is missing, corrupt or inconsistent.
         ValueError: Another part count, or a part without features, labels or train mask.
     """
-    from gnnsys.store import is_hetero_store, load_partition, read_manifest, verify_hetero
+    from gnnsys.store import is_hetero_store, load_partition, read_manifest, verify
     from gnnsys.store.layout import shard_file
 
     if is_hetero_store(path):  # every checksum; its links are checked against the task later
-        return _part_count(path, verify_hetero(path), parts)
+        return _part_count(path, verify(path), parts)
     manifest = _part_count(path, read_manifest(path), parts)
     from gnnsys.store.links import LINK_DATA, load_links
 

@@ -17,7 +17,8 @@ import numpy as np
 from gnnsys.datasets.hetero import EdgeType, HeteroGraph
 from gnnsys.partitioners.base import csr_positions
 from gnnsys.partitioners.halo import halo_of_part
-from gnnsys.types import Graph
+from gnnsys.store.layout import SHARD_DATA
+from gnnsys.types import Graph, PartitionShard
 
 __all__ = ["HeteroShard", "RelationShard", "TypeShard", "build_hetero_shard"]
 
@@ -72,12 +73,40 @@ class RelationShard:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class HeteroShard:
-    """Everything one part holds of a heterogeneous graph."""
+    """Everything one part holds, per node type and relation (a store of either kind)."""
 
     part: int
     num_parts: int
     nodes: dict[str, TypeShard]
     relations: dict[EdgeType, RelationShard]
+
+    def one_type(self) -> PartitionShard:
+        """This shard as a homogeneous ``PartitionShard``: the same arrays, no copy.
+
+        The one type's ids are its gids (offset 0).
+
+        Raises:
+            ValueError: The shard has more than one node type or relation.
+        """
+        if len(self.nodes) != 1 or len(self.relations) != 1:
+            raise ValueError(
+                f"part {self.part} has {len(self.nodes)} node types and {len(self.relations)} "
+                "relations; only a one-type shard has a homogeneous view"
+            )
+        ((nodes,), (edges,)) = (self.nodes.values(), self.relations.values())
+        return PartitionShard(
+            part=self.part,
+            num_parts=self.num_parts,
+            num_nodes=nodes.num_nodes,
+            owned_gid=nodes.owned_lid,
+            indptr=edges.indptr,
+            indices_gid=edges.indices_lid,
+            e_id=edges.e_id,
+            halo_gid=nodes.halo_lid,
+            halo_part=nodes.halo_part,
+            indices_local=edges.indices_local,
+            **{k: nodes.data.get(k) for k in SHARD_DATA},
+        )
 
 
 def data_arrays(graph: HeteroGraph, node_type: str) -> dict[str, np.ndarray]:

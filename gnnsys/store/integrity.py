@@ -1,7 +1,8 @@
 """Load-time integrity of a partition directory: checksums before first use, then semantics.
 
-Both layers run on every ``load_shard`` / ``load_book`` (``verify=True``, the default), so no
-array a worker or the driver maps is used before it is checked:
+Both layers run on every ``read_shard`` / ``load_book`` (``verify=True``, the default), for a
+store of either kind (per node type and relation), so no array a worker or the driver maps is
+used before it is checked:
 
 1. **Bytes.** Each file's xxh3_128 is recomputed and compared with
    its manifest entry before the array is handed out. Cost: one sequential read of the file;
@@ -12,12 +13,13 @@ array a worker or the driver maps is used before it is checked:
    ``num_classes``, finite features, agreement with ``node_to_part``: a store whose checksums
    are valid but which another tool wrote wrongly still cannot crash a worker or train on
    nonsense. Cost: a few vectorised passes over the index arrays, dominated by the gather
-   that checks every ``indices_local`` against ``indices_gid`` (~0.2 s per 10 M edges, warm);
+   that checks every ``indices_local`` against ``indices_lid`` (~0.2 s per 10 M edges, warm);
    also once per process and unchanged shard.
 
 Every failure is a ``PartitionStoreError`` naming the file and the fix.
 
-Shape legend: ``N`` nodes, ``M`` owned nodes, ``E`` owned in-edges, ``H`` halo nodes.
+Shape legend: ``N`` nodes (of a type), ``M`` owned nodes, ``E`` a relation's owned in-edges,
+``H`` halo nodes.
 """
 
 from __future__ import annotations
@@ -26,21 +28,26 @@ import hashlib
 import os
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import xxhash
 
 from gnnsys.errors import PartitionStoreError
-from gnnsys.store.layout import FileEntry, Manifest, shard_file
-from gnnsys.types import PartitionShard
+from gnnsys.store.hetero_layout import REL_ARRAYS as _REL_ARRAYS
+from gnnsys.store.hetero_layout import HeteroManifest
+from gnnsys.store.layout import FileEntry, Manifest, rel_file, type_file
+
+if TYPE_CHECKING:
+    from gnnsys.store.hetero_shard import HeteroShard, RelationShard, TypeShard
 
 __all__ = [
     "check_book",
-    "check_lids",
-    "check_data",
     "check_edge_ids",
     "check_file",
+    "check_lids",
     "check_shard",
+    "check_sizes",
     "clear_caches",
     "file_digests",
     "mark_shard_checked",
@@ -154,8 +161,8 @@ _BOOK_BLOCK = _CHUNK
 checking it costs no O(N) memory."""
 
 
-def check_book(root: Path, manifest: Manifest, part_N: np.ndarray) -> None:
-    """Part ids in range and per-part node counts equal to the manifest summary.
+def check_book(root: Path, manifest: HeteroManifest, part_N: np.ndarray) -> None:
+    """Part ids in range and per-part node counts (all types) equal to the manifest summary.
 
     Raises:
         PartitionStoreError: Naming ``node_to_part.npy``.
@@ -170,11 +177,13 @@ def check_book(root: Path, manifest: Manifest, part_N: np.ndarray) -> None:
         block = np.asarray(part_N[start : start + _BOOK_BLOCK])
         _check_range(block, 0, manifest.num_parts, path, "part id")
         counts += np.bincount(block, minlength=manifest.num_parts)
-    if counts.tolist() != [p.num_owned for p in manifest.parts]:
+    if counts.tolist() != [sum(p.num_owned.values()) for p in manifest.parts]:
         raise _fail(path, "nodes per part disagree with the manifest's parts[].num_owned")
 
 
-def check_lids(root: Path, manifest: Manifest, part_N: np.ndarray, lid_N: np.ndarray) -> None:
+def check_lids(
+    root: Path, manifest: Manifest | HeteroManifest, part_N: np.ndarray, lid_N: np.ndarray
+) -> None:
     """``lid_N`` is ``[N]`` int64 and equals the lids ``part_N`` implies.
 
     A node's lid is its rank among its part's nodes in gid order
@@ -206,70 +215,119 @@ def check_lids(root: Path, manifest: Manifest, part_N: np.ndarray, lid_N: np.nda
             )
 
 
+def check_sizes(root: Path, manifest: HeteroManifest, shard: HeteroShard) -> None:
+    """Cheap structural checks: every array 1-D, sizes agree with each other and the manifest.
+
+    Run on every load, checked or not (no pass over the data).
+
+    Raises:
+        PartitionStoreError: Naming the first type or relation folder that disagrees.
+    """
+    summary = manifest.parts[shard.part]
+    for name, nodes in shard.nodes.items():
+        arrays = (nodes.owned_lid, nodes.halo_lid, nodes.halo_part)
+        if (
+            any(a.ndim != 1 for a in arrays)
+            or nodes.halo_part.shape != nodes.halo_lid.shape
+            or (nodes.num_owned, nodes.halo_lid.shape[0])
+            != (summary.num_owned.get(name), summary.num_halo.get(name))
+        ):
+            path = (root / type_file(shard.part, name, "owned_lid")).parent
+            raise _fail(path, "type arrays disagree in size with each other or the manifest")
+    for edge_type, edges in shard.relations.items():
+        indptr, num_edges = edges.indptr, edges.indices_lid.shape[0]
+        if (
+            any(getattr(edges, k).ndim != 1 for k in _REL_ARRAYS)
+            or indptr.shape[0] != shard.nodes[edge_type[2]].num_owned + 1
+            or int(indptr[0]) != 0
+            or int(indptr[-1]) != num_edges
+            or edges.e_id.shape[0] != num_edges
+            or edges.indices_local.shape[0] != num_edges
+            or summary.num_edges.get("__".join(edge_type)) != num_edges
+        ):
+            path = (root / rel_file(shard.part, edge_type, "indptr")).parent
+            raise _fail(path, "relation arrays disagree in size with each other or the manifest")
+
+
 def check_shard(
-    root: Path,
-    manifest: Manifest,
-    part: int,
-    arrays: dict[str, np.ndarray],
-    part_N: np.ndarray,
+    root: Path, manifest: HeteroManifest, shard: HeteroShard, part_N: np.ndarray
 ) -> None:
-    """Semantic checks of one shard's index arrays against each other and ``node_to_part``.
+    """Semantic checks of one shard, per node type and relation, against ``node_to_part``.
 
     Raises:
         PartitionStoreError: Naming the first offending file.
     """
+    for nodes in shard.nodes.values():
+        _check_type(root, manifest, shard.part, nodes, part_N)
+    for rentry in manifest.relations:
+        src, _, dst = rentry.edge_type
+        edges = shard.relations[rentry.edge_type]
+        _check_relation(root, shard.part, edges, shard.nodes[src], rentry.num_edges)
 
+
+def _check_type(
+    root: Path, manifest: HeteroManifest, part: int, nodes: TypeShard, part_N: np.ndarray
+) -> None:
     def path(name: str) -> Path:
-        return root / shard_file(part, name)
+        return root / type_file(part, nodes.node_type, name)
 
-    n, owned, halo = manifest.num_nodes, arrays["owned_gid"], arrays["halo_gid"]
-    for name in ("owned_gid", "indptr", "indices_gid", "indices_local", "e_id", "halo_gid"):
-        if arrays[name].dtype != np.int64 or arrays[name].ndim != 1:
-            raise _fail(path(name), f"expected a 1-D int64 array, got {arrays[name].dtype}")
-    if arrays["halo_part"].dtype != np.int32:
-        raise _fail(path("halo_part"), f"expected int32, got {arrays['halo_part'].dtype}")
-    _check_ascending(owned, path("owned_gid"), strict=True)
-    _check_range(owned, 0, n, path("owned_gid"), "gid")
-    if owned.size and not np.all(part_N[owned] == part):
-        raise _fail(path("owned_gid"), f"a gid is not owned by part {part} in node_to_part.npy")
-    _check_ascending(arrays["indptr"], path("indptr"), strict=False)
-    _check_ascending(halo, path("halo_gid"), strict=True)
-    _check_range(halo, 0, n, path("halo_gid"), "gid")
-    _check_range(arrays["halo_part"], 0, manifest.num_parts, path("halo_part"), "part id")
-    if halo.size and not np.array_equal(part_N[halo], arrays["halo_part"]):
+    n, off = nodes.num_nodes, nodes.offset
+    for name in ("owned_lid", "halo_lid"):
+        arr = getattr(nodes, name)
+        if arr.dtype != np.int64:
+            raise _fail(path(name), f"expected a 1-D int64 array, got {arr.dtype}")
+        _check_ascending(arr, path(name), strict=True)
+        _check_range(arr, 0, n, path(name), "id")
+    owned, halo, halo_part = nodes.owned_lid, nodes.halo_lid, nodes.halo_part
+    if owned.size and not np.all(part_N[owned + off] == part):
+        raise _fail(path("owned_lid"), f"a node is not owned by part {part} in node_to_part.npy")
+    if halo_part.dtype != np.int32:
+        raise _fail(path("halo_part"), f"expected int32, got {halo_part.dtype}")
+    _check_range(halo_part, 0, manifest.num_parts, path("halo_part"), "part id")
+    if halo.size and (
+        not np.array_equal(part_N[halo + off], halo_part) or np.any(halo_part == part)
+    ):
         raise _fail(path("halo_part"), "owners disagree with node_to_part.npy")
-    _check_range(arrays["indices_gid"], 0, n, path("indices_gid"), "gid")
-    _check_range(arrays["e_id"], 0, manifest.num_edges, path("e_id"), "edge id")
-    lid, gid = arrays["indices_local"], arrays["indices_gid"]
-    _check_range(lid, 0, owned.shape[0] + halo.shape[0], path("indices_local"), "local index")
-    # The one random-access pass (E gathers): an int32 table when gids fit halves its cache
-    # footprint (~30% faster on a 50 M-edge shard).
-    gid_of_lid = np.concatenate([owned, halo]).astype(np.int32 if n < 2**31 else np.int64)
-    for lo in range(0, lid.shape[0], _CHUNK):
-        if not np.array_equal(np.take(gid_of_lid, lid[lo : lo + _CHUNK]), gid[lo : lo + _CHUNK]):
-            raise _fail(path("indices_local"), "a local index names another node than indices_gid")
-
-
-def check_data(
-    root: Path, manifest: Manifest, part: int, data: dict[str, np.ndarray], num_owned: int
-) -> None:
-    """Features finite floats, labels within ``num_classes``, masks strictly 0/1 bools.
-
-    Raises:
-        PartitionStoreError: Naming the first offending file.
-    """
-    for name, arr in data.items():
-        path = root / shard_file(part, name)
-        if arr.shape[:1] != (num_owned,):
-            raise _fail(path, f"{arr.shape[0] if arr.ndim else 0} rows, expected {num_owned}")
+    for name, arr in nodes.data.items():
+        if arr.shape[:1] != (nodes.num_owned,):
+            rows = arr.shape[0] if arr.ndim else 0
+            raise _fail(path(name), f"{rows} rows, expected {nodes.num_owned}")
         if name == "x":
-            _check_features(arr, path)
+            _check_features(arr, path(name))
         elif name == "y":
-            _check_labels(arr, manifest.num_classes, path)
-        elif arr.dtype != np.bool_ or arr.ndim != 1:
-            raise _fail(path, f"a mask must be a 1-D bool array, got {arr.dtype} {arr.shape}")
-        elif arr.size and int(arr.view(np.uint8).max()) > 1:
-            raise _fail(path, "a mask byte is neither 0 nor 1")
+            _check_labels(arr, manifest.num_classes, path(name))
+        elif name.endswith("_mask"):
+            if arr.dtype != np.bool_ or arr.ndim != 1:
+                raise _fail(
+                    path(name), f"a mask must be a 1-D bool array, got {arr.dtype} {arr.shape}"
+                )
+            if arr.size and int(arr.view(np.uint8).max()) > 1:
+                raise _fail(path(name), "a mask byte is neither 0 nor 1")
+
+
+def _check_relation(
+    root: Path, part: int, edges: RelationShard, src: TypeShard, num_edges: int
+) -> None:
+    def path(name: str) -> Path:
+        return root / rel_file(part, edges.edge_type, name)
+
+    for name in _REL_ARRAYS:
+        if getattr(edges, name).dtype != np.int64:
+            raise _fail(path(name), f"expected a 1-D int64 array, got {getattr(edges, name).dtype}")
+    _check_ascending(edges.indptr, path("indptr"), strict=False)
+    _check_range(edges.indices_lid, 0, src.num_nodes, path("indices_lid"), "source id")
+    _check_range(edges.e_id, 0, num_edges, path("e_id"), "edge id")
+    lid, ids = edges.indices_local, edges.indices_lid
+    table = (src.owned_lid, src.halo_lid)
+    _check_range(
+        lid, 0, table[0].shape[0] + table[1].shape[0], path("indices_local"), "local index"
+    )
+    # The one random-access pass (E gathers): an int32 table when ids fit halves its cache
+    # footprint (~30% faster on a 50 M-edge shard).
+    id_of_local = np.concatenate(table).astype(np.int32 if src.num_nodes < 2**31 else np.int64)
+    for lo in range(0, lid.shape[0], _CHUNK):
+        if not np.array_equal(np.take(id_of_local, lid[lo : lo + _CHUNK]), ids[lo : lo + _CHUNK]):
+            raise _fail(path("indices_local"), "a local index names another node than indices_lid")
 
 
 def _check_features(x: np.ndarray, path: Path) -> None:
@@ -294,34 +352,44 @@ def _check_labels(y: np.ndarray, num_classes: int | None, path: Path) -> None:
     _check_range(y, -1, max(hi, 0), path, "label (-1 = unlabeled)")
 
 
-def check_edge_ids(root: Path, manifest: Manifest, shards: list[PartitionShard]) -> None:
-    """Every shard's ``e_id`` is exactly its owned nodes' positions in the global CSR.
+def check_edge_ids(root: Path, manifest: HeteroManifest, shards: list[HeteroShard]) -> None:
+    """Per relation, every shard's ``e_id`` is exactly its owned nodes' positions in the CSR.
 
-    The global ``indptr`` follows from every shard's degrees, so node ``v``'s in-edges must carry
-    ``indptr[v] .. indptr[v + 1] - 1`` in order; this proves the shards' edge ids form one
+    The relation's ``indptr`` follows from every shard's degrees, so node ``v``'s in-edges must
+    carry ``indptr[v] .. indptr[v + 1] - 1`` in order; this proves the shards' edge ids form one
     permutation of ``[0, E)`` (no duplicates, none missing), which whole-graph assembly relies
     on. Cost: a few sequential passes over each shard's edges, no random access per edge.
 
     Raises:
         PartitionStoreError: Naming the first offending ``e_id.npy``.
     """
-    deg_N = np.zeros(manifest.num_nodes, dtype=np.int64)
-    for shard in shards:
-        deg_N[shard.owned_gid] = np.diff(shard.indptr)
-    start_N = np.zeros(manifest.num_nodes + 1, dtype=np.int64)
-    np.cumsum(deg_N, out=start_N[1:])
-    for shard in shards:
-        indptr = np.asarray(shard.indptr)
-        offset_M = start_N[shard.owned_gid] - indptr[:-1]  # global - local start of each node
-        deg_M = np.diff(indptr)
-        # node-aligned chunks of about _CHUNK edges: a few searchsorted calls, then only repeats
-        cuts = np.unique(np.searchsorted(indptr, np.arange(0, int(indptr[-1]), _CHUNK)))
-        bounds = [*cuts.tolist(), indptr.shape[0] - 1]
-        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-            lo, hi = int(indptr[a]), int(indptr[b])
-            want = np.repeat(offset_M[a:b], deg_M[a:b]) + np.arange(lo, hi)
-            if not np.array_equal(shard.e_id[lo:hi], want):
-                raise _fail(
-                    root / shard_file(shard.part, "e_id"),
-                    "edge ids are not the owned nodes' positions in the global CSR",
-                )
+    for rentry in manifest.relations:
+        dst = rentry.edge_type[2]
+        num_dst = manifest.node_type(dst).num_nodes
+        deg = np.zeros(num_dst, dtype=np.int64)
+        for shard in shards:
+            deg[shard.nodes[dst].owned_lid] = np.diff(shard.relations[rentry.edge_type].indptr)
+        start = np.zeros(num_dst + 1, dtype=np.int64)
+        np.cumsum(deg, out=start[1:])
+        for shard in shards:
+            edges = shard.relations[rentry.edge_type]
+            _check_positions(
+                root / rel_file(shard.part, rentry.edge_type, "e_id"),
+                edges,
+                start[shard.nodes[dst].owned_lid],
+            )
+
+
+def _check_positions(path: Path, edges: RelationShard, start_M: np.ndarray) -> None:
+    """``edges.e_id`` equals ``start_M[v] + k`` for the ``k``-th in-edge of owned node ``v``."""
+    indptr = np.asarray(edges.indptr)
+    offset_M = start_M - indptr[:-1]  # global - local start of each node
+    deg_M = np.diff(indptr)
+    # node-aligned chunks of about _CHUNK edges: a few searchsorted calls, then only repeats
+    cuts = np.unique(np.searchsorted(indptr, np.arange(0, int(indptr[-1]), _CHUNK)))
+    bounds = [*cuts.tolist(), indptr.shape[0] - 1]
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        lo, hi = int(indptr[a]), int(indptr[b])
+        want = np.repeat(offset_M[a:b], deg_M[a:b]) + np.arange(lo, hi)
+        if not np.array_equal(edges.e_id[lo:hi], want):
+            raise _fail(path, "edge ids are not the owned nodes' positions in the relation's CSR")

@@ -28,7 +28,7 @@ Ids are a type's own (type-local); in a homogeneous store the one type starts at
 are the gids. The homogeneous code names the arrays as ``PartitionShard`` does (``owned_gid``,
 ``indices_gid``, ...); :func:`shard_file` maps those names into the layout above. The manifest's
 ``"kind"`` (``homogeneous`` or ``typed``) says which runtime a store is for; every reader of a
-typed store also reads a homogeneous one as its one type (``gnnsys.store.hetero_reader``).
+typed store also reads a homogeneous one as its one type (``gnnsys.store.reader``).
 
 Every array is a plain ``.npy`` (read with ``np.load(mmap_mode="r", allow_pickle=False)``);
 nothing is pickled. Every file carries an ``xxh3`` (xxh3_128 of the whole file, checked by
@@ -227,7 +227,7 @@ class Manifest:
         if one.kind != "homogeneous":
             raise PartitionStoreError(
                 f"{path}: a heterogeneous partition directory; read it with "
-                "gnnsys.store.read_hetero_shard (or assemble_hetero)",
+                "gnnsys.store.read_shard (or assemble_hetero)",
                 path,
             )
         rel = "__".join(ONE_RELATION)

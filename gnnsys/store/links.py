@@ -128,7 +128,7 @@ def load_typed_links(
     Raises:
         PartitionStoreError: The store holds no links, or they are corrupt or inconsistent.
     """
-    from gnnsys.store.hetero_reader import read_hetero_manifest
+    from gnnsys.store.reader import read_hetero_manifest
 
     root = Path(root)
     manifest = read_hetero_manifest(root)

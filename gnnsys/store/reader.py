@@ -1,11 +1,17 @@
-"""Read a partition directory: manifest, partition book, shards, and a full integrity check.
+"""Read a partition directory of either kind: manifest, books, shards, a full check, assembly.
 
-Reads are memory-mapped (``np.load(mmap_mode="r", allow_pickle=False)``): loading a shard
-costs page-table entries, not RAM, until rows are touched. Every load checks each array's shape
-and dtype against the manifest, its checksum (xxh3_128, once per process and file) and the
-shard's semantics (``gnnsys.store.integrity``); ``verify=False`` skips the checksum and
-semantic checks for a trusted store. ``verify`` also recomputes every sha256. Any problem raises
+One reader serves both kinds: ``read_shard`` gives a ``HeteroShard`` (per node type and
+relation), and a homogeneous store is its one type ``node`` and relation ``node__to__node``;
+``load_shard`` is that shard's ``PartitionShard`` view (zero copy). Reads are memory-mapped
+(``np.load(mmap_mode="r", allow_pickle=False)``): loading a shard costs page-table entries,
+not RAM, until rows are touched. Every load checks each array's shape and dtype against the
+manifest, its checksum (xxh3_128, once per process and file) and the shard's semantics
+(``gnnsys.store.integrity``, once per process and unchanged shard); ``verify=False`` skips the
+checksum and semantic checks for a trusted store. ``verify`` also recomputes every sha256 and
+checks that the shards' edge ids tile every relation's CSR. Any problem raises
 ``PartitionStoreError`` naming the file and the fix.
+
+Shape legend: ``G`` nodes of all types, ``M_t`` owned nodes, ``H_t`` halo nodes, ``E`` edges.
 """
 
 from __future__ import annotations
@@ -14,37 +20,44 @@ import json
 import os
 import tokenize
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gnnsys.datasets.hetero import HeteroGraph, NodeSet, Relation
 from gnnsys.errors import PartitionStoreError
+from gnnsys.store.hetero_layout import REL_ARRAYS, TYPE_ARRAYS, HeteroManifest
+from gnnsys.store.hetero_shard import HeteroShard, RelationShard, TypeShard
 from gnnsys.store.integrity import (
     check_book,
-    check_data,
     check_edge_ids,
     check_file,
     check_lids,
     check_shard,
+    check_sizes,
     file_digests,
     mark_shard_checked,
     shard_checked,
     shard_key,
 )
-from gnnsys.store.layout import (
-    MANIFEST,
-    NODE_LID,
-    NODE_TO_PART,
-    SHARD_ARRAYS,
-    SHARD_DATA,
-    Manifest,
-    shard_file,
-)
+from gnnsys.store.layout import MANIFEST, NODE_LID, NODE_TO_PART, Manifest, rel_file, type_file
 from gnnsys.store.pages import advise_random, release_pages
 from gnnsys.types import PartitionBook, PartitionShard
 
-if TYPE_CHECKING:
-    from gnnsys.store.hetero_layout import HeteroManifest
+__all__ = [
+    "assemble_hetero",
+    "is_hetero_store",
+    "load_array",
+    "load_book",
+    "load_books",
+    "load_partition",
+    "load_shard",
+    "read_hetero_manifest",
+    "read_json",
+    "read_manifest",
+    "read_shard",
+    "read_store_manifest",
+    "verify",
+]
 
 _FIX = "re-create the directory with `gnnsys partition`"
 _NPY_ERRORS = (
@@ -151,6 +164,62 @@ def load_array(
     return arr if mmap else np.array(arr)
 
 
+def is_hetero_store(root: str | os.PathLike[str]) -> bool:
+    """Whether ``root/manifest.json`` declares a typed store (``"kind": "typed"``; unchecked)."""
+    try:
+        obj = json.loads((Path(root) / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(obj, dict) and obj.get("kind") == "typed"
+
+
+def read_store_manifest(root: str | os.PathLike[str]) -> Manifest | HeteroManifest:
+    """The manifest of a store of either kind (its kind is read from the file).
+
+    Raises:
+        PartitionStoreError: As ``read_manifest`` / :func:`read_hetero_manifest`.
+    """
+    return read_hetero_manifest(root) if is_hetero_store(root) else read_manifest(root)
+
+
+def read_hetero_manifest(root: str | os.PathLike[str]) -> HeteroManifest:
+    """Parse and validate ``root/manifest.json`` of a store of either kind (the one schema).
+
+    A homogeneous store's is one type ``node`` and one relation ``node__to__node``.
+
+    Raises:
+        PartitionStoreError: Missing directory or manifest, invalid JSON, another format or
+            version, unknown keys, or a wrong manifest checksum.
+    """
+    return HeteroManifest.from_json(read_json(root), str(Path(root) / MANIFEST))
+
+
+def load_books(root: str | os.PathLike[str]) -> dict[str | None, PartitionBook]:
+    """The partition book of every node type of a store of either kind, keyed by node type.
+
+    A homogeneous store has one node type, keyed ``None``: its ``load_book``. A typed store's
+    ``node_to_part.npy`` assigns global ids (``offset[t] + lid``); each type's book is that
+    slice (``part_N``: the owner of every type-local id) with each owner's ids of the type
+    numbered ascending (``lid_N``: the position in the owner's ``owned_lid``), so the routing
+    code runs per type with type-local ids in place of gids.
+
+    Raises:
+        PartitionStoreError: As ``load_book`` / :func:`read_hetero_manifest`.
+    """
+    if not is_hetero_store(root):
+        return {None: load_book(root)}
+    root = Path(root)
+    manifest = read_hetero_manifest(root)
+    part_N = load_array(root, manifest, NODE_TO_PART, mmap=True)
+    check_book(root, manifest, part_N)
+    return {
+        t.name: PartitionBook.from_assignment(
+            np.asarray(part_N[t.offset : t.offset + t.num_nodes]), manifest.num_parts
+        )
+        for t in manifest.node_types
+    }
+
+
 def load_book(root: str | os.PathLike[str], *, verify: bool = True) -> PartitionBook:
     """The ``PartitionBook`` of a partition directory, memory-mapped.
 
@@ -171,7 +240,7 @@ def load_book(root: str | os.PathLike[str], *, verify: bool = True) -> Partition
     manifest = read_manifest(root)
     part_N = load_array(root, manifest, NODE_TO_PART, mmap=True, verify=verify)
     if verify:
-        check_book(root, manifest, part_N)
+        check_book(root, manifest.typed(), part_N)
     else:
         _check_part_ids(part_N, manifest.num_parts, root / NODE_TO_PART)
     if NODE_LID not in manifest.files:
@@ -183,24 +252,46 @@ def load_book(root: str | os.PathLike[str], *, verify: bool = True) -> Partition
     return PartitionBook(part_N=part_N, lid_N=lid_N, num_parts=manifest.num_parts)
 
 
-def load_shard(
+def read_shard(
     root: str | os.PathLike[str], part: int, *, mmap: bool = True, verify: bool = True
-) -> PartitionShard:
-    """Load the shard of ``part`` (memory-mapped unless ``mmap=False``).
+) -> HeteroShard:
+    """Load part ``part`` of a store of either kind (memory-mapped unless ``mmap=False``).
+
+    A homogeneous store's shard has one type ``node`` and one relation ``node__to__node``
+    (``load_shard`` gives its ``PartitionShard`` view).
 
     Args:
         root: The partition directory.
         part: Part id in ``[0, P)``.
         mmap: Memory-map the arrays (read-only) instead of reading them into RAM.
         verify: Check every file's checksum before use, and the shard's semantics (index
-            ranges, masks, labels, finite features); ``False`` only for a trusted store.
+            ranges and orders, owners, masks, labels, finite features); ``False`` only for a
+            trusted store.
 
     Raises:
-        PartitionStoreError: ``part`` out of range, or any missing or corrupt file.
+        PartitionStoreError: ``part`` out of range, or any missing or corrupt file (named).
     """
     root = Path(root)
-    manifest = read_manifest(root)
-    if isinstance(part, bool) or not isinstance(part, (int, np.integer)):
+    return _read_shard(root, read_hetero_manifest(root), part, mmap=mmap, verify=verify)
+
+
+def load_shard(
+    root: str | os.PathLike[str], part: int, *, mmap: bool = True, verify: bool = True
+) -> PartitionShard:
+    """The ``PartitionShard`` of ``part`` of a homogeneous store: ``read_shard``'s one-type view.
+
+    Raises:
+        PartitionStoreError: A typed store, or as ``read_shard``.
+    """
+    root = Path(root)
+    one = read_manifest(root).typed()
+    return _read_shard(root, one, part, mmap=mmap, verify=verify).one_type()
+
+
+def _read_shard(
+    root: Path, manifest: HeteroManifest, part: int, *, mmap: bool, verify: bool
+) -> HeteroShard:
+    if isinstance(part, bool) or not isinstance(part, int | np.integer):
         raise TypeError(f"part={part!r}; pass an int part id")
     if not 0 <= part < manifest.num_parts:
         raise PartitionStoreError(
@@ -209,23 +300,53 @@ def load_shard(
             str(root),
         )
     part = int(part)
+    rels = []
 
-    def load(name: str) -> np.ndarray:
-        return load_array(root, manifest, shard_file(part, name), mmap=mmap, verify=verify)
+    def load(rel: str) -> np.ndarray:
+        rels.append(rel)
+        return load_array(root, manifest, rel, mmap=mmap, verify=verify)
 
-    arrays = {k: load(k) for k in SHARD_ARRAYS}
-    data = {k: load(k) for k in SHARD_DATA if shard_file(part, k) in manifest.files}
-    _check_sizes(root, manifest, part, arrays)
-    if verify:
-        _check_semantics(root, manifest, part, arrays, data)
-        release_pages(*arrays.values(), *data.values())  # the checks read every page once
-    else:
-        _check_part_ids(
-            arrays["halo_part"], manifest.num_parts, root / shard_file(part, "halo_part")
+    nodes = {}
+    for entry in manifest.node_types:
+        arrays = {k: load(type_file(part, entry.name, k)) for k in (*TYPE_ARRAYS, *entry.data)}
+        nodes[entry.name] = TypeShard(
+            node_type=entry.name,
+            num_nodes=entry.num_nodes,
+            offset=entry.offset,
+            owned_lid=arrays.pop("owned_lid"),
+            halo_lid=arrays.pop("halo_lid"),
+            halo_part=arrays.pop("halo_part"),
+            data=arrays,
         )
-    return PartitionShard(
-        part=part, num_parts=manifest.num_parts, num_nodes=manifest.num_nodes, **arrays, **data
-    )
+    relations = {}
+    for rentry in manifest.relations:
+        arrays = {k: load(rel_file(part, rentry.edge_type, k)) for k in REL_ARRAYS}
+        relations[rentry.edge_type] = RelationShard(edge_type=rentry.edge_type, **arrays)
+    shard = HeteroShard(part=part, num_parts=manifest.num_parts, nodes=nodes, relations=relations)
+    check_sizes(root, manifest, shard)
+    if not verify:
+        for nodes_t in nodes.values():
+            path = root / type_file(part, nodes_t.node_type, "halo_part")
+            _check_part_ids(nodes_t.halo_part, manifest.num_parts, path)
+        return shard
+    key = shard_key([root / rel for rel in (MANIFEST, NODE_TO_PART, *rels)])
+    if not shard_checked(key):  # once per process and unchanged shard
+        part_N = load_array(root, manifest, NODE_TO_PART, verify=True)
+        check_book(root, manifest, part_N)
+        check_shard(root, manifest, shard, part_N)
+        release_pages(*_arrays(shard))  # the checks read every page once
+        mark_shard_checked(key)
+    return shard
+
+
+def _arrays(shard: HeteroShard) -> list[np.ndarray]:
+    """Every array of ``shard``."""
+    out = []
+    for t in shard.nodes.values():
+        out += [t.owned_lid, t.halo_lid, t.halo_part, *t.data.values()]
+    for edges in shard.relations.values():
+        out += [getattr(edges, k) for k in REL_ARRAYS]
+    return out
 
 
 def _short(err: BaseException, limit: int = 120) -> str:
@@ -237,39 +358,21 @@ def _short(err: BaseException, limit: int = 120) -> str:
 def load_partition(
     root: str | os.PathLike[str], *, verify: bool = True
 ) -> tuple[PartitionBook, list[PartitionShard]]:
-    """The book and every shard, plus the cross-shard edge-id check (what a driver loads).
+    """The book and every shard of a homogeneous store, plus the cross-shard edge-id check.
 
     The extra check proves the shards' edge ids are exactly the global CSR positions, which
-    assembling the whole graph relies on.
+    assembling the whole graph relies on (what a driver loads).
 
     Raises:
         PartitionStoreError: On any corruption or inconsistency, naming the file.
     """
     root = Path(root)
     book = load_book(root, verify=verify)
-    shards = [load_shard(root, p, verify=verify) for p in range(book.num_parts)]
+    one = read_manifest(root).typed()
+    shards = [_read_shard(root, one, p, mmap=True, verify=verify) for p in range(one.num_parts)]
     if verify:
-        check_edge_ids(root, read_manifest(root), shards)
-    return book, shards
-
-
-def _check_semantics(
-    root: Path,
-    manifest: Manifest,
-    part: int,
-    arrays: dict[str, np.ndarray],
-    data: dict[str, np.ndarray],
-) -> None:
-    """The semantic checks of ``gnnsys.store.integrity``, once per process and unchanged shard."""
-    rels = [MANIFEST, NODE_TO_PART, *(shard_file(part, k) for k in (*arrays, *data))]
-    key = shard_key([root / rel for rel in rels])
-    if shard_checked(key):
-        return
-    part_N = load_array(root, manifest, NODE_TO_PART, verify=True)
-    check_book(root, manifest, part_N)
-    check_shard(root, manifest, part, arrays, part_N)
-    check_data(root, manifest, part, data, int(arrays["owned_gid"].shape[0]))
-    mark_shard_checked(key)
+        check_edge_ids(root, one, shards)
+    return book, [s.one_type() for s in shards]
 
 
 def _check_part_ids(arr: np.ndarray, num_parts: int, path: Path) -> None:
@@ -281,44 +384,76 @@ def _check_part_ids(arr: np.ndarray, num_parts: int, path: Path) -> None:
         )
 
 
-def _check_sizes(root: Path, manifest: Manifest, part: int, arrays: dict[str, np.ndarray]) -> None:
-    """Cheap structural checks: sizes agree with each other and with the manifest summary."""
-    indptr, summary = arrays["indptr"], manifest.parts[part]
-    num_edges = arrays["indices_gid"].shape[0] if arrays["indices_gid"].ndim == 1 else -1
-    consistent = (
-        all(a.ndim == 1 for a in arrays.values())
-        and indptr.shape[0] == arrays["owned_gid"].shape[0] + 1
-        and int(indptr[0]) == 0
-        and int(indptr[-1]) == num_edges
-        and arrays["e_id"].shape[0] == num_edges
-        and arrays["indices_local"].shape[0] == num_edges
-        and arrays["halo_part"].shape == arrays["halo_gid"].shape
-        and summary.num_owned == arrays["owned_gid"].shape[0]
-        and summary.num_edges == num_edges
-        and summary.num_halo == arrays["halo_gid"].shape[0]
-    )
-    if not consistent:
-        path = root / shard_file(part, "indptr")
-        raise PartitionStoreError(
-            f"{path.parent}: shard arrays disagree in size with each other or the manifest; {_FIX}",
-            str(path.parent),
-        )
+def _read_all(
+    root: str | os.PathLike[str], *, verify: bool = True
+) -> tuple[HeteroManifest, list[HeteroShard]]:
+    """The manifest and every shard, plus the cross-shard edge-id check per relation."""
+    root = Path(root)
+    manifest = read_hetero_manifest(root)
+    shards = [
+        _read_shard(root, manifest, p, mmap=True, verify=verify) for p in range(manifest.num_parts)
+    ]
+    if verify:
+        check_edge_ids(root, manifest, shards)
+    return manifest, shards
 
 
-def verify(root: str | os.PathLike[str]) -> Manifest:
-    """Check everything: manifest, every file's shape, dtype, sha256 and xxh3, every shard.
+def assemble_hetero(
+    root: str | os.PathLike[str], *, verify: bool = True, with_data: bool = True
+) -> HeteroGraph:
+    """The whole ``HeteroGraph`` back from every shard (arrays, dtypes and edge order exact).
+
+    Without ``with_data`` only the structure (every relation's CSR; no feature, label or mask
+    array is read): what a replicated worker samples from.
+
+    Raises:
+        PartitionStoreError: On any corruption or inconsistency, naming the file.
+    """
+    manifest, shards = _read_all(root, verify=verify)
+    nodes = {}
+    for entry in manifest.node_types:
+        data = {}
+        for name, (dtype, row_shape) in entry.data.items() if with_data else ():
+            out = np.empty((entry.num_nodes, *row_shape), dtype=np.dtype(dtype))
+            for shard in shards:
+                out[shard.nodes[entry.name].owned_lid] = shard.nodes[entry.name].data[name]
+            data[name] = out
+        attrs = {k.removeprefix("attr-"): v for k, v in data.items() if k.startswith("attr-")}
+        fields = {k: v for k, v in data.items() if not k.startswith("attr-")}
+        nodes[entry.name] = NodeSet(num_nodes=entry.num_nodes, attrs=attrs, **fields)
+    relations = {}
+    for rentry in manifest.relations:
+        src, _, dst = rentry.edge_type
+        indptr = np.zeros(manifest.node_type(dst).num_nodes + 1, dtype=np.int64)
+        indices = np.empty(rentry.num_edges, dtype=np.dtype(rentry.indices_dtype))
+        for shard in shards:
+            edges = shard.relations[rentry.edge_type]
+            indptr[shard.nodes[dst].owned_lid + 1] = np.diff(edges.indptr)
+            indices[edges.e_id] = edges.indices_lid
+        np.cumsum(indptr, out=indptr)
+        num_src = manifest.node_type(src).num_nodes
+        relations[rentry.edge_type] = Relation(indptr=indptr, indices=indices, num_src=num_src)
+    hint = manifest.num_classes or None
+    return HeteroGraph(nodes, relations, name=manifest.dataset, num_classes_hint=hint)
+
+
+def verify(root: str | os.PathLike[str]) -> HeteroManifest:
+    """Check everything in a store of either kind: every file, the book, every shard and edge id.
+
+    The manifest; every file's shape, dtype, sha256 and xxh3; the book (and a homogeneous
+    store's ``node_lid.npy``); every shard's semantics; every relation's edge ids.
 
     Reads every byte once (both digests in one pass), so it takes about as long as copying
-    the directory; unlike a load it never trusts a file this process hashed before.
+    the directory; unlike a load it never trusts a file this process hashed or checked before.
 
     Returns:
-        The manifest, when the directory is intact.
+        The manifest (the one schema's record), when the directory is intact.
 
     Raises:
         PartitionStoreError: The first problem found, naming the file and the fix.
     """
     root = Path(root)
-    manifest = read_manifest(root)
+    manifest = read_hetero_manifest(root)
     for rel, entry in sorted(manifest.files.items()):
         load_array(root, manifest, rel, verify=False)
         sha, fast = file_digests(root / rel, xxh3=entry.xxh3 is not None)
@@ -327,15 +462,14 @@ def verify(root: str | os.PathLike[str]) -> Manifest:
                 f"{root / rel}: sha256 mismatch; the file changed after it was written. {_FIX}",
                 str(root / rel),
             )
-    part_N = load_book(root, verify=False).part_N
+    part_N = load_array(root, manifest, NODE_TO_PART, verify=False)
     check_book(root, manifest, part_N)
+    if NODE_LID in manifest.files:
+        check_lids(root, manifest, part_N, load_array(root, manifest, NODE_LID, verify=False))
     shards = []
     for part in range(manifest.num_parts):  # semantics afresh: never the per-process cache
-        shard = load_shard(root, part, verify=False)
-        arrays = {k: getattr(shard, k) for k in SHARD_ARRAYS}
-        data = {k: getattr(shard, k) for k in SHARD_DATA if getattr(shard, k) is not None}
-        check_shard(root, manifest, part, arrays, part_N)
-        check_data(root, manifest, part, data, shard.num_owned)
+        shard = _read_shard(root, manifest, part, mmap=True, verify=False)
+        check_shard(root, manifest, shard, part_N)
         shards.append(shard)
     check_edge_ids(root, manifest, shards)
     return manifest

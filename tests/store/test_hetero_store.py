@@ -16,8 +16,8 @@ from gnnsys.store import (
     assemble_hetero,
     is_hetero_store,
     load_shard,
-    read_hetero_shard,
-    verify_hetero,
+    read_shard,
+    verify,
     write_hetero_partitions,
 )
 from gnnsys.store.integrity import clear_caches
@@ -56,7 +56,7 @@ def assert_same_graph(a: HeteroGraph, b: HeteroGraph) -> None:
 def test_round_trip_is_exact(tmp_path: Path, mag: HeteroGraph, method: str) -> None:
     root = tmp_path / method
     write_hetero_partitions(mag, partition_hetero(mag, method, 4), root, num_hops=1)
-    assert verify_hetero(root).num_nodes == mag.num_nodes()
+    assert verify(root).num_nodes == mag.num_nodes()
     assert_same_graph(mag, assemble_hetero(root))
 
 
@@ -64,7 +64,7 @@ def test_shard_contents(store: Path, mag: HeteroGraph) -> None:
     part_N = partition_hetero(mag, "metis", 3).part_N
     offsets = mag.node_offsets()
     for p in range(3):
-        shard = read_hetero_shard(store, p)
+        shard = read_shard(store, p)
         for t, nodes in shard.nodes.items():
             want = np.flatnonzero(part_N[offsets[t] : offsets[t] + mag.num_nodes(t)] == p)
             assert np.array_equal(nodes.owned_lid, want)
@@ -98,15 +98,15 @@ def _flip_byte(path: Path) -> None:
     "rel", ["part-1/nodes/paper/x.npy", "part-0/rels/paper__cites__paper/indices_lid.npy"]
 )
 def test_corruption_is_detected_naming_the_file(store: Path, rel: str) -> None:
-    read_hetero_shard(store, 0)  # warm the per-process checksum cache: it must not hide the flip
-    read_hetero_shard(store, 1)
+    read_shard(store, 0)  # warm the per-process checksum cache: it must not hide the flip
+    read_shard(store, 1)
     _flip_byte(store / rel)
     part = int(rel.split("/")[0].removeprefix("part-"))
     with pytest.raises(PartitionStoreError, match="checksum mismatch") as err:
-        read_hetero_shard(store, part)
+        read_shard(store, part)
     assert rel in str(err.value)
     with pytest.raises(PartitionStoreError, match="mismatch") as err:
-        verify_hetero(store)
+        verify(store)
     assert rel in str(err.value)
 
 
@@ -115,14 +115,14 @@ def test_edited_manifest_is_refused(store: Path) -> None:
     obj["num_hops"] = 5
     (store / "manifest.json").write_text(json.dumps(obj))
     with pytest.raises(PartitionStoreError, match="manifest checksum mismatch"):
-        read_hetero_shard(store, 0)
+        read_shard(store, 0)
 
 
 def test_readers_refuse_the_other_kind(store: Path) -> None:
-    with pytest.raises(PartitionStoreError, match="read_hetero_shard"):
+    with pytest.raises(PartitionStoreError, match="read_shard"):
         load_shard(store, 0)
     with pytest.raises(PartitionStoreError, match="out of range"):
-        read_hetero_shard(store, 3)
+        read_shard(store, 3)
 
 
 @pytest.mark.parametrize(
@@ -143,7 +143,7 @@ def test_other_formats_are_refused_naming_the_fix(
     shutil.copytree(store, copy)
     obj = json.loads((copy / "manifest.json").read_text())
     (copy / "manifest.json").write_text(json.dumps(obj | edit))
-    for read in (lambda: read_hetero_shard(copy, 0), lambda: load_shard(copy, 0)):
+    for read in (lambda: read_shard(copy, 0), lambda: load_shard(copy, 0)):
         with pytest.raises(PartitionStoreError, match=named) as err:
             read()
         assert "gnnsys partition" in str(err.value)
@@ -164,7 +164,7 @@ def test_a_homogeneous_store_reads_as_its_one_type(tmp_path: Path) -> None:
     assert [t.name for t in manifest.node_types] == ["node"]
     assert [r.edge_type for r in manifest.relations] == [("node", "to", "node")]
     for part in range(2):
-        one, typed = load_shard(root, part), read_hetero_shard(root, part)
+        one, typed = load_shard(root, part), read_shard(root, part)
         nodes, edges = typed.nodes["node"], typed.relations[("node", "to", "node")]
         assert np.array_equal(one.owned_gid, nodes.owned_lid)
         assert np.array_equal(one.halo_gid, nodes.halo_lid)
@@ -172,7 +172,7 @@ def test_a_homogeneous_store_reads_as_its_one_type(tmp_path: Path) -> None:
         for a, b in ((one.indptr, edges.indptr), (one.indices_gid, edges.indices_lid)):
             assert np.array_equal(a, b)
         assert np.array_equal(one.indices_local, edges.indices_local)
-    assert verify_hetero(root).kind == "homogeneous"
+    assert verify(root).kind == "homogeneous"
 
 
 def test_writer_errors(tmp_path: Path, mag: HeteroGraph, store: Path) -> None:

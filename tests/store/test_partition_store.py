@@ -84,10 +84,10 @@ def test_manifest_contents(tiny_graph: Graph, store: Path) -> None:
     assert (m.num_nodes, m.num_edges, m.num_parts, m.num_hops) == (1000, tiny_graph.num_edges, P, 2)
     assert m.strategy == "metis" and m.seed == 0 and m.dataset == tiny_graph.name
     assert m.params["balance"] == ["nodes"]
-    assert sum(p.num_owned for p in m.parts) == 1000
-    assert sum(p.num_edges for p in m.parts) == tiny_graph.num_edges
+    assert sum(p.num_owned["node"] for p in m.parts) == 1000
+    assert sum(p.num_edges["node__to__node"] for p in m.parts) == tiny_graph.num_edges
     assert shard_file(0, "x") in m.files and m.files[shard_file(0, "x")].dtype == "<f4"
-    assert read_manifest(store) == m
+    assert m.kind == "homogeneous" and read_manifest(store).typed() == m
 
 
 def test_existing_target_and_overwrite(tiny_graph: Graph, copy: Path) -> None:

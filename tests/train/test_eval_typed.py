@@ -31,7 +31,7 @@ from gnnsys.config import RunConfig
 from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.models import ModelConfig
 from gnnsys.sampler import NeighborSampler
-from gnnsys.store import read_hetero_shard
+from gnnsys.store import read_shard
 from gnnsys.store.info import store_info
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.coordinator import Coordinator
@@ -85,7 +85,7 @@ def _whole_inputs(mag: HeteroGraph, group: LocalWorkerGroup, store: Path) -> dic
             continue
         table = torch.zeros(mag.num_nodes(t), group.workers[0].rank.embeddings.dim)
         for rank, worker in enumerate(group.workers):
-            lid = np.asarray(read_hetero_shard(store, rank).nodes[t].owned_lid, dtype=np.int64)
+            lid = np.asarray(read_shard(store, rank).nodes[t].owned_lid, dtype=np.int64)
             table[torch.from_numpy(lid)] = torch.from_numpy(worker.rank.embeddings.local_rows(t))
         x_dict[t] = table
     return x_dict

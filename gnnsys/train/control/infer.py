@@ -226,13 +226,13 @@ def _per_rank_state(ckpt: Checkpoint, store: Path, parts: int) -> list[dict[str,
     states = ckpt.rng_by_rank
     if not any("owned" in s for s in states):
         return [states[r % len(states)] for r in range(parts)]
-    from gnnsys.store import read_hetero_shard
+    from gnnsys.store import read_shard
     from gnnsys.train.hetero.embedding import reshard
 
     types = list(states[0]["owned"]["shards"])
     owned = []
     for part in range(parts):  # each rank's ids of every featureless type, read once
-        nodes = read_hetero_shard(store, part, verify=False).nodes
+        nodes = read_shard(store, part, verify=False).nodes
         owned.append({t: np.asarray(nodes[t].owned_lid, dtype=np.int64) for t in types})
     same = len(states) == parts and all(
         np.array_equal(ids[t], state["owned"]["shards"][t]["owned_lid"].numpy())

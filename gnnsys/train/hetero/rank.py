@@ -371,11 +371,11 @@ class TypedRank:
         rng_lock: threading.Lock | None,
         peers: Callable[[], PeerClient],
     ) -> None:
-        from gnnsys.store import load_books, read_hetero_shard
+        from gnnsys.store import load_books, read_shard
 
         self.spec, self._peers = spec, peers
         self.layout = TypedLayout.of(spec)
-        self.hshard = read_hetero_shard(spec.store, spec.rank)
+        self.hshard = read_shard(spec.store, spec.rank)
         self.books = {str(t): b for t, b in load_books(spec.store).items()}
         self.ledger = TypedLedger(list(self.hshard.nodes))
         self.eval_ledger = TypedLedger(list(self.hshard.nodes))

@@ -186,7 +186,7 @@ def _tables(
 
     A homogeneous store is the one-type case: its type and relation are keyed ``None``.
     """
-    from gnnsys.store import is_hetero_store, load_books, load_shard, read_hetero_shard
+    from gnnsys.store import load_books, read_shard
     from gnnsys.store.pages import advise_random
 
     def rows(lid_N: np.ndarray, x: np.ndarray | None) -> _TypeRows:
@@ -194,18 +194,22 @@ def _tables(
         return _TypeRows(lid_N, x, None if x is None else ReadAhead(x))  # scattered requests
 
     books = load_books(root) if books is None else books
-    if not is_hetero_store(root):
-        shard = load_shard(root, part)
-        advise_random(shard.indptr, shard.indices_gid, shard.e_id)
-        lid_N = books[None].lid_N
-        source = CSRNeighborSource.from_shard(shard, lid_N, edge_ids=False)
-        return {None: rows(lid_N, shard.x)}, {None: source}
-    typed = read_hetero_shard(root, part)
+    shard = read_shard(root, part)
+    typed = None not in books
+
+    def key(name: str) -> str | None:
+        return name if typed else None
+
     sources: dict[EdgeType | None, CSRNeighborSource] = {}
-    for et, rel in typed.relations.items():
+    for et, rel in shard.relations.items():
         advise_random(rel.indptr, rel.indices_lid, rel.e_id)
-        sources[et] = CSRNeighborSource.from_relation(typed, et, books[et[2]].lid_N, edge_ids=False)
-    types = {t: rows(b.lid_N, typed.nodes[str(t)].data.get("x")) for t, b in books.items()}
+        lid_N = books[key(et[2])].lid_N
+        sources[et if typed else None] = CSRNeighborSource.from_relation(
+            shard, et, lid_N, edge_ids=False
+        )
+    types = {
+        key(t): rows(books[key(t)].lid_N, nodes.data.get("x")) for t, nodes in shard.nodes.items()
+    }
     return types, sources
 
 

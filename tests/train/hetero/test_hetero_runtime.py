@@ -37,7 +37,7 @@ from gnnsys.models import ModelConfig
 from gnnsys.models.sparse_embedding import EmbeddingConfig, LocalEmbeddingGroup, init_rows
 from gnnsys.sampler import NeighborSampler
 from gnnsys.sampler.hetero import HeteroNeighborSampler, csr_sources
-from gnnsys.store import read_hetero_shard
+from gnnsys.store import read_shard
 from gnnsys.store.info import store_info
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.checkpoint import load_checkpoint
@@ -82,7 +82,7 @@ def _whole_sampler(mag: HeteroGraph) -> HeteroNeighborSampler:
 
 
 def _rank_seeds(store: Path, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    papers = read_hetero_shard(store, rank).nodes["paper"]
+    papers = read_shard(store, rank).nodes["paper"]
     pos = np.flatnonzero(np.asarray(papers.data["train_mask"]))
     lid = torch.from_numpy(np.asarray(papers.owned_lid, dtype=np.int64)[pos])
     return lid, torch.from_numpy(np.asarray(papers.data["y"], dtype=np.int64)[pos])
@@ -218,7 +218,7 @@ def test_epoch_is_bit_identical_to_a_single_process_simulation(
         assert torch.equal(ckpt.model_state[k], v), k
     for r in range(parts):
         owned = ckpt.rng_by_rank[r]["owned"]["shards"]
-        nodes = read_hetero_shard(stores[parts], r).nodes
+        nodes = read_shard(stores[parts], r).nodes
         for t in FEATURELESS:
             lid = torch.from_numpy(np.asarray(nodes[t].owned_lid, dtype=np.int64))
             assert torch.equal(owned[t]["weight"], want_tables[t][lid]), (r, t)

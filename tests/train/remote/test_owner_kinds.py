@@ -14,7 +14,7 @@ import torch
 
 from gnnsys.cache.codecs import make_codec
 from gnnsys.datasets.hetero import HeteroGraph
-from gnnsys.store import load_book, load_books, load_shard, read_hetero_shard
+from gnnsys.store import load_book, load_books, load_shard, read_shard
 from gnnsys.store.info import store_info
 from gnnsys.train.remote.server import ShardOwner
 from gnnsys.types import PartitionBook
@@ -30,7 +30,7 @@ def test_books_are_keyed_by_node_type(store4: Path, stores: dict[int, Path]) -> 
     assert np.array_equal(one[None].lid_N, book.lid_N)
     typed = load_books(stores[4])
     for p in range(4):
-        shard = read_hetero_shard(stores[4], p)
+        shard = read_shard(stores[4], p)
         for t, nodes in shard.nodes.items():
             b = typed[t]
             assert isinstance(b, PartitionBook) and b.num_parts == 4
@@ -53,7 +53,7 @@ def test_store_info_of_either_kind(store4: Path, stores: dict[int, Path], mag: H
 def test_typed_owner_answers_per_type_and_relation(stores: dict[int, Path]) -> None:
     root = stores[2]
     books = load_books(root)
-    shard = read_hetero_shard(root, 1)
+    shard = read_shard(root, 1)
     owner = ShardOwner(str(root), 1)
     lid = np.asarray(shard.nodes["paper"].owned_lid)[::3]
     rows = owner.fetch(lid, "paper")
