@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from torch_geometric.data import Data
 
 __all__ = [
+    "ONE_RELATION",
+    "ONE_TYPE",
     "Assignment",
     "Block",
     "CacheLookup",
@@ -35,6 +37,12 @@ __all__ = [
     "PartitionShard",
     "SampledSubgraph",
 ]
+
+ONE_TYPE = "node"
+"""The node type of a homogeneous graph: a homogeneous graph is the one-type case everywhere
+(the store files it under this name; the typed sampler and runtime key it by it)."""
+ONE_RELATION = (ONE_TYPE, "to", ONE_TYPE)
+"""The one relation of a homogeneous graph (``node__to__node`` in a store)."""
 
 _FEATURE_DTYPES = (np.float32, np.float16)
 _NAN_CHECK_ROWS = 1 << 16  # rows per chunk when scanning (possibly memory-mapped) features

@@ -226,7 +226,7 @@ class GraphBench:
         """Assign, measure and score one ``(method, parts)`` row."""
         from gnnsys.partitioners import compute_metrics, make_partitioner
         from gnnsys.sampler import CSRNeighborSource, NeighborSampler
-        from gnnsys.sampler.neighbor import ONE_TYPE
+        from gnnsys.types import ONE_TYPE
 
         fanouts = fanouts_of(args)
         with Measured() as m:

@@ -62,11 +62,10 @@ from gnnsys.sampler.hetero import (
     seeds_of,
 )
 from gnnsys.sampler.hetero import assemble as assemble_hetero
-from gnnsys.sampler.neighbor import ONE_RELATION, ONE_TYPE
 from gnnsys.sampler.relabel import Piece
-from gnnsys.types import SampledSubgraph
+from gnnsys.types import ONE_RELATION, ONE_TYPE, SampledSubgraph
 
-__all__ = ["ExtendedSampler", "ONE_RELATION", "ONE_TYPE"]
+__all__ = ["ExtendedSampler"]
 
 
 class ExtendedSampler:

@@ -19,7 +19,9 @@ Hop ``h``'s destinations of ``r`` are the segment ``h`` of ``n_id[dst]``, so the
 **Randomness.** Each relation draws through ``gnnsys.sampler.draw`` with the relation seed
 ``relation_seed(seed, edge_type)`` (a hash of the batch seed and the edge type's name, not of
 its position), so a draw depends only on ``(seed, edge type, hop, dst id, fanout, replace)`` and
-the destination's in-edge list: a shard owner draws the same edges as the whole graph.
+the destination's in-edge list: a shard owner draws the same edges as the whole graph. A
+homogeneous graph's one relation draws with the batch seed, so this sampler and
+``NeighborSampler`` give it the same batch.
 
 **One engine.** The hops run on ``gnnsys.sampler.neighbor.FanoutEngine``, the loop
 ``NeighborSampler`` runs for a homogeneous graph (its one-type case, keyed by the batch seed):
@@ -47,7 +49,7 @@ from gnnsys.sampler.csr_source import CSRNeighborSource
 from gnnsys.sampler.draw import batch_seed
 from gnnsys.sampler.neighbor import FanoutEngine
 from gnnsys.sampler.relabel import Piece
-from gnnsys.types import Block
+from gnnsys.types import ONE_RELATION, Block
 
 __all__ = [
     "HeteroNeighborSampler",
@@ -65,8 +67,12 @@ def relation_seed(seed: int, edge_type: EdgeType) -> int:
     """The seed of one relation's draws in a batch.
 
     ``batch_seed`` of the batch seed and a CRC-32 of ``"src__rel__dst"`` (stable across
-    processes, unlike ``hash``), so relations sharing a destination draw independently.
+    processes, unlike ``hash``), so relations sharing a destination draw independently. The one
+    relation of a homogeneous graph (``ONE_RELATION``) draws with the batch seed itself, as
+    ``NeighborSampler`` does: its one-type case samples the same batch either way.
     """
+    if tuple(edge_type) == ONE_RELATION:
+        return seed
     return batch_seed(seed, zlib.crc32("__".join(edge_type).encode()), 1)
 
 

@@ -51,15 +51,9 @@ from gnnsys.sampler.base import NeighborSource, prefix_blocks
 from gnnsys.sampler.degree import DegreeSource, with_in_degree
 from gnnsys.sampler.ordered import OrderedMap
 from gnnsys.sampler.relabel import ChunkPool, LocalIds, Piece
-from gnnsys.types import SampledSubgraph
+from gnnsys.types import ONE_RELATION, ONE_TYPE, SampledSubgraph
 
-__all__ = ["ONE_RELATION", "ONE_TYPE", "FanoutEngine", "NeighborSampler", "Sampled"]
-
-ONE_TYPE = "_N"
-"""The node type of a homogeneous graph in the typed samplers (DGL's name)."""
-
-ONE_RELATION: EdgeType = (ONE_TYPE, "_E", ONE_TYPE)
-"""Its one relation."""
+__all__ = ["FanoutEngine", "NeighborSampler", "Sampled"]
 
 # Destinations per chunk below which a hop is not split: a chunk must keep a thread busy for
 # well over the ~50 us a hand-off costs. 256 splits even the seed hop of a 1024-seed batch

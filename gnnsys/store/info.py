@@ -1,6 +1,8 @@
 """What a store says of itself without its graph: :class:`StoreInfo`, for a store of either kind.
 
-A homogeneous store is the one-type case: its node type and relation are ``None``.
+A homogeneous store is the one-type case: its node type and relation are ``None``, filed in the
+store as ``ONE_TYPE`` (``node``) and ``ONE_RELATION`` (``node__to__node``), the names the
+``named_*`` views give them.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from gnnsys.types import ONE_RELATION, ONE_TYPE
 
 __all__ = ["StoreInfo", "part_array", "store_info"]
 
@@ -50,18 +54,18 @@ class StoreInfo:
 
     @property
     def named_types(self) -> list[str]:
-        """A typed store's node types (empty for a homogeneous one)."""
-        return [t for t in self.node_types if t is not None]
+        """The node types by the names the store files them under (``[ONE_TYPE]``: one type)."""
+        return [ONE_TYPE if t is None else t for t in self.node_types]
 
     @property
     def named_relations(self) -> list[tuple[str, str, str]]:
-        """A typed store's relations (empty for a homogeneous one)."""
-        return [r for r in self.edge_types if r is not None]
+        """The relations by their names in the store (``[ONE_RELATION]``: one relation)."""
+        return [ONE_RELATION if r is None else r for r in self.edge_types]
 
     @property
     def named_dims(self) -> dict[str, int]:
-        """A typed store's featured node types -> ``F_t`` (empty for a homogeneous one)."""
-        return {t: f for t, f in self.feature_dims.items() if t is not None}
+        """Featured node types by name -> ``F_t`` (``ONE_TYPE`` for a homogeneous store)."""
+        return {ONE_TYPE if t is None else t: f for t, f in self.feature_dims.items()}
 
 
 def part_array(

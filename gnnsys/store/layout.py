@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gnnsys.errors import PartitionStoreError
+from gnnsys.types import ONE_RELATION, ONE_TYPE
 
 FORMAT = "gnnsys"
 """The manifest's ``"format"``."""
@@ -54,10 +55,6 @@ FORMAT_VERSION = 3
 """The one version this reader accepts (both kinds)."""
 KINDS = ("homogeneous", "typed")
 """The manifest's ``"kind"``: which runtime the store is for."""
-ONE_TYPE = "node"
-"""The node type of a homogeneous store."""
-ONE_RELATION = (ONE_TYPE, "to", ONE_TYPE)
-"""The relation of a homogeneous store."""
 MANIFEST = "manifest.json"
 NODE_TO_PART = "node_to_part.npy"
 NODE_LID = "node_lid.npy"

@@ -30,6 +30,7 @@ from gnnsys.datasets.link_split import LinkSplit, TypedLinkSplit
 from gnnsys.errors import PartitionStoreError
 from gnnsys.store.layout import NODE_TO_PART, shard_file
 from gnnsys.store.reader import load_array, read_manifest
+from gnnsys.types import ONE_RELATION
 
 __all__ = [
     "LINK_DATA",
@@ -120,10 +121,11 @@ def load_links(root: str | os.PathLike[str], part: int, *, verify: bool = True) 
 def load_typed_links(
     root: str | os.PathLike[str], part: int, *, verify: bool = True
 ) -> tuple[tuple[str, str, str], ShardLinks]:
-    """A heterogeneous store's target relation and part ``part``'s links of it.
+    """A store's target relation and part ``part``'s links of it, for a store of either kind.
 
     Ids are type-local: sources of the relation's source type, destinations and negatives of
-    its destination type. Checksummed and checked as :func:`load_links` does.
+    its destination type. A homogeneous store's links are of its one relation
+    (``ONE_RELATION``). Checksummed and checked as :func:`load_links` does.
 
     Raises:
         PartitionStoreError: The store holds no links, or they are corrupt or inconsistent.
@@ -133,6 +135,10 @@ def load_typed_links(
     root = Path(root)
     manifest = read_hetero_manifest(root)
     edge_type = manifest.link_edge_type
+    if manifest.kind == "homogeneous" and all(
+        shard_file(0, k) in manifest.files for k in LINK_DATA
+    ):
+        edge_type = ONE_RELATION
     if edge_type is None:
         raise PartitionStoreError(
             f"{root}: the store holds no links; re-create it with `gnnsys train --task link "

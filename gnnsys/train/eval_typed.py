@@ -21,8 +21,9 @@ has no rows in the next layer, exactly as in the single-process forward.
 
 Exactness: a rank's relation blocks hold every in-edge of its nodes, in the relation's CSR order,
 so the logits equal :func:`full_typed_outputs` (one process, the whole graph) to float rounding
-(tested to 1e-5 at P = 1, 2, 4). Evaluation has its own ledger and never reads or changes the
-halo cache, so training's traffic figures are unchanged by it.
+(tested to 1e-5 at P = 1, 2, 4). Evaluation has its own ledger and reads a type's halo cache
+without changing it (``peek``: a layer-0 halo row the cache holds is not fetched, and counts as
+a cache hit), so training's traffic figures are unchanged by it.
 
 Tables are ``LayerTables`` (``gnnsys.train.eval_memory``): a type's table larger than
 ``EvalConfig.spill_mb`` lives in an unlinked file map (page cache), as the homogeneous
@@ -49,6 +50,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from gnnsys.cache import HaloCache
 from gnnsys.cache.codecs import Codec, make_codec
 from gnnsys.store.hetero_shard import HeteroShard
 from gnnsys.train.eval_blocked import TypedRelationInput, blocked_typed_outputs, typed_blocked
@@ -74,11 +76,14 @@ class TypeInput:
         client: ``OwnerClient.fetch_encoded_many(lid_by_part, codec, node_type)`` of halo rows
             from their owners.
         codec: The codec those rows travel in (the type's run codec).
+        cache: The type's training halo cache, read without side effects (``peek``): a halo
+            row it holds is not fetched (the same decoded row). ``None``: fetch every row.
     """
 
     own: np.ndarray
     client: Any
     codec: Codec
+    cache: HaloCache | None = None
 
 
 class TypedShardEvaluator:
@@ -116,6 +121,7 @@ class TypedShardEvaluator:
         self.spans = _spans(self.blocks, {t: n.num_owned for t, n in shard.nodes.items()}, config)
         self.tables = LayerTables(config.spill_mb)
         self._seconds = 0.0
+        self._hits = 0
 
     def table(self, layer: int, node_type: str) -> int:
         """The number of layer input ``layer`` of ``node_type`` in peer requests."""
@@ -394,11 +400,25 @@ class TypedShardEvaluator:
         )  # fmt: skip
 
     def _fill_remote(self, out_KF: Tensor, layer: int, node_type: str, lid_K: np.ndarray) -> None:
-        """Write the rows of ``lid_K`` that other parts own into ``out_KF`` (request order)."""
+        """Write the rows of ``lid_K`` that other parts own into ``out_KF`` (request order).
+
+        Layer-0 rows the type's halo cache holds are read from it; only the rest are fetched.
+        """
+        at_K = None
+        cache = self.inputs[node_type].cache if layer == 0 and node_type in self.inputs else None
+        if cache is not None and lid_K.shape[0]:
+            got = cache.peek(torch.from_numpy(np.asarray(lid_K, dtype=np.int64)))
+            at_K = got.miss_pos.numpy()
+            hit = np.ones(lid_K.shape[0], dtype=bool)
+            hit[at_K] = False
+            hit_K = torch.from_numpy(hit)
+            out_KF[hit_K] = got.values_NF[hit_K].to(out_KF.device, out_KF.dtype)
+            self._hits += int(hit.sum())
+            lid_K = lid_K[at_K]
         fill_remote(
             out_KF, lid_K, self.book_of(node_type).part_N[lid_K], part=self.shard.part,
             message_mb=self.config.message_mb, ledger=self.ledger.of(node_type),
-            fetch=lambda req: self._fetch(layer, node_type, req),
+            fetch=lambda req: self._fetch(layer, node_type, req), at_K=at_K,
         )  # fmt: skip
 
     def link_report(self, sums: dict[str, np.ndarray], *, with_logits: bool = False) -> RankEval:
@@ -423,7 +443,7 @@ class TypedShardEvaluator:
             scores=scores,
             labels=labels,
             traffic=self.ledger.snapshot(),
-            cache_hits=0,
+            cache_hits=self._hits,
             halo_rows=sum(int(h.shape[0]) for h in self.halo_lid.values()),
             seconds=self._seconds,
             logits=logits,

@@ -9,7 +9,7 @@ import torch
 
 from gnnsys.cli import main
 from gnnsys.store.layout import shard_file
-from gnnsys.types import Graph
+from gnnsys.types import ONE_TYPE, Graph
 
 REQUIRED = {
     "method",
@@ -146,7 +146,7 @@ def test_remote_fetch_simulation_counts_sampled_nodes_owned_elsewhere(tiny_graph
     sampler = NeighborSampler(
         NeighborSampler.Config(fanouts=(4, 3)), source=CSRNeighborSource.from_graph(tiny_graph)
     )
-    got = simulate_remote_fetches(sampler.engine, {"_N": part_N}, {"_N": train}, 3, 50, 7)
+    got = simulate_remote_fetches(sampler.engine, {ONE_TYPE: part_N}, {ONE_TYPE: train}, 3, 50, 7)
     rng, want = np.random.default_rng(7), 0
     for part in range(3):
         seeds = rng.permutation(np.flatnonzero((part_N == part) & train))
@@ -154,4 +154,4 @@ def test_remote_fetch_simulation_counts_sampled_nodes_owned_elsewhere(tiny_graph
             batch = torch.from_numpy(seeds[lo : lo + 50])
             n_id = sampler.sample(batch, seed=batch_seed(7, 0, part * 1_000_003 + b)).n_id
             want += int(np.count_nonzero(part_N[n_id.numpy()] != part))
-    assert got == {"_N": want} and want > 0
+    assert got == {ONE_TYPE: want} and want > 0

@@ -16,9 +16,9 @@ from gnnsys.datasets.hetero import EdgeType, HeteroGraph
 from gnnsys.datasets.mag import synthetic_mag
 from gnnsys.sampler import CSRNeighborSource
 from gnnsys.sampler.candidates import time_sorted
-from gnnsys.sampler.extended import ONE_RELATION, ExtendedSampler
+from gnnsys.sampler.extended import ExtendedSampler
 from gnnsys.sampler.hetero import HeteroSampledSubgraph, csr_sources, relation_seed
-from gnnsys.types import SampledSubgraph
+from gnnsys.types import ONE_RELATION, SampledSubgraph
 
 
 def _source(src: list[int], dst: list[int], num_nodes: int) -> CSRNeighborSource:

@@ -372,13 +372,13 @@ class TypedRank:
         peers: Callable[[], PeerClient],
     ) -> None:
         from gnnsys.store import load_books, read_shard
+        from gnnsys.types import ONE_TYPE
 
         self.spec, self._peers = spec, peers
         self.layout = TypedLayout.of(spec)
         self.hshard = read_shard(spec.store, spec.rank)
-        self.books = {str(t): b for t, b in load_books(spec.store).items()}
+        self.books = {ONE_TYPE if t is None else t: b for t, b in load_books(spec.store).items()}
         self.ledger = TypedLedger(list(self.hshard.nodes))
-        self.eval_ledger = TypedLedger(list(self.hshard.nodes))
         self.client = owner_client(spec, owners, client, self.books)
         self.device = rank_device(spec.device.kind, spec.rank)
         self.embeddings = self._embeddings()
@@ -488,7 +488,7 @@ class TypedRank:
                 input_type=self.layout.hetero.input_type,
                 inputs=self._eval_inputs(),
                 peers=self._peers(),
-                ledger=self.eval_ledger,
+                ledger=TypedLedger(list(self.hshard.nodes)),  # each evaluation its own
             )
         self._typed_eval.run_layer(layer)
 
@@ -503,7 +503,9 @@ class TypedRank:
         out = {}
         for t, nodes in self.hshard.nodes.items():
             if t in self.layout.featured:
-                out[t] = TypeInput(nodes.data["x"], self.client, codecs[t])
+                cache = self.features.features[t].cache  # capacity 0 without one: none to peek
+                peek = cache if cache.capacity_rows else None
+                out[t] = TypeInput(nodes.data["x"], self.client, codecs[t], peek)
             elif self.embeddings is not None:
                 client = embedding_client(self._peers, self._step_count)
                 out[t] = TypeInput(self.embeddings.local_rows(t), client, codecs[t])

@@ -184,10 +184,12 @@ def _tables(
 ) -> tuple[dict[str | None, _TypeRows], dict[EdgeType | None, CSRNeighborSource]]:
     """Part ``part``'s rows per node type and in-edges per relation, of a store of either kind.
 
-    A homogeneous store is the one-type case: its type and relation are keyed ``None``.
+    Keyed by the names the store files them under; a homogeneous store's one type and relation
+    (``ONE_TYPE``, ``ONE_RELATION``) are also keyed ``None``.
     """
     from gnnsys.store import load_books, read_shard
     from gnnsys.store.pages import advise_random
+    from gnnsys.types import ONE_RELATION, ONE_TYPE
 
     def rows(lid_N: np.ndarray, x: np.ndarray | None) -> _TypeRows:
         advise_random(x)  # requested rows
@@ -195,21 +197,20 @@ def _tables(
 
     books = load_books(root) if books is None else books
     shard = read_shard(root, part)
-    typed = None not in books
+    one = None in books  # a homogeneous store: one book, keyed None
 
-    def key(name: str) -> str | None:
-        return name if typed else None
+    def book(node_type: str) -> PartitionBook:
+        return books[None if one else node_type]
 
     sources: dict[EdgeType | None, CSRNeighborSource] = {}
     for et, rel in shard.relations.items():
         advise_random(rel.indptr, rel.indices_lid, rel.e_id)
-        lid_N = books[key(et[2])].lid_N
-        sources[et if typed else None] = CSRNeighborSource.from_relation(
-            shard, et, lid_N, edge_ids=False
-        )
-    types = {
-        key(t): rows(books[key(t)].lid_N, nodes.data.get("x")) for t, nodes in shard.nodes.items()
+        sources[et] = CSRNeighborSource.from_relation(shard, et, book(et[2]).lid_N, edge_ids=False)
+    types: dict[str | None, _TypeRows] = {
+        t: rows(book(t).lid_N, nodes.data.get("x")) for t, nodes in shard.nodes.items()
     }
+    if one:  # the one type and relation answer to None too (the homogeneous protocol)
+        types[None], sources[None] = types[ONE_TYPE], sources[ONE_RELATION]
     return types, sources
 
 

@@ -42,7 +42,7 @@ def test_books_are_keyed_by_node_type(store4: Path, stores: dict[int, Path]) -> 
 def test_store_info_of_either_kind(store4: Path, stores: dict[int, Path], mag: HeteroGraph) -> None:
     one = store_info(store4)
     assert (one.node_types, one.edge_types, one.typed) == ((None,), (None,), False)
-    assert one.named_types == [] and one.num_features == load_shard(store4, 0).x.shape[1]
+    assert one.named_types == ["node"] and one.num_features == load_shard(store4, 0).x.shape[1]
     typed = store_info(stores[2])
     assert typed.typed and typed.named_types == list(mag.nodes)
     assert typed.named_relations == list(mag.relations)
@@ -73,8 +73,11 @@ def test_typed_owner_answers_per_type_and_relation(stores: dict[int, Path]) -> N
 def test_owner_refuses_keys_of_the_other_kind(store4: Path, stores: dict[int, Path]) -> None:
     one = ShardOwner(str(store4), 0)
     gid = np.asarray(load_shard(store4, 0).owned_gid)[:2]
-    with pytest.raises(ValueError, match=r"node type 'paper' is not in the store.*\[None\]"):
+    with pytest.raises(
+        ValueError, match=r"node type 'paper' is not in the store.*\['node', None\]"
+    ):
         one.fetch(gid, "paper")
+    assert np.array_equal(one.fetch(gid, "node"), one.fetch(gid))  # its one type, by name too
     with pytest.raises(ValueError, match="relation .*cites.* is not in the store"):
         one.sample(gid, 2, 0, 0, False, CITES)
     typed = ShardOwner(str(stores[2]), 0)

@@ -1,0 +1,116 @@
+"""The typed runtime on a homogeneous store: its one-type case trains exactly as the node runtime.
+
+A homogeneous store is one node type ``node`` and one relation ``node__to__node``. Run through
+``TypedRank`` (``spec.hetero`` set, seed type ``node``), a SAGE run gives **bit-identical**
+weights and identical losses, metrics, traffic and cache counters to the same run through
+``NodeRank``: the one-relation ``HeteroSAGE`` starts from the same weights as ``SAGE``, the typed
+sampler draws the one relation with the batch seed itself (as ``NeighborSampler`` does), and the
+typed owners, caches, codecs, layer-0 paths and link trainer are the same code per type. This
+is what lets the node runtime go (issue 23); the figures that still differ are listed in
+``_KNOWN``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from gnnsys.cache import CacheConfig, CodecConfig
+from gnnsys.config import RunConfig
+from gnnsys.datasets.link_split import LinkSplitConfig, edge_split
+from gnnsys.datasets.synthetic import sbm
+from gnnsys.partitioners import partition
+from gnnsys.store import write_partitions
+from gnnsys.store.source import DataConfig
+from gnnsys.train.control.checkpoint import load_checkpoint
+from gnnsys.train.control.run import train_local
+from gnnsys.train.hetero.config import HeteroConfig
+from gnnsys.train.layer0.base import FirstLayerConfig, Placement
+from gnnsys.train.link.config import LinkConfig
+from tests.train.run_configs import sbm_run
+
+_TIMING = ("seconds", "peak_rss_bytes", "threads", "bytes_by_type")
+"""History fields that are timings or that only the typed runtime reports."""
+_KNOWN = ()
+"""History fields that still differ (none). Within ``cache``, ``capacity_bytes`` does: the node
+cache reports its budget, a typed cache the whole rows of its type's share (less than a row
+apart)."""
+
+
+def _base(parts: int) -> RunConfig:
+    return sbm_run(
+        num_nodes=400, num_features=16, parts=parts, fanouts=(5, 5), hidden=16, batch_size=64,
+        epochs=2,
+    )  # fmt: skip
+
+
+def _cases() -> dict[str, RunConfig]:
+    base = _base(2)
+    return {
+        "p1": _base(1),
+        "p2": base,
+        "p4": _base(4),
+        "replicated": replace(base, cluster=replace(base.cluster, topology="replicated")),
+        "int8-degree-cache": replace(
+            base, codec=CodecConfig(name="int8"), cache=CacheConfig(policy="degree", ratio=0.5)
+        ),
+        "fp16-adaptive-cache": replace(
+            base, codec=CodecConfig(name="fp16"), cache=CacheConfig(policy="adaptive", ratio=0.3)
+        ),
+        "owner-sums": replace(base, layer0=FirstLayerConfig(placement=Placement.OWNER)),
+    }
+
+
+def _typed(cfg: RunConfig, store: Path) -> RunConfig:
+    return replace(
+        cfg, hetero=HeteroConfig(input_type="node"), data=replace(cfg.data, store=str(store))
+    )
+
+
+def _history(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    skip = (*_TIMING, *_KNOWN)
+    out = [{k: v for k, v in line.items() if k not in skip} for line in lines]
+    for line in out:
+        if "cache" in line:
+            line["cache"] = {k: v for k, v in line["cache"].items() if k != "capacity_bytes"}
+    return out
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("case", sorted(_cases()))
+def test_typed_runtime_on_one_type_equals_node_runtime(case: str, tmp_path: Path) -> None:
+    cfg = _cases()[case]
+    node = train_local(cfg, tmp_path / "node")
+    typed = train_local(_typed(cfg, tmp_path / "node" / "store"), tmp_path / "typed")
+    assert _history(typed.history) == _history(node.history)
+    _assert_same_weights(tmp_path / "node", tmp_path / "typed")
+
+
+def _assert_same_weights(node: Path, typed: Path) -> None:
+    """The two runs' final weights are equal bit for bit, tensor by tensor in model order."""
+    a, b = load_checkpoint(node), load_checkpoint(typed)
+    assert a is not None and b is not None
+    assert [tuple(v.shape) for v in a.model_state.values()] == [
+        tuple(v.shape) for v in b.model_state.values()
+    ]
+    for x, y in zip(a.model_state.values(), b.model_state.values(), strict=True):
+        assert torch.equal(x, y)
+
+
+@pytest.mark.timeout(240)
+def test_typed_link_runtime_on_one_type_equals_node_runtime(tmp_path: Path) -> None:
+    graph = sbm(num_nodes=500, num_classes=4, avg_degree=8, num_features=10, seed=2)
+    split = edge_split(graph, LinkSplitConfig(val=0.1, test=0.1, num_neg=60, seed=1))
+    store = tmp_path / "store"
+    assignment = partition(split.graph, "metis", 2, seed=0)
+    write_partitions(split.graph, assignment, store, num_hops=2, links=split)
+    base = _base(2)
+    cfg = replace(base, data=DataConfig(store=str(store)), link=LinkConfig())
+    node = train_local(cfg, tmp_path / "node")
+    typed = train_local(_typed(cfg, store), tmp_path / "typed")
+    assert _history(typed.history) == _history(node.history)
+    _assert_same_weights(tmp_path / "node", tmp_path / "typed")
