@@ -185,18 +185,22 @@ class HeteroNeighborSampler:
             relation_key=relation_seed,
         )
 
-    def sample(self, seed_lid: Tensor, *, input_type: str, seed: int) -> HeteroSampledSubgraph:
+    def sample(
+        self, seed_lid: Tensor, *, input_type: str, seed: int, with_edge_index: bool = True
+    ) -> HeteroSampledSubgraph:
         """Sample the ``L``-hop typed in-neighborhood of ``seed_lid`` (of ``input_type``).
 
         Args:
             seed_lid: ``[B]`` distinct type-local ids of ``input_type`` nodes.
             input_type: The seeds' node type.
             seed: Batch seed (e.g. ``batch_seed(run_seed, epoch, batch_index)``).
+            with_edge_index: Also build ``edge_index`` (an ``O(E)`` pass per relation, for PyG's
+                ``HeteroData``); the blocks hold the same edges, so training skips it.
 
         Raises:
             ValueError: Unknown type, empty or repeated seeds, or a source error.
         """
-        return self.sample_types({input_type: seed_lid}, seed=seed)
+        return self.sample_types({input_type: seed_lid}, seed=seed, with_edge_index=with_edge_index)
 
     def sample_types(
         self,
@@ -204,6 +208,7 @@ class HeteroNeighborSampler:
         *,
         seed: int,
         seed_time: Mapping[str, Tensor] | None = None,
+        with_edge_index: bool = True,
     ) -> HeteroSampledSubgraph:
         """``sample`` from seeds of one or more types (PyG's seed dict).
 
@@ -228,6 +233,7 @@ class HeteroNeighborSampler:
             out.n_id,
             next(iter(seeds)),
             self.config.num_hops,
+            with_edge_index=with_edge_index,
         )
 
 

@@ -324,7 +324,8 @@ def build_sources(
     input_type = layout.hetero.input_type
 
     def draw(seeds: torch.Tensor, batch_seed: int) -> dict[str, torch.Tensor]:
-        return dict(sampler.sample(seeds, input_type=input_type, seed=batch_seed).n_id)
+        sub = sampler.sample(seeds, input_type=input_type, seed=batch_seed, with_edge_index=False)
+        return dict(sub.n_id)
 
     seeds = _dry_run_seeds(spec, shard, layout)
     caches = typed_cache(spec, layout, shard, codecs, draw, seeds, device=on or "cpu")

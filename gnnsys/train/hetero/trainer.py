@@ -85,7 +85,9 @@ class BoundSampler:
 
     def sample(self, seed_lid: Tensor, *, seed: int) -> HeteroSampledSubgraph:
         """``HeteroNeighborSampler.sample`` of ``seed_lid`` of the bound type."""
-        return self.sampler.sample(seed_lid, input_type=self.input_type, seed=seed)
+        return self.sampler.sample(
+            seed_lid, input_type=self.input_type, seed=seed, with_edge_index=False
+        )  # the runtime reads the blocks only
 
 
 class TypedInputs:
@@ -470,7 +472,7 @@ class HeteroLinkTrainer(HeteroTrainer):
         """The batch's pairs, and the typed subgraph of their endpoints."""
         batch = self.batch(pos_B, batch_seed)
         sampler = cast(BoundSampler, self.sampler).sampler
-        return batch, sampler.sample_types(batch.seeds, seed=batch_seed)
+        return batch, sampler.sample_types(batch.seeds, seed=batch_seed, with_edge_index=False)
 
     def _inputs(self, sub: Any) -> StepInputs:
         """``HeteroTrainer._inputs``, with the forward pass returning every type's outputs."""
