@@ -15,6 +15,10 @@ output has one entry per destination type: ``[M_t, H]`` for its first ``M_t`` no
   destination without in-edges of a relation gets that relation's bias), with PyG's parameter
   names (``convs.<src___rel___dst>.lin_src.weight``, ``lin_dst``, ``att_src``, ``att_dst``,
   ``bias``).
+* ``HeteroGCNLayer`` equals PyG's ``to_hetero`` of a GCN (``GCNConv(-1, H)`` per relation,
+  summed), for graphs whose every relation leads from a type to itself: PyG's ``GCNConv``
+  takes no bipartite input. Each relation normalises by its own whole-graph in-degrees
+  (``Block.src_in_degree``); a homogeneous graph's one relation gives ``GCNLayer``.
 * ``RGCNLayer`` equals PyG's ``RGCNConv(F, H, num_relations, aggr="mean")`` on the
   homogeneous graph (``HeteroData.to_homogeneous()``, relation index = position in
   ``edge_types``): ``out_i = x_i root + sum_r (mean_{j in N_r(i)} x_j) W_r + bias``; every type
@@ -38,6 +42,7 @@ from torch.nn import functional
 
 from gnnsys.kernels import aggregate
 from gnnsys.kernels.csr import dst_of_edges
+from gnnsys.models.layers import GCNLayer
 from gnnsys.types import Block
 
 __all__ = [
@@ -45,6 +50,8 @@ __all__ = [
     "EdgeType",
     "HeteroGAT",
     "HeteroGATLayer",
+    "HeteroGCN",
+    "HeteroGCNLayer",
     "HeteroSAGE",
     "HeteroSAGELayer",
     "RGCNLayer",
@@ -237,6 +244,67 @@ class HeteroGATLayer(nn.Module):
         return _sum_relations(self.convs, self.edge_types, x_dict, blocks)
 
 
+class _RelationGCN(GCNLayer):
+    """One relation's ``GCNConv(F, H)`` (PyG's names: ``lin.weight``, ``bias``).
+
+    Source and destination are one node type, whose whole-graph in-degrees in the relation it
+    normalises by (``Block.src_in_degree``, else degrees counted in the block, as ``GCNLayer``).
+    """
+
+    def forward(  # type: ignore[override]
+        self, x_src: Tensor, x_dst: Tensor, block: Block
+    ) -> Tensor:
+        """``[N, F], [M, F] -> [M, H]`` (``x_dst`` is ``x_src[:M]``: one node type)."""
+        return self.combine(self.aggregate(x_src, block), x_dst, block)
+
+
+class HeteroGCNLayer(nn.Module):
+    """One ``GCNConv`` per relation, summed per destination type (PyG's ``to_hetero`` of a GCN).
+
+    PyG's ``GCNConv`` takes no bipartite input (pyg-team/pytorch_geometric#7637): every
+    relation must lead from a node type to itself. A homogeneous graph's one relation does, and
+    there this layer equals ``GCNLayer`` (same parameters, same order).
+
+    Args:
+        in_dims: Node type -> input width ``F_t``.
+        out_dim: ``H``.
+        edge_types: The relations, each ``(t, rel, t)``.
+
+    Raises:
+        ValueError: A relation between two node types.
+    """
+
+    uses_in_degree = True
+    """Its blocks must carry each relation's whole-graph in-degrees (``Block.src_in_degree``)."""
+
+    def __init__(self, in_dims: dict[str, int], out_dim: int, edge_types: list[EdgeType]) -> None:
+        super().__init__()
+        check_gcn_relations(edge_types)
+        self.edge_types: list[EdgeType] = [(et[0], et[1], et[2]) for et in edge_types]
+        self.convs = nn.ModuleDict(
+            {_key(et): _RelationGCN(in_dims[et[0]], out_dim) for et in self.edge_types}
+        )
+
+    def forward(self, x_dict: dict[str, Tensor], blocks: TypedBlocks) -> dict[str, Tensor]:
+        """``{t: [N_t, F_t]} -> {t: [M_t, H]}`` for every destination type."""
+        return _sum_relations(self.convs, self.edge_types, x_dict, blocks)
+
+
+def check_gcn_relations(edge_types: list[EdgeType]) -> None:
+    """Raise unless every relation leads from a node type to itself (GCN's one condition).
+
+    Raises:
+        ValueError: Naming the first relation between two types and the models that take it.
+    """
+    for src, rel, dst in edge_types:
+        if src != dst:
+            raise ValueError(
+                f"model gcn needs every relation to lead from a node type to itself, but "
+                f"{src}__{rel}__{dst} joins two types: PyG's GCNConv takes no bipartite input "
+                "(pyg-team/pytorch_geometric#7637); choose --model sage, gat or rgcn"
+            )
+
+
 class RGCNLayer(nn.Module):
     """R-GCN layer, equal to PyG's ``RGCNConv(in_dim, out_dim, R, aggr="mean")`` (no bases).
 
@@ -398,6 +466,46 @@ class RGCN(_TypedStack):
         widths = [hidden_dim] * (num_layers - 1) + [out_dim]
         self.layers.extend(
             RGCNLayer(d_in, width, edge_types) for d_in, width in zip(dims, widths, strict=True)
+        )
+
+
+class HeteroGCN(_TypedStack):
+    """``HeteroGCNLayer`` stack with ReLU and dropout between layers (input layer first).
+
+    Every relation leads from a node type to itself (:func:`check_gcn_relations`); on a
+    homogeneous graph it equals ``gnnsys.models.GCN`` from the same seed.
+
+    Args:
+        in_dims: Node type -> input width.
+        hidden_dim: ``H``.
+        out_dim: Output width (classes) of the last layer.
+        edge_types: The relations.
+        num_layers: Layers (= typed block layers per batch).
+        dropout: Dropout after each hidden layer.
+
+    Raises:
+        ValueError: ``num_layers < 1``, dropout outside ``[0, 1)``, or a relation between two
+            node types.
+    """
+
+    uses_in_degree = True
+    """Blocks carry each relation's whole-graph in-degrees (``Block.src_in_degree``)."""
+
+    def __init__(
+        self,
+        in_dims: dict[str, int],
+        hidden_dim: int,
+        out_dim: int,
+        edge_types: list[EdgeType],
+        num_layers: int = 2,
+        dropout: float = 0.5,
+    ) -> None:
+        super().__init__(num_layers, dropout)
+        dims = [in_dims] + [dict.fromkeys(in_dims, hidden_dim)] * (num_layers - 1)
+        widths = [hidden_dim] * (num_layers - 1) + [out_dim]
+        self.layers.extend(
+            HeteroGCNLayer(d_in, width, edge_types)
+            for d_in, width in zip(dims, widths, strict=True)
         )
 
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -46,6 +46,7 @@ from torch import Tensor
 from gnnsys.datasets.hetero import EdgeType, HeteroGraph
 from gnnsys.sampler.base import NeighborSource, prefix_blocks
 from gnnsys.sampler.csr_source import CSRNeighborSource
+from gnnsys.sampler.degree import DegreeSource
 from gnnsys.sampler.draw import batch_seed
 from gnnsys.sampler.neighbor import FanoutEngine
 from gnnsys.sampler.relabel import Piece
@@ -121,6 +122,9 @@ class HeteroNeighborSampler:
             graph in memory); ids passed and returned are type-local.
         node_types: Every node type, in output order (types no relation reaches are kept,
             empty, as PyG keeps them).
+        degrees: Relation -> whole-graph in-degrees of its nodes (``DegreeSource``), for a
+            model that normalises by them (GCN): that relation's blocks carry
+            ``src_in_degree`` (:func:`with_typed_in_degree`), as ``NeighborSampler``'s do.
 
     Raises:
         ValueError: A relation of ``config.fanouts`` without a source or naming an unknown type.
@@ -167,8 +171,10 @@ class HeteroNeighborSampler:
         *,
         sources: Mapping[EdgeType, NeighborSource],
         node_types: Sequence[str],
+        degrees: Mapping[EdgeType, DegreeSource] | None = None,
     ) -> None:
         self.config = config
+        self.degrees = dict(degrees or {})
         self.node_types = list(node_types)
         missing = [et for et in config.fanouts if et not in sources]
         unknown = [et for et in config.fanouts if not {et[0], et[2]} <= set(self.node_types)]
@@ -224,7 +230,7 @@ class HeteroNeighborSampler:
             )
         seeds = checked_seeds(seed_lids, lambda t, lid: seeds_of(t, lid, self.node_types))
         out = self.engine.run(seeds, seed)
-        return typed_output(
+        sub = typed_output(
             out.num_nodes,
             out.num_edges,
             out.rowptr,
@@ -235,6 +241,7 @@ class HeteroNeighborSampler:
             self.config.num_hops,
             with_edge_index=with_edge_index,
         )
+        return with_typed_in_degree(sub, self.degrees) if self.degrees else sub
 
 
 def assemble(
@@ -330,6 +337,27 @@ def typed_output(
         e_id=e_id,
         batch=batch,
     )
+
+
+def with_typed_in_degree(
+    sub: HeteroSampledSubgraph, degrees: Mapping[EdgeType, DegreeSource]
+) -> HeteroSampledSubgraph:
+    """``sub`` with the blocks of every relation in ``degrees`` carrying ``src_in_degree``.
+
+    A relation's degrees are its sources' whole-graph in-degrees in that relation (GCN's
+    normalisation; its sources and destinations are one type, so the destinations' degrees are
+    the prefix). Block sources are prefixes of ``n_id``, so each block takes a zero-copy slice.
+    """
+    blocks = []
+    degree = {et: d.in_degree(sub.n_id[et[0]]).long() for et, d in degrees.items()}
+    for layer in sub.blocks:
+        blocks.append(
+            {
+                et: replace(b, src_in_degree=degree[et][: b.num_src]) if et in degree else b
+                for et, b in layer.items()
+            }
+        )
+    return replace(sub, blocks=tuple(blocks))
 
 
 def checked_seeds(

@@ -19,20 +19,21 @@ rank asks each peer once per layer and type for the rows of its halo owned there
 :meth:`TypedShardEvaluator.table`). A type that a layer gives no output (no relation into it)
 has no rows in the next layer, exactly as in the single-process forward.
 
-Exactness: a rank's relation blocks hold every in-edge of its nodes, in the relation's CSR order,
-so the logits equal :func:`full_typed_outputs` (one process, the whole graph) to float rounding
-(tested to 1e-5 at P = 1, 2, 4). Evaluation has its own ledger and reads a type's halo cache
-without changing it (``peek``: a layer-0 halo row the cache holds is not fetched, and counts as
-a cache hit), so training's traffic figures are unchanged by it.
+Exactness: a rank's relation blocks hold every in-edge of its nodes, in the relation's CSR order
+(and, for GCN, each relation's whole-graph in-degrees: owned ones from the shard, halo ones from
+their owners, once per run), so the logits equal one process's forward over the whole graph to
+float rounding (tested to 1e-5 at P = 1, 2, 4). Evaluation has its own ledger and reads a type's
+halo cache without changing it (``peek``: a layer-0 halo row the cache holds is not fetched, and
+counts as a cache hit), so training's traffic figures are unchanged by it.
 
 Tables are ``LayerTables`` (``gnnsys.train.eval_memory``): a type's table larger than
 ``EvalConfig.spill_mb`` lives in an unlinked file map (page cache), as the homogeneous
 evaluator's do; rows of any ids are read through ``gnnsys.train.eval_rows``, the path both
 evaluators share. ``EvalConfig.halo_mb`` bounds the halo rows held at once: each destination
 type's rows run in pieces whose distinct halo rows fit it, each fetching only those
-(``_runs``, ``_with_run_halo``). Not built here (the homogeneous evaluator has them):
-source-blocked layers, owner partial sums. A rank holds its relation blocks, one run's (or one
-layer's) halo rows and two layers of its own nodes' outputs.
+(``_runs``, ``_with_run_halo``); ``EvalConfig.block_mb`` runs SAGE layers source-blocked
+(``gnnsys.train.eval_blocked``). A rank holds its relation blocks, one run's (or one layer's)
+halo rows and two layers of its own nodes' outputs.
 
 Shape legend: ``M_t`` owned nodes of type ``t``, ``H_t`` 1-hop halo nodes of type ``t``, ``N_t``
 nodes of type ``t`` in the graph, ``F`` a layer's input width, ``C`` classes.
@@ -43,7 +44,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -58,11 +59,12 @@ from gnnsys.train.eval_memory import LayerTables, eval_tick, release_free_memory
 from gnnsys.train.eval_rows import Book, fill_remote, rows_of
 from gnnsys.train.evaluate import EvalConfig, RankEval
 from gnnsys.train.metrics import split_counts
+from gnnsys.train.remote.degrees import fetch_degrees
 from gnnsys.train.remote.ledger import TypedLedger
 from gnnsys.train.remote.peers import PeerClient
 from gnnsys.types import Block
 
-__all__ = ["TypeInput", "TypedShardEvaluator", "full_typed_outputs"]
+__all__ = ["TypeInput", "TypedShardEvaluator"]
 
 EdgeType = tuple[str, str, str]
 
@@ -98,6 +100,11 @@ class TypedShardEvaluator:
         inputs: Node type -> its layer-0 rows.
         peers: Client of the peer ranks (rows of layers >= 1).
         ledger: Evaluation's own ledger.
+        owners: Client of the shard owners: the halo's in-degrees of each relation a GCN layer
+            normalises by; unused by other models.
+        degrees: Relation -> those in-degrees, ``[owned ; 1-hop halo]``, kept by the caller
+            between evaluations: fetched (and counted in ``ledger``) by the first evaluation
+            only, as the node evaluator does.
     """
 
     def __init__(
@@ -111,6 +118,8 @@ class TypedShardEvaluator:
         inputs: dict[str, TypeInput],
         peers: PeerClient,
         ledger: TypedLedger,
+        owners: Any = None,
+        degrees: dict[EdgeType, Tensor] | None = None,
     ) -> None:
         self.config, self.shard, self.books = config, shard, books
         self.layers, self.input_type = layers, input_type
@@ -118,10 +127,28 @@ class TypedShardEvaluator:
         self.codec = make_codec(config.codec)
         self.types = list(shard.nodes)
         self.halo_lid, self.blocks = _one_hop(shard)
+        if any(getattr(layer, "uses_in_degree", False) for layer in layers):
+            known = {} if degrees is None else degrees
+            for et, block in self.blocks.items():
+                if et not in known:
+                    known[et] = self._degrees(et, owners)
+                self.blocks[et] = replace(block, src_in_degree=known[et])
         self.spans = _spans(self.blocks, {t: n.num_owned for t, n in shard.nodes.items()}, config)
         self.tables = LayerTables(config.spill_mb)
         self._seconds = 0.0
         self._hits = 0
+
+    def _degrees(self, edge_type: EdgeType, owners: Any) -> Tensor:
+        """The relation's whole-graph in-degrees of its sources, ``[owned ; 1-hop halo]``.
+
+        GCN's normalisation: owned from the shard, halo from their owners (one call per owner,
+        in the ledger).
+        """
+        src, lid_H = edge_type[0], self.halo_lid[edge_type[0]]
+        owned = np.diff(np.asarray(self.shard.relations[edge_type].indptr, dtype=np.int64))
+        part_N, ledger = self.book_of(src).part_N, self.ledger.of(src)
+        halo = fetch_degrees(self.shard.part, part_N, lid_H, owners, ledger, edge_type)
+        return torch.from_numpy(np.concatenate([owned, halo]))
 
     def table(self, layer: int, node_type: str) -> int:
         """The number of layer input ``layer`` of ``node_type`` in peer requests."""
@@ -309,9 +336,12 @@ class TypedShardEvaluator:
             col = block.col.clone()
             halo = col >= base
             col[halo] = base + torch.searchsorted(needed[et[0]] + base, col[halo])
+            degree = block.src_in_degree  # GCN's: follows the rows
+            if degree is not None:
+                degree = torch.cat([degree[:base], degree[base + needed[et[0]]]])
             out[et] = Block(
                 num_src=int(x_out[et[0]].shape[0]), num_dst=block.num_dst,
-                rowptr=block.rowptr, col=col, e_id=block.e_id,
+                rowptr=block.rowptr, col=col, e_id=block.e_id, src_in_degree=degree,
             )  # fmt: skip
         return x_out, out
 
@@ -343,12 +373,16 @@ class TypedShardEvaluator:
                 continue
             lo, hi = int(block.rowptr[first]), int(block.rowptr[stop])
             shift = m if et[0] == node_type else 0
+            degree = block.src_in_degree  # GCN's: the sources' rows, shifted as they are
+            if degree is not None and shift:
+                degree = torch.cat([degree[first:stop], degree])
             blocks[et] = Block(
                 num_src=block.num_src + shift,
                 num_dst=m,
                 rowptr=block.rowptr[first : stop + 1] - lo,
                 col=block.col[lo:hi] + shift,
                 e_id=block.e_id[lo:hi],
+                src_in_degree=degree,
             )
         return x_span, blocks
 
@@ -554,33 +588,3 @@ def _one_hop(shard: HeteroShard) -> tuple[dict[str, np.ndarray], dict[EdgeType, 
             e_id=torch.from_numpy(np.asarray(rel.e_id, dtype=np.int64)),
         )
     return halo_lid, blocks
-
-
-@torch.no_grad()
-def full_typed_outputs(
-    layers: nn.ModuleList,
-    relations: dict[EdgeType, tuple[np.ndarray, np.ndarray]],
-    x_dict: dict[str, Tensor],
-) -> dict[str, Tensor]:
-    """Every node's outputs in one process: the layers over whole relations (the reference).
-
-    Args:
-        layers: The model's layers (ReLU between them, no dropout: evaluation).
-        relations: Edge type -> ``(indptr [N_dst + 1], indices [E])`` in-edge CSR.
-        x_dict: Node type -> ``[N_t, F_t]`` layer-0 rows of every node.
-    """
-    blocks = {
-        et: Block(
-            num_src=int(x_dict[et[0]].shape[0]),
-            num_dst=int(indptr.shape[0]) - 1,
-            rowptr=torch.from_numpy(np.asarray(indptr, dtype=np.int64)),
-            col=torch.from_numpy(np.asarray(indices, dtype=np.int64)),
-            e_id=torch.arange(int(indices.shape[0])),
-        )
-        for et, (indptr, indices) in relations.items()
-    }
-    for i, layer in enumerate(layers):
-        x_dict = layer(x_dict, blocks)
-        if i < len(layers) - 1:
-            x_dict = {t: h.relu() for t, h in x_dict.items()}
-    return x_dict

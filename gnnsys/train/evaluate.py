@@ -336,10 +336,8 @@ class ShardEvaluator:
         self._hits = 0
         self._seconds = 0.0
         self._degree_S: np.ndarray | None = None
+        self._gcn = any(isinstance(m, GCNLayer) for m in model.modules())
         self._span_cache: dict[int, list[tuple[int, int, np.ndarray]]] = {}
-        if any(isinstance(m, GCNLayer) for m in model.modules()):
-            own_M = np.diff(np.asarray(shard.indptr, dtype=np.int64))
-            self._degree_S = np.concatenate([own_M, self._halo_degrees()])
 
     # ---- serving peers (TrainWorker.serve_rows encodes) ------------------------------------
     def serve_rows(self, table: int, gid: np.ndarray) -> Tensor:
@@ -360,6 +358,9 @@ class ShardEvaluator:
             self._hits = 0
             self._seconds = 0.0
             self.ledger = Ledger()
+            if self._gcn and self._degree_S is None:  # once, in the first evaluation's ledger
+                own_M = np.diff(np.asarray(self.shard.indptr, dtype=np.int64))
+                self._degree_S = np.concatenate([own_M, self._halo_degrees()])
             own = _as_float_rows(self.shard.x)  # the memory map itself when it is float32
             release_pages(self.shard.e_id, self.shard.indices_gid)  # training's, unread here
         else:

@@ -1,15 +1,25 @@
-"""Heterogeneous SAGE and R-GCN over typed blocks equal PyG's HeteroConv(SAGEConv) and RGCNConv."""
+"""Heterogeneous SAGE, GCN and R-GCN over typed blocks equal PyG's HeteroConv and RGCNConv."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 import torch
 from torch_geometric.data import HeteroData
-from torch_geometric.nn import HeteroConv, RGCNConv, SAGEConv
+from torch_geometric.nn import GCNConv, HeteroConv, RGCNConv, SAGEConv
 
 from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.datasets.mag import synthetic_mag
-from gnnsys.models.hetero import HeteroSAGE, HeteroSAGELayer, RGCNLayer, TypedBlocks
+from gnnsys.models import GCN
+from gnnsys.models.hetero import (
+    HeteroGCN,
+    HeteroGCNLayer,
+    HeteroSAGE,
+    HeteroSAGELayer,
+    RGCNLayer,
+    TypedBlocks,
+)
 from gnnsys.sampler.hetero import HeteroNeighborSampler, csr_sources
 from gnnsys.types import Block
 
@@ -126,3 +136,52 @@ def test_hetero_gat_layer_equals_pyg_to_hetero_gat(
     for node_type in want:
         diff = (got[node_type] - want[node_type]).abs().max().item()
         assert diff < 1e-5, f"{node_type}: max diff {diff:.2e}"
+
+
+def test_hetero_gcn_layer_equals_pyg_heteroconv_of_gcnconv(graph: HeteroGraph) -> None:
+    same = [et for et in graph.edge_types if et[0] == et[2]]  # GCNConv's relations
+    assert same
+    torch.manual_seed(0)
+    pyg = HeteroConv({et: GCNConv(WIDTHS[et[0]], 9) for et in same}, aggr="sum")
+    ours = HeteroGCNLayer(WIDTHS, 9, same)
+    ours.load_state_dict(pyg.state_dict())  # strict: PyG's parameter names
+    x = features(graph, WIDTHS)
+    want = pyg(x, {et: ei for et, ei in edge_index_dict(graph).items() if et in same})
+    blocks = {
+        et: replace(b, src_in_degree=b.rowptr[1:] - b.rowptr[:-1])  # whole-graph in-degrees
+        for et, b in full_blocks(graph).items()
+        if et in same
+    }
+    got = ours(x, blocks)
+    assert set(got) == set(want)
+    for node_type in want:
+        diff = (got[node_type] - want[node_type]).abs().max().item()
+        assert diff < 1e-5, f"{node_type}: max diff {diff:.2e}"
+
+
+def test_hetero_gcn_on_one_relation_is_gcn() -> None:
+    """A homogeneous graph's one relation: the same weights from the same seed, same outputs."""
+    one = ("node", "to", "node")
+    torch.manual_seed(3)
+    gcn = GCN(8, 16, 4, num_layers=2, dropout=0.0)
+    torch.manual_seed(3)
+    typed = HeteroGCN({"node": 8}, 16, 4, [one], num_layers=2, dropout=0.0)
+    for a, b in zip(gcn.state_dict().values(), typed.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    gen = torch.Generator().manual_seed(0)
+    rowptr = torch.tensor([0, 2, 3, 5, 5, 6])
+    col = torch.randint(0, 7, (6,), generator=gen)
+    degree = torch.randint(0, 9, (7,), generator=gen)
+    block = Block(num_src=7, num_dst=5, rowptr=rowptr, col=col, e_id=torch.arange(6))
+    inner = Block(num_src=5, num_dst=2, rowptr=rowptr[:3], col=col[:3] % 5, e_id=torch.arange(3))
+    blocks = [replace(b, src_in_degree=degree[: b.num_src]) for b in (block, inner)]
+    x = torch.randn(7, 8, generator=gen)
+    want = gcn(x, blocks)
+    got = typed({"node": x}, tuple({one: b} for b in blocks))["node"]
+    assert torch.equal(got, want)
+
+
+def test_hetero_gcn_refuses_a_relation_between_two_types(graph: HeteroGraph) -> None:
+    bipartite = next(et for et in graph.edge_types if et[0] != et[2])
+    with pytest.raises(ValueError, match=r"joins two types.*#7637.*sage, gat or rgcn"):
+        HeteroGCN(WIDTHS, 16, 4, [bipartite])

@@ -66,9 +66,11 @@ class LocalOwnerClient:
             for p, dst in dst_by_part.items()
         }
 
-    def degree_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+    def degree_many(
+        self, gid_by_part: dict[int, np.ndarray], edge_type: tuple[str, str, str] | None = None
+    ) -> dict[int, np.ndarray]:
         self.calls += [("degree", p) for p in gid_by_part]
-        return {p: self.owners[p].degree(gid) for p, gid in gid_by_part.items()}
+        return {p: self.owners[p].degree(gid, edge_type) for p, gid in gid_by_part.items()}
 
     def fetch_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
         self.calls += [("fetch", p) for p in gid_by_part]

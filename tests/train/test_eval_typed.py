@@ -37,11 +37,11 @@ from gnnsys.store.source import DataConfig
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.run import worker_template
-from gnnsys.train.eval_typed import full_typed_outputs
 from gnnsys.train.evaluate import combine_evals
 from gnnsys.train.hetero.config import HeteroConfig
 from gnnsys.train.metrics import accuracy, confusion_matrix
 from gnnsys.train.trainer import Trainer
+from tests.train.typed_reference import full_typed_outputs
 
 SPLITS = ("train", "val", "test")
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 __all__ = ["HETERO_MODELS", "HeteroConfig", "parse_relation_fanouts"]
 
-HETERO_MODELS = ("sage", "gat", "rgcn")
+HETERO_MODELS = ("sage", "gat", "rgcn", "gcn")
 """Heterogeneous models: ``HeteroSAGE`` (default), ``HeteroGAT`` and ``RGCN``
 (``gnnsys.models.hetero``)."""
 
@@ -24,7 +24,9 @@ class HeteroConfig:
     """Model, per-relation fanouts, embeddings and evaluation of a heterogeneous run."""
 
     model: str = "sage"
-    """``sage`` (``HeteroSAGE``) or ``rgcn`` (``RGCN``; every type then has one width)."""
+    """``sage`` (``HeteroSAGE``), ``gat`` (``HeteroGAT``), ``rgcn`` (``RGCN``; every type then
+    has one width) or ``gcn`` (``HeteroGCN``: every relation from a type to itself, as a
+    homogeneous graph's one relation)."""
     input_type: str = "paper"
     """The labelled node type whose train nodes are the seeds."""
     fanouts: tuple[tuple[str, tuple[int, ...]], ...] = ()

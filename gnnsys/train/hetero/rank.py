@@ -33,9 +33,10 @@ from gnnsys.cache.codecs import Codec, TypedCodecConfig
 from gnnsys.cache.typed import TypeDemand, TypedHaloCache, split_budget
 from gnnsys.datasets.hetero import EdgeType
 from gnnsys.models import LinkModel, build_decoder
+from gnnsys.models.hetero import check_gcn_relations
 from gnnsys.models.sparse_embedding import EmbeddingConfig
 from gnnsys.outputs import OutputRows
-from gnnsys.sampler import CSRNeighborSource
+from gnnsys.sampler import CSRNeighborSource, DegreeTable
 from gnnsys.sampler.hetero import HeteroNeighborSampler
 from gnnsys.store.hetero_shard import HeteroShard
 from gnnsys.store.info import StoreInfo, store_info
@@ -54,6 +55,7 @@ from gnnsys.train.layer0.base import Placement
 from gnnsys.train.layer0.owner_sums import FirstLayerAggregator
 from gnnsys.train.link.scoring import score_links
 from gnnsys.train.remote.client import OwnerClient
+from gnnsys.train.remote.degrees import RoutedDegreeSource
 from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import TypedLedger
 from gnnsys.train.remote.peers import PeerClient
@@ -104,6 +106,8 @@ class TypedLayout:
                 f"be the seed type; featured types: {sorted(dims)}"
             )
         TypedCodecConfig.from_config(spec.codec, types).codecs()  # refuses unknown types
+        if hetero.model == "gcn":
+            check_gcn_relations(info.named_relations)
         dim = hetero.embedding_dim or dims[hetero.input_type]
         return cls(
             hetero=hetero,
@@ -137,7 +141,7 @@ def build_hetero_model(spec: WorkerSpec, layout: TypedLayout | None = None) -> n
 
 
 def _encoder(spec: WorkerSpec, layout: TypedLayout) -> nn.Module:
-    from gnnsys.models.hetero import RGCN, HeteroGAT, HeteroSAGE
+    from gnnsys.models.hetero import RGCN, HeteroGAT, HeteroGCN, HeteroSAGE
 
     edge_types, in_dims = list(layout.fanouts), layout.in_dims
     layers = len(next(iter(layout.fanouts.values())))
@@ -150,6 +154,8 @@ def _encoder(spec: WorkerSpec, layout: TypedLayout) -> nn.Module:
         return RGCN(widths.pop(), hidden, classes, edge_types, layers, dropout)
     if layout.hetero.model == "gat":
         return HeteroGAT(in_dims, hidden, classes, edge_types, layers, dropout)
+    if layout.hetero.model == "gcn":
+        return HeteroGCN(in_dims, hidden, classes, edge_types, layers, dropout)
     return HeteroSAGE(in_dims, hidden, classes, edge_types, layers, dropout)
 
 
@@ -304,21 +310,30 @@ def build_sources(
     rank = spec.rank
     on = spec.cache.rows_device("cpu" if device is None else device)
     relation_sources: dict[EdgeType, Any] = {}
+    degrees: dict[EdgeType, Any] = {}  # a model that normalises by in-degrees (GCN)
     if spec.topology == "replicated":  # every relation's whole CSR, read once from the store
         from gnnsys.sampler.hetero import csr_sources
         from gnnsys.store import assemble_hetero
 
-        relation_sources = dict(csr_sources(assemble_hetero(spec.store, with_data=False)))
+        graph = assemble_hetero(spec.store, with_data=False)
+        relation_sources = dict(csr_sources(graph))
+        if layout.hetero.model == "gcn":
+            degrees = {et: DegreeTable.from_indptr(r.indptr) for et, r in graph.relations.items()}
     for et in shard.relations if not relation_sources else ():
         dst = et[2]
         local = CSRNeighborSource.from_relation(shard, et, books[dst].lid_N, edge_ids=False)
         relation_sources[et] = RoutedNeighborSource(
             rank, books[dst].part_N, local, client, ledger.of(dst), edge_type=et
         )
+        if layout.hetero.model == "gcn":  # owned degrees from the shard, halo ones fetched once
+            degrees[et] = RoutedDegreeSource.of_relation(
+                shard, et, books[dst].part_N, client, ledger.of(dst)
+            )
     sampler = HeteroNeighborSampler(
         HeteroNeighborSampler.Config(fanouts=layout.fanouts),
         sources=relation_sources,
         node_types=list(shard.nodes),
+        degrees=degrees,
     )
     codecs = TypedCodecConfig.from_config(spec.codec, list(shard.nodes)).codecs()
     input_type = layout.hetero.input_type
@@ -386,6 +401,7 @@ class TypedRank:
         self.trainer = self._trainer(grad_sync(spec, sync, self.ledger), rng_lock)
         self.features = self.trainer.inputs
         self._typed_eval: TypedShardEvaluator | None = None
+        self._eval_degrees: dict[EdgeType, torch.Tensor] = {}
 
     def _embeddings(self) -> OwnedEmbeddings | None:
         featureless = {
@@ -490,6 +506,8 @@ class TypedRank:
                 inputs=self._eval_inputs(),
                 peers=self._peers(),
                 ledger=TypedLedger(list(self.hshard.nodes)),  # each evaluation its own
+                owners=self.client,
+                degrees=self._eval_degrees,  # GCN's, fetched by the first evaluation
             )
         self._typed_eval.run_layer(layer)
 

@@ -65,8 +65,13 @@ class OwnerClient(Protocol):
         """Rows of ``gid_by_part[p]`` encoded by owner ``p`` with ``codec`` before sending."""
         ...
 
-    def degree_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
-        """``[K]`` int64 whole-graph in-degrees of ``gid_by_part[p]`` from owner ``p``."""
+    def degree_many(
+        self, gid_by_part: dict[int, np.ndarray], edge_type: EdgeType | None = None
+    ) -> dict[int, np.ndarray]:
+        """``[K]`` int64 whole-graph in-degrees of ``gid_by_part[p]`` from owner ``p``.
+
+        Over relation ``edge_type`` (type-local ids); ``None``: a homogeneous store's one.
+        """
         ...
 
     def partial_many(
@@ -143,9 +148,11 @@ class RayOwnerClient:
         }
         return self._get(refs, "fetch_encoded")
 
-    def degree_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+    def degree_many(
+        self, gid_by_part: dict[int, np.ndarray], edge_type: EdgeType | None = None
+    ) -> dict[int, np.ndarray]:
         """One ``ShardOwner.degree`` call per part, all in flight together."""
-        refs = {p: self.owners[p].degree.remote(gid) for p, gid in gid_by_part.items()}
+        refs = {p: self.owners[p].degree.remote(gid, edge_type) for p, gid in gid_by_part.items()}
         return self._get(refs, "degree")
 
     def partial_many(
@@ -195,10 +202,12 @@ class DelayedOwnerClient:
         time.sleep(self.delay_s)
         return self.inner.fetch_encoded_many(gid_by_part, codec, node_type)
 
-    def degree_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+    def degree_many(
+        self, gid_by_part: dict[int, np.ndarray], edge_type: EdgeType | None = None
+    ) -> dict[int, np.ndarray]:
         """``inner.degree_many`` after the delay."""
         time.sleep(self.delay_s)
-        return self.inner.degree_many(gid_by_part)
+        return self.inner.degree_many(gid_by_part, edge_type)
 
     def partial_many(
         self,

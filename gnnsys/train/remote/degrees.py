@@ -20,6 +20,7 @@ Shape legend: ``M`` owned nodes, ``H`` k-hop halo nodes, ``K`` looked-up gids.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -30,6 +31,11 @@ from gnnsys.train.remote.client import OwnerClient
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.routed import group_by_owner
 from gnnsys.types import PartitionShard
+
+if TYPE_CHECKING:
+    from gnnsys.store.hetero_shard import HeteroShard
+
+EdgeType = tuple[str, str, str]
 
 __all__ = ["RoutedDegreeSource", "fetch_degrees"]
 
@@ -42,8 +48,12 @@ def fetch_degrees(
     gid_K: np.ndarray,
     client: OwnerClient,
     ledger: Ledger,
+    edge_type: EdgeType | None = None,
 ) -> np.ndarray:
-    """``[K]`` int64 in-degrees of ``gid_K`` (none owned by ``part``), one call per owner."""
+    """``[K]`` int64 in-degrees of ``gid_K`` (none owned by ``part``), one call per owner.
+
+    ``edge_type``: the relation (ids type-local); ``None``: a homogeneous store's one relation.
+    """
     gid_K = np.asarray(gid_K, dtype=np.int64)
     out_K = np.zeros(gid_K.shape[0], dtype=np.int64)
     part_K = part_N[gid_K]
@@ -52,7 +62,7 @@ def fetch_degrees(
     requests = {p: gid_K[pos] for p, pos in by_part.items()}
     for gid in requests.values():
         ledger.record("structure_request", gid)
-    answers = client.degree_many(requests) if requests else {}
+    answers = client.degree_many(requests, edge_type) if requests else {}
     for p, pos in by_part.items():
         degree = np.asarray(answers[p], dtype=np.int64)
         ledger.record("structure_response", degree)
@@ -69,6 +79,8 @@ class RoutedDegreeSource:
         table: Degrees of the owned and halo nodes.
         client: Asks owners for gids outside ``table``.
         ledger: Counts those calls.
+        edge_type: The relation whose in-degrees these are (type-local ids), or ``None``: a
+            homogeneous store's one relation.
     """
 
     def __init__(
@@ -78,9 +90,10 @@ class RoutedDegreeSource:
         table: DegreeTable,
         client: OwnerClient,
         ledger: Ledger,
+        edge_type: EdgeType | None = None,
     ) -> None:
         self.part, self.part_N, self.table = part, part_N, table
-        self.client, self.ledger = client, ledger
+        self.client, self.ledger, self.edge_type = client, ledger, edge_type
         self._warned = False
 
     @classmethod
@@ -96,6 +109,29 @@ class RoutedDegreeSource:
             np.concatenate([owned_M, halo_H]), np.concatenate([degree_M, degree_H])
         )
         return cls(shard.part, part_N, table, client, ledger)
+
+    @classmethod
+    def of_relation(
+        cls,
+        shard: HeteroShard,
+        edge_type: EdgeType,
+        part_N: np.ndarray,
+        client: OwnerClient,
+        ledger: Ledger,
+    ) -> RoutedDegreeSource:
+        """:meth:`fetch` for relation ``(t, rel, t)`` of a typed shard.
+
+        Its in-degrees of the owned and halo nodes of ``t`` (``part_N``: the book of ``t``).
+        """
+        nodes = shard.nodes[edge_type[2]]
+        owned_M = np.asarray(nodes.owned_lid, dtype=np.int64)
+        halo_H = np.asarray(nodes.halo_lid, dtype=np.int64)
+        degree_M = np.diff(np.asarray(shard.relations[edge_type].indptr, dtype=np.int64))
+        degree_H = fetch_degrees(shard.part, part_N, halo_H, client, ledger, edge_type)
+        table = DegreeTable.from_pairs(
+            np.concatenate([owned_M, halo_H]), np.concatenate([degree_M, degree_H])
+        )
+        return cls(shard.part, part_N, table, client, ledger, edge_type)
 
     def in_degree(self, gid: Tensor) -> Tensor:
         """``[K]`` int64 whole-graph in-degrees of ``gid``; gids outside the table cost a call."""
@@ -113,6 +149,6 @@ class RoutedDegreeSource:
                 )
             missing = gid_K[got.miss_pos]
             got.degree_K[got.miss_pos] = fetch_degrees(
-                self.part, self.part_N, missing, self.client, self.ledger
+                self.part, self.part_N, missing, self.client, self.ledger, self.edge_type
             )
         return torch.from_numpy(got.degree_K)

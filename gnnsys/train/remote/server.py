@@ -250,9 +250,11 @@ class LocalOwnerClient:
             p: self.owners[p].fetch_encoded(gid, codec, node_type) for p, gid in gid_by_part.items()
         }
 
-    def degree_many(self, gid_by_part: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+    def degree_many(
+        self, gid_by_part: dict[int, np.ndarray], edge_type: EdgeType | None = None
+    ) -> dict[int, np.ndarray]:
         """``ShardOwner.degree`` of every part in turn."""
-        return {p: self.owners[p].degree(gid) for p, gid in gid_by_part.items()}
+        return {p: self.owners[p].degree(gid, edge_type) for p, gid in gid_by_part.items()}
 
     def partial_many(
         self,

@@ -35,12 +35,12 @@ from gnnsys.store.source import DataConfig
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.run import train_local, worker_template
-from gnnsys.train.eval_typed import full_typed_outputs
 from gnnsys.train.evaluate import combine_evals
 from gnnsys.train.hetero.config import HeteroConfig
 from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.metrics import link_metrics, link_ranks, link_sums
 from gnnsys.train.trainer import Trainer
+from tests.train.typed_reference import full_typed_outputs
 
 CITES = ("paper", "cites", "paper")
 WRITES = ("author", "writes", "paper")

@@ -62,13 +62,18 @@ def _cases() -> dict[str, RunConfig]:
             base, codec=CodecConfig(name="fp16"), cache=CacheConfig(policy="adaptive", ratio=0.3)
         ),
         "owner-sums": replace(base, layer0=FirstLayerConfig(placement=Placement.OWNER)),
+        "gcn": replace(base, model=replace(base.model, name="gcn")),
+        "gcn-replicated": replace(
+            base,
+            model=replace(base.model, name="gcn"),
+            cluster=replace(base.cluster, topology="replicated"),
+        ),
     }
 
 
 def _typed(cfg: RunConfig, store: Path) -> RunConfig:
-    return replace(
-        cfg, hetero=HeteroConfig(input_type="node"), data=replace(cfg.data, store=str(store))
-    )
+    hetero = HeteroConfig(model=cfg.model.name, input_type="node")  # sage or gcn per relation
+    return replace(cfg, hetero=hetero, data=replace(cfg.data, store=str(store)))
 
 
 def _history(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
