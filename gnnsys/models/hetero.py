@@ -363,8 +363,8 @@ class _TypedStack(nn.Module):
         return _stack_forward(self.layers, x_dict, blocks, self.dropout, self.training)
 
 
-class HeteroSAGE(_TypedStack):
-    """``HeteroSAGELayer`` stack with ReLU and dropout between layers (input layer first).
+class _RelationStack(_TypedStack):
+    """A stack of one per-relation layer class (``layer_class``), each type its own input width.
 
     Args:
         in_dims: Node type -> input width.
@@ -373,10 +373,9 @@ class HeteroSAGE(_TypedStack):
         edge_types: The relations.
         num_layers: Layers (= typed block layers per batch).
         dropout: Dropout after each hidden layer.
-
-    Raises:
-        ValueError: ``num_layers < 1`` or dropout outside ``[0, 1)``.
     """
+
+    layer_class: type[nn.Module]
 
     def __init__(
         self,
@@ -391,9 +390,21 @@ class HeteroSAGE(_TypedStack):
         dims = [in_dims] + [dict.fromkeys(in_dims, hidden_dim)] * (num_layers - 1)
         widths = [hidden_dim] * (num_layers - 1) + [out_dim]
         self.layers.extend(
-            HeteroSAGELayer(d_in, width, edge_types)
+            self.layer_class(d_in, width, edge_types)
             for d_in, width in zip(dims, widths, strict=True)
         )
+
+
+class HeteroSAGE(_RelationStack):
+    """``HeteroSAGELayer`` stack with ReLU and dropout between layers (input layer first).
+
+    Arguments as ``_RelationStack``'s.
+
+    Raises:
+        ValueError: ``num_layers < 1`` or dropout outside ``[0, 1)``.
+    """
+
+    layer_class = HeteroSAGELayer
 
     fused_first = True
     """Layer 0 sums per-relation linear maps of mean reductions, so a fused dequantizing sum of
@@ -469,44 +480,21 @@ class RGCN(_TypedStack):
         )
 
 
-class HeteroGCN(_TypedStack):
+class HeteroGCN(_RelationStack):
     """``HeteroGCNLayer`` stack with ReLU and dropout between layers (input layer first).
 
     Every relation leads from a node type to itself (:func:`check_gcn_relations`); on a
-    homogeneous graph it equals ``gnnsys.models.GCN`` from the same seed.
-
-    Args:
-        in_dims: Node type -> input width.
-        hidden_dim: ``H``.
-        out_dim: Output width (classes) of the last layer.
-        edge_types: The relations.
-        num_layers: Layers (= typed block layers per batch).
-        dropout: Dropout after each hidden layer.
+    homogeneous graph it equals ``gnnsys.models.GCN`` from the same seed. Arguments as
+    ``_RelationStack``'s.
 
     Raises:
         ValueError: ``num_layers < 1``, dropout outside ``[0, 1)``, or a relation between two
             node types.
     """
 
+    layer_class = HeteroGCNLayer
     uses_in_degree = True
     """Blocks carry each relation's whole-graph in-degrees (``Block.src_in_degree``)."""
-
-    def __init__(
-        self,
-        in_dims: dict[str, int],
-        hidden_dim: int,
-        out_dim: int,
-        edge_types: list[EdgeType],
-        num_layers: int = 2,
-        dropout: float = 0.5,
-    ) -> None:
-        super().__init__(num_layers, dropout)
-        dims = [in_dims] + [dict.fromkeys(in_dims, hidden_dim)] * (num_layers - 1)
-        widths = [hidden_dim] * (num_layers - 1) + [out_dim]
-        self.layers.extend(
-            HeteroGCNLayer(d_in, width, edge_types)
-            for d_in, width in zip(dims, widths, strict=True)
-        )
 
 
 class HeteroGAT(_TypedStack):
