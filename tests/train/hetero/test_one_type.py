@@ -68,6 +68,9 @@ def _cases() -> dict[str, RunConfig]:
             model=replace(base.model, name="gcn"),
             cluster=replace(base.cluster, topology="replicated"),
         ),
+        "gcn-halo-budget": replace(  # evaluation in runs, each fetching its own halo rows
+            base, model=replace(base.model, name="gcn"), eval=replace(base.eval, halo_mb=0.002)
+        ),
     }
 
 
@@ -76,8 +79,14 @@ def _typed(cfg: RunConfig, store: Path) -> RunConfig:
     return replace(cfg, hetero=hetero, data=replace(cfg.data, store=str(store)))
 
 
-def _history(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    skip = (*_TIMING, *_KNOWN)
+_RUN_PLANS = ("gcn-halo-budget",)
+"""Cases whose evaluation traffic differs: under a halo budget the two evaluators cut the
+destinations into runs their own way, so they fetch different halo rows per run (the metrics,
+computed from the logits, are still equal)."""
+
+
+def _history(lines: list[dict[str, Any]], case: str = "") -> list[dict[str, Any]]:
+    skip = (*_TIMING, *_KNOWN, *(("eval",) if case in _RUN_PLANS else ()))
     out = [{k: v for k, v in line.items() if k not in skip} for line in lines]
     for line in out:
         if "cache" in line:
@@ -91,7 +100,7 @@ def test_typed_runtime_on_one_type_equals_node_runtime(case: str, tmp_path: Path
     cfg = _cases()[case]
     node = train_local(cfg, tmp_path / "node")
     typed = train_local(_typed(cfg, tmp_path / "node" / "store"), tmp_path / "typed")
-    assert _history(typed.history) == _history(node.history)
+    assert _history(typed.history, case) == _history(node.history, case)
     _assert_same_weights(tmp_path / "node", tmp_path / "typed")
 
 
