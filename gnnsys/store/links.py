@@ -20,6 +20,7 @@ Shape legend: ``E_p`` train links of part ``p``, ``K_p`` held-out links, ``Q`` n
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,8 +97,12 @@ def links_of_part(
 
 def has_links(root: str | os.PathLike[str]) -> bool:
     """Whether the store at ``root`` was written with a link split (part 0 has its files)."""
-    manifest = read_manifest(root)
-    return all(shard_file(0, k) in manifest.files for k in LINK_DATA)
+    return _holds_links(read_manifest(root).files)
+
+
+def _holds_links(files: Mapping[str, Any]) -> bool:
+    """Whether a manifest's ``files`` list part 0's link arrays."""
+    return all(shard_file(0, k) in files for k in LINK_DATA)
 
 
 def load_links(root: str | os.PathLike[str], part: int, *, verify: bool = True) -> ShardLinks:
@@ -135,9 +140,7 @@ def load_typed_links(
     root = Path(root)
     manifest = read_hetero_manifest(root)
     edge_type = manifest.link_edge_type
-    if manifest.kind == "homogeneous" and all(
-        shard_file(0, k) in manifest.files for k in LINK_DATA
-    ):
+    if manifest.kind == "homogeneous" and _holds_links(manifest.files):
         edge_type = ONE_RELATION
     if edge_type is None:
         raise PartitionStoreError(

@@ -8,6 +8,8 @@ node type and read rows the same way, here:
   so a one-type graph's table number is its layer (:func:`table_number`);
 - **rows of any ids** (:func:`rows_of`): the owned ones from this rank's table (through its book:
   owner and in-owner position of every id of the type), the others from their owners;
+- **cached rows** (:func:`fill_cached`): layer-0 halo rows the training cache holds, read
+  without changing it, so that only the rest are fetched;
 - **remote rows** (:func:`fill_remote`): one request per owner and message piece of at most
   ``message_mb``, each counted in the type's evaluation ledger (``feature_request`` ids,
   ``feature_response`` bytes) and decoded into the caller's rows in request order.
@@ -32,7 +34,7 @@ from gnnsys.train.eval_memory import eval_tick, table_rows
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.routed import group_by_owner, message_pieces
 
-__all__ = ["Book", "Fetch", "fill_remote", "rows_of", "table_number"]
+__all__ = ["Book", "Fetch", "fill_cached", "fill_remote", "rows_of", "table_number"]
 
 Fetch = Callable[[dict[int, np.ndarray]], tuple[dict[int, Any], Codec]]
 """``fetch(ids by owner) -> (encoded answers by owner, their codec)``: one request per owner."""
@@ -55,6 +57,22 @@ class Book(Protocol):
 def table_number(layer: int, type_index: int, num_types: int) -> int:
     """The number peers ask for: table ``layer`` of the node type at ``type_index``."""
     return layer * num_types + type_index
+
+
+def fill_cached(out_KF: Tensor, ids_K: np.ndarray, cache: Any) -> tuple[np.ndarray, int]:
+    """Write the rows of ``ids_K`` that ``cache`` holds into ``out_KF`` (``HaloCache.peek``).
+
+    Returns:
+        ``(miss_K, hits)``: positions of the ids still to fetch (``fill_remote``'s ``at_K``)
+        and how many rows the cache gave.
+    """
+    got = cache.peek(torch.from_numpy(np.asarray(ids_K, dtype=np.int64)))
+    miss_K: np.ndarray = got.miss_pos.numpy()
+    hit = np.ones(ids_K.shape[0], dtype=bool)
+    hit[miss_K] = False
+    hit_K = torch.from_numpy(hit)
+    out_KF[hit_K] = got.values_NF[hit_K].to(out_KF.device, out_KF.dtype)
+    return miss_K, int(hit.sum())
 
 
 def fill_remote(

@@ -56,7 +56,7 @@ from gnnsys.cache.codecs import Codec, make_codec
 from gnnsys.store.hetero_shard import HeteroShard
 from gnnsys.train.eval_blocked import TypedRelationInput, blocked_typed_outputs, typed_blocked
 from gnnsys.train.eval_memory import LayerTables, eval_tick, release_free_memory, willneed_rows
-from gnnsys.train.eval_rows import Book, fill_remote, rows_of
+from gnnsys.train.eval_rows import Book, fill_cached, fill_remote, rows_of
 from gnnsys.train.evaluate import EvalConfig, RankEval
 from gnnsys.train.metrics import split_counts
 from gnnsys.train.remote.degrees import fetch_degrees
@@ -441,13 +441,8 @@ class TypedShardEvaluator:
         at_K = None
         cache = self.inputs[node_type].cache if layer == 0 and node_type in self.inputs else None
         if cache is not None and lid_K.shape[0]:
-            got = cache.peek(torch.from_numpy(np.asarray(lid_K, dtype=np.int64)))
-            at_K = got.miss_pos.numpy()
-            hit = np.ones(lid_K.shape[0], dtype=bool)
-            hit[at_K] = False
-            hit_K = torch.from_numpy(hit)
-            out_KF[hit_K] = got.values_NF[hit_K].to(out_KF.device, out_KF.dtype)
-            self._hits += int(hit.sum())
+            at_K, hits = fill_cached(out_KF, lid_K, cache)
+            self._hits += hits
             lid_K = lid_K[at_K]
         fill_remote(
             out_KF, lid_K, self.book_of(node_type).part_N[lid_K], part=self.shard.part,

@@ -68,7 +68,7 @@ from gnnsys.train.eval_memory import (
     release_free_memory,
     set_mmap_threshold,
 )
-from gnnsys.train.eval_rows import fill_remote, rows_of
+from gnnsys.train.eval_rows import fill_cached, fill_remote, rows_of
 from gnnsys.train.metrics import (
     LINK_METRICS,
     METRICS,
@@ -554,12 +554,8 @@ class ShardEvaluator:
         """Fill ``out_HF`` with the layer-0 rows of halo ``gid_H``: cached, then the owners'."""
         pending = np.arange(gid_H.shape[0])
         if self.cache is not None and gid_H.shape[0]:
-            got = self.cache.peek(torch.from_numpy(gid_H))
-            pending = got.miss_pos.numpy()
-            hit = np.ones(gid_H.shape[0], dtype=bool)
-            hit[pending] = False
-            out_HF[torch.from_numpy(hit)] = got.values_NF[torch.from_numpy(hit)]
-            self._hits += int(hit.sum())
+            pending, hits = fill_cached(out_HF, gid_H, self.cache)
+            self._hits += hits
         codec = self.feature_codec
         ids = gid_H[pending]
         fill_remote(
