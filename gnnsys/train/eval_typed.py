@@ -178,6 +178,7 @@ class TypedShardEvaluator:
         start = time.perf_counter()
         if layer == 0:
             self.tables.clear()
+        self.layers.eval()  # GAT's attention dropout off; the trainer sets training back
         for t in self.types:  # every peer finished reading layer - 1 before this step
             self.tables.pop(self.table(layer - 1, t))
         present = list(self.inputs) if layer == 0 else self.present(layer)

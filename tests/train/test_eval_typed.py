@@ -54,12 +54,13 @@ def _group(
     spill_mb: float = 0.0,
     halo_mb: float = 0.0,
     block_mb: float = 0.0,
+    dropout: float = 0.0,
 ) -> LocalWorkerGroup:
     cfg = RunConfig(
         data=DataConfig(dataset="synthetic:mag", store=str(store)),
         cluster=replace(RunConfig().cluster, parts=parts),
         sampler=NeighborSampler.Config(fanouts=(6, 4)),
-        model=ModelConfig(hidden=16, dropout=0.0),
+        model=ModelConfig(hidden=16, dropout=dropout),
         trainer=Trainer.Config(lr=0.01, batch_size=256, seed=3),
         loop=Coordinator.Config(epochs=1, progress=False, deadline_s=60.0),
         hetero=HeteroConfig(model=model),
@@ -129,6 +130,16 @@ def test_exact_evaluation_equals_a_whole_graph_forward(
         mask = np.asarray(getattr(papers, f"{split}_mask"), dtype=bool) & (papers.y >= 0)
         confusion = confusion_matrix(papers.y[mask], pred[mask], want_NC.shape[1])
         assert metrics[f"{split}_acc"] == accuracy(confusion), split
+
+
+def test_gat_evaluates_without_attention_dropout(mag: HeteroGraph, stores: dict[int, Path]) -> None:
+    """Training leaves the model in training mode; evaluation must not drop attention weights.
+
+    (It did: the typed evaluator never switched the layers to evaluation, so a GAT run's exact
+    logits were those of a random dropout mask.)
+    """
+    group = _group(stores[2], 2, "gat", 1 << 20, dropout=0.5)
+    _logits_against_the_whole_graph(mag, group, stores[2])
 
 
 def test_spilled_tables_give_the_same_logits(mag: HeteroGraph, stores: dict[int, Path]) -> None:

@@ -39,6 +39,7 @@ def full_typed_outputs(
         )
         for et, (indptr, indices) in relations.items()
     }
+    layers.eval()  # evaluation: no attention dropout (GAT)
     for i, layer in enumerate(layers):
         x_dict = layer(x_dict, blocks)
         if i < len(layers) - 1:
