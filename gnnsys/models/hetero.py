@@ -9,12 +9,14 @@ output has one entry per destination type: ``[M_t, H]`` for its first ``M_t`` no
 * ``HeteroSAGELayer`` equals PyG's ``HeteroConv({et: SAGEConv((-1, -1), H)}, aggr="sum")``:
   ``out[t]_i = sum over relations r into t of lin_l_r(mean_{j in N_r(i)} x_j) + lin_r_r(x_i)``,
   with PyG 2.8's parameter names (``convs.<src___rel___dst>.lin_l.weight``, ...).
-* ``HeteroGATLayer`` equals PyG's ``to_hetero`` of a GAT:
-  ``HeteroConv({et: GATConv((-1, -1), C, heads=K, concat=, add_self_loops=False)}, aggr="sum")``
-  (attention over each relation's in-edges, no self loops: the endpoints may differ in type; a
-  destination without in-edges of a relation gets that relation's bias), with PyG's parameter
-  names (``convs.<src___rel___dst>.lin_src.weight``, ``lin_dst``, ``att_src``, ``att_dst``,
-  ``bias``).
+* ``HeteroGATLayer`` equals PyG's ``HeteroConv`` of ``GATConv`` (``aggr="sum"``), one per
+  relation in the form the relation admits: from a type to itself, the homogeneous
+  ``GATConv(F_t, C, heads=K, concat=)`` (one projection, a self loop per destination:
+  ``gnnsys.models.GATLayer``, so a homogeneous graph's one relation gives ``GAT``); between two
+  types, the bipartite ``GATConv((F_src, F_dst), C, heads=K, concat=, add_self_loops=False)``
+  (PyG's ``to_hetero`` recipe; a destination without in-edges of it gets its bias). PyG's
+  parameter names (``convs.<src___rel___dst>.lin.weight`` or ``lin_src``/``lin_dst``,
+  ``att_src``, ``att_dst``, ``bias``).
 * ``HeteroGCNLayer`` equals PyG's ``to_hetero`` of a GCN (``GCNConv(-1, H)`` per relation,
   summed), for graphs whose every relation leads from a type to itself: PyG's ``GCNConv``
   takes no bipartite input. Each relation normalises by its own whole-graph in-degrees
@@ -23,6 +25,11 @@ output has one entry per destination type: ``[M_t, H]`` for its first ``M_t`` no
   homogeneous graph (``HeteroData.to_homogeneous()``, relation index = position in
   ``edge_types``): ``out_i = x_i root + sum_r (mean_{j in N_r(i)} x_j) W_r + bias``; every type
   shares the width ``F`` (as R-GCN does).
+
+A stack over one relation from a type to itself (a homogeneous graph's) saves and loads its
+state dict under the homogeneous model's names (``layers.0.lin_l.weight``, not
+``layers.0.convs.<node___to___node>.lin_l.weight``): its checkpoints are ``SAGE``'s, ``GCN``'s
+or ``GAT``'s (:func:`_one_relation_names`).
 
 Both reduce neighbours with ``gnnsys.kernels.aggregate`` (a relation without edges into a type
 contributes zero). Relations whose source type is missing from ``x_dict`` are skipped, as
@@ -42,6 +49,7 @@ from torch.nn import functional
 
 from gnnsys.kernels import aggregate
 from gnnsys.kernels.csr import dst_of_edges
+from gnnsys.models.gat import GATLayer
 from gnnsys.models.layers import GCNLayer
 from gnnsys.types import Block
 
@@ -207,8 +215,24 @@ class _RelationGAT(nn.Module):
         return result
 
 
+class _SelfGAT(GATLayer):
+    """A relation from a type to itself: the homogeneous ``GATConv(F, C, heads=K)``.
+
+    One projection for both ends and a self loop per destination (``x_dst`` is ``x_src[:M]``).
+    """
+
+    def forward(  # type: ignore[override]
+        self, x_src: Tensor, x_dst: Tensor, block: Block
+    ) -> Tensor:
+        """``[N, F], [M, F] -> [M, K * C]`` (concat) or ``[M, C]``."""
+        return super().forward(x_src, block)
+
+
 class HeteroGATLayer(nn.Module):
-    """One ``GATConv`` per relation, summed per destination type (PyG's ``to_hetero``).
+    """One ``GATConv`` per relation, summed per destination type (PyG's ``HeteroConv``).
+
+    A relation from a type to itself gets the homogeneous form (``_SelfGAT``), one between two
+    types the bipartite form without self loops (``_RelationGAT``).
 
     Args:
         in_dims: Node type -> input width ``F_t``.
@@ -232,8 +256,12 @@ class HeteroGATLayer(nn.Module):
         self.edge_types: list[EdgeType] = [(et[0], et[1], et[2]) for et in edge_types]
         self.convs = nn.ModuleDict(
             {
-                _key(et): _RelationGAT(
-                    in_dims[et[0]], in_dims[et[2]], out_dim, heads, concat, attn_dropout
+                _key(et): (
+                    _SelfGAT(in_dims[et[0]], out_dim, heads, concat, attn_dropout=attn_dropout)
+                    if et[0] == et[2]
+                    else _RelationGAT(
+                        in_dims[et[0]], in_dims[et[2]], out_dim, heads, concat, attn_dropout
+                    )
                 )
                 for et in self.edge_types
             }
@@ -340,6 +368,30 @@ class RGCNLayer(nn.Module):
         return out
 
 
+def _one_relation_names(stack: nn.Module, edge_types: list[EdgeType]) -> None:
+    """Save and load ``stack`` under the homogeneous names if it has one relation, type to itself.
+
+    ``layers.<i>.convs.<t___rel___t>.<name>`` is saved as ``layers.<i>.<name>``: the names of
+    ``SAGE``, ``GCN`` and ``GAT``, whose layers are this one relation's. Loading takes either form.
+    """
+    if len(edge_types) != 1 or edge_types[0][0] != edge_types[0][2]:
+        return
+    inner = f".convs.{_key(edge_types[0])}."
+
+    def save(module: nn.Module, state: dict[str, Tensor], prefix: str, _meta: object) -> None:
+        for name in [n for n in state if n.startswith(prefix + "layers.") and inner in n]:
+            state[name.replace(inner, ".", 1)] = state.pop(name)
+
+    def load(module: nn.Module, state: dict[str, Tensor], prefix: str, *_: object) -> None:
+        head = prefix + "layers."
+        for name in [n for n in state if n.startswith(head) and ".convs." not in n]:
+            layer, rest = name[len(head) :].split(".", 1)
+            state[f"{head}{layer}{inner}{rest}"] = state.pop(name)
+
+    stack.register_state_dict_post_hook(save)  # type: ignore[no-untyped-call]
+    stack.register_load_state_dict_pre_hook(load)  # type: ignore[no-untyped-call]
+
+
 class _TypedStack(nn.Module):
     """Typed layers in order (input layer first), ReLU and dropout between them.
 
@@ -393,6 +445,7 @@ class _RelationStack(_TypedStack):
             self.layer_class(d_in, width, edge_types)
             for d_in, width in zip(dims, widths, strict=True)
         )
+        _one_relation_names(self, edge_types)
 
 
 class HeteroSAGE(_RelationStack):
@@ -535,3 +588,4 @@ class HeteroGAT(_TypedStack):
             k = 1 if last else heads
             width = out_dim if last else hidden_dim // heads
             self.layers.append(HeteroGATLayer(d_in, width, edge_types, k, not last, dropout))
+        _one_relation_names(self, edge_types)
