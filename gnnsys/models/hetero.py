@@ -111,7 +111,7 @@ def _sum_relations(
         conv = convs[_key(edge_type)]
         x_dst = x_dict[dst][: block.num_dst]
         if edge_type in agg:
-            h = cast(_RelationSAGE, conv).from_agg(agg[edge_type], x_dst)
+            h = cast(_RelationSAGE | _RelationGCN, conv).from_agg(agg[edge_type], x_dst, block)
         else:
             h = conv(x_dict[src][: block.num_src], x_dst, block)
         out[dst] = h if dst not in out else out[dst] + h
@@ -131,8 +131,11 @@ class _RelationSAGE(nn.Module):
         """``[N, F_src], [M, F_dst] -> [M, H]``."""
         return self.from_agg(aggregate(x_src, block.rowptr, block.col, self.reduce), x_dst)
 
-    def from_agg(self, agg_MF: Tensor, x_dst: Tensor) -> Tensor:
-        """``[M, F_src], [M, F_dst] -> [M, H]`` from the neighbour reduction done already."""
+    def from_agg(self, agg_MF: Tensor, x_dst: Tensor, block: Block | None = None) -> Tensor:
+        """``[M, F_src], [M, F_dst] -> [M, H]`` from the neighbour reduction done already.
+
+        ``block`` is unused (``_RelationGCN.from_agg`` reads its destinations' degrees).
+        """
         h_MH: Tensor = self.lin_l(agg_MF) + self.lin_r(x_dst)
         return h_MH
 
@@ -285,6 +288,14 @@ class _RelationGCN(GCNLayer):
         """``[N, F], [M, F] -> [M, H]`` (``x_dst`` is ``x_src[:M]``: one node type)."""
         return self.combine(self.aggregate(x_src, block), x_dst, block)
 
+    def from_agg(self, agg_MF: Tensor, x_dst: Tensor, block: Block) -> Tensor:
+        """``[M, F], [M, F] -> [M, H]`` from the degree-weighted neighbour sum done already.
+
+        ``agg_MF`` is :meth:`aggregate`'s; ``block`` need only carry its destinations' rows and
+        in-degrees (``src_in_degree[:num_dst]``).
+        """
+        return self.combine(agg_MF, x_dst, block)
+
 
 class HeteroGCNLayer(nn.Module):
     """One ``GCNConv`` per relation, summed per destination type (PyG's ``to_hetero`` of a GCN).
@@ -316,6 +327,12 @@ class HeteroGCNLayer(nn.Module):
     def forward(self, x_dict: dict[str, Tensor], blocks: TypedBlocks) -> dict[str, Tensor]:
         """``{t: [N_t, F_t]} -> {t: [M_t, H]}`` for every destination type."""
         return _sum_relations(self.convs, self.edge_types, x_dict, blocks)
+
+    def forward_from_agg(
+        self, x_dict: dict[str, Tensor], blocks: TypedBlocks, agg: dict[EdgeType, Tensor]
+    ) -> dict[str, Tensor]:
+        """``forward`` with some relations' weighted sums done (``_RelationGCN.from_agg``)."""
+        return _sum_relations(self.convs, self.edge_types, x_dict, blocks, agg)
 
 
 def check_gcn_relations(edge_types: list[EdgeType]) -> None:

@@ -26,6 +26,12 @@ float rounding (tested to 1e-5 at P = 1, 2, 4). Evaluation has its own ledger an
 halo cache without changing it (``peek``: a layer-0 halo row the cache holds is not fetched, and
 counts as a cache hit), so training's traffic figures are unchanged by it.
 
+A linear layer (SAGE mean/sum, GCN per relation) reduces each relation's in-edges of a run of
+destinations straight out of the source type's ``[M_t + H_t, F]`` rows and combines the sums
+with the run's own rows (``forward_from_agg``), so no run copies a table; GAT and R-GCN get
+each run's inputs cut, a relation from a type to itself then reading a copy of the type's rows
+after the run's (``_span``).
+
 Tables are ``LayerTables`` (``gnnsys.train.eval_memory``): a type's table larger than
 ``EvalConfig.spill_mb`` lives in an unlinked file map (page cache), as the homogeneous
 evaluator's do; rows of any ids are read through ``gnnsys.train.eval_rows``, the path both
@@ -45,7 +51,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -53,6 +59,8 @@ from torch import Tensor, nn
 
 from gnnsys.cache import HaloCache
 from gnnsys.cache.codecs import Codec, make_codec
+from gnnsys.kernels import aggregate
+from gnnsys.models.hetero import HeteroGCNLayer, HeteroSAGELayer
 from gnnsys.store.hetero_shard import HeteroShard
 from gnnsys.train.eval_blocked import TypedRelationInput, blocked_typed_outputs, typed_blocked
 from gnnsys.train.eval_memory import LayerTables, eval_tick, release_free_memory, willneed_rows
@@ -193,14 +201,29 @@ class TypedShardEvaluator:
         self._seconds += time.perf_counter() - start
 
     def _span_tables(self, layer: int, present: list[str]) -> dict[int, Tensor]:
-        """Layer ``layer``'s output tables, run by run of rows over the whole input rows."""
+        """Layer ``layer``'s output tables, run by run of rows over the whole input rows.
+
+        A linear layer (SAGE mean/sum, GCN) reduces each relation straight out of the whole
+        source rows and combines a run's own rows (``_linear_run``); others (GAT, R-GCN) and
+        runs under a halo budget get each run's inputs cut (``_span``).
+        """
         budget = self._budget_rows(layer, present)
         x_dict = {t: self._rows(layer, t, with_halo=budget is None) for t in present}
+        reduce = _linear_reduce(self.layers[layer]) if budget is None else None
+        sources = None if reduce is None else self._sources(x_dict, reduce)
         done: dict[int, Tensor] = {}
         for node_type, spans in self.spans.items():
             number = self.table(layer + 1, node_type)
             rows = self.shard.nodes[node_type].num_owned
             for first, stop in self._runs(node_type, spans, budget, present):
+                if sources is not None and reduce is not None:
+                    args = (x_dict, sources, reduce, node_type, first, stop)
+                    got = self._linear_run(layer, *args)
+                    if got is not None:
+                        done[number] = self.tables.buffer(number, rows, int(got.shape[1]))
+                        done[number][first:stop] = got
+                    eval_tick()
+                    continue
                 x_span, blocks = self._span(x_dict, node_type, first, stop)
                 if budget is not None:  # the run's own halo rows, fetched for it alone
                     x_span, blocks = self._with_run_halo(layer, x_span, blocks)
@@ -210,6 +233,58 @@ class TypedShardEvaluator:
                     done[number][first:stop] = got
                 eval_tick()
         return done
+
+    def _sources(self, x_dict: dict[str, Tensor], reduce: str) -> dict[EdgeType, Tensor]:
+        """What each relation reduces: its source type's rows.
+
+        For GCN they are scaled once per layer by ``(1 + in-degree) ** -0.5`` of the relation
+        (``GCNLayer.aggregate``'s weights).
+        """
+        out = {}
+        for et, block in self.blocks.items():
+            if et[0] not in x_dict:
+                continue
+            x = x_dict[et[0]]
+            if reduce == "gcn":
+                assert block.src_in_degree is not None  # fetched at construction for GCN
+                x = x * (block.src_in_degree + 1).to(x.dtype).rsqrt()[:, None]
+            out[et] = x
+        return out
+
+    def _linear_run(
+        self,
+        layer: int,
+        x_dict: dict[str, Tensor],
+        sources: dict[EdgeType, Tensor],
+        reduce: str,
+        node_type: str,
+        first: int,
+        stop: int,
+    ) -> Tensor | None:
+        """A linear layer's outputs for owned ``node_type`` rows ``[first, stop)``.
+
+        Each relation into the type reduces its in-edges of those rows straight out of the
+        source rows (no copy of them); the layer combines the sums with the rows' own
+        (``forward_from_agg``). ``None``: the layer gives the type no output.
+        """
+        if node_type not in x_dict:
+            return None
+        m = stop - first
+        agg, blocks = {}, {}
+        for et, block in self.blocks.items():
+            if et[2] != node_type or et not in sources:
+                continue
+            lo, hi = int(block.rowptr[first]), int(block.rowptr[stop])
+            rowptr, col = block.rowptr[first : stop + 1] - lo, block.col[lo:hi]
+            agg[et] = aggregate(sources[et], rowptr, col, "sum" if reduce == "gcn" else reduce)
+            degree = block.src_in_degree  # GCN's: the destinations' own, for the self loop
+            blocks[et] = Block(
+                num_src=m, num_dst=m, rowptr=rowptr, col=col[:0], e_id=block.e_id[:0],
+                src_in_degree=None if degree is None else degree[first:stop],
+            )  # fmt: skip
+        x_dst = {node_type: x_dict[node_type][first:stop]}
+        module = cast(HeteroSAGELayer | HeteroGCNLayer, self.layers[layer])  # _linear_reduce's
+        return module.forward_from_agg(x_dst, blocks, agg).get(node_type)
 
     def _blocked_tables(self, layer: int, present: list[str]) -> dict[int, Tensor]:
         """Layer ``layer``'s output tables, source-blocked (``EvalConfig.block_mb``)."""
@@ -521,6 +596,18 @@ class TypedShardEvaluator:
         """Free the tables (spilled ones are unmapped)."""
         self.tables.clear()
         release_free_memory()
+
+
+def _linear_reduce(layer: nn.Module) -> str | None:
+    """How a linear typed layer reduces every relation: ``mean``/``sum`` (SAGE) or ``gcn``.
+
+    ``None`` for the others (GAT, R-GCN: their inputs are cut per run).
+    """
+    if isinstance(layer, HeteroSAGELayer) and layer.reduce in ("mean", "sum"):
+        return layer.reduce
+    if isinstance(layer, HeteroGCNLayer):
+        return "gcn"
+    return None
 
 
 def _named(node_type: str | None) -> str:
