@@ -526,12 +526,23 @@ class TypedShardEvaluator:
             fetch=lambda req: self._fetch(layer, node_type, req), at_K=at_K,
         )  # fmt: skip
 
-    def link_report(self, sums: dict[str, np.ndarray], *, with_logits: bool = False) -> RankEval:
+    def link_report(
+        self,
+        sums: dict[str, np.ndarray],
+        *,
+        with_logits: bool = False,
+        node_type: str | None = None,
+    ) -> RankEval:
         """A ``RankEval`` of link sums; keeps the tables.
 
+        ``with_logits``: also the owned embeddings of ``node_type`` (the links' source type).
         Peers may still read the last table while they score; the next layer 0 drops it.
         """
-        return self._rank_eval({}, {}, {}, link=sums)
+        logits = None
+        if with_logits:
+            lid_M = np.asarray(self.shard.nodes[_named(node_type)].owned_lid, dtype=np.int64)
+            logits = (lid_M, self.owned_table(len(self.layers), node_type).numpy().copy())
+        return self._rank_eval({}, {}, {}, logits=logits, link=sums)
 
     def _rank_eval(
         self,

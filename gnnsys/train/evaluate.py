@@ -483,8 +483,14 @@ class ShardEvaluator:
         release_free_memory()
         set_mmap_threshold(TRAIN_MMAP_THRESHOLD)
 
-    def link_report(self, sums: dict[str, np.ndarray], *, with_logits: bool = False) -> RankEval:
-        """A ``RankEval`` of link sums; keeps the tables.
+    def link_report(
+        self,
+        sums: dict[str, np.ndarray],
+        *,
+        with_logits: bool = False,
+        node_type: str | None = None,
+    ) -> RankEval:
+        """A ``RankEval`` of link sums; keeps the tables (``node_type``: the graph's one).
 
         Peers may still read the last table while they score; the next layer 0 drops them.
         """

@@ -539,7 +539,7 @@ class TypedRank:
             assert self.links is not None  # loaded with the link trainer
             report = score_links(
                 self._typed_eval, self.links, model, splits,
-                chunk=link.score_chunk, edge_type=self.edge_type,
+                chunk=link.score_chunk, edge_type=self.edge_type, with_logits=with_logits,
             )  # fmt: skip
         else:
             report = self._typed_eval.report(splits, with_logits=with_logits)

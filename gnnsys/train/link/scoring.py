@@ -86,7 +86,11 @@ class _Scored(Protocol):
     def rows_of(self, layer: int, node_type: str | None, ids: np.ndarray) -> Tensor: ...
 
     def link_report(
-        self, sums: dict[str, np.ndarray], *, with_logits: bool = False
+        self,
+        sums: dict[str, np.ndarray],
+        *,
+        with_logits: bool = False,
+        node_type: str | None = None,
     ) -> RankEval: ...
 
 
@@ -127,4 +131,4 @@ def score_links(
             chunk=chunk,
         )
         sums[split] = link_sums(ranks)
-    return evaluator.link_report(sums, with_logits=with_logits)
+    return evaluator.link_report(sums, with_logits=with_logits, node_type=src)

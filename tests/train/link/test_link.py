@@ -28,11 +28,13 @@ from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.run import worker_template
 from gnnsys.train.evaluate import EvalConfig, combine_evals, full_block, full_graph_logits
+from gnnsys.train.hetero.config import HeteroConfig
 from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.link.scoring import split_ranks
 from gnnsys.train.link.trainer import LinkTrainer, link_batch
 from gnnsys.train.metrics import HITS_AT, link_metrics, link_ranks, link_sums
 from gnnsys.train.trainer import Trainer, batch_seed_for, epoch_batches
+from gnnsys.types import ONE_TYPE
 
 
 # ---- metrics ------------------------------------------------------------------------------------
@@ -120,8 +122,24 @@ def _reference(split: LinkSplit, cfg: RunConfig, state: dict[str, Any]) -> tuple
 def test_sharded_link_scores_equal_one_process(
     split: LinkSplit, parts: int, decoder: str, model: str, tmp_path: Path
 ) -> None:
+    _sharded_scores_equal_one_process(split, parts, decoder, model, tmp_path)
+
+
+@pytest.mark.parametrize(("decoder", "model"), [("dot", "sage"), ("mlp", "gcn")])
+def test_typed_runtime_link_scores_equal_one_process(
+    split: LinkSplit, decoder: str, model: str, tmp_path: Path
+) -> None:
+    """The same through the typed runtime (the store's one type): embeddings with logits too."""
+    _sharded_scores_equal_one_process(split, 2, decoder, model, tmp_path, typed=True)
+
+
+def _sharded_scores_equal_one_process(
+    split: LinkSplit, parts: int, decoder: str, model: str, tmp_path: Path, typed: bool = False
+) -> None:
     store = _store(split, parts, tmp_path)
     cfg = _config(store, parts, decoder=decoder, model=model)
+    if typed:
+        cfg = replace(cfg, hetero=HeteroConfig(model=model, input_type=ONE_TYPE))
     group = _group(cfg, store)
     try:
         group.run_epoch(0, group.start(), lambda _: None)  # trained, not initial, weights
