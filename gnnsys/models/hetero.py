@@ -171,6 +171,10 @@ class HeteroSAGELayer(nn.Module):
         """``{t: [N_t, F_t]} -> {t: [M_t, H]}`` for every destination type."""
         return _sum_relations(self.convs, self.edge_types, x_dict, blocks)
 
+    def conv(self, edge_type: EdgeType) -> _RelationSAGE:
+        """Relation ``edge_type``'s ``SAGEConv`` (``lin_l``, ``lin_r``)."""
+        return cast(_RelationSAGE, self.convs[_key(edge_type)])
+
     def forward_from_agg(
         self, x_dict: dict[str, Tensor], blocks: TypedBlocks, agg: dict[EdgeType, Tensor]
     ) -> dict[str, Tensor]:
@@ -464,6 +468,15 @@ class _RelationStack(_TypedStack):
         )
         _one_relation_names(self, edge_types)
 
+    def forward_from_first_agg(
+        self,
+        x_dict: dict[str, Tensor],
+        blocks: tuple[TypedBlocks, ...],
+        agg: dict[EdgeType, Tensor],
+    ) -> dict[str, Tensor]:
+        """``forward`` with layer 0's reductions of the relations in ``agg`` done already."""
+        return _stack_forward(self.layers, x_dict, blocks, self.dropout, self.training, agg)
+
 
 class HeteroSAGE(_RelationStack):
     """``HeteroSAGELayer`` stack with ReLU and dropout between layers (input layer first).
@@ -475,19 +488,6 @@ class HeteroSAGE(_RelationStack):
     """
 
     layer_class = HeteroSAGELayer
-
-    fused_first = True
-    """Layer 0 sums per-relation linear maps of mean reductions, so a fused dequantizing sum of
-    compressed rows can stand in for a relation's reduction (:meth:`forward_from_first_agg`)."""
-
-    def forward_from_first_agg(
-        self,
-        x_dict: dict[str, Tensor],
-        blocks: tuple[TypedBlocks, ...],
-        agg: dict[EdgeType, Tensor],
-    ) -> dict[str, Tensor]:
-        """``forward`` with layer 0's reductions of the relations in ``agg`` done already."""
-        return _stack_forward(self.layers, x_dict, blocks, self.dropout, self.training, agg)
 
 
 def _stack_forward(
@@ -506,7 +506,8 @@ def _stack_forward(
         raise ValueError(f"got {len(blocks)} block layers for {len(layers)} layers")
     for i, (layer, layer_blocks) in enumerate(zip(layers, blocks, strict=True)):
         if i == 0 and first_agg:
-            x_dict = cast(HeteroSAGELayer, layer).forward_from_agg(x_dict, layer_blocks, first_agg)
+            linear = cast(HeteroSAGELayer | HeteroGCNLayer, layer)
+            x_dict = linear.forward_from_agg(x_dict, layer_blocks, first_agg)
         else:
             x_dict = layer(x_dict, layer_blocks)
         if i < len(layers) - 1:

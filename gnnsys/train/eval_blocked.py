@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -32,7 +33,7 @@ from torch import Tensor
 
 from gnnsys.kernels import aggregate
 from gnnsys.models import BlockModel
-from gnnsys.models.hetero import HeteroSAGELayer
+from gnnsys.models.hetero import HeteroGCNLayer, HeteroSAGELayer
 from gnnsys.models.layers import SAGELayer
 from gnnsys.train.eval_blocks import (
     HaloIndex,
@@ -47,6 +48,7 @@ from gnnsys.types import Block, PartitionShard
 
 __all__ = [
     "TypedRelationInput",
+    "projected_typed_outputs",
     "blocked_layer",
     "blocked_layer_outputs",
     "blocked_typed_outputs",
@@ -323,10 +325,12 @@ def _projects(module: object, own_MF: Tensor, index: HaloIndex, block_mb: float)
 
 
 def typed_blocked(module: object) -> bool:
-    """Whether a typed layer runs source-blocked: a heterogeneous SAGE layer, mean or sum.
+    """Whether a typed layer runs source-blocked: SAGE (mean or sum) or GCN per relation.
 
     Other typed layers (GAT, R-GCN) keep the default path, as non-linear homogeneous ones do.
     """
+    if isinstance(module, HeteroGCNLayer):
+        return True
     return isinstance(module, HeteroSAGELayer) and module.reduce in ("mean", "sum")
 
 
@@ -339,11 +343,13 @@ class TypedRelationInput:
             source row, past it ``own.shape[0] +`` a position among the source type's halo rows.
         own: ``[M_src, F]`` the source type's owned rows (usually memory-mapped).
         halo_rows: Float rows of the source type's halo at sorted positions.
+        num_halo: The source type's halo rows (positions ``0 .. num_halo - 1``).
     """
 
     block: Block
     own: Tensor
     halo_rows: Callable[[np.ndarray], Tensor]
+    num_halo: int
 
 
 @torch.no_grad()
@@ -357,13 +363,15 @@ def blocked_typed_outputs(
     block_mb: float,
     willneed: Willneed | None = None,
 ) -> None:
-    """A heterogeneous SAGE layer's outputs for one destination type, sources read in blocks.
+    """A typed SAGE or GCN layer's outputs for one destination type, sources read in blocks.
 
     The destinations run in spans whose neighbour sums over every relation into the type fit
     ``block_mb`` MiB; per relation a span's in-edges are bucketed once, its owned sources read in
     ascending blocks of a quarter of that (the next asked ahead) and its distinct halo rows
-    fetched once, sorted. Each relation's sums become its reduction (``forward_from_agg``).
-    Equal to the layer on the whole input up to float rounding (sums in source order).
+    fetched once, sorted. Each relation's sums become its reduction (``forward_from_agg``; GCN
+    scales each source by its relation's ``(1 + in-degree) ** -0.5`` from ``block``'s
+    ``src_in_degree``). Equal to the layer on the whole input up to float rounding (sums in
+    source order).
 
     Args:
         module: The layer (:func:`typed_blocked` holds).
@@ -374,11 +382,17 @@ def blocked_typed_outputs(
         block_mb: The span budget.
         willneed: Read-ahead hint for rows of the owned tables (optional).
     """
-    assert isinstance(module, HeteroSAGELayer) and typed_blocked(module)
+    assert isinstance(module, HeteroSAGELayer | HeteroGCNLayer) and typed_blocked(module)
+    gcn = isinstance(module, HeteroGCNLayer)
     m = int(own_dst.shape[0])
     width = sum(int(r.own.shape[1]) for r in relations.values())
     span_rows = max(1, int(block_mb * 2**20) // (4 * max(width, 1)))
     block_rows = max(1, span_rows // 4)
+    if isinstance(module, HeteroSAGELayer) and _typed_projects(module, relations, block_mb):
+        projected_typed_outputs(
+            module, own_dst, relations, into, block_rows=block_rows, willneed=willneed
+        )
+        return
     out: Tensor | None = None
     for start in range(0, m, span_rows):
         end = min(start + span_rows, m)
@@ -391,15 +405,21 @@ def blocked_typed_outputs(
             own_src, own_dst_, halo_src, halo_dst = _bucketed(
                 rel.block.col.numpy(), rowptr, e0, m_src, None, block_rows
             )
-            sums = _Sums(end - start, int(rel.own.shape[1]), None, m_src)
+            degree = rel.block.src_in_degree  # GCN's, of [own; halo] sources
+            scale_S = None
+            if gcn:
+                assert degree is not None  # the evaluator fetched them for a GCN layer
+                scale_S = (degree + 1).float().rsqrt()
+            sums = _Sums(end - start, int(rel.own.shape[1]), scale_S, m_src)
             sums.own_blocks(rel.own, own_src, own_dst_, block_rows, willneed)
             sums.halo_blocks(halo_src, halo_dst, rel.halo_rows, block_rows)
-            if module.reduce == "mean":
+            if not gcn and cast(HeteroSAGELayer, module).reduce == "mean":
                 divide_by_degree(sums.acc, rowptr)
             agg[et] = sums.acc
             blocks[et] = Block(
                 num_src=0, num_dst=end - start, rowptr=torch.from_numpy(rowptr),
                 col=rel.block.col[:0], e_id=rel.block.e_id[:0],
+                src_in_degree=None if degree is None or not gcn else degree[start:end],
             )  # fmt: skip
         if willneed is not None:
             willneed(own_dst, start, end)
@@ -410,3 +430,78 @@ def blocked_typed_outputs(
         if out is None:
             out = into(int(rows.shape[1]))
         out[start:end] = rows
+
+
+def _typed_projects(
+    module: HeteroSAGELayer,
+    relations: dict[tuple[str, str, str], TypedRelationInput],
+    block_mb: float,
+) -> bool:
+    """:func:`_projects` for a typed SAGE layer, relation by relation.
+
+    Every relation into the type is at most half as wide out as in, and each relation's
+    ``[M_src + H_src, H]`` projections fit twice the span budget (one relation's are held at a
+    time).
+    """
+    if not relations:
+        return False
+    for et, rel in relations.items():
+        width, out = int(rel.own.shape[1]), int(module.conv(et).lin_l.out_features)
+        rows = int(rel.own.shape[0]) + rel.num_halo
+        if 2 * out > width or rows * out * 4 > 2 * block_mb * 2**20:
+            return False
+    return True
+
+
+@torch.no_grad()
+def projected_typed_outputs(
+    module: HeteroSAGELayer,
+    own_dst: Tensor,
+    relations: dict[tuple[str, str, str], TypedRelationInput],
+    into: Callable[[int], Tensor],
+    *,
+    block_rows: int,
+    willneed: Willneed | None = None,
+) -> None:
+    """:func:`projected_layer_outputs` per relation into one destination type, summed.
+
+    ``out_i = sum_r (reduce_{j in N_r(i)}(x_j W_l,r^T) + b_r + x_i W_r,r^T)``: per relation (in
+    the layer's order) its sources are projected in one sequential pass over the own table and
+    one over the halo rows, its root term added in one pass over ``own_dst``, and every in-edge
+    summed from the projections in memory. One relation's projections are held at a time.
+    """
+    m, block_rows = int(own_dst.shape[0]), max(1, block_rows)
+    out: Tensor | None = None
+    for et in [et for et in module.edge_types if et in relations]:
+        rel, conv = relations[et], module.conv(et)
+        w_l, w_r, bias = conv.lin_l.weight, conv.lin_r.weight, conv.lin_l.bias
+        m_src = int(rel.own.shape[0])
+        z_S = torch.empty(m_src + rel.num_halo, int(w_l.shape[0]), dtype=torch.float32)
+        term = torch.empty(m, int(w_l.shape[0]), dtype=torch.float32)
+        for b0 in range(0, m_src, block_rows):  # own sources: one sequential pass
+            b1 = min(m_src, b0 + block_rows)
+            if willneed is not None and b1 < m_src:
+                willneed(rel.own, b1, min(m_src, b1 + block_rows))
+            z_S[b0:b1] = rel.own[b0:b1].float() @ w_l.T
+            eval_tick()
+        for b0 in range(0, m, block_rows):  # the roots: one pass over the destination rows
+            b1 = min(m, b0 + block_rows)
+            term[b0:b1] = torch.addmm(bias, own_dst[b0:b1].float(), w_r.T)
+        for u0 in range(0, rel.num_halo, block_rows):  # halo sources: sorted blocks, each once
+            u1 = min(rel.num_halo, u0 + block_rows)
+            rows = rel.halo_rows(np.arange(u0, u1, dtype=np.int64)).float()
+            z_S[m_src + u0 : m_src + u1] = rows @ w_l.T
+            eval_tick()
+        ptr = rel.block.rowptr
+        for start in range(0, m, 1 << 14):  # runs of destinations, as eval_blocks.edge_runs
+            end = min(m, start + (1 << 14))
+            lo, hi = int(ptr[start]), int(ptr[end])
+            col = rel.block.col[lo:hi]
+            term[start:end] += aggregate(z_S, ptr[start : end + 1] - lo, col, module.reduce)
+            eval_tick()
+        del z_S
+        if out is None:
+            out = into(int(term.shape[1]))
+            out[:] = term
+        else:
+            out += term

@@ -301,7 +301,9 @@ class TypedShardEvaluator:
 
         for node_type in self.spans:
             relations = {
-                et: TypedRelationInput(block, own[et[0]], halo_rows(et[0]))
+                et: TypedRelationInput(
+                    block, own[et[0]], halo_rows(et[0]), int(self.halo_lid[et[0]].shape[0])
+                )
                 for et, block in self.blocks.items()
                 if et[2] == node_type and et[0] in present
             }

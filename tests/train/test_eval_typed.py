@@ -206,3 +206,23 @@ def test_source_blocked_layers_equal_a_whole_graph_forward(
     group = _group(stores[parts], parts, model, 1 << 20, spill_mb=0.001, block_mb=0.01)
     _logits_against_the_whole_graph(mag, group, stores[parts])
     assert bool(spans) == (model == "sage")  # R-GCN keeps the default path
+
+
+@pytest.mark.parametrize("parts", [1, 2, 4])
+def test_projected_layers_equal_a_whole_graph_forward(
+    mag: HeteroGraph, stores: dict[int, Path], parts: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """1 MiB spans: layer 0 (128 -> 16 wide) runs projected, relation by relation."""
+    from gnnsys.train import eval_blocked
+
+    calls: list[str] = []
+    projected = eval_blocked.projected_typed_outputs
+
+    def counted(module: Any, *args: Any, **kw: Any) -> None:
+        calls.append(type(module).__name__)
+        projected(module, *args, **kw)
+
+    monkeypatch.setattr(eval_blocked, "projected_typed_outputs", counted)
+    group = _group(stores[parts], parts, "sage", 1 << 20, block_mb=1.0)
+    _logits_against_the_whole_graph(mag, group, stores[parts])
+    assert calls and set(calls) == {"HeteroSAGELayer"}

@@ -248,12 +248,12 @@ def _first_layer(
 ) -> tuple[frozenset[str], dict[str, FirstLayerAggregator]]:
     """Which featured types' layer-0 reductions are fused or summed at their owners.
 
-    HeteroSAGE's layer 0 is linear per relation (``HeteroSAGE.forward_from_first_agg``):
+    HeteroSAGE's and HeteroGCN's layer 0 is linear per relation (``forward_from_first_agg``):
     ``--aggregate-at owner|auto`` gives each featured type an aggregator whose owners sum its
     remote rows; ``requester`` with an int8/int4 type sums them from their codes. HeteroGAT,
     RGCN and link encoders fetch and decode every row.
     """
-    if layout.hetero.model != "sage" or spec.link is not None:
+    if layout.hetero.model not in ("sage", "gcn") or spec.link is not None:
         return frozenset(), {}
     if spec.layer0.placement != Placement.REQUESTER:
         owner_sums = {
@@ -360,7 +360,10 @@ def build_sources(
                 embedding_client(peers, step), ledger.of(t), codec=codecs[t], node_type=t,
             )  # fmt: skip
     inputs = TypedInputs(
-        features, rows, *_first_layer(spec, layout, features, codecs, books, client, ledger)
+        features,
+        rows,
+        *_first_layer(spec, layout, features, codecs, books, client, ledger),
+        weighted=layout.hetero.model == "gcn",
     )
     return _Sources(BoundSampler(sampler, layout.hetero.input_type), inputs)
 

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from gnnsys.cache import CacheCounters, SplitRows
 from gnnsys.datasets.hetero import EdgeType
-from gnnsys.models import LinkModel
+from gnnsys.models import GCNLayer, LinkModel
 from gnnsys.models.sparse_embedding import SparseGrad, coalesce
 from gnnsys.sampler.hetero import HeteroNeighborSampler, HeteroSampledSubgraph
 from gnnsys.train.device import StepInputs
@@ -101,6 +101,8 @@ class TypedInputs:
             model whose layer 0 allows it: :meth:`fetch_first`).
         owner_sums: Featured type -> the aggregator whose owners sum that type's remote rows
             for layer 0 (``--aggregate-at owner|auto``: :meth:`fetch_first`).
+        weighted: Layer 0 is GCN's: each relation sums its sources scaled by
+            ``GCNLayer.src_scale`` of its block (whole-graph in-degrees), not their mean.
     """
 
     def __init__(
@@ -109,9 +111,12 @@ class TypedInputs:
         embeddings: dict[str, RoutedFeatureSource],
         fused: frozenset[str] = frozenset(),
         owner_sums: dict[str, FirstLayerAggregator] | None = None,
+        *,
+        weighted: bool = False,
     ) -> None:
         self.features, self.embeddings, self.fused = features, embeddings, fused
         self.owner_sums = owner_sums or {}
+        self.weighted = weighted
 
     def fetch(self, sub: HeteroSampledSubgraph) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         """``(x_dict, leaves)``: every type's rows in ``n_id`` order; embedding rows as leaves.
@@ -171,7 +176,7 @@ class TypedInputs:
     ) -> None:
         """Sum ``pending``'s rows into ``agg`` and decode their roots into ``x_dict``.
 
-        Each relation gets its mean from the fused dequantizing sum
+        Each relation gets its mean (GCN: its scaled sum) from the fused dequantizing sum
         (``gnnsys.train.layer0.fused``) on the rows' device; only destination rows are decoded.
         """
         for t, fused in pending.items():
@@ -179,6 +184,10 @@ class TypedInputs:
             codec = self.features[t].codec
             x_dict[t] = decoded_roots(fused.num_dst, rows, codec, num_features=width)
             for et, block in fused.relations:
+                if self.weighted:
+                    weight_N = GCNLayer.src_scale(block).float()
+                    agg[et] = fused_sum(block, rows, weight_N, num_features=width)
+                    continue
                 deg_M = block.rowptr.diff().clamp(min=1).to(torch.float32)[:, None]
                 agg[et] = fused_sum(block, rows, None, num_features=width) / deg_M
 
@@ -193,11 +202,15 @@ class TypedInputs:
         """Layer-0 means of the relations ``out`` of ``node_type``, from owner partial sums.
 
         The means go into ``agg`` (one request per owner for all of them); returns the type's
-        destination rows (fetched with the plan's rows when it has a relation to itself).
+        destination rows (fetched with the plan's rows when it has a relation to itself). GCN's
+        scaled sums take one request per owner and relation (each relation its own scales).
         """
         own = [i for i, (et, _) in enumerate(out) if et[2] == node_type]
         roots = out[own[0]][1].num_dst if own else 0
-        if out:
+        if out and self.weighted:  # GCN: every relation leads from the type to itself
+            sums, x_dst = self.owner_sums[node_type].weighted_sums([b for _, b in out], n_id)
+            agg.update({et: s for (et, _), s in zip(out, sums, strict=True)})
+        elif out:
             means, x_dst = self.owner_sums[node_type].relations_agg(
                 [b for _, b in out], n_id, root_rows=roots
             )

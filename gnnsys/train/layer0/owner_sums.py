@@ -209,6 +209,26 @@ class FirstLayerAggregator:
         agg_MF, x_RF, _ = self._aggregate(stacked, n_id, None, reduce="mean", root_rows=root_rows)
         return list(torch.split(agg_MF, [b.num_dst for b in blocks])), x_RF[:root_rows]
 
+    def weighted_sums(self, blocks: list[Block], n_id: Tensor) -> tuple[list[Tensor], Tensor]:
+        """GCN's layer-0 sums of a typed type's relations to itself, over its sources ``n_id``.
+
+        Each relation's sources are scaled by its own ``GCNLayer.src_scale`` (its whole-graph
+        in-degrees), so each is planned and asked for on its own, as :meth:`gather` does for a
+        one-type graph.
+
+        Returns:
+            ``(sums, roots)``: one ``[M_r, F]`` scaled sum per block, and the first block's
+            destination rows.
+        """
+        sums, roots = [], None
+        for block in blocks:
+            weight_N = GCNLayer.src_scale(block)
+            agg_MF, x_RF, _ = self._aggregate(block, n_id, weight_N, reduce="sum", root_rows=None)
+            sums.append(agg_MF)
+            roots = x_RF[: block.num_dst] if roots is None else roots
+        assert roots is not None  # the caller passes at least one relation
+        return sums, roots
+
     def _aggregate(
         self,
         block: Block,

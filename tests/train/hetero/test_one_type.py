@@ -64,6 +64,14 @@ def _cases() -> dict[str, RunConfig]:
         ),
         "owner-sums": replace(base, layer0=FirstLayerConfig(placement=Placement.OWNER)),
         "gcn": replace(base, model=replace(base.model, name="gcn")),
+        "gcn-owner-sums": replace(
+            base,
+            model=replace(base.model, name="gcn"),
+            layer0=FirstLayerConfig(placement=Placement.OWNER),
+        ),
+        "gcn-int8-fused": replace(
+            base, model=replace(base.model, name="gcn"), codec=CodecConfig(name="int8")
+        ),
         "gcn-replicated": replace(
             base,
             model=replace(base.model, name="gcn"),
@@ -74,6 +82,13 @@ def _cases() -> dict[str, RunConfig]:
             base,
             model=replace(base.model, name="gat"),
             cluster=replace(base.cluster, topology="replicated"),
+        ),
+        "sage-blocked": replace(base, eval=replace(base.eval, block_mb=0.002)),
+        "sage-projected": replace(  # the last layer (16 -> 4 wide) runs projected
+            base, eval=replace(base.eval, block_mb=0.05)
+        ),
+        "gcn-blocked": replace(
+            base, model=replace(base.model, name="gcn"), eval=replace(base.eval, block_mb=0.002)
         ),
         "gcn-halo-budget": replace(  # evaluation in runs, each fetching its own halo rows
             base, model=replace(base.model, name="gcn"), eval=replace(base.eval, halo_mb=0.002)
