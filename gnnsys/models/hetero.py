@@ -45,19 +45,14 @@ from typing import cast
 
 import torch
 from torch import Tensor, nn
-from torch.nn import functional
 
 from gnnsys.kernels import aggregate
-from gnnsys.kernels.csr import dst_of_edges
-from gnnsys.models.gat import GATLayer
 from gnnsys.models.layers import GCNLayer
 from gnnsys.types import Block
 
 __all__ = [
     "RGCN",
     "EdgeType",
-    "HeteroGAT",
-    "HeteroGATLayer",
     "HeteroGCN",
     "HeteroGCNLayer",
     "HeteroSAGE",
@@ -171,6 +166,11 @@ class HeteroSAGELayer(nn.Module):
         """``{t: [N_t, F_t]} -> {t: [M_t, H]}`` for every destination type."""
         return _sum_relations(self.convs, self.edge_types, x_dict, blocks)
 
+    @property
+    def linear_reduce(self) -> str | None:
+        """``mean``/``sum``: each relation's reduction is linear (``None`` for ``max``)."""
+        return self.reduce if self.reduce in ("mean", "sum") else None
+
     def conv(self, edge_type: EdgeType) -> _RelationSAGE:
         """Relation ``edge_type``'s ``SAGEConv`` (``lin_l``, ``lin_r``)."""
         return cast(_RelationSAGE, self.convs[_key(edge_type)])
@@ -186,97 +186,6 @@ class HeteroSAGELayer(nn.Module):
         :meth:`forward` up to float summation order.
         """
         return _sum_relations(self.convs, self.edge_types, x_dict, blocks, agg)
-
-
-class _RelationGAT(nn.Module):
-    """One relation's ``GATConv((F_src, F_dst), C, heads=K, add_self_loops=False)``."""
-
-    def __init__(
-        self, src_dim: int, dst_dim: int, out_dim: int, heads: int, concat: bool, dropout: float
-    ) -> None:
-        super().__init__()
-        self.heads, self.out_dim, self.concat, self.dropout = heads, out_dim, concat, dropout
-        self.att_src = nn.Parameter(torch.empty(1, heads, out_dim))
-        self.att_dst = nn.Parameter(torch.empty(1, heads, out_dim))
-        self.bias = nn.Parameter(torch.zeros(heads * out_dim if concat else out_dim))
-        self.lin_src = nn.Linear(src_dim, heads * out_dim, bias=False)
-        self.lin_dst = nn.Linear(dst_dim, heads * out_dim, bias=False)
-        nn.init.xavier_uniform_(self.att_src)
-        nn.init.xavier_uniform_(self.att_dst)
-
-    def forward(self, x_src: Tensor, x_dst: Tensor, block: Block) -> Tensor:
-        """``[N, F_src], [M, F_dst] -> [M, K * C]`` (concat) or ``[M, C]``."""
-        m, k, c = block.num_dst, self.heads, self.out_dim
-        h_src = self.lin_src(x_src).view(-1, k, c)
-        logit_src = (h_src * self.att_src).sum(-1)
-        logit_dst = (self.lin_dst(x_dst).view(-1, k, c) * self.att_dst).sum(-1)
-        src, dst = block.col.long(), dst_of_edges(block.rowptr)
-        logit = functional.leaky_relu(logit_src[src] + logit_dst[dst], 0.2)
-        idx = dst[:, None].expand_as(logit)  # softmax per destination, max-shifted
-        top = logit.new_zeros(m, k).scatter_reduce(0, idx, logit, "amax", include_self=False)
-        w = torch.exp(logit - top[dst])
-        alpha = w / logit.new_zeros(m, k).index_add(0, dst, w)[dst]
-        alpha = functional.dropout(alpha, self.dropout, self.training)
-        out = h_src.new_zeros(m, k, c).index_add(0, dst, h_src[src] * alpha[..., None])
-        result: Tensor = (out.reshape(m, k * c) if self.concat else out.mean(1)) + self.bias
-        return result
-
-
-class _SelfGAT(GATLayer):
-    """A relation from a type to itself: the homogeneous ``GATConv(F, C, heads=K)``.
-
-    One projection for both ends and a self loop per destination (``x_dst`` is ``x_src[:M]``).
-    """
-
-    def forward(  # type: ignore[override]
-        self, x_src: Tensor, x_dst: Tensor, block: Block
-    ) -> Tensor:
-        """``[N, F], [M, F] -> [M, K * C]`` (concat) or ``[M, C]``."""
-        return super().forward(x_src, block)
-
-
-class HeteroGATLayer(nn.Module):
-    """One ``GATConv`` per relation, summed per destination type (PyG's ``HeteroConv``).
-
-    A relation from a type to itself gets the homogeneous form (``_SelfGAT``), one between two
-    types the bipartite form without self loops (``_RelationGAT``).
-
-    Args:
-        in_dims: Node type -> input width ``F_t``.
-        out_dim: Channels per head ``C``.
-        edge_types: The relations.
-        heads: ``K``.
-        concat: Concatenate the heads (``K * C`` outputs) or average them (``C``).
-        attn_dropout: Dropout on the attention weights while training.
-    """
-
-    def __init__(
-        self,
-        in_dims: dict[str, int],
-        out_dim: int,
-        edge_types: list[EdgeType],
-        heads: int = 1,
-        concat: bool = True,
-        attn_dropout: float = 0.0,
-    ) -> None:
-        super().__init__()
-        self.edge_types: list[EdgeType] = [(et[0], et[1], et[2]) for et in edge_types]
-        self.convs = nn.ModuleDict(
-            {
-                _key(et): (
-                    _SelfGAT(in_dims[et[0]], out_dim, heads, concat, attn_dropout=attn_dropout)
-                    if et[0] == et[2]
-                    else _RelationGAT(
-                        in_dims[et[0]], in_dims[et[2]], out_dim, heads, concat, attn_dropout
-                    )
-                )
-                for et in self.edge_types
-            }
-        )
-
-    def forward(self, x_dict: dict[str, Tensor], blocks: TypedBlocks) -> dict[str, Tensor]:
-        """``{t: [N_t, F_t]} -> {t: [M_t, K * C or C]}`` for every destination type."""
-        return _sum_relations(self.convs, self.edge_types, x_dict, blocks)
 
 
 class _RelationGCN(GCNLayer):
@@ -319,6 +228,8 @@ class HeteroGCNLayer(nn.Module):
 
     uses_in_degree = True
     """Its blocks must carry each relation's whole-graph in-degrees (``Block.src_in_degree``)."""
+    linear_reduce = "gcn"
+    """Each relation is a weighted sum (evaluation sums it straight out of the source rows)."""
 
     def __init__(self, in_dims: dict[str, int], out_dim: int, edge_types: list[EdgeType]) -> None:
         super().__init__()
@@ -566,44 +477,3 @@ class HeteroGCN(_RelationStack):
     layer_class = HeteroGCNLayer
     uses_in_degree = True
     """Blocks carry each relation's whole-graph in-degrees (``Block.src_in_degree``)."""
-
-
-class HeteroGAT(_TypedStack):
-    """``HeteroGATLayer`` stack with ReLU and dropout between layers.
-
-    Hidden layers concatenate ``heads`` heads, the last averages one (as ``gnnsys.models.GAT``).
-
-    Args:
-        in_dims: Node type -> input width.
-        hidden_dim: ``H`` (all heads together); a multiple of ``heads``.
-        out_dim: Output width (classes) of the last layer.
-        edge_types: The relations.
-        num_layers: Layers (= typed block layers per batch).
-        dropout: Dropout after each hidden layer and on the attention weights.
-        heads: Attention heads of the hidden layers.
-
-    Raises:
-        ValueError: ``num_layers < 1``, dropout outside ``[0, 1)``, or ``hidden_dim`` not a
-            multiple of ``heads``.
-    """
-
-    def __init__(
-        self,
-        in_dims: dict[str, int],
-        hidden_dim: int,
-        out_dim: int,
-        edge_types: list[EdgeType],
-        num_layers: int = 2,
-        dropout: float = 0.5,
-        heads: int = 4,
-    ) -> None:
-        super().__init__(num_layers, dropout)
-        if heads < 1 or hidden_dim % heads:
-            raise ValueError(f"hidden_dim={hidden_dim} must be a multiple of heads={heads} >= 1")
-        dims = [in_dims] + [dict.fromkeys(in_dims, hidden_dim)] * (num_layers - 1)
-        for i, d_in in enumerate(dims):
-            last = i == num_layers - 1
-            k = 1 if last else heads
-            width = out_dim if last else hidden_dim // heads
-            self.layers.append(HeteroGATLayer(d_in, width, edge_types, k, not last, dropout))
-        _one_relation_names(self, edge_types)

@@ -1,7 +1,8 @@
 """Source-blocked exact evaluation: linear layers over tables larger than memory.
 
-The default evaluation path (``eval_blocks.linear_layer_outputs``) sums each destination's
-neighbours in in-edge order: one random row read per edge. When the layer input (the shard's
+The default evaluation path (``gnnsys.train.eval_typed``: each relation reduced straight out of
+the source rows) sums each destination's neighbours in in-edge order: one random row read per
+edge. When the layer input (the shard's
 memory-mapped features, a spilled table) does not fit in the page cache a run has, every one of
 those reads is a disk read. Here a rank takes its destinations in spans whose neighbour sums
 ``[span, F]`` fit a budget (``EvalConfig.block_mb``, ``--eval-block-mb``); a span's in-edges are
@@ -11,14 +12,15 @@ distinct halo rows are fetched once, in sorted blocks. A layer so costs ``ceil(M
 sequential passes over the own table.
 
 A SAGE layer much narrower than its input (the last layer: ``H`` classes from a ``F``-wide
-hidden table) runs projected instead (``projected_layer_outputs``): ``lin_l`` is linear, so
-``lin_l(mean x_j) = mean(x_j W^T) + b``. One sequential pass over the own table and one over the
-halo rows project every source to ``H`` columns (and write ``lin_r(x_i) + b`` into the output);
-every in-edge is then summed from the ``[M + halo, H]`` projections in memory, with no span
-passes. Only where they fit twice the span budget: otherwise the layer keeps the span passes.
+hidden table) runs projected instead (``projected_typed_outputs``, relation by relation):
+``lin_l`` is linear, so ``lin_l(mean x_j) = mean(x_j W^T) + b``. One sequential pass over the
+own table and one over the halo rows project every source to ``H`` columns (and
+``lin_r(x_i) + b`` is added per destination); every in-edge is then summed from the
+``[M + halo, H]`` projections in memory, with no span passes. Only where they fit twice the
+span budget: otherwise the layer keeps the span passes.
 
 Sums run in source order, not in-edge order: the outputs equal the default path's up to float
-rounding. Shape legend as in ``eval_blocks``; ``D`` destinations of a span.
+rounding. Shape legend: ``M`` owned rows, ``F`` input width, ``D`` destinations of a span.
 """
 
 from __future__ import annotations
@@ -32,27 +34,14 @@ import torch
 from torch import Tensor
 
 from gnnsys.kernels import aggregate
-from gnnsys.models import BlockModel
 from gnnsys.models.hetero import HeteroGCNLayer, HeteroSAGELayer
-from gnnsys.models.layers import SAGELayer
-from gnnsys.train.eval_blocks import (
-    HaloIndex,
-    LinearLayerRun,
-    divide_by_degree,
-    edge_runs,
-    linear_run,
-    span_outputs,
-)
-from gnnsys.train.eval_memory import eval_tick, willneed_rows
-from gnnsys.types import Block, PartitionShard
+from gnnsys.train.eval_memory import eval_tick
+from gnnsys.types import Block
 
 __all__ = [
     "TypedRelationInput",
     "projected_typed_outputs",
-    "blocked_layer",
-    "blocked_layer_outputs",
     "blocked_typed_outputs",
-    "projected_layer_outputs",
     "typed_blocked",
 ]
 
@@ -62,50 +51,11 @@ Willneed = Callable[[Tensor, int, int], None]
 """``willneed(table, first, stop)``: a read-ahead hint for rows ``[first, stop)``."""
 
 
-def blocked_layer(
-    model: object,
-    layer: int,
-    own_MF: Tensor,
-    shard: PartitionShard,
-    index: HaloIndex,
-    degree_S: np.ndarray | None,
-    halo_rows: Callable[[np.ndarray], Tensor],
-    into: Callable[[int], Tensor],
-    *,
-    block_mb: float,
-) -> bool:
-    """Run layer ``layer`` source-blocked when it is linear (SAGE mean/sum, GCN).
-
-    Spans of ``block_mb`` MiB of sums, source blocks of a quarter of that; a narrow SAGE layer
-    runs projected when its projections fit twice that budget (:func:`_projects`). Returns
-    ``False`` (nothing done) for other layers, which keep the default path.
-    """
-    if not isinstance(model, BlockModel):
-        return False
-    run = linear_run(model.layers[layer])
-    if run is None:
-        return False
-    span_rows = max(1, int(block_mb * 2**20) // (4 * int(own_MF.shape[1])))
-    module = model.layers[layer]
-    if _projects(module, own_MF, index, block_mb):
-        projected_layer_outputs(
-            model, layer, own_MF, shard, index, halo_rows, into,
-            block_rows=max(1, span_rows // 4), willneed=willneed_rows,
-        )  # fmt: skip
-        return True
-    args = (model, layer, own_MF, shard, index, degree_S, run, halo_rows, into)
-    blocked_layer_outputs(
-        *args, span_rows=span_rows, block_rows=max(1, span_rows // 4), willneed=willneed_rows
-    )
-    return True
-
-
 def _bucketed(
     local_E: np.ndarray,
     rowptr: np.ndarray,
     e0: int,
     m: int,
-    index: HaloIndex | None,
     block_rows: int,
 ) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]], np.ndarray, np.ndarray]:
     """One span's in-edges, owned sources bucketed by source block, halo sources sorted.
@@ -134,13 +84,17 @@ def _bucketed(
         for b in np.flatnonzero(np.diff(bounds)):
             own_src[b].append(src[bounds[b] : bounds[b + 1]])
             own_dst[b].append(mine_dst[bounds[b] : bounds[b + 1]])
-        far = col[~mine] - m  # k-hop halo positions (a shard's), or 1-hop ones (``index`` None)
-        halo_src.append((far if index is None else index.source_of_K[far] - m).astype(np.int32))
+        halo_src.append((col[~mine] - m).astype(np.int32))  # positions among the halo rows
         halo_dst.append(dst[~mine])
     h_src = np.concatenate(halo_src) if halo_src else np.zeros(0, np.int32)
     h_dst = np.concatenate(halo_dst) if halo_dst else np.zeros(0, np.int32)
     order = np.argsort(h_src, kind="stable")
     return own_src, own_dst, h_src[order], h_dst[order]
+
+
+def divide_by_degree(sum_DF: Tensor, rowptr: np.ndarray) -> None:
+    """Neighbour sums -> means, in place, by each row's in-edges (a row without any stays 0)."""
+    sum_DF.div_(torch.from_numpy(np.diff(rowptr)).clamp_(min=1).to(sum_DF.dtype)[:, None])
 
 
 class _Sums:
@@ -199,139 +153,12 @@ class _Sums:
             eval_tick()
 
 
-@torch.no_grad()
-def blocked_layer_outputs(
-    model: BlockModel,
-    layer: int,
-    own_MF: Tensor,
-    shard: PartitionShard,
-    index: HaloIndex,
-    degree_S: np.ndarray | None,
-    run: LinearLayerRun,
-    halo_rows: Callable[[np.ndarray], Tensor],
-    into: Callable[[int], Tensor],
-    *,
-    span_rows: int,
-    block_rows: int,
-    willneed: Willneed | None = None,
-) -> None:
-    """A linear layer over every owned destination, its sources read in ascending blocks.
-
-    Args:
-        model: The model; ``layer`` is a SAGE mean/sum or GCN layer (``run`` says which).
-        layer: The layer computed.
-        own_MF: The layer input of the owned nodes (``[M, F]``, usually memory-mapped).
-        shard: The rank's shard (its ``indptr`` and ``indices_local``).
-        index: Its ``eval_blocks.halo_index``.
-        degree_S: ``[M + H]`` whole-graph in-degrees of ``[own; halo]`` (GCN), or ``None``.
-        run: ``eval_blocks.linear_run`` of the layer.
-        halo_rows: Float rows ``[len(positions), F]`` of the halo nodes at sorted
-            ``positions`` (into ``index.halo_gid``).
-        into: Called once with the output width; returns the ``[M, H]`` output buffer.
-        span_rows: Destinations per span.
-        block_rows: Source rows per block (and rows gathered at once).
-        willneed: Read-ahead hint for rows of ``own_MF`` (optional).
-    """
-    m, width = int(own_MF.shape[0]), int(own_MF.shape[1])
-    indptr = np.asarray(shard.indptr, dtype=np.int64)
-    local_E = shard.indices_local
-    assert local_E is not None
-    span_rows, block_rows = max(1, span_rows), max(1, block_rows)
-    scale_S = None
-    if run.reduce == "gcn":
-        assert degree_S is not None  # the evaluator fetches degrees for GCN models
-        scale_S = torch.from_numpy(degree_S + 1).float().rsqrt()
-    out: Tensor | None = None
-    for start in range(0, m, span_rows):
-        end = min(start + span_rows, m)
-        e0 = int(indptr[start])
-        rowptr = indptr[start : end + 1] - e0
-        own_src, own_dst, halo_src, halo_dst = _bucketed(local_E, rowptr, e0, m, index, block_rows)
-        sums = _Sums(end - start, width, scale_S, m)
-        sums.own_blocks(own_MF, own_src, own_dst, block_rows, willneed)
-        sums.halo_blocks(halo_src, halo_dst, halo_rows, block_rows)
-        del halo_src, halo_dst
-        if willneed is not None:
-            willneed(own_MF, start, end)
-        own = own_MF[start:end].float()
-        rows = span_outputs(model, layer, run, sums.acc, own, rowptr, degree_S, start)
-        if out is None:
-            out = into(int(rows.shape[1]))
-        out[start:end] = rows
-        del sums, rows
-
-
-@torch.no_grad()
-def projected_layer_outputs(
-    model: BlockModel,
-    layer: int,
-    own_MF: Tensor,
-    shard: PartitionShard,
-    index: HaloIndex,
-    halo_rows: Callable[[np.ndarray], Tensor],
-    into: Callable[[int], Tensor],
-    *,
-    block_rows: int,
-    willneed: Willneed | None = None,
-) -> None:
-    """A SAGE mean/sum layer computed from its sources projected to the output width.
-
-    ``out_i = reduce_j(x_j W_l^T) + b + x_i W_r^T``, with the sources read once each: the own
-    table in ascending blocks (writing the root term into the output as it goes), the halo
-    rows in sorted blocks. Arguments as in :func:`blocked_layer_outputs`; ``layer`` must be a
-    ``SAGELayer`` with ``reduce`` ``"mean"`` or ``"sum"``. The ``[M + halo, H]`` projections
-    are held in memory: every in-edge reads one of them at random.
-    """
-    module = model.layers[layer]
-    assert isinstance(module, SAGELayer) and module.reduce in ("mean", "sum")
-    m, block_rows = int(own_MF.shape[0]), max(1, block_rows)
-    num_halo = int(index.halo_gid.shape[0])
-    w_l, w_r, bias = module.lin_l.weight, module.lin_r.weight, module.lin_l.bias
-    z_S = torch.empty(m + num_halo, int(w_l.shape[0]), dtype=torch.float32)
-    out = into(int(w_l.shape[0]))
-    for b0 in range(0, m, block_rows):  # own sources and roots: one sequential pass
-        b1 = min(m, b0 + block_rows)
-        if willneed is not None and b1 < m:
-            willneed(own_MF, b1, min(m, b1 + block_rows))
-        rows = own_MF[b0:b1].float()
-        z_S[b0:b1] = rows @ w_l.T
-        out[b0:b1] = torch.addmm(bias, rows, w_r.T)
-        eval_tick()
-    for u0 in range(0, num_halo, block_rows):  # halo sources: sorted blocks, each once
-        u1 = min(num_halo, u0 + block_rows)
-        z_S[m + u0 : m + u1] = halo_rows(np.arange(u0, u1, dtype=np.int64)).float() @ w_l.T
-        eval_tick()
-    run = LinearLayerRun(module.reduce)  # runs of destinations bounded by its defaults
-    for start, end, rowptr, col in edge_runs(shard, index, (0, m), run):
-        agg = aggregate(z_S, torch.from_numpy(rowptr), torch.from_numpy(col), module.reduce)
-        out[start:end] = model.activate(layer, agg + out[start:end])
-        eval_tick()
-
-
-def _projects(module: object, own_MF: Tensor, index: HaloIndex, block_mb: float) -> bool:
-    """Whether a layer runs projected (a narrow SAGE layer whose projections fit the budget).
-
-    The layer must be SAGE mean/sum, at most half as wide as its input, with ``[M + halo, H]``
-    float32 projections within twice the span budget. Larger projections are not spilled to a
-    file: every in-edge reads one at random, which from an evicted map is a disk read per edge
-    (at 2**24 under a 4.69 GiB limit, spilled, the largest rank summed about 2**20 in-edges a
-    minute: hours for the layer). Such layers keep the span passes.
-    """
-    if not isinstance(module, SAGELayer) or module.reduce not in ("mean", "sum"):
-        return False
-    width, out = int(own_MF.shape[1]), int(module.lin_l.out_features)
-    rows = int(own_MF.shape[0]) + int(index.halo_gid.shape[0])
-    return 2 * out <= width and rows * out * 4 <= 2 * block_mb * 2**20
-
-
 def typed_blocked(module: object) -> bool:
     """Whether a typed layer runs source-blocked: SAGE (mean or sum) or GCN per relation.
 
     Other typed layers (GAT, R-GCN) keep the default path, as non-linear homogeneous ones do.
     """
-    if isinstance(module, HeteroGCNLayer):
-        return True
-    return isinstance(module, HeteroSAGELayer) and module.reduce in ("mean", "sum")
+    return getattr(module, "linear_reduce", None) is not None
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -382,15 +209,17 @@ def blocked_typed_outputs(
         block_mb: The span budget.
         willneed: Read-ahead hint for rows of the owned tables (optional).
     """
-    assert isinstance(module, HeteroSAGELayer | HeteroGCNLayer) and typed_blocked(module)
-    gcn = isinstance(module, HeteroGCNLayer)
+    assert typed_blocked(module)
+    linear = cast(HeteroSAGELayer | HeteroGCNLayer, module)
+    gcn = linear.linear_reduce == "gcn"
     m = int(own_dst.shape[0])
     width = sum(int(r.own.shape[1]) for r in relations.values())
     span_rows = max(1, int(block_mb * 2**20) // (4 * max(width, 1)))
     block_rows = max(1, span_rows // 4)
-    if isinstance(module, HeteroSAGELayer) and _typed_projects(module, relations, block_mb):
+    sage = cast(HeteroSAGELayer, module)  # when not GCN
+    if not gcn and _typed_projects(sage, relations, block_mb):
         projected_typed_outputs(
-            module, own_dst, relations, into, block_rows=block_rows, willneed=willneed
+            sage, own_dst, relations, into, block_rows=block_rows, willneed=willneed
         )
         return
     out: Tensor | None = None
@@ -403,7 +232,7 @@ def blocked_typed_outputs(
             rowptr = indptr[start : end + 1] - e0
             m_src = int(rel.own.shape[0])
             own_src, own_dst_, halo_src, halo_dst = _bucketed(
-                rel.block.col.numpy(), rowptr, e0, m_src, None, block_rows
+                rel.block.col.numpy(), rowptr, e0, m_src, block_rows
             )
             degree = rel.block.src_in_degree  # GCN's, of [own; halo] sources
             scale_S = None
@@ -413,7 +242,7 @@ def blocked_typed_outputs(
             sums = _Sums(end - start, int(rel.own.shape[1]), scale_S, m_src)
             sums.own_blocks(rel.own, own_src, own_dst_, block_rows, willneed)
             sums.halo_blocks(halo_src, halo_dst, rel.halo_rows, block_rows)
-            if not gcn and cast(HeteroSAGELayer, module).reduce == "mean":
+            if linear.linear_reduce == "mean":
                 divide_by_degree(sums.acc, rowptr)
             agg[et] = sums.acc
             blocks[et] = Block(
@@ -424,7 +253,7 @@ def blocked_typed_outputs(
         if willneed is not None:
             willneed(own_dst, start, end)
         x_dst = {dst_type: own_dst[start:end].float()}
-        rows = module.forward_from_agg(x_dst, blocks, agg).get(dst_type)
+        rows = linear.forward_from_agg(x_dst, blocks, agg).get(dst_type)
         if rows is None:
             return
         if out is None:
@@ -493,7 +322,7 @@ def projected_typed_outputs(
             z_S[m_src + u0 : m_src + u1] = rows @ w_l.T
             eval_tick()
         ptr = rel.block.rowptr
-        for start in range(0, m, 1 << 14):  # runs of destinations, as eval_blocks.edge_runs
+        for start in range(0, m, 1 << 14):  # runs of destinations (bounded temporaries)
             end = min(m, start + (1 << 14))
             lo, hi = int(ptr[start]), int(ptr[end])
             col = rel.block.col[lo:hi]

@@ -24,7 +24,6 @@ import errno
 import mmap
 import os
 import tempfile
-from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -153,11 +152,6 @@ class LayerTables:
         out = self._pending[table]
         assert tuple(out.shape) == (rows, width), (tuple(out.shape), rows, width)
         return out
-
-    def span_buffer(self, table: int, rows: int, span: tuple[int, int]) -> Callable[[int], Tensor]:
-        """``width -> [stop - first, width]`` rows ``span`` of ``table``'s :meth:`buffer`."""
-        first, stop = span
-        return lambda width: self.buffer(table, rows, width)[first:stop]
 
     def publish(self, table: int) -> None:
         """Make the finished ``table`` readable."""

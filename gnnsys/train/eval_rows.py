@@ -1,8 +1,7 @@
 """Rows of the sharded exact evaluation, for graphs of one node type or many.
 
-Both evaluators (``gnnsys.train.evaluate.ShardEvaluator`` for a one-type graph's block models,
-``gnnsys.train.eval_typed.TypedShardEvaluator`` for typed layers) keep one table per layer and
-node type and read rows the same way, here:
+The evaluator (``gnnsys.train.eval_typed.TypedShardEvaluator``) keeps one table per layer and
+node type and reads rows here:
 
 - **table numbers** (what a peer is asked for): ``layer * T + type index`` for ``T`` node types,
   so a one-type graph's table number is its layer (:func:`table_number`);

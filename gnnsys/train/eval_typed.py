@@ -30,14 +30,14 @@ A linear layer (SAGE mean/sum, GCN per relation) reduces each relation's in-edge
 destinations straight out of the source type's ``[M_t + H_t, F]`` rows and combines the sums
 with the run's own rows (``forward_from_agg``), so no run copies a table; GAT and R-GCN get
 each run's inputs cut, a relation from a type to itself then reading a copy of the type's rows
-after the run's (``_span``).
+after the run's (``eval_runs.cut_run``).
 
 Tables are ``LayerTables`` (``gnnsys.train.eval_memory``): a type's table larger than
-``EvalConfig.spill_mb`` lives in an unlinked file map (page cache), as the homogeneous
-evaluator's do; rows of any ids are read through ``gnnsys.train.eval_rows``, the path both
-evaluators share. ``EvalConfig.halo_mb`` bounds the halo rows held at once: each destination
-type's rows run in pieces whose distinct halo rows fit it, each fetching only those
-(``_runs``, ``_with_run_halo``); ``EvalConfig.block_mb`` runs SAGE layers source-blocked
+``EvalConfig.spill_mb`` lives in an unlinked file map (page cache); rows of any ids are read
+through ``gnnsys.train.eval_rows``. ``EvalConfig.halo_mb`` bounds the halo rows held at once:
+each destination type's rows run in pieces whose distinct halo rows fit it, each fetching only
+those (``eval_runs.budget_runs``, ``eval_runs.with_run_halo``); ``EvalConfig.block_mb`` runs
+SAGE and GCN layers source-blocked, and narrow SAGE layers projected
 (``gnnsys.train.eval_blocked``). A rank holds its relation blocks, one run's (or one layer's)
 halo rows and two layers of its own nodes' outputs.
 
@@ -62,9 +62,25 @@ from gnnsys.cache.codecs import Codec, make_codec
 from gnnsys.kernels import aggregate
 from gnnsys.models.hetero import HeteroGCNLayer, HeteroSAGELayer
 from gnnsys.store.hetero_shard import HeteroShard
+from gnnsys.train.device import StepDevice
 from gnnsys.train.eval_blocked import TypedRelationInput, blocked_typed_outputs, typed_blocked
-from gnnsys.train.eval_memory import LayerTables, eval_tick, release_free_memory, willneed_rows
-from gnnsys.train.eval_rows import Book, fill_cached, fill_remote, rows_of
+from gnnsys.train.eval_memory import (
+    EVAL_MMAP_THRESHOLD,
+    TRAIN_MMAP_THRESHOLD,
+    LayerTables,
+    eval_tick,
+    release_free_memory,
+    set_mmap_threshold,
+    willneed_rows,
+)
+from gnnsys.train.eval_rows import Book, fill_cached, fill_remote, rows_of, table_number
+from gnnsys.train.eval_runs import (
+    budget_runs,
+    cut_run,
+    destination_runs,
+    one_hop,
+    with_run_halo,
+)
 from gnnsys.train.evaluate import EvalConfig, RankEval
 from gnnsys.train.metrics import split_counts
 from gnnsys.train.remote.degrees import fetch_degrees
@@ -112,7 +128,10 @@ class TypedShardEvaluator:
             normalises by; unused by other models.
         degrees: Relation -> those in-degrees, ``[owned ; 1-hop halo]``, kept by the caller
             between evaluations: fetched (and counted in ``ledger``) by the first evaluation
-            only, as the node evaluator does.
+            only.
+        device_layers: The same layers on the trainer's device (``None``: ``layers``), where a
+            linear layer's dense part runs, a run of destinations at a time (its sums and own
+            rows go up, its outputs come back); the rest runs on the host.
     """
 
     def __init__(
@@ -128,20 +147,26 @@ class TypedShardEvaluator:
         ledger: TypedLedger,
         owners: Any = None,
         degrees: dict[EdgeType, Tensor] | None = None,
+        device_layers: nn.ModuleList | None = None,
     ) -> None:
         self.config, self.shard, self.books = config, shard, books
         self.layers, self.input_type = layers, input_type
+        self.device_layers = layers if device_layers is None else device_layers
+        first = next(self.device_layers.parameters(), None)
+        self.step = StepDevice("cpu" if first is None else first.device)
         self.inputs, self.peers, self.ledger = inputs, peers, ledger
         self.codec = make_codec(config.codec)
         self.types = list(shard.nodes)
-        self.halo_lid, self.blocks = _one_hop(shard)
+        self.halo_lid, self.blocks = one_hop(shard)
         if any(getattr(layer, "uses_in_degree", False) for layer in layers):
             known = {} if degrees is None else degrees
             for et, block in self.blocks.items():
                 if et not in known:
                     known[et] = self._degrees(et, owners)
                 self.blocks[et] = replace(block, src_in_degree=known[et])
-        self.spans = _spans(self.blocks, {t: n.num_owned for t, n in shard.nodes.items()}, config)
+        self.spans = destination_runs(
+            self.blocks, {t: n.num_owned for t, n in shard.nodes.items()}, config
+        )
         self.tables = LayerTables(config.spill_mb)
         self._seconds = 0.0
         self._hits = 0
@@ -160,7 +185,7 @@ class TypedShardEvaluator:
 
     def table(self, layer: int, node_type: str) -> int:
         """The number of layer input ``layer`` of ``node_type`` in peer requests."""
-        return layer * len(self.types) + self.types.index(node_type)
+        return table_number(layer, self.types.index(node_type), len(self.types))
 
     # ---- serving peers (the worker's serve_rows encodes) -----------------------------------
     def serve_rows(self, table: int, lid: np.ndarray) -> Tensor:
@@ -185,12 +210,15 @@ class TypedShardEvaluator:
         """
         start = time.perf_counter()
         if layer == 0:
+            set_mmap_threshold(EVAL_MMAP_THRESHOLD)  # large temporaries go back when freed
             self.tables.clear()
+        release_free_memory()  # training's (or the last layer's) freed temporaries
         self.layers.eval()  # GAT's attention dropout off; the trainer sets training back
+        self.device_layers.eval()
         for t in self.types:  # every peer finished reading layer - 1 before this step
             self.tables.pop(self.table(layer - 1, t))
         present = list(self.inputs) if layer == 0 else self.present(layer)
-        if self.config.block_mb and typed_blocked(self.layers[layer]):
+        if self.config.block_mb and self.config.in_place and typed_blocked(self.layers[layer]):
             done = self._blocked_tables(layer, present)
         else:
             done = self._span_tables(layer, present)
@@ -205,17 +233,19 @@ class TypedShardEvaluator:
 
         A linear layer (SAGE mean/sum, GCN) reduces each relation straight out of the whole
         source rows and combines a run's own rows (``_linear_run``); others (GAT, R-GCN) and
-        runs under a halo budget get each run's inputs cut (``_span``).
+        runs under a halo budget get each run's inputs cut (``eval_runs.cut_run``).
         """
         budget = self._budget_rows(layer, present)
+        owned = {t: n.num_owned for t, n in self.shard.nodes.items()}
         x_dict = {t: self._rows(layer, t, with_halo=budget is None) for t in present}
-        reduce = _linear_reduce(self.layers[layer]) if budget is None else None
+        linear = budget is None and self.config.in_place
+        reduce = _linear_reduce(self.layers[layer]) if linear else None
         sources = None if reduce is None else self._sources(x_dict, reduce)
         done: dict[int, Tensor] = {}
         for node_type, spans in self.spans.items():
             number = self.table(layer + 1, node_type)
             rows = self.shard.nodes[node_type].num_owned
-            for first, stop in self._runs(node_type, spans, budget, present):
+            for first, stop in budget_runs(self.blocks, owned, node_type, spans, budget, present):
                 if sources is not None and reduce is not None:
                     args = (x_dict, sources, reduce, node_type, first, stop)
                     got = self._linear_run(layer, *args)
@@ -224,15 +254,25 @@ class TypedShardEvaluator:
                         done[number][first:stop] = got
                     eval_tick()
                     continue
-                x_span, blocks = self._span(x_dict, node_type, first, stop)
+                x_span, blocks = cut_run(self.blocks, x_dict, node_type, first, stop)
                 if budget is not None:  # the run's own halo rows, fetched for it alone
-                    x_span, blocks = self._with_run_halo(layer, x_span, blocks)
+                    x_span, blocks = with_run_halo(x_span, blocks, self._run_halo(layer))
                 got = self.layers[layer](x_span, blocks).get(node_type)
                 if got is not None:
                     done[number] = self.tables.buffer(number, rows, int(got.shape[1]))
                     done[number][first:stop] = got
                 eval_tick()
         return done
+
+    def _run_halo(self, layer: int) -> Callable[[str, Tensor, int], Tensor]:
+        """Rows of a source type's halo at positions, for one run (``with_run_halo``)."""
+
+        def rows(src: str, pos: Tensor, width: int) -> Tensor:
+            out = torch.empty(pos.shape[0], width, dtype=torch.float32)
+            self._fill_remote(out, layer, src, self.halo_lid[src][pos.numpy()])
+            return out
+
+        return rows
 
     def _sources(self, x_dict: dict[str, Tensor], reduce: str) -> dict[EdgeType, Tensor]:
         """What each relation reduces: its source type's rows.
@@ -283,8 +323,10 @@ class TypedShardEvaluator:
                 src_in_degree=None if degree is None else degree[first:stop],
             )  # fmt: skip
         x_dst = {node_type: x_dict[node_type][first:stop]}
-        module = cast(HeteroSAGELayer | HeteroGCNLayer, self.layers[layer])  # _linear_reduce's
-        return module.forward_from_agg(x_dst, blocks, agg).get(node_type)
+        module = cast(HeteroSAGELayer | HeteroGCNLayer, self.device_layers[layer])
+        x_dst, blocks, agg = self.step.put((x_dst, blocks, agg))  # on the host: no copies
+        got = module.forward_from_agg(x_dst, blocks, agg).get(node_type)
+        return None if got is None else got.to("cpu")
 
     def _blocked_tables(self, layer: int, present: list[str]) -> dict[int, Tensor]:
         """Layer ``layer``'s output tables, source-blocked (``EvalConfig.block_mb``)."""
@@ -339,130 +381,12 @@ class TypedShardEvaluator:
             return int(np.asarray(self.inputs[node_type].own).shape[1])
         return int(self.owned_table(layer, node_type).shape[1])
 
-    def _runs(
-        self, node_type: str, spans: list[tuple[int, int]], budget: int | None, present: list[str]
-    ) -> list[tuple[int, int]]:
-        """``spans`` cut so that no run needs more than ``budget`` distinct halo rows.
-
-        Greedy from each run's first row: a halo row counts at the first row that reads it.
-        """
-        if budget is None:
-            return spans
-        into = [
-            (present.index(et[0]), self.shard.nodes[et[0]].num_owned, b)
-            for et, b in self.blocks.items()
-            if et[2] == node_type and et[0] in present
-        ]
-        out = []
-        for first, stop in spans:
-            while first < stop:
-                new_R = self._first_reads(into, first, stop)
-                cum = np.cumsum(new_R)
-                end = first + max(1, int(np.searchsorted(cum, budget, side="right")))
-                out.append((first, end))
-                first = end
-        return out
-
-    @staticmethod
-    def _first_reads(into: list[tuple[int, int, Block]], first: int, stop: int) -> np.ndarray:
-        """``[stop - first]`` halo rows first read at each row of ``[first, stop)``."""
-        keys, rows = [], []
-        for index, m, block in into:
-            ptr = block.rowptr[first : stop + 1].numpy()
-            col = block.col[int(ptr[0]) : int(ptr[-1])].numpy()
-            row = np.repeat(np.arange(stop - first), np.diff(ptr))
-            halo = col >= m
-            keys.append((col[halo] - m) * len(into) + index)
-            rows.append(row[halo])
-        key = np.concatenate([np.zeros(0, np.int64), *keys])
-        row = np.concatenate([np.zeros(0, np.int64), *rows])
-        uniq, inv = np.unique(key, return_inverse=True)
-        first_row = np.full(uniq.shape[0], stop - first, dtype=np.int64)
-        np.minimum.at(first_row, inv, row)
-        out: np.ndarray = np.bincount(first_row, minlength=stop - first)[: stop - first]
-        return out
-
-    def _with_run_halo(
-        self, layer: int, x_span: dict[str, Tensor], blocks: dict[EdgeType, Block]
-    ) -> tuple[dict[str, Tensor], dict[EdgeType, Block]]:
-        """A run's inputs with only the halo rows its edges read, fetched now, columns remapped.
-
-        Halo columns (at or past a source type's owned rows in ``x_span``) become positions in
-        the run's own halo rows, appended after ``x_span[src]``.
-        """
-        x_out, out = dict(x_span), {}
-        halo_cols: dict[str, list[Tensor]] = {}
-        for et, block in blocks.items():
-            if et[0] in x_span:  # a source type without rows this layer reads nothing
-                halo_cols.setdefault(et[0], []).append(
-                    block.col[block.col >= x_span[et[0]].shape[0]]
-                )
-        needed = {}
-        for src, cols in halo_cols.items():
-            base = int(x_span[src].shape[0])
-            pos = torch.unique(torch.cat(cols)) - base if cols else torch.zeros(0, dtype=torch.long)
-            needed[src] = pos
-            lid_K = self.halo_lid[src][pos.numpy()]
-            rows = torch.empty(pos.shape[0], int(x_span[src].shape[1]), dtype=torch.float32)
-            self._fill_remote(rows, layer, src, lid_K)
-            x_out[src] = torch.cat([x_span[src], rows])
-        for et, block in blocks.items():
-            if et[0] not in x_span:
-                out[et] = block
-                continue
-            base = int(x_span[et[0]].shape[0])
-            col = block.col.clone()
-            halo = col >= base
-            col[halo] = base + torch.searchsorted(needed[et[0]] + base, col[halo])
-            degree = block.src_in_degree  # GCN's: follows the rows
-            if degree is not None:
-                degree = torch.cat([degree[:base], degree[base + needed[et[0]]]])
-            out[et] = Block(
-                num_src=int(x_out[et[0]].shape[0]), num_dst=block.num_dst,
-                rowptr=block.rowptr, col=col, e_id=block.e_id, src_in_degree=degree,
-            )  # fmt: skip
-        return x_out, out
-
     def present(self, layer: int) -> list[str]:
         """The types with a table ``layer`` on this rank.
 
         A layer gives a type no output when no relation leads into it.
         """
         return [t for t in self.types if self.table(layer, t) in self.tables]
-
-    def _span(
-        self, x_dict: dict[str, Tensor], node_type: str, first: int, stop: int
-    ) -> tuple[dict[str, Tensor], dict[EdgeType, Block]]:
-        """The layer's inputs for owned ``node_type`` rows ``[first, stop)``.
-
-        The relations into the type are cut to those rows, which become the type's first
-        (destination) rows. A relation from the type to itself reads the whole table after
-        them (its columns shift by ``stop - first``): one copy of the type's table per span.
-        """
-        m = stop - first
-        selfloop = any(et[0] == node_type for et in self.blocks if et[2] == node_type)
-        x_span = dict(x_dict)
-        if node_type in x_dict:
-            own = x_dict[node_type][first:stop]
-            x_span[node_type] = torch.cat([own, x_dict[node_type]]) if selfloop else own
-        blocks = {}
-        for et, block in self.blocks.items():
-            if et[2] != node_type:
-                continue
-            lo, hi = int(block.rowptr[first]), int(block.rowptr[stop])
-            shift = m if et[0] == node_type else 0
-            degree = block.src_in_degree  # GCN's: the sources' rows, shifted as they are
-            if degree is not None and shift:
-                degree = torch.cat([degree[first:stop], degree])
-            blocks[et] = Block(
-                num_src=block.num_src + shift,
-                num_dst=m,
-                rowptr=block.rowptr[first : stop + 1] - lo,
-                col=block.col[lo:hi] + shift,
-                e_id=block.e_id[lo:hi],
-                src_in_degree=degree,
-            )
-        return x_span, blocks
 
     def _rows(self, layer: int, node_type: str, *, with_halo: bool = True) -> Tensor:
         """``[M_t + H_t, F]``: the owned rows of table ``layer``, then the halo rows.
@@ -540,6 +464,7 @@ class TypedShardEvaluator:
         ``with_logits``: also the owned embeddings of ``node_type`` (the links' source type).
         Peers may still read the last table while they score; the next layer 0 drops it.
         """
+        set_mmap_threshold(TRAIN_MMAP_THRESHOLD)
         logits = None
         if with_logits:
             lid_M = np.asarray(self.shard.nodes[_named(node_type)].owned_lid, dtype=np.int64)
@@ -582,6 +507,7 @@ class TypedShardEvaluator:
     # ---- the result ---------------------------------------------------------------------------
     def report(self, splits: tuple[str, ...], *, with_logits: bool = False) -> RankEval:
         """The confusion matrices (and binary scores) of ``splits``; frees the tables."""
+        set_mmap_threshold(TRAIN_MMAP_THRESHOLD)  # training's allocation pattern again
         nodes = self.shard.nodes[self.input_type]
         if self.input_type not in self.present(len(self.layers)):
             raise ValueError(
@@ -616,11 +542,8 @@ def _linear_reduce(layer: nn.Module) -> str | None:
 
     ``None`` for the others (GAT, R-GCN: their inputs are cut per run).
     """
-    if isinstance(layer, HeteroSAGELayer) and layer.reduce in ("mean", "sum"):
-        return layer.reduce
-    if isinstance(layer, HeteroGCNLayer):
-        return "gcn"
-    return None
+    reduce: str | None = getattr(layer, "linear_reduce", None)
+    return reduce
 
 
 def _named(node_type: str | None) -> str:
@@ -628,59 +551,3 @@ def _named(node_type: str | None) -> str:
     if node_type is None:
         raise ValueError("a typed evaluation's rows belong to a node type; pass node_type")
     return node_type
-
-
-def _spans(
-    blocks: dict[EdgeType, Block], owned: dict[str, int], config: EvalConfig
-) -> dict[str, list[tuple[int, int]]]:
-    """Per destination type, runs of owned rows of at most ``config.chunk_edges`` in-edges.
-
-    In-edges of every relation count; a run has at least one row. Runs bound a layer's
-    temporaries (its gathered messages) as the homogeneous evaluator's chunks do.
-    """
-    out: dict[str, list[tuple[int, int]]] = {}
-    for t, m in owned.items():
-        into = [b for et, b in blocks.items() if et[2] == t]
-        if not into:
-            continue  # no relation leads here: the layer gives the type no output
-        degree = sum(np.diff(b.rowptr.numpy()) for b in into)
-        ends = np.cumsum(degree) if m else np.zeros(0, dtype=np.int64)
-        runs, first = [], 0
-        while first < m:
-            base = int(ends[first - 1]) if first else 0
-            stop = int(np.searchsorted(ends, base + config.chunk_edges, side="right"))
-            stop = max(stop, first + 1)
-            runs.append((first, stop))
-            first = stop
-        out[t] = runs or [(0, 0)]
-    return out
-
-
-def _one_hop(shard: HeteroShard) -> tuple[dict[str, np.ndarray], dict[EdgeType, Block]]:
-    """Each type's 1-hop halo and each relation's block over ``[owned ; 1-hop halo]``.
-
-    The shard keeps the k-hop halo; evaluation needs the 1-hop one (type-local ids, ascending).
-    """
-    owned = {t: s.num_owned for t, s in shard.nodes.items()}
-    far: dict[str, list[np.ndarray]] = {t: [] for t in shard.nodes}
-    for (src, _, _), rel in shard.relations.items():
-        local = np.asarray(rel.indices_local, dtype=np.int64)
-        far[src].append(local[local >= owned[src]] - owned[src])
-    needed = {t: np.unique(np.concatenate([np.zeros(0, np.int64), *js])) for t, js in far.items()}
-    halo_lid = {
-        t: np.asarray(shard.nodes[t].halo_lid, dtype=np.int64)[needed[t]] for t in shard.nodes
-    }
-    blocks = {}
-    for et, rel in shard.relations.items():
-        src, m = et[0], owned[et[0]]
-        col = np.asarray(rel.indices_local, dtype=np.int64).copy()
-        halo = col >= m
-        col[halo] = m + np.searchsorted(needed[src], col[halo] - m)
-        blocks[et] = Block(
-            num_src=m + int(needed[src].shape[0]),
-            num_dst=owned[et[2]],
-            rowptr=torch.from_numpy(np.asarray(rel.indptr, dtype=np.int64)),
-            col=torch.from_numpy(col),
-            e_id=torch.from_numpy(np.asarray(rel.e_id, dtype=np.int64)),
-        )
-    return halo_lid, blocks

@@ -3,9 +3,9 @@
 Per part ``p`` there are two actors: an owner (``ShardOwner``, for a store of either kind) that
 serves part ``p``'s structure and features to everyone, and a
 :class:`TrainWorker` (rank ``p``) that trains on part ``p``'s train seeds and evaluates part
-``p``'s nodes. The worker is one class for both graph kinds: what depends on the kind (the
-shard, trainer, evaluator and the rows it serves) is its :class:`Rank`, built by
-``gnnsys.train.rank.NodeRank`` or ``gnnsys.train.hetero.rank.TypedRank``. Trainers form a
+``p``'s nodes. The shard, trainer, evaluator and the rows it serves are its :class:`Rank`,
+built by ``gnnsys.train.hetero.rank.TypedRank`` for every graph (a homogeneous graph is its
+one node type, ``gnnsys.types.ONE_TYPE``). Trainers form a
 torch.distributed gloo group for the gradient allreduce; owners stay stateless readers, so the
 group can be restarted without them.
 
@@ -288,16 +288,19 @@ def stage_threads(spec: WorkerSpec, client: OwnerClient | None) -> int:
 
 
 class Rank(Protocol):
-    """The graph-kind side of one rank: what it trains and how it evaluates and serves rows.
+    """The graph side of one rank: what it trains and how it evaluates and serves rows.
 
-    ``gnnsys.train.rank.NodeRank`` builds it for a graph of one node type and
-    ``gnnsys.train.hetero.rank.TypedRank`` for a typed one; :class:`TrainWorker` is the same
-    actor around either (``gnnsys.train.control.group.rank_of`` names the builder).
+    ``gnnsys.train.hetero.rank.TypedRank`` builds it for every graph (a homogeneous one is its
+    one-type case); :class:`TrainWorker` is the actor around it.
     """
 
-    trainer: Trainer
     features: Any
     ledger: Any
+
+    @property
+    def trainer(self) -> Trainer:
+        """This rank's trainer."""
+        ...
 
     def eval_layer(self, layer: int) -> None:
         """Compute this rank's outputs of layer ``layer`` (every rank finished ``layer - 1``)."""
@@ -342,7 +345,7 @@ class TrainWorker:
     Args:
         spec: This rank's spec.
         owners: Owner actor handles (Ray executor); unused with ``client``.
-        rank: Builds the graph-kind side (``NodeRank`` or ``TypedRank``: ``rank_of``).
+        rank: Builds the graph side (``TypedRank``).
         client: Owner client (the in-process executor passes its own).
         sync: Makes the allreduce + all_gather for this rank's ledger (in-process executor).
         rng_lock: Serialises the random part of a step between in-process ranks.

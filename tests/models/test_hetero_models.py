@@ -113,7 +113,7 @@ def test_hetero_gat_layer_equals_pyg_heteroconv_of_gatconv(
 ) -> None:
     from torch_geometric.nn import GATConv
 
-    from gnnsys.models.hetero import HeteroGATLayer
+    from gnnsys.models.gat import HeteroGATLayer
 
     torch.manual_seed(0)
     pyg = HeteroConv(  # a relation from a type to itself: the homogeneous form, self loops
@@ -195,8 +195,8 @@ def test_a_one_relation_stack_is_the_homogeneous_model(name: str) -> None:
     """One relation from a type to itself: the same weights from the same seed, saved and
     loaded under the homogeneous model's names, and the same outputs (checkpoints agree)."""
     from gnnsys.models import MODELS
-    from gnnsys.models.hetero import HeteroGAT
-    from gnnsys.train.eval_blocks import full_block
+    from gnnsys.models.gat import HeteroGAT
+    from gnnsys.train.evaluate import full_block
     from gnnsys.types import ONE_RELATION, ONE_TYPE
 
     typed_cls = {"sage": HeteroSAGE, "gcn": HeteroGCN, "gat": HeteroGAT}[name]

@@ -17,14 +17,13 @@ import torch
 from gnnsys.config import RunConfig
 from gnnsys.datasets import load
 from gnnsys.datasets.synthetic import sbm
-from gnnsys.models import BlockModel, ModelConfig, build_model
-from gnnsys.models.layers import SAGELayer
+from gnnsys.models import ModelConfig, build_model
 from gnnsys.partitioners import partition
 from gnnsys.sampler import NeighborSampler
-from gnnsys.store import load_shard, write_partitions
+from gnnsys.store import write_partitions
 from gnnsys.store.info import store_info
 from gnnsys.store.source import DataConfig
-from gnnsys.train import eval_blocked, eval_blocks, eval_memory, evaluate
+from gnnsys.train import eval_blocked, eval_memory, eval_typed
 from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.run import worker_template
@@ -287,21 +286,6 @@ def test_ray_group_sharded_equals_full_graph(
     _check_equal(sbm_graph, reports, reference)
 
 
-@pytest.mark.parametrize("model", ["sage", "gcn"])
-def test_in_place_path_in_small_chunks(
-    sbm_graph: Graph, model: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from gnnsys.train import eval_blocks
-
-    def tiny(layer: torch.nn.Module) -> eval_blocks.LinearLayerRun | None:
-        run = eval_blocks.linear_run(layer)
-        return None if run is None else replace(run, max_dst=7, max_edges=23)
-
-    monkeypatch.setattr(evaluate, "linear_run", tiny)
-    reports, reference = _sharded(sbm_graph, 4, model, tmp_path)
-    _check_equal(sbm_graph, reports, reference)
-
-
 # ---- layer tables in unlinked memory-mapped files (EvalConfig.spill_mb) -------------------------
 def _spill_map_flags() -> list[bool]:
     """Per spilled map of this process, whether the kernel marks it random-read (``rr``)."""
@@ -457,110 +441,32 @@ def test_blocked_evaluation_equals_full_graph(
     spill_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    calls: list[tuple[int, int]] = []
-    blocked = eval_blocked.blocked_layer_outputs
+    blocked_widths: list[int] = []
+    projected_widths: list[int] = []
+    blocked = eval_typed.blocked_typed_outputs
 
-    def spy(*args: Any, **kwargs: Any) -> None:
-        calls.append((int(args[1]), int(kwargs["span_rows"]), int(kwargs["block_rows"])))
-        blocked(*args, **kwargs)
+    def spy(module: Any, node_type: str, own: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        blocked_widths.append(int(own.shape[1]))
+        blocked(module, node_type, own, *args, **kwargs)
 
-    projected = eval_blocked.projected_layer_outputs
+    projected = eval_blocked.projected_typed_outputs
 
-    def spy_projected(*args: Any, **kwargs: Any) -> None:
-        calls.append((int(args[1]), 0, int(kwargs["block_rows"])))
-        projected(*args, **kwargs)
+    def spy_projected(module: Any, own: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        projected_widths.append(int(own.shape[1]))
+        projected(module, own, *args, **kwargs)
 
-    monkeypatch.setattr(eval_blocked, "blocked_layer_outputs", spy)
-    monkeypatch.setattr(eval_blocked, "projected_layer_outputs", spy_projected)
+    monkeypatch.setattr(eval_typed, "blocked_typed_outputs", spy)
+    monkeypatch.setattr(eval_blocked, "projected_typed_outputs", spy_projected)
     # 40 rows of layer 0 (F = 12), 30 of layer 1 (H = 16): the projections do not fit
     block_mb = float(fetch.pop("block_mb", 40 * 12 * 4 / 2**20))  # type: ignore[arg-type]
     reports, reference = _sharded(sbm_graph, parts, model, tmp_path, block_mb=block_mb, **fetch)
     _check_equal(sbm_graph, reports, reference)
     if model == "gat":
-        assert not calls
-    elif block_mb < 1.0:  # both layers of every rank, in spans of 40 and 30 rows
-        assert sorted(calls) == sorted([(0, 40, 10), (1, 30, 7)] * parts)
-    else:  # spans of 1 MiB; SAGE's last layer (16 -> 4 classes) projected, blocks of 4096
-        assert sorted(calls) == sorted([(0, 21845, 5461), (1, 0, 4096)] * parts)
-
-
-def _one_shard_rows(
-    graph: Graph, root: Path, part: int, width: int
-) -> tuple[Any, eval_blocks.HaloIndex, torch.Tensor, torch.Tensor]:
-    """Part ``part`` of a 2-part METIS store, its halo index, random own and halo rows."""
-    store = root / "store"
-    write_partitions(graph, partition(graph, "metis", 2, seed=0), store, num_hops=2, overwrite=True)
-    shard = load_shard(store, part)
-    index = eval_blocks.halo_index(shard)
-    own = torch.randn(int(shard.num_owned), width)
-    return shard, index, own, torch.randn(index.halo_gid.shape[0], width)
-
-
-def test_blocked_layer_outputs_read_blocks_in_order(
-    sbm_graph: Graph, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Every span asks for its halo rows sorted, in blocks; in-edges read in small pieces."""
-    monkeypatch.setattr(eval_blocked, "_PIECE_EDGES", 7)
-    f = 12
-    shard, index, own, halo = _one_shard_rows(sbm_graph, tmp_path, 0, f)
-    m = int(shard.num_owned)
-    net = build_model(ModelConfig(name="sage", hidden=16, dropout=0.0), f, 4, 2)
-    assert isinstance(net, BlockModel)
-    run = eval_blocks.linear_run(net.layers[0])
-    assert run is not None
-    asked: list[np.ndarray] = []
-    read: list[tuple[int, int]] = []
-
-    def halo_rows(pos: np.ndarray) -> torch.Tensor:
-        asked.append(pos)
-        return halo[torch.from_numpy(pos)]
-
-    out: list[torch.Tensor] = []
-
-    def into(width: int) -> torch.Tensor:
-        out.append(torch.full((m, width), float("nan")))
-        return out[0]
-
-    eval_blocked.blocked_layer_outputs(
-        net, 0, own, shard, index, None, run, halo_rows, into,
-        span_rows=60, block_rows=25, willneed=lambda t, a, b: read.append((a, b)),
-    )  # fmt: skip
-    expected = eval_blocks.linear_layer_outputs(net, 0, own, halo, shard, index, None, run)
-    assert torch.allclose(out[0], expected, atol=1e-5)
-    assert all(np.array_equal(p, np.unique(p)) and p.shape[0] <= 25 for p in asked)
-    assert all(0 <= a < b <= m and b - a <= 60 for a, b in read)  # blocks, then span rows
-    assert len(asked) >= -(-m // 60)  # every span reads at least one halo block here
-
-
-@pytest.mark.parametrize("reduce", ["mean", "sum"])
-def test_projected_layer_outputs_equal_the_layer(
-    sbm_graph: Graph, tmp_path: Path, reduce: str
-) -> None:
-    """A narrow SAGE layer from projected sources: every row once, the layer's outputs."""
-    f = 16
-    shard, index, own, halo = _one_shard_rows(sbm_graph, tmp_path, 1, f)
-    m = int(shard.num_owned)
-    net = build_model(ModelConfig(name="sage", hidden=f, dropout=0.0), 12, 4, 2)
-    assert isinstance(net, BlockModel) and isinstance(net.layers[1], SAGELayer)
-    net.layers[1].reduce = reduce
-    run = eval_blocks.linear_run(net.layers[1])
-    assert run is not None
-    asked: list[np.ndarray] = []
-    read: list[tuple[int, int]] = []
-    out = torch.full((m, 4), float("nan"))
-
-    def halo_rows(pos: np.ndarray) -> torch.Tensor:
-        asked.append(pos)
-        return halo[torch.from_numpy(pos)]
-
-    eval_blocked.projected_layer_outputs(
-        net, 1, own, shard, index, halo_rows, lambda width: out,
-        block_rows=9, willneed=lambda t, a, b: read.append((a, b)),
-    )  # fmt: skip
-    expected = eval_blocks.linear_layer_outputs(net, 1, own, halo, shard, index, None, run)
-    assert torch.allclose(out, expected, atol=1e-5)
-    np.testing.assert_array_equal(np.concatenate(asked), np.arange(halo.shape[0]))
-    assert read == [(b, min(m, b + 9)) for b in range(9, m, 9)]  # each next block, once
+        assert not blocked_widths and not projected_widths
+        return
+    assert sorted(blocked_widths) == sorted([12, 16] * parts)  # both layers of every rank
+    # SAGE's last layer (16 -> 4 classes) runs projected where its projections fit 1 MiB
+    assert projected_widths == ([16] * parts if block_mb >= 1.0 else [])
 
 
 def test_willneed_rows_is_a_hint_on_maps_and_memory(tmp_path: Path) -> None:

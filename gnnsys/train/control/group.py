@@ -13,17 +13,15 @@ decision (``FailurePolicy.worst``), not the executor's.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from gnnsys.outputs import OutputRequest, PartFile
 from gnnsys.train.control.checkpoint import Checkpoint
 from gnnsys.train.control.failure import Blame, FailureKind, blame
 from gnnsys.train.evaluate import RankEval
-from gnnsys.train.hetero.rank import TypedRank
-from gnnsys.train.rank import NodeRank
-from gnnsys.train.worker import RankState, WorkerEpochReport, WorkerSpec
+from gnnsys.train.worker import RankState, WorkerEpochReport
 
-__all__ = ["EVAL_LAYER_LOG", "GroupFactory", "GroupFailure", "WorkerGroup", "rank_of"]
+__all__ = ["EVAL_LAYER_LOG", "GroupFactory", "GroupFailure", "WorkerGroup"]
 
 EVAL_LAYER_LOG = "evaluation: layer %d/%d done after %.0fs"
 """What a group logs after each evaluation layer (a layer of a large graph takes minutes)."""
@@ -69,16 +67,6 @@ class GroupFailure(Exception):  # noqa: N818 (a control-flow signal carrying a r
             owner_kinds=self.owner_kinds,
             progress_by_rank=self.progress_by_rank,
         )
-
-
-def rank_of(spec: WorkerSpec) -> Callable[..., Any]:
-    """The graph-kind side a rank of ``spec`` builds (``gnnsys.train.worker.RankBuilder``).
-
-    Every run's trainers are ``TrainWorker`` actors and its owners ``ShardOwner`` actors;
-    ``TypedRank`` trains a typed store (``spec.hetero`` set), ``NodeRank`` a homogeneous one. Both
-    executors build their ranks through this one dispatch.
-    """
-    return NodeRank if spec.hetero is None else TypedRank
 
 
 class WorkerGroup(Protocol):

@@ -31,8 +31,9 @@ from gnnsys.outputs import OutputRequest, PartFile
 from gnnsys.store import load_books
 from gnnsys.train.control.checkpoint import Checkpoint
 from gnnsys.train.control.failure import FailureKind
-from gnnsys.train.control.group import EVAL_LAYER_LOG, GroupFailure, rank_of
+from gnnsys.train.control.group import EVAL_LAYER_LOG, GroupFailure
 from gnnsys.train.evaluate import RankEval
+from gnnsys.train.hetero.rank import TypedRank
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.peers import LocalPeerClient
 from gnnsys.train.remote.server import LocalOwnerClient, ShardOwner
@@ -134,7 +135,7 @@ class LocalWorkerGroup:
                 worker = TrainWorker(
                     replace(self.template, rank=r),
                     [],
-                    rank=rank_of(self.template),
+                    rank=TypedRank,
                     client=client,
                     sync=_thread_sync(self._room, r),
                     rng_lock=rng_lock,

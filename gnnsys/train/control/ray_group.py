@@ -36,9 +36,10 @@ from typing import Any
 from gnnsys.outputs import OutputRequest, PartFile
 from gnnsys.train.control.checkpoint import Checkpoint
 from gnnsys.train.control.failure import FailureKind
-from gnnsys.train.control.group import EVAL_LAYER_LOG, GroupFailure, rank_of
+from gnnsys.train.control.group import EVAL_LAYER_LOG, GroupFailure
 from gnnsys.train.control.resources import Resources
 from gnnsys.train.evaluate import RankEval
+from gnnsys.train.hetero.rank import TypedRank
 from gnnsys.train.remote.server import ShardOwner
 from gnnsys.train.trainer import steps_per_epoch
 from gnnsys.train.worker import RankState, TrainWorker, WorkerEpochReport
@@ -220,7 +221,7 @@ class RayWorkerGroup:
                 name=actor_name("worker", r, template),
                 scheduling_strategy="SPREAD",
                 **worker_opts,
-            ).remote(replace(template, rank=r), self.owners, rank=rank_of(template))
+            ).remote(replace(template, rank=r), self.owners, rank=TypedRank)
             for r in range(world)
         ]
         actors: dict[_Key, Any] = {("rank", r): w for r, w in enumerate(self.workers)}

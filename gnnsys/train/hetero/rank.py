@@ -61,7 +61,7 @@ from gnnsys.train.remote.ledger import TypedLedger
 from gnnsys.train.remote.peers import PeerClient
 from gnnsys.train.remote.routed import RoutedNeighborSource
 from gnnsys.train.worker import WorkerSpec, grad_sync, owner_client, peak_rss
-from gnnsys.types import PartitionBook
+from gnnsys.types import ONE_TYPE, PartitionBook
 
 __all__ = [
     "TypedRank",
@@ -95,8 +95,8 @@ class TypedLayout:
             ValueError: The seed type has no features or labels, an override names an unknown
                 relation, or the codec an unknown type.
         """
-        hetero = spec.hetero
-        assert hetero is not None, "the driver sets spec.hetero for a typed store"
+        # a homogeneous store is its one type ``node`` and one relation (gnnsys.types)
+        hetero = spec.hetero or HeteroConfig(model=spec.model.name, input_type=ONE_TYPE)
         info = store_info(spec.store) if info is None else info
         dims, types = info.named_dims, info.named_types
         labelled = bool(info.num_classes) or spec.link is not None  # links need no labels
@@ -141,7 +141,8 @@ def build_hetero_model(spec: WorkerSpec, layout: TypedLayout | None = None) -> n
 
 
 def _encoder(spec: WorkerSpec, layout: TypedLayout) -> nn.Module:
-    from gnnsys.models.hetero import RGCN, HeteroGAT, HeteroGCN, HeteroSAGE
+    from gnnsys.models.gat import HeteroGAT
+    from gnnsys.models.hetero import RGCN, HeteroGCN, HeteroSAGE
 
     edge_types, in_dims = list(layout.fanouts), layout.in_dims
     layers = len(next(iter(layout.fanouts.values())))
@@ -376,7 +377,7 @@ class TypedRank:
         owners: Owner actor handles (Ray executor); unused with ``client``.
         client: Owner client (the in-process executor passes its own).
         sync: Makes the allreduce + all_gather for this rank's ledger (in-process executor).
-        rng_lock: As for ``NodeRank``.
+        rng_lock: Serialises the random part of a step between in-process ranks.
         peers: Returns the current client of the peer ranks: embedding rows, evaluation.
     """
 
@@ -391,7 +392,6 @@ class TypedRank:
         peers: Callable[[], PeerClient],
     ) -> None:
         from gnnsys.store import load_books, read_shard
-        from gnnsys.types import ONE_TYPE
 
         self.spec, self._peers = spec, peers
         self.layout = TypedLayout.of(spec)
@@ -511,12 +511,16 @@ class TypedRank:
                 ledger=TypedLedger(list(self.hshard.nodes)),  # each evaluation its own
                 owners=self.client,
                 degrees=self._eval_degrees,  # GCN's, fetched by the first evaluation
+                device_layers=cast(nn.ModuleList, self._encoder(self.trainer.model).layers),
             )
         self._typed_eval.run_layer(layer)
 
-    def _encoder(self) -> nn.Module:
-        """The host model's message-passing stack (a link model's encoder), current weights."""
-        model = self.trainer.host_model()
+    def _encoder(self, model: nn.Module | None = None) -> nn.Module:
+        """The message-passing stack (a link model's encoder) of ``model``.
+
+        By default of the host model, with the current weights.
+        """
+        model = self.trainer.host_model() if model is None else model
         return cast(nn.Module, model.encoder) if isinstance(model, LinkModel) else model
 
     def _eval_inputs(self) -> dict[str, TypeInput]:

@@ -1,18 +1,19 @@
-"""The typed runtime on a homogeneous store: its one-type case trains exactly as the node runtime.
+"""A homogeneous store trains as the typed runtime's one-type case, exactly as the node runtime did.
 
-A homogeneous store is one node type ``node`` and one relation ``node__to__node``. Run through
-``TypedRank`` (``spec.hetero`` set, seed type ``node``), a SAGE run gives **bit-identical**
-weights and identical losses, metrics, traffic and cache counters to the same run through
-``NodeRank``: the one-relation ``HeteroSAGE`` starts from the same weights as ``SAGE``, and
-saves them under ``SAGE``'s names (GCN and GAT alike), the typed
-sampler draws the one relation with the batch seed itself (as ``NeighborSampler`` does), and the
-typed owners, caches, codecs, layer-0 paths and link trainer are the same code per type. This
-is what lets the node runtime go (issue 23); the figures that still differ are listed in
-``_KNOWN``.
+A homogeneous store is one node type ``node`` and one relation ``node__to__node``; every run
+of one goes through ``TypedRank``. Before the node runtime (``NodeRank``) was deleted (issue
+23), each case here ran through both and gave **bit-identical** weights and identical losses,
+metrics, traffic and cache counters: the one-relation ``HeteroSAGE`` (GCN, GAT) starts from the
+same weights as ``SAGE`` and saves them under its names, the typed sampler draws the one
+relation with the batch seed itself (as ``NeighborSampler`` does), and the typed owners, caches,
+codecs, layer-0 paths, evaluator and link trainer are the same code per type. What the node
+runtime gave is kept in ``one_type_golden.json``; every case must still give exactly that.
+The figures that differed between the two are listed in ``_KNOWN`` and ``_RUN_PLANS``.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from gnnsys.train.control.run import train_local
 from gnnsys.train.hetero.config import HeteroConfig
 from gnnsys.train.layer0.base import FirstLayerConfig, Placement
 from gnnsys.train.link.config import LinkConfig
+from tests.train.hetero.one_type_golden import GOLDEN, weight_digests
 from tests.train.run_configs import sbm_run
 
 _TIMING = ("seconds", "peak_rss_bytes", "threads", "bytes_by_type")
@@ -117,13 +119,35 @@ def _history(lines: list[dict[str, Any]], case: str = "") -> list[dict[str, Any]
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("case", sorted(_cases()))
-def test_typed_runtime_on_one_type_equals_node_runtime(case: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("case", sorted([*_cases(), "link"]))
+def test_one_type_runs_equal_the_node_runtime_record(case: str, tmp_path: Path) -> None:
+    """Every case's history and final weights equal the node runtime's, bit for bit.
+
+    ``one_type_golden.json`` holds what ``NodeRank`` gave for each case before it was deleted
+    (``tests/train/hetero/one_type_golden.py``); a homogeneous run is now the typed runtime's
+    one-type case, and must still give exactly that.
+    """
+    golden = json.loads(GOLDEN.read_text())
+    if golden["torch"] != torch.__version__:
+        pytest.skip(f"recorded with torch {golden['torch']}, not {torch.__version__}")
+    cfg = _link_case(tmp_path)[0] if case == "link" else _cases()[case]
+    run = train_local(cfg, tmp_path / "run")
+    want = golden["runs"][case]
+    assert json.loads(json.dumps(_history(run.history, case))) == want["history"]
+    ckpt = load_checkpoint(tmp_path / "run")
+    assert ckpt is not None
+    assert weight_digests(ckpt.model_state) == want["weights"]  # names too: SAGE's, GCN's, GAT's
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("case", ["p2", "gcn", "gat"])
+def test_a_typed_config_on_one_type_is_the_same_run(case: str, tmp_path: Path) -> None:
+    """Naming the one type (``hetero=HeteroConfig(input_type="node")``) changes nothing."""
     cfg = _cases()[case]
-    node = train_local(cfg, tmp_path / "node")
-    typed = train_local(_typed(cfg, tmp_path / "node" / "store"), tmp_path / "typed")
-    assert _history(typed.history, case) == _history(node.history, case)
-    _assert_same_weights(tmp_path / "node", tmp_path / "typed")
+    plain = train_local(cfg, tmp_path / "plain")
+    typed = train_local(_typed(cfg, tmp_path / "plain" / "store"), tmp_path / "typed")
+    assert _history(typed.history, case) == _history(plain.history, case)
+    _assert_same_weights(tmp_path / "plain", tmp_path / "typed")
 
 
 def _assert_same_weights(node: Path, typed: Path) -> None:
@@ -135,16 +159,12 @@ def _assert_same_weights(node: Path, typed: Path) -> None:
         assert torch.equal(x, b.model_state[name]), name
 
 
-@pytest.mark.timeout(240)
-def test_typed_link_runtime_on_one_type_equals_node_runtime(tmp_path: Path) -> None:
+def _link_case(root: Path) -> tuple[RunConfig, Path]:
+    """Link prediction on a 2-part store of an SBM graph's train edges (written under ``root``)."""
     graph = sbm(num_nodes=500, num_classes=4, avg_degree=8, num_features=10, seed=2)
     split = edge_split(graph, LinkSplitConfig(val=0.1, test=0.1, num_neg=60, seed=1))
-    store = tmp_path / "store"
+    store = root / "store"
     assignment = partition(split.graph, "metis", 2, seed=0)
     write_partitions(split.graph, assignment, store, num_hops=2, links=split)
     base = _base(2)
-    cfg = replace(base, data=DataConfig(store=str(store)), link=LinkConfig())
-    node = train_local(cfg, tmp_path / "node")
-    typed = train_local(_typed(cfg, store), tmp_path / "typed")
-    assert _history(typed.history) == _history(node.history)
-    _assert_same_weights(tmp_path / "node", tmp_path / "typed")
+    return replace(base, data=DataConfig(store=str(store)), link=LinkConfig()), store

@@ -9,7 +9,7 @@ same weights on the whole graph, replicated or partitioned.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -23,7 +23,7 @@ from gnnsys.store import load_book, load_shard, write_partitions
 from gnnsys.train.remote.degrees import RoutedDegreeSource
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.routed import RoutedNeighborSource
-from gnnsys.types import Graph
+from gnnsys.types import ONE_RELATION, ONE_TYPE, Graph
 from tests.train.conftest import LocalOwnerClient
 
 
@@ -125,19 +125,21 @@ def test_full_neighbourhood_gcn_equals_pyg(tiny_graph: Graph, store4: Path, topo
     assert float((stale - want[seeds]).abs().max()) > 1e-3  # what the degrees fix
 
 
-@pytest.mark.parametrize(("model", "topology"), [("gcn", "partitioned"), ("gcn", "replicated")])
-def test_worker_sampler_stamps_whole_graph_degrees(
-    tiny_graph: Graph, store4: Path, model: str, topology: str
-) -> None:
+def _worker_sampler(store: Path, rank: int, model: str, topology: str) -> tuple[Any, Any, Any]:
+    """Rank ``rank``'s sampler as the runtime builds it, its ledger and its shard."""
     from gnnsys.models import ModelConfig
-    from gnnsys.train.rank import _build_sampler
+    from gnnsys.store import load_books, read_shard
+    from gnnsys.train.hetero.rank import TypedLayout, build_sources
+    from gnnsys.train.remote.ledger import TypedLedger
+    from gnnsys.train.remote.server import LocalOwnerClient as RuntimeClient
+    from gnnsys.train.remote.server import ShardOwner
     from gnnsys.train.trainer import Trainer
     from gnnsys.train.worker import WorkerSpec
 
     spec = WorkerSpec(
-        rank=2,
+        rank=rank,
         world_size=4,
-        store=str(store4),
+        store=str(store),
         topology=topology,
         trainer=Trainer.Config(),
         sampler=NeighborSampler.Config(fanouts=(3, 2)),
@@ -146,38 +148,36 @@ def test_worker_sampler_stamps_whole_graph_degrees(
         num_classes=4,
         deadline_s=10.0,
     )
-    book, shard = load_book(store4), load_shard(store4, 2)
-    ledger = Ledger()
-    sampler = _build_sampler(spec, shard, book, LocalOwnerClient(store4, 4), ledger)
+    shard = read_shard(store, rank)
+    books = {ONE_TYPE if t is None else t: b for t, b in load_books(store).items()}
+    ledger = TypedLedger(list(shard.nodes))
+    client = RuntimeClient([ShardOwner(str(store), p) for p in range(4)])
+    sources = build_sources(
+        spec, TypedLayout.of(spec), shard, books, cast(Any, client), cast(Any, None), ledger,
+        None, step=lambda: 0,
+    )  # fmt: skip
+    return sources.sampler, ledger.of(ONE_TYPE), shard
+
+
+@pytest.mark.parametrize(("model", "topology"), [("gcn", "partitioned"), ("gcn", "replicated")])
+def test_worker_sampler_stamps_whole_graph_degrees(
+    tiny_graph: Graph, store4: Path, model: str, topology: str
+) -> None:
+    sampler, ledger, shard = _worker_sampler(store4, 2, model, topology)
     fetched = ledger.snapshot().bytes["structure_response"]  # before any batch: the warm-up
-    assert fetched == (8 * shard.halo_gid.shape[0] if topology == "partitioned" else 0)
-    sub = sampler.sample(torch.from_numpy(shard.owned_gid[:30].astype(np.int64)), seed=1)
-    for block in sub.blocks:
+    halo = len(shard.nodes[ONE_TYPE].halo_lid)  # one int64 degree per halo node, fetched once
+    assert fetched == (8 * halo if topology == "partitioned" else 0)
+    seeds = np.asarray(shard.nodes[ONE_TYPE].owned_lid, dtype=np.int64)[:30]
+    sub = sampler.sample(torch.from_numpy(seeds), seed=1)
+    for layer in sub.blocks:
+        block = layer[ONE_RELATION]
         assert block.src_in_degree is not None
-        want = tiny_graph.in_degree[sub.n_id[: block.num_src].numpy()]
+        want = tiny_graph.in_degree[sub.n_id[ONE_TYPE][: block.num_src].numpy()]
         np.testing.assert_array_equal(block.src_in_degree.numpy(), want)
 
 
 def test_sage_workers_fetch_no_degrees(store4: Path) -> None:
-    from gnnsys.models import ModelConfig
-    from gnnsys.train.rank import _build_sampler
-    from gnnsys.train.trainer import Trainer
-    from gnnsys.train.worker import WorkerSpec
-
-    spec = WorkerSpec(
-        rank=0,
-        world_size=4,
-        store=str(store4),
-        topology="partitioned",
-        trainer=Trainer.Config(),
-        sampler=NeighborSampler.Config(fanouts=(3, 2)),
-        model=ModelConfig(name="sage"),
-        num_features=16,
-        num_classes=4,
-        deadline_s=10.0,
-    )
-    ledger = Ledger()
-    sampler = _build_sampler(
-        spec, load_shard(store4, 0), load_book(store4), LocalOwnerClient(store4, 4), ledger
-    )
-    assert sampler.degrees is None and ledger.snapshot().bytes["structure_request"] == 0
+    sampler, ledger, _ = _worker_sampler(store4, 0, "sage", "partitioned")
+    assert ledger.snapshot().bytes["structure_request"] == 0
+    sub = sampler.sample(torch.arange(5), seed=0)
+    assert all(layer[ONE_RELATION].src_in_degree is None for layer in sub.blocks)
