@@ -21,9 +21,8 @@ from gnnsys.models.hetero import (
     EdgeType,
     TypedBlocks,
     _key,
-    _one_relation_names,
+    _RelationStack,
     _sum_relations,
-    _TypedStack,
 )
 from gnnsys.types import Block
 
@@ -216,7 +215,7 @@ class HeteroGATLayer(nn.Module):
         return _sum_relations(self.convs, self.edge_types, x_dict, blocks)
 
 
-class HeteroGAT(_TypedStack):
+class HeteroGAT(_RelationStack):
     """``HeteroGATLayer`` stack with ReLU and dropout between layers.
 
     Hidden layers concatenate ``heads`` heads, the last averages one (as ``gnnsys.models.GAT``).
@@ -245,13 +244,14 @@ class HeteroGAT(_TypedStack):
         dropout: float = 0.5,
         heads: int = 4,
     ) -> None:
-        super().__init__(num_layers, dropout)
         if heads < 1 or hidden_dim % heads:
             raise ValueError(f"hidden_dim={hidden_dim} must be a multiple of heads={heads} >= 1")
-        dims = [in_dims] + [dict.fromkeys(in_dims, hidden_dim)] * (num_layers - 1)
-        for i, d_in in enumerate(dims):
-            last = i == num_layers - 1
-            k = 1 if last else heads
-            width = out_dim if last else hidden_dim // heads
-            self.layers.append(HeteroGATLayer(d_in, width, edge_types, k, not last, dropout))
-        _one_relation_names(self, edge_types)
+        self.heads = heads
+        super().__init__(in_dims, hidden_dim, out_dim, edge_types, num_layers, dropout)
+
+    def _layer(
+        self, in_dims: dict[str, int], width: int, edge_types: list[EdgeType], *, last: bool
+    ) -> nn.Module:
+        """Hidden layers: ``heads`` heads of ``width // heads`` concatenated; the last: one."""
+        k = 1 if last else self.heads
+        return HeteroGATLayer(in_dims, width // k, edge_types, k, not last, self.dropout)

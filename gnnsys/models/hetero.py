@@ -374,10 +374,16 @@ class _RelationStack(_TypedStack):
         dims = [in_dims] + [dict.fromkeys(in_dims, hidden_dim)] * (num_layers - 1)
         widths = [hidden_dim] * (num_layers - 1) + [out_dim]
         self.layers.extend(
-            self.layer_class(d_in, width, edge_types)
-            for d_in, width in zip(dims, widths, strict=True)
+            self._layer(d_in, width, edge_types, last=i == num_layers - 1)
+            for i, (d_in, width) in enumerate(zip(dims, widths, strict=True))
         )
         _one_relation_names(self, edge_types)
+
+    def _layer(
+        self, in_dims: dict[str, int], width: int, edge_types: list[EdgeType], *, last: bool
+    ) -> nn.Module:
+        """One layer ``in_dims -> width`` (``last``: the output layer)."""
+        return self.layer_class(in_dims, width, edge_types)
 
     def forward_from_first_agg(
         self,
