@@ -35,6 +35,7 @@ from torch import Tensor
 
 from gnnsys.kernels import aggregate
 from gnnsys.models.hetero import HeteroGCNLayer, HeteroSAGELayer
+from gnnsys.models.layers import GCNLayer
 from gnnsys.train.eval_memory import eval_tick
 from gnnsys.types import Block
 
@@ -42,6 +43,7 @@ __all__ = [
     "TypedRelationInput",
     "projected_typed_outputs",
     "blocked_typed_outputs",
+    "linear_reduce",
     "typed_blocked",
 ]
 
@@ -153,12 +155,18 @@ class _Sums:
             eval_tick()
 
 
-def typed_blocked(module: object) -> bool:
-    """Whether a typed layer runs source-blocked: SAGE (mean or sum) or GCN per relation.
+def linear_reduce(module: object) -> str | None:
+    """How a linear typed layer reduces every relation: ``mean``/``sum`` (SAGE) or ``gcn``.
 
-    Other typed layers (GAT, R-GCN) keep the default path, as non-linear homogeneous ones do.
+    ``None`` for the others (GAT, R-GCN), which keep the default path with cut inputs.
     """
-    return getattr(module, "linear_reduce", None) is not None
+    reduce: str | None = getattr(module, "linear_reduce", None)
+    return reduce
+
+
+def typed_blocked(module: object) -> bool:
+    """Whether a typed layer runs source-blocked: SAGE (mean or sum) or GCN per relation."""
+    return linear_reduce(module) is not None
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -238,7 +246,7 @@ def blocked_typed_outputs(
             scale_S = None
             if gcn:
                 assert degree is not None  # the evaluator fetched them for a GCN layer
-                scale_S = (degree + 1).float().rsqrt()
+                scale_S = GCNLayer.src_scale(rel.block)
             sums = _Sums(end - start, int(rel.own.shape[1]), scale_S, m_src)
             sums.own_blocks(rel.own, own_src, own_dst_, block_rows, willneed)
             sums.halo_blocks(halo_src, halo_dst, rel.halo_rows, block_rows)

@@ -61,9 +61,15 @@ from gnnsys.cache import HaloCache
 from gnnsys.cache.codecs import Codec, make_codec
 from gnnsys.kernels import aggregate
 from gnnsys.models.hetero import HeteroGCNLayer, HeteroSAGELayer
+from gnnsys.models.layers import GCNLayer
 from gnnsys.store.hetero_shard import HeteroShard
 from gnnsys.train.device import StepDevice
-from gnnsys.train.eval_blocked import TypedRelationInput, blocked_typed_outputs, typed_blocked
+from gnnsys.train.eval_blocked import (
+    TypedRelationInput,
+    blocked_typed_outputs,
+    linear_reduce,
+    typed_blocked,
+)
 from gnnsys.train.eval_memory import (
     EVAL_MMAP_THRESHOLD,
     TRAIN_MMAP_THRESHOLD,
@@ -157,6 +163,7 @@ class TypedShardEvaluator:
         self.inputs, self.peers, self.ledger = inputs, peers, ledger
         self.codec = make_codec(config.codec)
         self.types = list(shard.nodes)
+        self.num_owned = {t: n.num_owned for t, n in shard.nodes.items()}
         self.halo_lid, self.blocks = one_hop(shard)
         if any(getattr(layer, "uses_in_degree", False) for layer in layers):
             known = {} if degrees is None else degrees
@@ -164,9 +171,7 @@ class TypedShardEvaluator:
                 if et not in known:
                     known[et] = self._degrees(et, owners)
                 self.blocks[et] = replace(block, src_in_degree=known[et])
-        self.spans = destination_runs(
-            self.blocks, {t: n.num_owned for t, n in shard.nodes.items()}, config
-        )
+        self.spans = destination_runs(self.blocks, self.num_owned, config)
         self.tables = LayerTables(config.spill_mb)
         self._seconds = 0.0
         self._hits = 0
@@ -236,16 +241,17 @@ class TypedShardEvaluator:
         runs under a halo budget get each run's inputs cut (``eval_runs.cut_run``).
         """
         budget = self._budget_rows(layer, present)
-        owned = {t: n.num_owned for t, n in self.shard.nodes.items()}
         x_dict = {t: self._rows(layer, t, with_halo=budget is None) for t in present}
         linear = budget is None and self.config.in_place
-        reduce = _linear_reduce(self.layers[layer]) if linear else None
+        reduce = linear_reduce(self.layers[layer]) if linear else None
         sources = None if reduce is None else self._sources(x_dict, reduce)
         done: dict[int, Tensor] = {}
         for node_type, spans in self.spans.items():
             number = self.table(layer + 1, node_type)
             rows = self.shard.nodes[node_type].num_owned
-            for first, stop in budget_runs(self.blocks, owned, node_type, spans, budget, present):
+            for first, stop in budget_runs(
+                self.blocks, self.num_owned, node_type, spans, budget, present
+            ):
                 if sources is not None and reduce is not None:
                     args = (x_dict, sources, reduce, node_type, first, stop)
                     got = self._linear_run(layer, *args)
@@ -287,7 +293,7 @@ class TypedShardEvaluator:
             x = x_dict[et[0]]
             if reduce == "gcn":
                 assert block.src_in_degree is not None  # fetched at construction for GCN
-                x = x * (block.src_in_degree + 1).to(x.dtype).rsqrt()[:, None]
+                x = x * GCNLayer.src_scale(block).to(x.dtype)[:, None]
             out[et] = x
         return out
 
@@ -535,15 +541,6 @@ class TypedShardEvaluator:
         """Free the tables (spilled ones are unmapped)."""
         self.tables.clear()
         release_free_memory()
-
-
-def _linear_reduce(layer: nn.Module) -> str | None:
-    """How a linear typed layer reduces every relation: ``mean``/``sum`` (SAGE) or ``gcn``.
-
-    ``None`` for the others (GAT, R-GCN: their inputs are cut per run).
-    """
-    reduce: str | None = getattr(layer, "linear_reduce", None)
-    return reduce
 
 
 def _named(node_type: str | None) -> str:
