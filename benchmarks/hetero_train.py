@@ -39,7 +39,7 @@ from gnnsys.sampler import NeighborSampler
 from gnnsys.store import read_hetero_manifest
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.coordinator import Coordinator
-from gnnsys.train.hetero.config import HeteroConfig
+from gnnsys.train.node_types import HeteroConfig
 from gnnsys.train.trainer import Trainer
 
 

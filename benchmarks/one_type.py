@@ -35,7 +35,7 @@ from gnnsys.sampler import NeighborSampler
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.run import train_local
 from gnnsys.train.evaluate import EvalConfig
-from gnnsys.train.hetero.config import HeteroConfig
+from gnnsys.train.node_types import HeteroConfig
 from gnnsys.train.trainer import Trainer
 
 GNNSYS = [sys.executable, "-m", "gnnsys"]

@@ -3,8 +3,8 @@
 For each dataset and seed, trains gnnsys SAGE twice with the same fanouts, epochs, learning rate
 and global batch size (single process: ``B``; distributed: ``B / 4`` per worker):
 
-* ``single``: the pure-torch ``Trainer`` in one process, sampling with ``NeighborSampler`` over
-  the whole graph (the engine ``gnnsys.loader.NeighborLoader`` wraps), no Ray;
+* ``single``: the pure-torch ``Trainer`` in one process over the graph in memory
+  (``gnnsys.train.in_memory``: the typed sampler over the whole graph), no store, no Ray;
 * ``distributed``: ``gnnsys.train.control.run.train`` with 4 Ray workers on a 4-part METIS store
   (remote sampling and feature fetch, gloo allreduce).
 
@@ -25,22 +25,24 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 
 from gnnsys.config import RunConfig
 from gnnsys.datasets import load
-from gnnsys.models import ModelConfig, build_model
+from gnnsys.models import ModelConfig
 from gnnsys.partitioners import partition
-from gnnsys.sampler import CSRNeighborSource, NeighborSampler
+from gnnsys.sampler import NeighborSampler
 from gnnsys.store import write_partitions
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.run import train
-from gnnsys.train.evaluate import full_block, full_graph_logits
-from gnnsys.train.trainer import Trainer, steps_per_epoch
-from gnnsys.types import Graph
+from gnnsys.train.evaluate import full_block
+from gnnsys.train.in_memory import one_type_trainer
+from gnnsys.train.schedule import steps_per_epoch
+from gnnsys.train.trainer import Trainer
+from gnnsys.types import ONE_RELATION, ONE_TYPE, Graph
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "cora": {
@@ -63,16 +65,12 @@ SETTINGS: dict[str, dict[str, Any]] = {
 PARTS = 4
 
 
-class _LocalFeatures:
-    def __init__(self, x: np.ndarray) -> None:
-        self.x = x
-
-    def fetch(self, gid: torch.Tensor) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(self.x[gid.numpy()], dtype=np.float32))
-
-
 def _accs(model: torch.nn.Module, graph: Graph, block: Any, x: torch.Tensor) -> dict[str, float]:
-    pred = full_graph_logits(model, block, x).argmax(-1).numpy()
+    model.eval()
+    with torch.no_grad():
+        layers = len(cast(Any, model).layers)
+        logits = model({ONE_TYPE: x}, ({ONE_RELATION: block},) * layers)[ONE_TYPE]
+    pred = logits.argmax(-1).numpy()
     assert graph.y is not None
     out = {}
     for split in ("val", "test"):
@@ -82,22 +80,12 @@ def _accs(model: torch.nn.Module, graph: Graph, block: Any, x: torch.Tensor) -> 
 
 
 def single(graph: Graph, s: dict[str, Any], seed: int) -> dict[str, Any]:
-    assert graph.x is not None and graph.y is not None and graph.train_mask is not None
-    torch.manual_seed(seed)
-    spec = ModelConfig(hidden=s["hidden"])
-    model = build_model(spec, graph.num_features, graph.num_classes, len(s["fanouts"]))
-    train_gid = torch.from_numpy(np.flatnonzero(graph.train_mask))
-    sampler = NeighborSampler(
-        NeighborSampler.Config(fanouts=s["fanouts"]), source=CSRNeighborSource.from_graph(graph)
-    )
-    trainer = Trainer(
-        Trainer.Config(lr=s["lr"], batch_size=s["batch"], seed=seed),
-        model=model,
-        sampler=sampler,
-        features=_LocalFeatures(graph.x),
-        train_gid=train_gid,
-        train_y=torch.from_numpy(graph.y[train_gid.numpy()]),
-    )
+    assert graph.x is not None
+    trainer = one_type_trainer(
+        graph, Trainer.Config(lr=s["lr"], batch_size=s["batch"], seed=seed),
+        hidden=s["hidden"], fanouts=s["fanouts"], model_seed=seed,
+    )  # fmt: skip
+    model = trainer.model
     block = full_block(graph.indptr, graph.indices, graph.num_nodes)
     x = torch.from_numpy(np.asarray(graph.x, dtype=np.float32))
     best = {"val": -1.0, "test": 0.0}

@@ -29,9 +29,9 @@ from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.failure import FailurePolicy
 from gnnsys.train.evaluate import EvalConfig
-from gnnsys.train.hetero.config import HeteroConfig
 from gnnsys.train.layer0.base import FirstLayerConfig
 from gnnsys.train.link.config import LinkConfig
+from gnnsys.train.node_types import HeteroConfig
 from gnnsys.train.trainer import Trainer
 
 __all__ = ["RunConfig"]

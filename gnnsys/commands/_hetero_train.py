@@ -117,7 +117,7 @@ def build_hetero_config(args: argparse.Namespace, cfg: Any) -> Any:
     Raises:
         ValueError: A flag that does not apply (named), or a malformed value.
     """
-    from gnnsys.train.hetero.config import HeteroConfig, parse_relation_fanouts
+    from gnnsys.train.node_types import HeteroConfig, parse_relation_fanouts
 
     _refuse_flags(args)
     hetero = HeteroConfig(model=args.model if args.model in ("rgcn", "gat") else "sage")

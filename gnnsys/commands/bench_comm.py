@@ -130,7 +130,7 @@ def base_config(args: argparse.Namespace, store: Path, typed: bool = False) -> A
     """The ``RunConfig`` every configuration derives from (``typed``: a HeteroSAGE/GAT run)."""
     from gnnsys.config import RunConfig
     from gnnsys.sampler import NeighborSampler
-    from gnnsys.train.hetero.config import HeteroConfig
+    from gnnsys.train.node_types import HeteroConfig
 
     cfg = apply_link_args(args, RunConfig())
     cfg = replace(cfg, hetero=HeteroConfig(model=args.model) if typed else None)

@@ -111,7 +111,7 @@ def _embeddings(rng_by_rank: list[dict[str, Any]]) -> dict[str, Any]:
     Raises:
         ValueError: The ranks' ids do not cover ``0 .. N_t - 1`` exactly once.
     """
-    from gnnsys.train.hetero.embedding import assembled
+    from gnnsys.train.embedding import assembled
 
     return {t: rows["weight"] for t, (rows, _) in assembled(rng_by_rank).items()}
 

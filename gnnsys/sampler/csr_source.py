@@ -24,7 +24,7 @@ from torch import Tensor
 from gnnsys.sampler.draw import draw_key, draw_positions
 from gnnsys.store.hetero_shard import HeteroShard
 from gnnsys.store.pages import ReadAhead
-from gnnsys.types import Graph, NeighborSample, PartitionShard
+from gnnsys.types import Graph, NeighborSample
 
 __all__ = ["NO_EDGE_ID", "CSRNeighborSource"]
 
@@ -128,26 +128,6 @@ class CSRNeighborSource:
         return cls(graph.indptr, graph.indices)
 
     @classmethod
-    def from_shard(
-        cls, shard: PartitionShard, lid_N: Tensor | np.ndarray, *, edge_ids: bool = True
-    ) -> CSRNeighborSource:
-        """Source over one shard: answers only for the shard's owned gids.
-
-        Args:
-            shard: Owned gids ascending, their in-edges in global CSR order, global ``e_id``.
-            lid_N: ``PartitionBook.lid_N``, gid -> lid inside its owner.
-            edge_ids: Read each drawn edge's global id (``False``: ``NO_EDGE_ID``).
-        """
-        return cls(
-            shard.indptr.astype(np.int64, copy=False),
-            shard.indices_gid,
-            shard.e_id.astype(np.int64, copy=False),
-            lid_N,
-            owned_gid=shard.owned_gid.astype(np.int64, copy=False),
-            edge_ids=edge_ids,
-        )
-
-    @classmethod
     def from_relation(
         cls,
         shard: HeteroShard,
@@ -156,11 +136,14 @@ class CSRNeighborSource:
         *,
         edge_ids: bool = True,
     ) -> CSRNeighborSource:
-        """Source over one relation of a typed shard: :meth:`from_shard` with type-local ids.
+        """Source over one relation of a shard: answers only for its owned destinations.
+
+        Ids are the relation's type-local ids; a homogeneous store's one relation
+        (``gnnsys.types.ONE_RELATION``) has its gids.
 
         Args:
-            shard: The part; ``edge_type``'s in-edges of its owned destinations, in the
-                relation's CSR order, ``e_id`` their positions in it.
+            shard: The part; ``edge_type``'s in-edges of its owned destinations (ascending), in
+                the relation's CSR order, ``e_id`` their positions in it.
             edge_type: ``(src, rel, dst)``.
             lid_N: The destination type's ``PartitionBook.lid_N``.
             edge_ids: Read each drawn edge's id (``False``: ``NO_EDGE_ID``).

@@ -1,28 +1,20 @@
 """Per-worker training loop in pure torch: sample -> fetch -> forward/backward -> sync -> step.
 
-No Ray here. Distribution enters through three injected handles: the ``Sampler`` (whose
-``NeighborSource`` may route to remote owners), the ``FeatureSource`` (likewise) and the
-:class:`GradSync` (a gloo allreduce, or nothing for one process). The same loop therefore runs
-single-process in tests and inside each Ray worker.
+No Ray here. Distribution enters through injected handles: the :class:`BoundSampler` (whose
+per-relation sources may route to remote owners), the :class:`TypedInputs` (one row source per
+node type: features through their caches and codecs, or owner-held embedding rows) and the
+:class:`GatherSync` (a gloo allreduce and all_gather, or nothing for one process). The same loop
+therefore runs single-process in tests and inside each Ray worker. Every graph is typed here: a
+homogeneous one is the one-type case (``gnnsys.types.ONE_TYPE``).
 
-Batch schedule: the coordinator fixes ``num_batches`` for every rank (so the allreduce in each
-step has a partner on every rank and never hangs); rank ``r`` splits a seeded permutation of its
-own train seeds into that many near-equal batches (``torch.tensor_split``), so every seed is seen
-exactly once per epoch without padding or truncation. ``num_batches`` comes from every rank's
-:class:`BatchPlan` (:func:`steps_per_epoch`): with the ``global`` schedule (default) it is the
-1-part run's count for the global batch ``batch_size * P``, so a rank with more seeds takes
-bigger batches and P parts take the same steps as one part however unequal the parts' seeds;
-with ``max`` it is the largest rank's count, so no rank's batch exceeds ``batch_size`` (less
-memory on an unbalanced partition, but more, smaller steps than one part).
+One step: the batch's typed subgraph of the input type's train seeds, every type's rows, the
+seed type's logits, the loss summed over the batch, one flat allreduce of the dense gradients
+(``gnnsys.train.schedule``: the batch schedule and the gradient weighting), the dense step; then,
+with learnable embedding rows, their gradients are exchanged (:meth:`Trainer._exchange`) and
+every owner takes its sparse step.
 
-Gradient weighting: ranks own unequal numbers of seeds (METIS balances nodes, not train nodes),
-so a small rank's batches are smaller. Each rank backpropagates its loss *summed* over its
-batch and the allreduce carries the batch size beside the gradient; the step's gradient is the
-sum over ranks divided by the step's seeds over all ranks, the mean over every seed of the step.
-P parts therefore equal one part in expectation, whatever the split (DDP's ``1/P`` per rank
-would weigh a seed of a rank with a third of the seeds three times as much).
-
-Shape legend: ``B`` seeds in a batch, ``N`` sampled nodes, ``F`` features, ``C`` classes.
+Shape legend: ``B`` seeds in a batch, ``N_t`` sampled nodes of type ``t``, ``C`` classes, ``D``
+embedding width.
 """
 
 from __future__ import annotations
@@ -35,157 +27,68 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any, cast
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.nn import functional
 
-from gnnsys.cache.base import DistinctFeatureSource, FeatureSource
-from gnnsys.models import BlockModel
-from gnnsys.sampler.base import Sampler
+from gnnsys.datasets.hetero import EdgeType
+from gnnsys.models.sparse_embedding import SparseGrad, coalesce
 from gnnsys.train.device import StepDevice, StepInputs, to_host
+from gnnsys.train.embedding import OwnedEmbeddings
+from gnnsys.train.inputs import BoundSampler, TypedInputs
 from gnnsys.train.pipeline import Prefetcher, PreparedBatch, StageClock
-from gnnsys.types import SampledSubgraph
+from gnnsys.train.remote.ledger import TypedLedger
+from gnnsys.train.schedule import (
+    SCHEDULES,
+    BatchPlan,
+    EpochStats,
+    GatherSync,
+    LocalSync,
+    batch_seed_for,
+    epoch_batches,
+)
+from gnnsys.types import PartitionBook
 
-if TYPE_CHECKING:
-    from gnnsys.train.layer0.base import FirstLayer
-
-__all__ = [
-    "SCHEDULES",
-    "BatchPlan",
-    "EpochStats",
-    "GradSync",
-    "LocalSync",
-    "Trainer",
-    "batch_seed_for",
-    "epoch_batches",
-    "steps_per_epoch",
-]
+__all__ = ["Trainer"]
 
 log = logging.getLogger(__name__)
 
 
-def _mix(*values: int) -> int:
-    """A 63-bit seed from integers (SeedSequence mixing: stable across numpy versions)."""
-    state = np.random.SeedSequence([v & 0xFFFFFFFF for v in values]).generate_state(2)
-    return int((int(state[0]) << 31) ^ int(state[1])) & ((1 << 63) - 1)
-
-
-def batch_seed_for(seed: int, rank: int, epoch: int, batch_index: int) -> int:
-    """The sampler seed of one batch: a function of the run seed and the batch's coordinates only.
-
-    Both topologies use it, so with the sampler's randomness contract they draw identical batches.
-    """
-    return _mix(seed, 0x5EED, rank, epoch, batch_index)
-
-
-def epoch_batches(
-    num_seeds: int, num_batches: int, *, seed: int, rank: int, epoch: int
-) -> list[Tensor]:
-    """Positions into a rank's train seeds for each of ``num_batches`` batches of one epoch.
-
-    Args:
-        num_seeds: Train seeds this rank owns.
-        num_batches: Batches every rank runs this epoch (same on all ranks).
-        seed: Run seed.
-        rank: This worker's rank.
-        epoch: Epoch index (0-based).
-
-    Returns:
-        ``num_batches`` int64 tensors; together a permutation of ``range(num_seeds)``. Some are
-        empty when ``num_seeds < num_batches`` (that rank then contributes zero gradients).
-    """
-    if num_batches < 1:
-        raise ValueError(f"num_batches={num_batches}; every rank needs >= 1 batch per epoch")
-    gen = torch.Generator().manual_seed(_mix(seed, 0xBA7C, rank, epoch))
-    perm = torch.randperm(num_seeds, generator=gen)
-    return list(torch.tensor_split(perm, num_batches))
-
-
-SCHEDULES = ("global", "max")
-"""Batch schedules (``Trainer.Config.schedule``, ``--batch-schedule``); see the module docstring."""
-
-
-@dataclass(frozen=True, slots=True)
-class BatchPlan:
-    """What one rank brings to the epoch's batch count.
-
-    Attributes:
-        items: Train items the rank owns (seed nodes, or positive links).
-        batch_size: Its ``Trainer.Config.batch_size``.
-        schedule: Its ``Trainer.Config.schedule`` (one of :data:`SCHEDULES`).
-    """
-
-    items: int
-    batch_size: int
-    schedule: str
-
-
-def steps_per_epoch(plans: list[BatchPlan]) -> int:
-    """Batches every rank runs per epoch (at least 1).
-
-    ``global``: ``ceil(sum items / sum batch_size)``, the 1-part count for the global batch;
-    ``max``: the largest ``ceil(items / batch_size)`` (no rank's batch exceeds its size).
-
-    Raises:
-        ValueError: No plans, or ranks that disagree on the schedule.
-    """
-    if not plans:
-        raise ValueError("no batch plans: a run has at least one rank")
-    schedules = {p.schedule for p in plans}
-    if len(schedules) != 1:
-        raise ValueError(f"ranks disagree on the batch schedule ({sorted(schedules)}); one run")
-    if schedules == {"max"}:
-        return max(1, *(-(-p.items // p.batch_size) for p in plans))
-    items, size = sum(p.items for p in plans), sum(p.batch_size for p in plans)
-    return max(1, -(-items // size))
-
-
-class GradSync(Protocol):
-    """Sums a flat gradient buffer over every rank in place and divides by the world size."""
-
-    def allreduce_mean_(self, flat: Tensor) -> None:
-        """Average ``flat`` over ranks, in place (a collective: every rank must call it)."""
-        ...
-
-
-class LocalSync:
-    """The single-process :class:`GradSync`: nothing to average."""
-
-    def allreduce_mean_(self, flat: Tensor) -> None:
-        """Leave ``flat`` unchanged."""
-        del flat
-
-
-@dataclass(frozen=True, slots=True)
-class EpochStats:
-    """What one rank did in one epoch.
-
-    Attributes:
-        loss_sum: Sum over seeds of the cross-entropy (divide by ``num_seeds``).
-        num_correct: Train seeds predicted correctly (in training mode, dropout on).
-        num_seeds: Seeds trained on.
-        seconds: Busy seconds per stage (``sample``, ``fetch``, ``transfer``, ``compute``,
-            ``sync``), the compute loop's ``stall``, its wall time ``loop`` and ``overlap``
-            (stage seconds / ``loop``; see ``gnnsys.train.pipeline.StageClock``).
-        threads: torch intra-op threads the step computed with (``gnnsys.train.threads``).
-        device: The step's device (``cpu``, ``cuda:0``).
-        peak_device_bytes: Peak memory allocated on that device so far (0 on CPU).
-    """
-
-    loss_sum: float
-    num_correct: int
-    num_seeds: int
-    seconds: dict[str, float]
-    threads: int = 1
-    device: str = "cpu"
-    peak_device_bytes: int = 0
+def _check_handles(
+    train_lid: Tensor,
+    train_y: Tensor,
+    embeddings: OwnedEmbeddings | None,
+    books: dict[str, PartitionBook] | None,
+    ledger: TypedLedger | None,
+) -> None:
+    if train_lid.shape != train_y.shape:
+        raise ValueError(f"train_lid {tuple(train_lid.shape)} != train_y {tuple(train_y.shape)}")
+    if embeddings is not None and (books is None or ledger is None):
+        raise ValueError("embedding rows need the books and the ledger to route gradients")
 
 
 class Trainer:
-    """Trains a model on one rank's seeds; see the module docstring for the schedule."""
+    """Trains a model on one rank's seeds; see the module docstring.
+
+    Args:
+        config: Optimisation settings (``lr`` also drives the embeddings' SparseAdam).
+        model: A typed model (``HeteroSAGE``, ``HeteroGCN``, ``HeteroGAT``, ``RGCN``): node
+            type -> rows in, node type -> outputs out.
+        sampler: The typed sampler with the seed type bound.
+        inputs: Per-type row sources.
+        train_lid: ``[S]`` type-local ids of this rank's train nodes of the seed type.
+        train_y: ``[S]`` their labels.
+        books: Per-type owners (to route embedding gradients; needed with ``embeddings``).
+        embeddings: This rank's embedding rows (``None``: every type has features).
+        ledger: Counts each type's ``embedding_grad`` bytes (needed with ``embeddings``).
+        rank: This rank.
+        world_size: ``P``.
+        sync: Allreduce and all_gather (``None``: one process).
+        rng_lock: Shared by in-process ranks (``None``: this process's RNG; see ``_own_rng``).
+        device: The step's device.
+    """
 
     @dataclass(frozen=True, kw_only=True, slots=True)
     class Config:
@@ -232,31 +135,29 @@ class Trainer:
         config: Config,
         *,
         model: nn.Module,
-        sampler: Sampler,
-        features: FeatureSource,
-        train_gid: Tensor,
+        sampler: BoundSampler,
+        inputs: TypedInputs,
+        train_lid: Tensor,
         train_y: Tensor,
+        books: dict[str, PartitionBook] | None = None,
+        embeddings: OwnedEmbeddings | None = None,
+        ledger: TypedLedger | None = None,
         rank: int = 0,
-        sync: GradSync | None = None,
+        world_size: int = 1,
+        sync: GatherSync | None = None,
         rng_lock: threading.Lock | None = None,
-        first_layer: FirstLayer | None = None,
         device: torch.device | str = "cpu",
     ) -> None:
-        if train_gid.shape != train_y.shape:
-            raise ValueError(
-                f"train_gid {tuple(train_gid.shape)} != train_y {tuple(train_y.shape)}"
-            )
-        self.config, self.model, self.sampler, self.features = config, model, sampler, features
+        _check_handles(train_lid, train_y, embeddings, books, ledger)
+        self.config, self.model, self.sampler, self.inputs = config, model, sampler, inputs
         self.stage_threads = 2  # producer threads when prefetching: 1 or 2 (see _feed)
-        # a sampled n_id never repeats a node: sources that can use that do
-        self._fetch_nodes: Callable[[Tensor], Tensor] = features.fetch
-        if isinstance(features, DistinctFeatureSource):
-            self._fetch_nodes = features.fetch_distinct
-        self.train_gid, self.train_y, self.rank = train_gid.long(), train_y.long(), rank
-        self.sync: GradSync = sync if sync is not None else LocalSync()
-        self.first_layer = first_layer  # owner sums or fused dequant of layer 0, or None
-        if first_layer is not None and not isinstance(self.encoder(), BlockModel):
-            raise TypeError(f"first_layer needs a gnnsys.models.BlockModel, got {type(model)}")
+        self.train_lid, self.train_y, self.rank = train_lid.long(), train_y.long(), rank
+        self.world_size, self.gather = world_size, sync
+        self.sync = sync if sync is not None else LocalSync()
+        self.books, self.embeddings, self.typed_ledger = books or {}, embeddings, ledger
+        self.input_type = sampler.input_type
+        self._leaves: dict[str, Tensor] = {}  # this step's embedding rows (autograd leaves)
+        self._n_id: dict[str, Tensor] = {}  # and their ids
         self._rng_lock = rng_lock  # shared by in-process ranks; None: this process's RNG
         self.device = StepDevice(device)  # the transfer stage's copies (no-ops on CPU)
         model.to(self.device.device)  # before the optimizer: its state follows the parameters
@@ -267,10 +168,6 @@ class Trainer:
         self.optimizer = torch.optim.Adam(
             model.parameters(), lr=config.lr, weight_decay=config.weight_decay
         )
-
-    def encoder(self) -> nn.Module:
-        """The module that runs over the blocks (the model itself; a link model's encoder)."""
-        return self.model
 
     def host_model(self) -> nn.Module:
         """The model on the host with the current weights, for evaluation and inference.
@@ -293,7 +190,7 @@ class Trainer:
 
     def _num_items(self) -> int:
         """Train items of this rank: its seed nodes."""
-        return int(self.train_gid.numel())
+        return int(self.train_lid.numel())
 
     def train_epoch(
         self, epoch: int, num_batches: int, hook: Callable[[int], None] | None = None
@@ -390,18 +287,13 @@ class Trainer:
             peak_device_bytes=self.device.peak_bytes(),
         )
 
-    def _seed_gid(self, pos_B: Tensor, batch_seed: int) -> Tensor:
-        """The distinct seed gids of the batch at ``pos_B`` (its train nodes here)."""
-        del batch_seed  # a node batch's seeds are its positions' nodes
-        return self.train_gid[pos_B]
-
-    def _sample(self, pos_B: Tensor, batch_seed: int) -> tuple[Any, SampledSubgraph]:
+    def _sample(self, pos_B: Tensor, batch_seed: int) -> tuple[Any, Any]:
         """The sample stage: ``(extra, subgraph)`` of a non-empty batch (no extra here)."""
-        return None, self.sampler.sample(self._seed_gid(pos_B, batch_seed), seed=batch_seed)
+        return None, self.sampler.sample(self.train_lid[pos_B], seed=batch_seed)
 
     def _inputs_need_weights(self) -> bool:
-        """Whether layer 0's inputs depend on the weights (then the compute loop fetches them)."""
-        return False
+        """Embedding rows change every step: with them, the compute loop fetches the inputs."""
+        return self.embeddings is not None
 
     def _sample_stage(self, index: int, pos_B: Tensor, batch_seed: int) -> PreparedBatch:
         """The sample stage of one batch (nothing to sample for an empty one)."""
@@ -446,7 +338,12 @@ class Trainer:
         return lambda: self.device.forward(inputs)
 
     def _step(self, batch: PreparedBatch, clock: StageClock) -> tuple[float, int]:
-        """One optimisation step; returns (summed loss, correct predictions)."""
+        """One optimisation step; returns (summed loss, correct predictions).
+
+        With embedding rows, their exchange and sparse step follow the dense step (timed as
+        sync).
+        """
+        self._leaves, self._n_id = {}, {}
         self.optimizer.zero_grad(set_to_none=False)
         loss_sum, correct = 0.0, 0
         if batch.sub is not None:
@@ -457,6 +354,12 @@ class Trainer:
         t4 = time.perf_counter()
         self.optimizer.step()
         clock.add("compute", time.perf_counter() - t4)
+        start = time.perf_counter()
+        if self.embeddings is not None:  # the dense step's divisor: the step's seeds, all ranks
+            seeds = max(1, round(self.step_weight * self.world_size))
+            self.embeddings.apply(self._exchange(), seeds)
+        clock.add("sync", time.perf_counter() - start)
+        self._leaves, self._n_id = {}, {}
         return loss_sum, correct
 
     def _forward_backward(self, batch: PreparedBatch, clock: StageClock) -> tuple[float, int]:
@@ -494,30 +397,33 @@ class Trainer:
                 self._rng_state = torch.get_rng_state()
                 self._device_rng = self.device.rng_state()
 
-    def _inputs(self, sub: SampledSubgraph) -> StepInputs:
-        """Fetch layer 0's inputs (through ``first_layer`` when set), with the forward pass.
+    def _inputs(self, sub: Any) -> StepInputs:
+        """Fetch every type's rows, with the forward pass (the seed type's logits).
 
-        With a ``first_layer``, what it fetched is finished on the step's device by the compute
-        loop (the fused dequantizing aggregation sums the halo rows there, still encoded).
+        Fused types' rows travel encoded; the forward pass sums them on the step's device.
         """
-        if self.first_layer is None:
-            x_NF = self._fetch_nodes(sub.n_id)
-            return StepInputs((x_NF, sub.blocks), lambda x, blocks: self.encoder()(x, blocks))
-        model = cast(BlockModel, self.encoder())
-        first_layer = self.first_layer
-        fetched = first_layer.prepare(model.layers[0], sub)  # fetches through its source
+        x_dict, leaves, agg, pending = self.inputs.prepare_first(sub)
+        if self.embeddings is not None:  # the compute loop's thread (see _inputs_need_weights)
+            self._leaves, self._n_id = leaves, sub.n_id
+        model, seed_type, inputs = cast(Any, self.model), self.input_type, self.inputs
+        if not (agg or pending):
+            return StepInputs((x_dict, sub.blocks), lambda x, blocks: model(x, blocks)[seed_type])
 
-        def run(fetched: Any, blocks: tuple[Any, ...]) -> Tensor:
-            first = first_layer.finish(fetched)
-            return model.forward_from_first_agg(first.agg_MF, first.x_dst_MF, blocks)
+        def run(x: dict[str, Tensor], blocks: Any, a: dict[EdgeType, Tensor], p: Any) -> Tensor:
+            x, a = dict(x), dict(a)  # the moved records stay as they came
+            inputs.finish_first(x, a, p)
+            return cast(Tensor, model.forward_from_first_agg(x, blocks, a)[seed_type])
 
-        return StepInputs((fetched, sub.blocks), run)
+        return StepInputs((x_dict, sub.blocks, agg, pending), run)
 
     def _grad_weight(self, pos_B: Tensor) -> float:
-        """This rank's weight in the step's gradient average: its batch's seeds.
+        """This rank's weight in the step's gradient average: its batch's items.
 
-        A subclass that overrides it must backpropagate its loss *summed* over the weighted
-        items (see :meth:`_sync_grads`); the link trainer weighs by positive links.
+        Seeds, or a link batch's positive links: ranks own unequal numbers of either and run
+        the same batch count, so smaller ranks take smaller batches; weighing each rank by its
+        items makes the step's gradient the mean over all the step's items (at P = 1 the plain
+        mean). A subclass that overrides it must backpropagate its loss *summed* over the
+        weighted items (see :meth:`_sync_grads`).
         """
         return float(pos_B.numel())
 
@@ -527,7 +433,7 @@ class Trainer:
         The buffer carries ``weight`` as one more element and each rank's gradient (of a
         summed loss) is divided by the weights' sum: ``g = sum_r g_r / sum_r w_r``, the gradient
         of the mean over every rank's items, however unequal the ranks' batches. The ranks'
-        mean weight is kept in ``step_weight`` (the hetero trainer scales its sparse step by it).
+        mean weight is kept in ``step_weight`` (the embeddings' sparse step is scaled by it).
         """
         params = [p for p in self.model.parameters() if p.requires_grad]
         for p in params:
@@ -544,22 +450,83 @@ class Trainer:
             g.copy_(flat[offset : offset + g.numel()].view_as(g))
             offset += g.numel()
 
+    def steps_done(self) -> int:
+        """Steps applied so far (the step count embedding requests carry)."""
+        return 0 if self.embeddings is None else self.embeddings.steps
+
+    def _split_grads(self) -> tuple[dict[str, SparseGrad], list[Tensor], list[Tensor]]:
+        """Own rows' gradients per type, and the other rows' ids and gradients to send."""
+        assert self.embeddings is not None and self.typed_ledger is not None  # with embeddings
+        dim = self.embeddings.dim
+        own: dict[str, SparseGrad] = {}
+        ids_out: list[Tensor] = []
+        vals_out: list[Tensor] = []
+        for node_type in self.embeddings.types:
+            leaf = self._leaves.get(node_type)
+            ids = self._n_id.get(node_type, torch.zeros(0, dtype=torch.long))
+            grad = None if leaf is None else leaf.grad
+            if grad is None:  # type not sampled, or not reached by the seeds' outputs
+                ids, grad = torch.zeros(0, dtype=torch.long), torch.zeros(0, dim)
+            mine = torch.from_numpy(self.books[node_type].part_N[ids.numpy()] == self.rank)
+            own[node_type] = coalesce(ids[mine], grad[mine])
+            ids_out.append(ids[~mine])
+            vals_out.append(grad[~mine])
+            if self.world_size > 1:
+                self.typed_ledger.of(node_type).record("embedding_grad", ids[~mine], grad[~mine])
+        return own, ids_out, vals_out
+
+    def _exchange(self) -> dict[str, list[SparseGrad]]:
+        """Every rank's contributions to this rank's rows, per type, in rank order."""
+        assert self.embeddings is not None
+        own, ids_out, vals_out = self._split_grads()
+        types = self.embeddings.types
+        if self.world_size == 1 or self.gather is None:
+            return {t: [own[t]] for t in types}
+        header = torch.tensor([int(i.numel()) for i in ids_out], dtype=torch.long)
+        all_ids = self.gather.all_gather(torch.cat([header, *ids_out]))
+        all_vals = self.gather.all_gather(torch.cat([v.reshape(-1) for v in vals_out]))
+        out: dict[str, list[SparseGrad]] = {t: [] for t in types}
+        for r in range(self.world_size):
+            if r == self.rank:
+                for t in types:
+                    out[t].append(own[t])
+                continue
+            counts = all_ids[r][: len(types)].tolist()
+            ids_r = torch.split(all_ids[r][len(types) :], counts)
+            vals_r = torch.split(all_vals[r].view(-1, self.embeddings.dim), counts)
+            for t, ids, vals in zip(types, ids_r, vals_r, strict=True):
+                mine = torch.from_numpy(self.books[t].part_N[ids.numpy()] == self.rank)
+                out[t].append(coalesce(ids[mine], vals[mine]))
+        return out
+
     def state(self) -> dict[str, Any]:
-        """Copies of the model and optimizer ``state_dict`` plus this rank's torch RNG state."""
+        """Copies of the model and optimizer ``state_dict`` plus this rank's torch RNG state.
+
+        With embeddings, this rank's rows and their sparse optimizer states go under
+        ``rng["owned"]``: the checkpoint keeps one per-rank dict (``Checkpoint.rng_by_rank``),
+        and a rank's owned embedding tables are per-rank state like its RNG.
+        """
         rng = {"torch": self._rng_state if self._rng_lock is not None else torch.get_rng_state()}
         device_rng = self._device_rng if self._rng_lock is not None else self.device.rng_state()
         if device_rng is not None:  # restored only on the same kind of device
             rng[self.device.device.type] = device_rng
+        owned = {} if self.embeddings is None else {"owned": self.embeddings.state()}
         return {  # CPU copies whatever the device: a checkpoint resumes on any device
             "model": to_host(self.model.state_dict()),
             "optimizer": to_host(self.optimizer.state_dict()),  # Adam mutates in place
-            "rng": to_host(rng),
+            "rng": {**to_host(rng), **owned},
         }
 
     def load_state(
         self, model_state: dict[str, Any], optimizer_state: dict[str, Any], rng: dict[str, Any]
     ) -> None:
-        """Restore what :meth:`state` returned (RNG included, so dropout masks repeat)."""
+        """Restore what :meth:`state` returned (RNG and embeddings included: masks repeat)."""
+        rng = dict(rng)
+        owned = rng.pop("owned", None)
+        if self.embeddings is not None:
+            if owned is None:
+                raise ValueError("checkpoint has no embedding rows; resume a heterogeneous run")
+            self.embeddings.load(owned)
         self.model.load_state_dict(model_state)
         # A copy: torch keeps the given state tensors as its own, and the in-process executor
         # hands every rank the same checkpoint dict, so the ranks' Adam moments were shared.

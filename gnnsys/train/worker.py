@@ -4,7 +4,7 @@ Per part ``p`` there are two actors: an owner (``ShardOwner``, for a store of ei
 serves part ``p``'s structure and features to everyone, and a
 :class:`TrainWorker` (rank ``p``) that trains on part ``p``'s train seeds and evaluates part
 ``p``'s nodes. The shard, trainer, evaluator and the rows it serves are its :class:`Rank`,
-built by ``gnnsys.train.hetero.rank.TypedRank`` for every graph (a homogeneous graph is its
+built by ``gnnsys.train.rank.TypedRank`` for every graph (a homogeneous graph is its
 one node type, ``gnnsys.types.ONE_TYPE``). Trainers form a
 torch.distributed gloo group for the gradient allreduce; owners stay stateless readers, so the
 group can be restarted without them.
@@ -44,12 +44,13 @@ from gnnsys.train.remote.client import DelayedOwnerClient, OwnerClient, RayOwner
 from gnnsys.train.remote.ledger import Ledger, LedgerSnapshot
 from gnnsys.train.remote.peers import LocalPeerClient, PeerClient, RayPeerClient
 from gnnsys.train.remote.server import LocalOwnerClient, ShardOwner
+from gnnsys.train.schedule import BatchPlan, EpochStats, GradSync
 from gnnsys.train.threads import use_actor_threads
-from gnnsys.train.trainer import BatchPlan, EpochStats, GradSync, Trainer
+from gnnsys.train.trainer import Trainer
 from gnnsys.types import PartitionBook
 
 if TYPE_CHECKING:
-    from gnnsys.train.hetero.config import HeteroConfig
+    from gnnsys.train.node_types import HeteroConfig
 
 __all__ = [
     "FaultSpec",
@@ -100,7 +101,7 @@ class WorkerSpec:
 
     The stages' own configs travel untouched. A heterogeneous run sets ``hetero``; its typed
     worker derives each relation's fanouts and each type's input width from ``sampler``,
-    ``model`` and the store (``gnnsys.train.hetero.rank.TypedLayout``).
+    ``model`` and the store (``gnnsys.train.rank.TypedLayout``).
 
     Attributes:
         rank: This worker's rank = the part it trains on.
@@ -290,7 +291,7 @@ def stage_threads(spec: WorkerSpec, client: OwnerClient | None) -> int:
 class Rank(Protocol):
     """The graph side of one rank: what it trains and how it evaluates and serves rows.
 
-    ``gnnsys.train.hetero.rank.TypedRank`` builds it for every graph (a homogeneous one is its
+    ``gnnsys.train.rank.TypedRank`` builds it for every graph (a homogeneous one is its
     one-type case); :class:`TrainWorker` is the actor around it.
     """
 

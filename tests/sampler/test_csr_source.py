@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -9,8 +11,8 @@ from scipy.stats import chisquare
 
 from gnnsys.sampler import CSRNeighborSource, batch_seed
 from gnnsys.sampler.draw import draw_positions
-from gnnsys.types import Graph, PartitionBook
-from tests.sampler.shard_helpers import hand_shard
+from gnnsys.store import read_shard, write_partitions
+from gnnsys.types import ONE_RELATION, Assignment, Graph, PartitionBook
 
 
 def _star(num_leaves: int) -> Graph:
@@ -18,6 +20,11 @@ def _star(num_leaves: int) -> Graph:
     leaves = np.arange(1, num_leaves + 1)
     edge_index = np.stack([leaves, np.zeros_like(leaves)])
     return Graph.from_edge_index(edge_index, num_leaves + 1)
+
+
+def _two_parts(graph: Graph, part_N: np.ndarray, root: Path) -> PartitionBook:
+    """``graph`` written at ``root`` as a store of the two parts of ``part_N``."""
+    return write_partitions(graph, Assignment(part_N, 2, "test"), root, num_hops=1)
 
 
 def _dst_of(sample_count: torch.Tensor, dst_gid: torch.Tensor) -> torch.Tensor:
@@ -100,14 +107,14 @@ def test_int32_and_int64_indices_agree(tiny_graph: Graph) -> None:
 
 
 @pytest.mark.parametrize("replace", [False, True])
-def test_shard_draws_equal_whole_graph(tiny_graph: Graph, replace: bool) -> None:
+def test_shard_draws_equal_whole_graph(tiny_graph: Graph, replace: bool, tmp_path: Path) -> None:
     part_N = (np.random.default_rng(0).random(tiny_graph.num_nodes) < 0.4).astype(np.int32)
-    book = PartitionBook.from_assignment(part_N, 2)
+    store = tmp_path / "store"
+    book = _two_parts(tiny_graph, part_N, store)
     whole = CSRNeighborSource.from_graph(tiny_graph)
     for part in (0, 1):
-        shard_source = CSRNeighborSource.from_shard(
-            hand_shard(tiny_graph, part_N, part), book.lid_N
-        )
+        shard = read_shard(store, part)  # one relation; its type-local ids are the gids
+        shard_source = CSRNeighborSource.from_relation(shard, ONE_RELATION, book.lid_N)
         dst = torch.from_numpy(np.flatnonzero(part_N == part)[::-1].copy())
         seed = batch_seed(11, 2, part)
         got = shard_source.sample_neighbors(dst, 4, seed=seed, hop=1, replace=replace)
@@ -115,18 +122,19 @@ def test_shard_draws_equal_whole_graph(tiny_graph: Graph, replace: bool) -> None
         assert torch.equal(got.count_M, want.count_M)
         assert torch.equal(got.src_gid_E, want.src_gid_E)
         assert torch.equal(got.e_id_E, want.e_id_E)
-        unread = CSRNeighborSource.from_shard(
-            hand_shard(tiny_graph, part_N, part), book.lid_N, edge_ids=False
+        unread = CSRNeighborSource.from_relation(
+            shard, ONE_RELATION, book.lid_N, edge_ids=False
         ).sample_neighbors(dst, 4, seed=seed, hop=1, replace=replace)
         assert torch.equal(unread.count_M, want.count_M)  # the same draw, without its ids
         assert torch.equal(unread.src_gid_E, want.src_gid_E)
         assert torch.equal(unread.e_id_E, torch.full_like(want.e_id_E, -1))
 
 
-def test_shard_rejects_foreign_gid(tiny_graph: Graph) -> None:
+def test_shard_rejects_foreign_gid(tiny_graph: Graph, tmp_path: Path) -> None:
     part_N = (np.arange(tiny_graph.num_nodes) % 2).astype(np.int32)
-    book = PartitionBook.from_assignment(part_N, 2)
-    source = CSRNeighborSource.from_shard(hand_shard(tiny_graph, part_N, 0), book.lid_N)
+    book = _two_parts(tiny_graph, part_N, tmp_path / "store")
+    shard = read_shard(tmp_path / "store", 0)
+    source = CSRNeighborSource.from_relation(shard, ONE_RELATION, book.lid_N)
     with pytest.raises(ValueError, match="gid 3 is not held"):
         source.sample_neighbors(torch.tensor([0, 3]), 2, seed=0, hop=0)
     with pytest.raises(ValueError, match="not held"):

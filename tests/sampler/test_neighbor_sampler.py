@@ -11,13 +11,35 @@ import torch
 from torch import Tensor
 
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler, neighbor
-from gnnsys.types import Graph, NeighborSample, PartitionBook, SampledSubgraph
-from tests.sampler.shard_helpers import hand_shard
+from gnnsys.store import read_shard, write_partitions
+from gnnsys.types import (
+    ONE_RELATION,
+    Assignment,
+    Graph,
+    NeighborSample,
+    PartitionBook,
+    SampledSubgraph,
+)
 
 
 def _sampler(graph: Graph, fanouts: tuple[int, ...], replace: bool = False) -> NeighborSampler:
     config = NeighborSampler.Config(fanouts=fanouts, replace=replace)
     return NeighborSampler(config, source=CSRNeighborSource.from_graph(graph))
+
+
+def _shard_sources(
+    graph: Graph, part_N: np.ndarray, root: Path
+) -> tuple[PartitionBook, list[CSRNeighborSource]]:
+    """``graph`` written at ``root`` in the parts of ``part_N``: its book, a source per part.
+
+    Each source serves its shard's one relation, whose type-local ids are the gids.
+    """
+    num_parts = int(part_N.max()) + 1
+    book = write_partitions(graph, Assignment(part_N, num_parts, "test"), root)
+    return book, [
+        CSRNeighborSource.from_relation(read_shard(root, p), ONE_RELATION, book.lid_N)
+        for p in range(num_parts)
+    ]
 
 
 def _block_dst(rowptr: Tensor) -> Tensor:
@@ -138,12 +160,9 @@ class _RoutedSource:
         return NeighborSample(count, torch.cat(src_by_dst), torch.cat(eid_by_dst))
 
 
-def test_partitioned_sampling_equals_whole_graph(tiny_graph: Graph) -> None:
+def test_partitioned_sampling_equals_whole_graph(tiny_graph: Graph, tmp_path: Path) -> None:
     part_N = (np.random.default_rng(1).random(tiny_graph.num_nodes) < 0.5).astype(np.int32)
-    book = PartitionBook.from_assignment(part_N, 2)
-    parts = [
-        CSRNeighborSource.from_shard(hand_shard(tiny_graph, part_N, p), book.lid_N) for p in (0, 1)
-    ]
+    book, parts = _shard_sources(tiny_graph, part_N, tmp_path / "parts")
     config = NeighborSampler.Config(fanouts=(4, 3))
     routed = NeighborSampler(config, source=_RoutedSource(book, parts))
     whole = _sampler(tiny_graph, (4, 3))
@@ -179,16 +198,8 @@ def test_isolated_seeds_give_empty_hops() -> None:
 
 
 def test_store_shards_sample_like_the_whole_graph(tiny_graph: Graph, tmp_path: Path) -> None:
-    from gnnsys.store.reader import load_shard
-    from gnnsys.store.writer import write_partitions
-    from gnnsys.types import Assignment
-
     part_N = (np.arange(tiny_graph.num_nodes) % 3).astype(np.int32)
-    book = write_partitions(tiny_graph, Assignment(part_N, 3, "test"), tmp_path / "parts")
-    parts = [
-        CSRNeighborSource.from_shard(load_shard(tmp_path / "parts", p), book.lid_N)
-        for p in range(3)
-    ]
+    book, parts = _shard_sources(tiny_graph, part_N, tmp_path / "parts")
     routed = NeighborSampler(
         NeighborSampler.Config(fanouts=(3, 3)), source=_RoutedSource(book, parts)
     )
@@ -250,12 +261,11 @@ def test_serial_source_gets_one_call_per_hop_at_any_thread_count(
 
 
 def test_error_in_a_worker_thread_leaves_the_sampler_usable(
-    tiny_graph: Graph, monkeypatch: pytest.MonkeyPatch
+    tiny_graph: Graph, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(neighbor, "_MIN_DST_PER_CHUNK", 4)
     part_N = (np.arange(tiny_graph.num_nodes) % 2).astype(np.int32)
-    book = PartitionBook.from_assignment(part_N, 2)
-    shard = CSRNeighborSource.from_shard(hand_shard(tiny_graph, part_N, 0), book.lid_N)
+    _, (shard, _) = _shard_sources(tiny_graph, part_N, tmp_path / "parts")
     sampler = NeighborSampler(NeighborSampler.Config(fanouts=(3,), num_threads=2), source=shard)
     with pytest.raises(ValueError, match="not held"):
         sampler.sample(torch.tensor([0, 2, 4, 6, 8, 10, 12, 1]), seed=0)  # gid 1: other shard

@@ -5,14 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from gnnsys.cache import CacheConfig, CodecConfig
 from gnnsys.cache.codecs import EncodedRows
-from gnnsys.models import ModelConfig, build_model
-from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.train.control.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.run import train_local
@@ -26,6 +23,7 @@ from gnnsys.train.device import (
     to_host,
     visible_index,
 )
+from gnnsys.train.in_memory import one_type_trainer
 from gnnsys.train.layer0.base import FirstLayerConfig
 from gnnsys.train.trainer import Trainer
 from gnnsys.types import Block, Graph, SampledSubgraph
@@ -134,23 +132,8 @@ def test_learnable_rows_keep_their_gradient_through_the_copy(device: torch.devic
 
 # ---- state: device-independent -------------------------------------------------------------
 def _trainer(graph: Graph, device: torch.device | str) -> Trainer:
-    assert graph.x is not None and graph.y is not None and graph.train_mask is not None
-    torch.manual_seed(0)
-    model = build_model(ModelConfig(hidden=16), graph.num_features, graph.num_classes, 2)
-    train_gid = torch.from_numpy(np.flatnonzero(graph.train_mask))
-    x = graph.x
-    sampler = NeighborSampler(
-        NeighborSampler.Config(fanouts=(4, 4)), source=CSRNeighborSource.from_graph(graph)
-    )
-    return Trainer(
-        Trainer.Config(lr=0.01, batch_size=32, seed=0),
-        model=model,
-        sampler=sampler,
-        features=type("Rows", (), {"fetch": lambda _, gid: torch.from_numpy(x[gid.numpy()])})(),
-        train_gid=train_gid,
-        train_y=torch.from_numpy(graph.y[train_gid.numpy()]),
-        device=device,
-    )
+    config = Trainer.Config(lr=0.01, batch_size=32, seed=0)
+    return one_type_trainer(graph, config, fanouts=(4, 4), device=device)
 
 
 def test_state_is_host_tensors_and_resumes_on_another_device(

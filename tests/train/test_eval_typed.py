@@ -38,8 +38,8 @@ from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.run import worker_template
 from gnnsys.train.evaluate import combine_evals
-from gnnsys.train.hetero.config import HeteroConfig
 from gnnsys.train.metrics import accuracy, confusion_matrix
+from gnnsys.train.node_types import HeteroConfig
 from gnnsys.train.trainer import Trainer
 from tests.train.typed_reference import full_typed_outputs
 

@@ -8,17 +8,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 
 from gnnsys.cache import CacheConfig, CodecConfig
 from gnnsys.errors import WorkerFailedError
-from gnnsys.models import ModelConfig, build_model
-from gnnsys.sampler import CSRNeighborSource, NeighborSampler
+from gnnsys.models import ModelConfig
+from gnnsys.sampler import NeighborSampler
 from gnnsys.train.control.checkpoint import load_checkpoint
 from gnnsys.train.control.recorder import METRICS_NAME
 from gnnsys.train.control.run import train_local
+from gnnsys.train.in_memory import Rows, one_type_trainer
 from gnnsys.train.pipeline import STAGES
 from gnnsys.train.trainer import Trainer
 from gnnsys.train.worker import FaultSpec
@@ -31,36 +31,13 @@ def _prefetch_threads() -> list[threading.Thread]:
 
 
 # ---- the trainer ---------------------------------------------------------------------------
-class _SlowRows:
-    """A feature source that answers slowly, like a loaded owner."""
-
-    def __init__(self, x: np.ndarray, delay_s: float) -> None:
-        self.x, self.delay_s = x, delay_s
-
-    def fetch(self, gid: torch.Tensor) -> torch.Tensor:
-        time.sleep(self.delay_s)
-        return torch.from_numpy(self.x[gid.numpy()])
-
-
 def _trainer(
     graph: Graph, prefetch: int, delay_s: float = 0.0, device: torch.device | str = "cpu"
 ) -> Trainer:
-    assert graph.x is not None and graph.y is not None and graph.train_mask is not None
-    torch.manual_seed(0)
-    model = build_model(ModelConfig(hidden=16), graph.num_features, graph.num_classes, 2)
-    train_gid = torch.from_numpy(np.flatnonzero(graph.train_mask))
-    sampler = NeighborSampler(
-        NeighborSampler.Config(fanouts=(5, 5)), source=CSRNeighborSource.from_graph(graph)
-    )
-    return Trainer(
-        Trainer.Config(lr=0.01, batch_size=8, seed=0, prefetch=prefetch),
-        model=model,
-        sampler=sampler,
-        features=_SlowRows(graph.x, delay_s),
-        train_gid=train_gid,
-        train_y=torch.from_numpy(graph.y[train_gid.numpy()]),
-        device=device,
-    )
+    """The rows answer after ``delay_s``, like a loaded owner."""
+    config = Trainer.Config(lr=0.01, batch_size=8, seed=0, prefetch=prefetch)
+    assert graph.x is not None
+    return one_type_trainer(graph, config, rows=Rows(graph.x, delay_s), device=device)
 
 
 def test_a_step_that_raises_under_a_slow_source_leaves_no_thread(tiny_graph: Graph) -> None:

@@ -1,14 +1,13 @@
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
-from gnnsys.models import ModelConfig, build_model
-from gnnsys.sampler import CSRNeighborSource, NeighborSampler
-from gnnsys.train.evaluate import full_block, full_graph_logits
-from gnnsys.train.trainer import BatchPlan, Trainer, epoch_batches, steps_per_epoch
-from gnnsys.types import Graph
+from gnnsys.train.evaluate import full_block
+from gnnsys.train.in_memory import one_type_trainer
+from gnnsys.train.schedule import BatchPlan, epoch_batches, steps_per_epoch
+from gnnsys.train.trainer import Trainer
+from gnnsys.types import ONE_RELATION, ONE_TYPE, Graph
 
 
 @pytest.mark.parametrize(("num_seeds", "num_batches"), [(10, 3), (7, 7), (2, 5), (0, 2)])
@@ -27,31 +26,9 @@ def test_epoch_batches_rejects_zero() -> None:
         epoch_batches(5, 0, seed=0, rank=0, epoch=0)
 
 
-class _Rows:
-    def __init__(self, x: np.ndarray) -> None:
-        self.x = x
-
-    def fetch(self, gid: torch.Tensor) -> torch.Tensor:
-        return torch.from_numpy(self.x[gid.numpy()])
-
-
 def _trainer(graph: Graph, seed: int, device: torch.device | str = "cpu") -> Trainer:
-    assert graph.x is not None and graph.y is not None and graph.train_mask is not None
-    torch.manual_seed(seed)
-    model = build_model(ModelConfig(hidden=32), graph.num_features, graph.num_classes, 2)
-    train_gid = torch.from_numpy(np.flatnonzero(graph.train_mask))
-    sampler = NeighborSampler(
-        NeighborSampler.Config(fanouts=(5, 5)), source=CSRNeighborSource.from_graph(graph)
-    )
-    return Trainer(
-        Trainer.Config(lr=0.01, batch_size=16, seed=seed),
-        model=model,
-        sampler=sampler,
-        features=_Rows(graph.x),
-        train_gid=train_gid,
-        train_y=torch.from_numpy(graph.y[train_gid.numpy()]),
-        device=device,
-    )
+    config = Trainer.Config(lr=0.01, batch_size=16, seed=seed)
+    return one_type_trainer(graph, config, hidden=32, model_seed=seed, device=device)
 
 
 def test_single_process_loop_learns_and_is_deterministic(
@@ -74,7 +51,8 @@ def test_single_process_loop_learns_and_is_deterministic(
     block = full_block(tiny_graph.indptr, tiny_graph.indices, tiny_graph.num_nodes)
     host = a.host_model()
     assert all(p.device.type == "cpu" for p in host.parameters())
-    logits = full_graph_logits(host, block, torch.from_numpy(tiny_graph.x))  # type: ignore[arg-type]
+    x = torch.from_numpy(tiny_graph.x)  # type: ignore[arg-type]
+    logits = host.eval()({ONE_TYPE: x}, ({ONE_RELATION: block},) * 2)[ONE_TYPE]
     assert logits.shape == (tiny_graph.num_nodes, tiny_graph.num_classes)
 
 

@@ -221,13 +221,13 @@ def _per_rank_state(ckpt: Checkpoint, store: Path, parts: int) -> list[dict[str,
     """One per-rank state per rank of ``store``'s partition (the RNG is unused by inference).
 
     A typed run's learnable embedding rows live in its ranks' states: on another partition
-    they are moved to the ranks that own them there (``gnnsys.train.hetero.embedding.reshard``).
+    they are moved to the ranks that own them there (``gnnsys.train.embedding.reshard``).
     """
     states = ckpt.rng_by_rank
     if not any("owned" in s for s in states):
         return [states[r % len(states)] for r in range(parts)]
     from gnnsys.store import read_shard
-    from gnnsys.train.hetero.embedding import reshard
+    from gnnsys.train.embedding import reshard
 
     types = list(states[0]["owned"]["shards"])
     owned = []

@@ -33,11 +33,11 @@ from gnnsys.train.control.checkpoint import Checkpoint
 from gnnsys.train.control.failure import FailureKind
 from gnnsys.train.control.group import EVAL_LAYER_LOG, GroupFailure
 from gnnsys.train.evaluate import RankEval
-from gnnsys.train.hetero.rank import TypedRank
+from gnnsys.train.rank import TypedRank
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.peers import LocalPeerClient
 from gnnsys.train.remote.server import LocalOwnerClient, ShardOwner
-from gnnsys.train.trainer import steps_per_epoch
+from gnnsys.train.schedule import steps_per_epoch
 from gnnsys.train.worker import RankState, TrainWorker, WorkerEpochReport
 
 __all__ = ["LocalOwnerClient", "LocalWorkerGroup", "ThreadSync"]

@@ -39,9 +39,9 @@ from gnnsys.train.control.failure import FailureKind
 from gnnsys.train.control.group import EVAL_LAYER_LOG, GroupFailure
 from gnnsys.train.control.resources import Resources
 from gnnsys.train.evaluate import RankEval
-from gnnsys.train.hetero.rank import TypedRank
+from gnnsys.train.rank import TypedRank
 from gnnsys.train.remote.server import ShardOwner
-from gnnsys.train.trainer import steps_per_epoch
+from gnnsys.train.schedule import steps_per_epoch
 from gnnsys.train.worker import RankState, TrainWorker, WorkerEpochReport
 
 __all__ = ["RayWorkerGroup", "Resources", "actor_name"]

@@ -47,7 +47,7 @@ from gnnsys.train.control.ray_group import RayWorkerGroup
 from gnnsys.train.control.recorder import Recorder
 from gnnsys.train.control.resources import trainer_cpus
 from gnnsys.train.device import DevicePlan, plan_devices
-from gnnsys.train.hetero.rank import TypedLayout
+from gnnsys.train.rank import TypedLayout
 from gnnsys.train.topology import choose_topology
 from gnnsys.train.worker import FaultSpec, WorkerSpec
 

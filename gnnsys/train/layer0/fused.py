@@ -1,14 +1,15 @@
 """Layer 0 straight from compressed halo rows: the requester's fused dequantizing aggregation.
 
 With a codec whose ``fused_aggregate`` is true (``int8``, ``int4``), ``requester`` placement
-and a first layer that is linear in its inputs (SAGE mean/sum, GCN), the remote rows of block 0
-are summed from their codes by ``gnnsys.kernels.aggregate(q, rowptr, col, "sum", scale=,
-zero=)`` (fused dequantization: the Triton kernel on CUDA, FBGEMM's byte-row ``embedding_bag``
-on CPU), so they are never decoded to a float32 ``[H, F]`` copy. Owned rows are floats
-already. Per batch::
+and a first layer that is linear in its inputs (SAGE mean/sum, GCN), the remote rows of a
+type's block-0 relations are summed from their codes by ``gnnsys.kernels.aggregate(q, rowptr,
+col, "sum", scale=, zero=)`` (fused dequantization: the Triton kernel on CUDA, FBGEMM's
+byte-row ``embedding_bag`` on CPU), so they are never decoded to a float32 ``[H, F]`` copy.
+Owned rows are floats already. Per batch::
 
-    rows   = features.fetch_split(n_id[:N])       # owned rows float, halo rows encoded
-    split block 0's edges by the kind of their source (owned | halo), order kept:
+    rows   = features.fetch_split(n_id)            # owned rows float, halo rows encoded
+    per relation out of the type (``TypedInputs.finish_first``), split its block-0 edges by
+    the kind of their source (owned | halo), order kept:
     agg_MF = aggregate(x_own,  rowptr_own,  col_own,  "sum")
            + aggregate(q_halo, rowptr_halo, col_halo, "sum", scale=s_halo, zero=z_halo)
     mean: agg_MF /= max(deg, 1);  GCN: sources scaled by s_j (folded into the row scale)
@@ -16,7 +17,7 @@ already. Per batch::
 
 ``agg_MF`` equals ``layer.aggregate`` over decoded rows up to float32 summation order; the bytes
 on the wire, the cache's lookups and admissions and the ledger are exactly those of decoding
-(the rows are fetched through the same ``HaloFeatureSource``: cache, fetcher and owner calls).
+(the rows are fetched through the same ``RoutedFeatureSource``: cache, fetcher and owner calls).
 
 Shape legend: ``N`` block-0 sources, ``M`` destinations, ``E`` edges, ``F`` features, ``L`` owned
 source rows, ``H`` halo source rows.
@@ -24,19 +25,15 @@ source rows, ``H`` halo source rows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from gnnsys.cache import HaloFeatureSource, SplitRows
+from gnnsys.cache import SplitRows
 from gnnsys.cache.codecs import Codec, EncodedRows, take
 from gnnsys.kernels import aggregate
-from gnnsys.models import GCNLayer
-from gnnsys.train.layer0.base import FirstLayerInput, linear_aggregation
-from gnnsys.types import Block, SampledSubgraph
+from gnnsys.types import Block
 
-__all__ = ["FusedFirstLayer", "FusedRows", "decoded_roots", "fused_sum"]
+__all__ = ["decoded_roots", "fused_sum"]
 
 
 def _sub_csr(keep_E: Tensor, dst_E: Tensor, col_E: Tensor, num_dst: int) -> tuple[Tensor, Tensor]:
@@ -47,89 +44,13 @@ def _sub_csr(keep_E: Tensor, dst_E: Tensor, col_E: Tensor, num_dst: int) -> tupl
     return rowptr, col_E[keep_E]
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class FusedRows:
-    """What ``FusedFirstLayer.prepare`` fetched for one batch (moved to the step's device).
-
-    Attributes:
-        block: Block 0.
-        rows: Its sources' rows: owned ones float, halo ones encoded.
-        weight_N: ``[N]`` GCN's source scales, or ``None``.
-        mean: Divide the sums by the in-degree (SAGE mean).
-    """
-
-    block: Block
-    rows: SplitRows
-    weight_N: Tensor | None
-    mean: bool
-
-
-class FusedFirstLayer:
-    """Computes layer 0's aggregation with halo rows kept compressed; see the module docstring.
-
-    Args:
-        codec: The run codec (its ``fused_aggregate`` must be true: int8, int4).
-        num_features: ``F``.
-        features: The worker's feature source (``fetch_split`` per batch).
-
-    Raises:
-        ValueError: ``codec`` has no fused aggregation.
-    """
-
-    def __init__(self, codec: Codec, *, num_features: int, features: HaloFeatureSource) -> None:
-        if not codec.fused_aggregate:
-            raise ValueError(
-                f"codec={codec.name!r} has no fused dequantization; use int8 or int4, or "
-                "decode halo rows first (no FusedFirstLayer)"
-            )
-        self.codec, self.num_features, self.features = codec, num_features, features
-
-    def gather(self, layer: nn.Module, sub: SampledSubgraph) -> FirstLayerInput:
-        """Layer 0's aggregation and root features for one batch (``finish(prepare(...))``).
-
-        Raises:
-            TypeError: ``layer`` is not linear in its inputs (GAT, max).
-        """
-        return self.finish(self.prepare(layer, sub))
-
-    def prepare(self, layer: nn.Module, sub: SampledSubgraph) -> FusedRows:
-        """Fetch block 0's source rows, the halo ones left encoded (the fetch stage's half).
-
-        Raises:
-            TypeError: ``layer`` is not linear in its inputs (GAT, max).
-        """
-        kind = linear_aggregation(layer)
-        if kind is None:
-            raise TypeError(f"{type(layer).__name__} is not linear; use placement requester")
-        block = sub.blocks[0]
-        rows = self.features.fetch_split(sub.n_id[: block.num_src].long())
-        weight_N = GCNLayer.src_scale(block).float() if kind.weighted else None
-        return FusedRows(block, rows, weight_N, kind.reduce == "mean")
-
-    def finish(self, prepared: FusedRows) -> FirstLayerInput:
-        """Sum the rows, halo ones from their codes, on the rows' device (the compute loop)."""
-        block, rows = prepared.block, prepared.rows
-        agg_MF = self._aggregate(block, rows, prepared.weight_N)
-        if prepared.mean:
-            agg_MF /= block.rowptr.diff().clamp(min=1).to(agg_MF.dtype)[:, None]
-        return FirstLayerInput(agg_MF=agg_MF, x_dst_MF=self._roots(block, rows), plan=None)
-
-    def _aggregate(self, block: Block, rows: SplitRows, weight_N: Tensor | None) -> Tensor:
-        """``sum_e w[col[e]] * x[col[e]]`` over owned rows plus over the encoded halo rows."""
-        return fused_sum(block, rows, weight_N, num_features=self.num_features)
-
-    def _roots(self, block: Block, rows: SplitRows) -> Tensor:
-        """``[M, F]`` float32 features of the destinations (halo ones decoded, only those)."""
-        return decoded_roots(block.num_dst, rows, self.codec, num_features=self.num_features)
-
-
 def fused_sum(
     block: Block, rows: SplitRows, weight_N: Tensor | None, *, num_features: int
 ) -> Tensor:
     """``[M, F]`` ``sum_e w[col[e]] * x[col[e]]`` of ``block``, halo rows summed from codes.
 
     ``rows`` are the block's sources split by ``fetch_split``: owned ones as floats, halo ones
-    encoded. A typed run calls it per relation, with the source type's rows.
+    encoded. Called per relation, with its source type's rows (``TypedInputs.finish_first``).
     """
     num_src, num_dst = block.num_src, block.num_dst
     on = block.col.device  # the step's device: the host, or a GPU after the transfer stage

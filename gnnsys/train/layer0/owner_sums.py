@@ -1,97 +1,54 @@
-"""Layer 1 with owner-side partial aggregation in the runtime (issue 8): plan, fetch, combine.
+"""Layer 0 with owner-side partial aggregation in the runtime (issue 8): plan, fetch, combine.
 
 With ``FirstLayerConfig.placement`` ``owner`` or ``auto`` and a model whose first layer is linear
-in its inputs (SAGE mean/sum, GCN), the trainer asks :class:`FirstLayerAggregator` for layer 0's
-inputs instead of fetching every block-0 source row::
+in its inputs (SAGE mean, GCN), ``TypedInputs`` asks each featured type's
+:class:`FirstLayerAggregator` for that type's layer-0 reductions instead of fetching every
+block-0 source row of the type::
 
-    plan = plan_partial(block 0, ...)                  # pure: which edges each owner sums
-    x rows  <- features.fetch(n_id[plan.need_row_N])   # destinations, local/resident rows and,
-                                                       # for ``auto``, owners where rows are cheaper
-    partial <- client.partial_many(plan.requests)      # one call per owner, all in flight
-    agg_MF   = combine_partials(plan, x, partial)      # == layer0.aggregate(x_NF, block 0)
-    logits   = model.forward_from_first_agg(agg_MF, x[:M], blocks)
+    plan = plan_partial(the type's block-0 relations, ...)  # pure: which edges each owner sums
+    x rows  <- features.fetch(n_id[plan.need_row_N])  # destinations, local/resident rows and,
+                                                      # for ``auto``, owners where rows are cheaper
+    partial <- client.partial_many(plan.requests)     # one call per owner, all in flight
+    agg_MF   = combine_partials(plan, x, partial)     # == the relations' means (GCN: sums)
+    logits   = model.forward_from_first_agg(x_dict, blocks, agg)
 
-A row is *resident* when fetching it costs no traffic: owned by this worker or held by its halo
-cache (``HaloFeatureSource.resident_mask``); edges from resident rows are aggregated
-here. Other remote sources past ``num_dst`` are summed by their owner, so their rows never travel.
-Attention (GAT) and ``max`` are not linear: such models keep ``requester`` placement and the
-rank-0 worker logs one warning per run (:func:`resolve_placement`).
+SAGE's relations out of one type are stacked into one plan (:meth:`relations_agg`: one request
+per owner for all of them); GCN's each scale their sources by their own degrees
+(:meth:`weighted_sums`: one request per owner and relation). A row is *resident* when fetching
+it costs no traffic: owned by this worker or held by its halo cache
+(``RoutedFeatureSource.resident_mask``); edges from resident rows are aggregated here. Other
+remote sources past the destinations are summed by their owner, so their rows never travel.
 
 Ledger (``gnnsys.train.remote.ledger``): ``partial_request`` bytes are the arrays sent (group row
-pointer, source gids, GCN weights), ``partial_response`` the sums returned (encoded bytes); the
+pointer, source ids, GCN weights), ``partial_response`` the sums returned (encoded bytes); the
 counters ``partial_pairs``, ``partial_sums`` and ``rows_avoided`` count pairs, sums and the
 distinct remote rows that were not fetched. Rows that are still fetched count as usual under
 ``feature_request`` / ``feature_response`` (through the feature source).
 
-Shape legend: ``N`` block-0 source nodes, ``M`` its destinations, ``F`` features, ``G`` partial
-sums one owner returns, ``K`` pairs sent to one owner.
+Shape legend: ``N`` block-0 source nodes of the type, ``M`` destinations, ``F`` features, ``G``
+partial sums one owner returns, ``K`` pairs sent to one owner.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from gnnsys.cache import HaloFeatureSource
 from gnnsys.cache.codecs import Codec, FP32Codec
-from gnnsys.models import BlockModel, GCNLayer
-from gnnsys.train.layer0.base import (
-    FirstLayer,
-    FirstLayerConfig,
-    FirstLayerInput,
-    LinearAggregation,
-    Placement,
-    linear_aggregation,
-    linear_first_layer,
-)
-from gnnsys.train.layer0.fused import FusedFirstLayer
+from gnnsys.models import GCNLayer
+from gnnsys.train.layer0.base import FirstLayerConfig, Placement
 from gnnsys.train.layer0.plan import PartialPlan, combine_partials, plan_partial
 from gnnsys.train.remote.client import OwnerClient
 from gnnsys.train.remote.ledger import Ledger
-from gnnsys.types import Block, SampledSubgraph
+from gnnsys.types import Block
 
-__all__ = [
-    "build_first_layer",
-    "FirstLayerAggregator",
-    "FirstLayerInput",
-    "LinearAggregation",
-    "linear_aggregation",
-    "linear_first_layer",
-    "resolve_placement",
-]
-
-log = logging.getLogger(__name__)
+__all__ = ["FirstLayerAggregator"]
 
 FP32 = FP32Codec()
-
-
-def resolve_placement(
-    model: nn.Module, placement: Placement, *, announce: bool = True
-) -> Placement:
-    """``placement``, or ``REQUESTER`` when the model's first layer is not linear.
-
-    Args:
-        model: The block model to train.
-        placement: From ``FirstLayerConfig`` (validated there).
-        announce: Log the fallback as a warning (pass ``rank == 0``: one notice per run).
-    """
-    if placement == Placement.REQUESTER or linear_first_layer(model) is not None:
-        return placement
-    if announce:
-        first = model.layers[0] if isinstance(model, BlockModel) and len(model.layers) else None
-        name = type(first).__name__ if first is not None else "?"
-        log.warning(
-            "aggregate_at=%s: first layer %s of %s is not linear in its inputs (attention or "
-            "max); aggregating at the requester instead",
-            placement,
-            name,
-            type(model).__name__,
-        )
-    return Placement.REQUESTER
 
 
 class FirstLayerAggregator:
@@ -101,15 +58,14 @@ class FirstLayerAggregator:
         config: Placement (``owner`` or ``auto``: ``requester`` needs no aggregator) and whether
             partial sums travel compressed.
         part: This worker's part.
-        part_N: ``[N]`` owner of every gid in the graph.
+        part_N: ``[N_t]`` owner of every node of the type.
         num_features: ``F``.
         client: Executor of the owner calls (``partial_many``).
         ledger: Counts ``partial_request`` / ``partial_response`` and the counters.
         codec: The run's feature codec; sets the row cost ``auto`` compares with and, when its
             ``partial_sums`` is true, how partial sums travel (else as float32).
-        features: The worker's feature source (rows still needed are fetched through it).
-        node_type: Whose rows it aggregates on a typed graph (owners are asked for that type's
-            sums; ``part_N`` and the ids are the type's); ``None`` for one type.
+        features: The type's feature source (rows still needed are fetched through it).
+        node_type: Whose rows it aggregates (owners are asked for that type's sums).
 
     Raises:
         ValueError: ``requester`` placement, or ``num_features < 1``.
@@ -126,12 +82,12 @@ class FirstLayerAggregator:
         ledger: Ledger,
         codec: Codec,
         features: HaloFeatureSource,
-        node_type: str | None = None,
+        node_type: str,
     ) -> None:
         if config.placement == Placement.REQUESTER:
             raise ValueError(
-                "placement='requester' needs no FirstLayerAggregator; build the trainer "
-                "without one (build_first_layer does)"
+                "placement='requester' needs no FirstLayerAggregator; fetch the rows "
+                "(TypedInputs without owner_sums)"
             )
         if num_features < 1:
             raise ValueError(f"num_features={num_features}; pass the feature dim F >= 1")
@@ -149,39 +105,6 @@ class FirstLayerAggregator:
     def sum_bytes(self) -> int:
         """Wire bytes of one partial sum in the partial codec."""
         return int(self.partial_codec.row_nbytes(self.num_features))
-
-    def plan(self, layer: nn.Module, sub: SampledSubgraph) -> PartialPlan:
-        """Decide this batch's split (pure apart from reading the cache's residency).
-
-        Raises:
-            TypeError: ``layer`` is not linear in its inputs.
-        """
-        return self._plan(sub, self._src_weight(layer, sub))
-
-    def gather(self, layer: nn.Module, sub: SampledSubgraph) -> FirstLayerInput:
-        """Layer 0's aggregation and root features for one batch.
-
-        Args:
-            layer: The model's first layer (``SAGELayer`` mean/sum or ``GCNLayer``).
-            sub: The sampled batch.
-
-        Raises:
-            TypeError: ``layer`` is not linear in its inputs.
-        """
-        weight_N = self._src_weight(layer, sub)
-        block = sub.blocks[0]
-        agg_MF, x_RF, plan = self._aggregate(
-            block, sub.n_id, weight_N, reduce=self._kind(layer).reduce, root_rows=None
-        )
-        return FirstLayerInput(agg_MF=agg_MF, x_dst_MF=x_RF[: block.num_dst], plan=plan)
-
-    def prepare(self, layer: nn.Module, sub: SampledSubgraph) -> FirstLayerInput:
-        """:meth:`gather` without its plan (the sums are done: only they travel to the device)."""
-        return replace(self.gather(layer, sub), plan=None)
-
-    def finish(self, prepared: FirstLayerInput) -> FirstLayerInput:
-        """``prepared`` itself: the owners and this rank summed everything in ``prepare``."""
-        return prepared
 
     def relations_agg(
         self, blocks: list[Block], n_id: Tensor, *, root_rows: int
@@ -213,8 +136,7 @@ class FirstLayerAggregator:
         """GCN's layer-0 sums of a typed type's relations to itself, over its sources ``n_id``.
 
         Each relation's sources are scaled by its own ``GCNLayer.src_scale`` (its whole-graph
-        in-degrees), so each is planned and asked for on its own, as :meth:`gather` does for a
-        one-type graph.
+        in-degrees), so each is planned and asked for on its own.
 
         Returns:
             ``(sums, roots)``: one ``[M_r, F]`` scaled sum per block, and the first block's
@@ -239,7 +161,7 @@ class FirstLayerAggregator:
         root_rows: int | None,
     ) -> tuple[Tensor, Tensor, PartialPlan]:
         """Plan, fetch the needed rows, ask the owners, combine (``R`` rows held)."""
-        plan = self._plan_block(block, n_id, weight_N, root_rows)
+        plan = self.plan_block(block, n_id, weight_N, root_rows)
         # Only the needed rows are materialised (``R`` of them, destinations first when they
         # are sources too): an [N, F] buffer would cost more than the traffic it saves.
         need_pos_R = torch.nonzero(plan.need_row_N).flatten()
@@ -258,12 +180,14 @@ class FirstLayerAggregator:
         )
         return agg_MF, x_RF, plan
 
-    def _plan(self, sub: SampledSubgraph, weight_N: Tensor | None) -> PartialPlan:
-        return self._plan_block(sub.blocks[0], sub.n_id, weight_N, None)
-
-    def _plan_block(
+    def plan_block(
         self, block: Block, n_id: Tensor, weight_N: Tensor | None, root_rows: int | None
     ) -> PartialPlan:
+        """One block's split (pure apart from reading the cache's residency and admission).
+
+        ``weight_N``: GCN's source scales (``None``: a plain sum or mean). ``root_rows``: the
+        destinations' rows the caller needs besides the sums (``None``: all ``num_dst``).
+        """
         n_id = n_id.long()
         part_N = torch.from_numpy(self.part_N[n_id.numpy()])
         available_N = self.features.resident_mask(n_id)
@@ -308,20 +232,6 @@ class FirstLayerAggregator:
             out[r.part] = self.partial_codec.decode(enc)
         return out
 
-    def _src_weight(self, layer: nn.Module, sub: SampledSubgraph) -> Tensor | None:
-        """GCN's per-source scale of block 0, or ``None`` for a plain sum/mean."""
-        return GCNLayer.src_scale(sub.blocks[0]) if self._kind(layer).weighted else None
-
-    @staticmethod
-    def _kind(layer: nn.Module) -> LinearAggregation:
-        kind = linear_aggregation(layer)
-        if kind is None:
-            raise TypeError(
-                f"{type(layer).__name__} is not linear in its inputs; build the trainer without "
-                "a FirstLayerAggregator (resolve_placement falls back to requester)"
-            )
-        return kind
-
 
 def _cache_would_keep(features: HaloFeatureSource, n_id: Tensor, available_N: Tensor) -> Tensor:
     """``[N]`` bool: remote rows the worker's halo cache would admit if they were fetched.
@@ -338,40 +248,3 @@ def _cache_would_keep(features: HaloFeatureSource, n_id: Tensor, available_N: Te
     missing_pos = torch.nonzero(~available_N).flatten()
     keep_N[missing_pos] = features.would_admit(n_id[missing_pos])
     return keep_N
-
-
-def build_first_layer(
-    config: FirstLayerConfig,
-    model: nn.Module,
-    *,
-    codec: Codec,
-    features: HaloFeatureSource,
-    part: int,
-    part_N: np.ndarray,
-    num_features: int,
-    client: OwnerClient,
-    ledger: Ledger,
-) -> FirstLayer | None:
-    """The layer-0 helper a worker's ``Trainer`` gets for ``config``, or ``None``.
-
-    ``owner``/``auto``: a :class:`FirstLayerAggregator`. ``requester``: a ``FusedFirstLayer``
-    when ``codec.fused_aggregate`` and ``config.fused_dequant``, else ``None`` (rows are fetched
-    as float32). Models whose first layer is not linear get ``requester`` and ``None`` (rank 0
-    logs the fallback once). ``codec`` is the resolved run codec (never ``auto``).
-    """
-    placement = resolve_placement(model, config.placement, announce=part == 0)
-    if placement == Placement.REQUESTER:
-        fused = config.fused_dequant and codec.fused_aggregate
-        if fused and linear_first_layer(model) is not None:
-            return FusedFirstLayer(codec, num_features=num_features, features=features)
-        return None
-    return FirstLayerAggregator(
-        config,
-        part=part,
-        part_N=part_N,
-        num_features=num_features,
-        client=client,
-        ledger=ledger,
-        codec=codec,
-        features=features,
-    )

@@ -4,7 +4,7 @@ GCN's normalisation needs every sampled node's in-degree in the *whole* graph (s
 ``gnnsys.sampler.degree``). A rank knows its owned nodes' degrees (a shard row holds every
 in-edge); the degrees of its halo nodes live with their owners. Choice made here: **fetch once
 per run, at start**, one ``ShardOwner.degree`` call per owner for the whole k-hop halo of the
-shard (``PartitionShard.halo_gid``), and keep a per-rank :class:`DegreeTable` of
+shard's destination type (``TypeShard.halo_lid``), and keep a per-rank :class:`DegreeTable` of
 ``owned + halo`` entries (``16 (M + H)`` bytes). Shipping degrees with every structure response
 instead would cost 8 bytes per drawn source per batch for the whole run, for numbers that never
 change; the one-off fetch is ``16 H`` bytes (gids out, int64 degrees back) in the warm-up
@@ -30,7 +30,6 @@ from gnnsys.sampler.degree import DegreeTable
 from gnnsys.train.remote.client import OwnerClient
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.routed import group_by_owner
-from gnnsys.types import PartitionShard
 
 if TYPE_CHECKING:
     from gnnsys.store.hetero_shard import HeteroShard
@@ -97,20 +96,6 @@ class RoutedDegreeSource:
         self._warned = False
 
     @classmethod
-    def fetch(
-        cls, shard: PartitionShard, part_N: np.ndarray, client: OwnerClient, ledger: Ledger
-    ) -> RoutedDegreeSource:
-        """Owned degrees from the shard, halo degrees from their owners (one call per owner)."""
-        owned_M = np.asarray(shard.owned_gid, dtype=np.int64)
-        halo_H = np.asarray(shard.halo_gid, dtype=np.int64)
-        degree_M = np.diff(np.asarray(shard.indptr, dtype=np.int64))
-        degree_H = fetch_degrees(shard.part, part_N, halo_H, client, ledger)
-        table = DegreeTable.from_pairs(
-            np.concatenate([owned_M, halo_H]), np.concatenate([degree_M, degree_H])
-        )
-        return cls(shard.part, part_N, table, client, ledger)
-
-    @classmethod
     def of_relation(
         cls,
         shard: HeteroShard,
@@ -119,9 +104,11 @@ class RoutedDegreeSource:
         client: OwnerClient,
         ledger: Ledger,
     ) -> RoutedDegreeSource:
-        """:meth:`fetch` for relation ``(t, rel, t)`` of a typed shard.
+        """The in-degrees over ``edge_type`` of the owned and halo nodes of its destination type.
 
-        Its in-degrees of the owned and halo nodes of ``t`` (``part_N``: the book of ``t``).
+        Owned degrees from the shard, halo degrees from their owners (one call per owner).
+        ``part_N``: the destination type's ``PartitionBook.part_N``. A homogeneous store's one
+        relation is ``gnnsys.types.ONE_RELATION``.
         """
         nodes = shard.nodes[edge_type[2]]
         owned_M = np.asarray(nodes.owned_lid, dtype=np.int64)

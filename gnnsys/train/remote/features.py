@@ -14,9 +14,10 @@ that traffic, and the dry-run sampling behind ``presample`` / ``adaptive`` score
 apart from the epochs. The codec is always an object (``FP32Codec`` for float32 rows), so the
 owners always encode and the ledger counts ``EncodedRows.nbytes`` (``K * F * 4`` for fp32).
 
-Scores per policy (all from what the worker holds, no driver round trip):
+The rank builds one source per featured node type, its cache and the cache's admission policy
+scored from what the worker holds, no driver round trip (``gnnsys.train.rank.typed_cache``):
 
-- ``degree``: in-edges from each halo node into the owned nodes (``shard.indices_gid``);
+- ``degree``: in-edges from each halo node of the type into the part's owned nodes;
 - ``presample``: halo accesses per epoch in ``presample_epochs`` dry-run epochs of this worker's
   own sampler over its train seeds (remote sampling included, counted as warm-up traffic),
   ties broken by the degree scores;
@@ -28,37 +29,20 @@ rows of a request, ``H`` its halo rows.
 
 from __future__ import annotations
 
-import logging
 import warnings
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from gnnsys.cache import (
-    CacheConfig,
-    CacheCounters,
-    HaloCache,
-    HaloFetcher,
-    SplitRows,
-    degree_scores,
-    make_policy,
-    presample_scores,
-    tie_break,
-)
-from gnnsys.cache.admission import AdmissionPolicy
-from gnnsys.cache.codecs import Codec, CodecConfig, EncodedRows, FP32Codec, put
-from gnnsys.cache.config import MIB
-from gnnsys.sampler.base import Sampler
+from gnnsys.cache import CacheCounters, HaloCache, HaloFetcher, SplitRows
+from gnnsys.cache.codecs import Codec, EncodedRows, FP32Codec, put
 from gnnsys.store.pages import ReadAhead
 from gnnsys.train.remote.client import OwnerClient
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.routed import group_by_owner
-from gnnsys.types import PartitionBook, PartitionShard
 
-__all__ = ["RoutedFeatureSource", "build_feature_source"]
-
-log = logging.getLogger(__name__)
+__all__ = ["RoutedFeatureSource"]
 
 FP32 = FP32Codec()
 
@@ -265,88 +249,3 @@ class RoutedFeatureSource:
         if self.cache.policy.name == "none":
             return None
         return self.fetcher.counters()
-
-
-def _policy(
-    cache: CacheConfig,
-    shard: PartitionShard,
-    sampler: Sampler,
-    train_gid: Tensor,
-    *,
-    batch_size: int,
-    seed: int,
-) -> AdmissionPolicy:
-    """The admission policy of ``cache.policy``, scored from what the worker holds."""
-    if not cache.enabled:
-        return make_policy("none")
-    owned_N = torch.zeros(shard.num_nodes, dtype=torch.bool)
-    owned_N[torch.from_numpy(np.asarray(shard.owned_gid, dtype=np.int64))] = True
-    score_N = degree_scores(shard.indices_gid, shard.owned_gid, shard.num_nodes)
-    if cache.policy != "degree":
-        counts = presample_scores(
-            sampler,
-            train_gid,
-            owned_N,
-            batch_size=batch_size,
-            epochs=cache.presample_epochs,
-            seed=seed,
-        )
-        score_N = tie_break(counts, score_N)  # one dry-run epoch leaves many ties at 0 and 1
-    if cache.policy == "adaptive":
-        return make_policy("adaptive", score_N=score_N, owned_N=owned_N, config=cache.adaptive)
-    return make_policy(cache.policy, score_N=score_N, owned_N=owned_N)
-
-
-def build_feature_source(
-    codec: CodecConfig,
-    cache: CacheConfig,
-    *,
-    shard: PartitionShard,
-    book: PartitionBook,
-    client: OwnerClient,
-    ledger: Ledger,
-    sampler: Sampler,
-    train_gid: Tensor,
-    batch_size: int,
-    seed: int,
-    device: torch.device | str = "cpu",
-) -> RoutedFeatureSource:
-    """One worker's feature source: codec, cache (capacity 0 when disabled), policy, fetcher.
-
-    Not yet warmed up (the worker calls ``warm_up`` before epoch 0, after its first snapshot).
-    ``device``: the trainer's; the cache's slots live there with ``cache.placement ==
-    "device"``.
-
-    Raises:
-        ValueError: The shard has no features, or ``codec.name`` is still ``auto``.
-    """
-    if shard.x is None:
-        raise ValueError(f"part {shard.part} has no features; rewrite the store with x")
-    rows = codec.make()
-    feature_dim = int(shard.x.shape[1])
-    config = cache.halo_config(owned_feature_bytes=shard.num_owned * feature_dim * 4)
-    policy = _policy(cache, shard, sampler, train_gid, batch_size=batch_size, seed=seed)
-    on = cache.rows_device(device)
-    halo = HaloCache(config, feature_dim=feature_dim, codec=rows, policy=policy, device=on or "cpu")
-    if cache.enabled:
-        log.info(
-            "part %d: %s cache, %d rows of %s (%.1f MiB) on %s",
-            shard.part,
-            cache.policy,
-            halo.capacity_rows,
-            rows.name,
-            config.capacity_bytes / MIB,
-            halo.device,
-        )
-    return RoutedFeatureSource(
-        shard.part,
-        book.part_N,
-        book.lid_N,
-        shard.x,
-        client,
-        ledger,
-        codec=rows,
-        cache=halo,
-        wire=codec.wire if cache.enabled else None,  # measured into cache counters, or nowhere
-        own_device=on,
-    )

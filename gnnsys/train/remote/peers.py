@@ -7,7 +7,7 @@ Two kinds of rows are served by the peer trainers, not by the shard owners:
   layer input of one node type: ``gnnsys.train.eval_typed``);
 * during training on a graph with featureless node types, the learnable embedding rows that a
   peer owns (``serve_embedding``, answered once the owner has applied the requester's step:
-  ``gnnsys.train.hetero.embedding``).
+  ``gnnsys.train.embedding``).
 
 As with the owners, a request carries one id array per peer, every peer's call is in flight
 before any is awaited, and every wait has a deadline.

@@ -19,7 +19,7 @@ from gnnsys.train.control.group import GroupFailure
 from gnnsys.train.control.recorder import EpochMetrics, Recorder
 from gnnsys.train.evaluate import EvalConfig, RankEval
 from gnnsys.train.remote.ledger import LedgerSnapshot
-from gnnsys.train.trainer import EpochStats
+from gnnsys.train.schedule import EpochStats
 from gnnsys.train.worker import RankState, WorkerEpochReport
 
 

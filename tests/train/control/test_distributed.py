@@ -22,7 +22,7 @@ from gnnsys.store import load_book, load_shard
 from gnnsys.train.control.checkpoint import load_checkpoint
 from gnnsys.train.control.ray_group import actor_name
 from gnnsys.train.control.run import train
-from gnnsys.train.trainer import batch_seed_for, epoch_batches
+from gnnsys.train.schedule import batch_seed_for, epoch_batches
 from gnnsys.train.worker import WorkerSpec
 from tests.train.run_configs import sbm_run
 

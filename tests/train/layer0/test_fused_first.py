@@ -1,123 +1,103 @@
-"""Layer 0 from compressed halo rows (FusedFirstLayer): equal to decoding first, same traffic."""
+"""Layer 0 from compressed halo rows (``TypedInputs`` fused types): equal to decoding first.
+
+Same traffic as decoding: the rows are fetched through the same ``RoutedFeatureSource``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-import numpy as np
 import pytest
 import torch
 from torch import Tensor
 
 from gnnsys.cache import SplitRows
-from gnnsys.cache.codecs import Codec, FP32Codec, make_codec
+from gnnsys.cache.codecs import make_codec
 from gnnsys.models import GAT, GCN, SAGE, BlockModel
-from gnnsys.sampler import CSRNeighborSource, NeighborSampler
-from gnnsys.store import load_book, load_shard
 from gnnsys.train.control.run import train_local
 from gnnsys.train.device import StepDevice, StepInputs, to_host
+from gnnsys.train.in_memory import one_type_model
+from gnnsys.train.inputs import TypedInputs
 from gnnsys.train.layer0.base import FirstLayerConfig
-from gnnsys.train.layer0.fused import FusedFirstLayer
-from gnnsys.train.layer0.owner_sums import build_first_layer
-from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import Ledger
-from gnnsys.types import SampledSubgraph
+from gnnsys.types import ONE_RELATION, ONE_TYPE
 from tests.train.conftest import LocalOwnerClient
+from tests.train.layer0.typed_batch import TypedBatch, runtime_inputs, typed_batch
 from tests.train.remote.test_halo_runtime import _config
 
 PART = 2
 F = 16
-FP32 = FP32Codec()
 
 
-def _model(name: str, reduce: str = "mean") -> BlockModel:
+def _model(name: str) -> BlockModel:
     torch.manual_seed(0)
     model: BlockModel = {"sage": SAGE, "gcn": GCN, "gat": GAT}[name](16, 8, 4, num_layers=2)
-    for layer in model.layers if name == "sage" else ():
-        layer.reduce = reduce
     return model.eval()
 
 
-def _features(store: Path, codec: str, ledger: Ledger | None = None) -> RoutedFeatureSource:
-    """Part ``PART``'s feature source, no cache, rows in ``codec``."""
-    book = load_book(store)
-    shard = load_shard(store, PART)
-    assert shard.x is not None
+def _typed(model: BlockModel, name: str) -> Any:
+    """The runtime's one-type stack with ``model``'s weights (the same checkpoint names)."""
+    typed = one_type_model(F, 8, 4, 2, model=name)
+    typed.load_state_dict(model.state_dict())
+    return typed.eval()
+
+
+def _batch(store: Path, codec: str, *, fanouts: tuple[int, ...] = (6, 4)) -> TypedBatch:
+    """A batch of part ``PART`` whose destinations include halo nodes (2 hops: hop-1 nodes
+    owned elsewhere), rows in ``codec``."""
     client = LocalOwnerClient(store, 4)
-    return RoutedFeatureSource(
-        PART, book.part_N, book.lid_N, shard.x, client, ledger or Ledger(), codec=make_codec(codec)
-    )
+    return typed_batch(store, PART, client, fanouts=fanouts, num_seeds=64, seed=3, codec=codec)
 
 
-def _fused(codec: str, features: object) -> FusedFirstLayer:
-    return FusedFirstLayer(make_codec(codec), num_features=F, features=features)  # type: ignore[arg-type]
-
-
-def _sub_and_features(store: Path, codec: str) -> tuple[SampledSubgraph, RoutedFeatureSource]:
-    book = load_book(store)
-    shard = load_shard(store, PART)
-    features = _features(store, codec)
-    graph_source = CSRNeighborSource.from_shard(shard, book.lid_N)
-    sampler = NeighborSampler(NeighborSampler.Config(fanouts=(5,)), source=graph_source)
-    seeds = torch.from_numpy(np.asarray(shard.owned_gid, dtype=np.int64))[:40]
-    return sampler.sample(seeds, seed=7), features
-
-
-def _two_layer_sub(store: Path, codec: str) -> tuple[SampledSubgraph, RoutedFeatureSource]:
-    """A 2-hop batch whose destinations include halo nodes (hop-1 nodes owned elsewhere)."""
-    from gnnsys.train.remote.degrees import RoutedDegreeSource
-    from gnnsys.train.remote.routed import RoutedNeighborSource
-
-    book = load_book(store)
-    shard = load_shard(store, PART)
-    assert shard.x is not None
-    client = LocalOwnerClient(store, 4)
-    local = CSRNeighborSource.from_shard(shard, book.lid_N)
-    source = RoutedNeighborSource(PART, book.part_N, local, client, Ledger())
-    degrees = RoutedDegreeSource.fetch(shard, book.part_N, client, Ledger())  # GCN: global
-    sampler = NeighborSampler(
-        NeighborSampler.Config(fanouts=(6, 4)), source=source, degrees=degrees
-    )
-    features = _features(store, codec)
-    seeds = torch.from_numpy(np.asarray(shard.owned_gid, dtype=np.int64))[:64]
-    return sampler.sample(seeds, seed=3), features
+def _fused(features: Any, *, weighted: bool = False) -> TypedInputs:
+    return TypedInputs({ONE_TYPE: features}, {}, frozenset({ONE_TYPE}), weighted=weighted)
 
 
 @torch.no_grad()
 @pytest.mark.parametrize("codec", ["int8", "int4"])
-@pytest.mark.parametrize(("name", "reduce"), [("sage", "mean"), ("sage", "sum"), ("gcn", "")])
-def test_equals_decoding_first(
-    store4: Path, codec: str, name: str, reduce: str, device: torch.device
-) -> None:
+@pytest.mark.parametrize("name", ["sage", "gcn"])
+def test_equals_decoding_first(store4: Path, codec: str, name: str, device: torch.device) -> None:
     """The fetch stage's rows, copied to the device encoded, sum there to the decoded sum."""
-    sub, features = _two_layer_sub(store4, codec)
-    block = sub.blocks[0]
-    model = _model(name, reduce)
-    x_NF = features.fetch(sub.n_id)  # decoded float32 rows: the reference
-    is_halo = torch.from_numpy(load_book(store4).part_N[sub.n_id.numpy()] != PART)
+    batch = _batch(store4, codec)
+    block, n_id = batch.block(), batch.n_id
+    model = _model(name)
+    x_NF = batch.features.fetch(n_id)  # decoded float32 rows: the reference
+    is_halo = torch.from_numpy(batch.part_N[n_id.numpy()] != PART)
     assert bool(is_halo[: block.num_dst].any()) and bool(is_halo[block.num_dst :].any())
-    fused = _fused(codec, features)
+    inputs = _fused(batch.features, weighted=name == "gcn")
+    x_dict, _, agg, pending = inputs.prepare_first(batch.sub)
+    assert not x_dict and not agg and set(pending) == {ONE_TYPE}
+
+    def finish(x: dict[str, Tensor], a: dict[Any, Tensor], p: Any) -> tuple[Tensor, Tensor]:
+        x, a = dict(x), dict(a)
+        inputs.finish_first(x, a, p)
+        return a[ONE_RELATION], x[ONE_TYPE]
+
     step = StepDevice(device)
-    moved = step.copy(StepInputs((fused.prepare(model.layers[0], sub),), fused.finish))
-    assert moved.args[0].rows.remote.data.dtype in (torch.int8, torch.uint8)  # still encoded
-    assert moved.args[0].rows.remote.data.device.type == device.type
-    first = to_host(step.forward(moved))
+    moved = step.copy(StepInputs((x_dict, agg, pending), finish))
+    rows = moved.args[2][ONE_TYPE].rows
+    assert rows.remote.data.dtype in (torch.int8, torch.uint8)  # still encoded
+    assert rows.remote.data.device.type == device.type
+    agg_MF, x_dst_MF = to_host(step.forward(moved))
     want = model.layers[0].aggregate(x_NF, block)
-    err = float((first.agg_MF - want).abs().max())
+    err = float((agg_MF - want).abs().max())
     assert err <= 1e-5 * max(1.0, float(want.abs().max())), f"max abs diff {err:.3g}"
-    assert torch.equal(first.x_dst_MF, x_NF[: block.num_dst])
-    assert first.plan is None
-    logits = model.forward_from_first_agg(first.agg_MF, first.x_dst_MF, sub.blocks)
-    torch.testing.assert_close(logits, model(x_NF, sub.blocks), rtol=1e-5, atol=1e-5)
+    assert torch.equal(x_dst_MF, x_NF[: block.num_dst])
+    typed = _typed(model, name)
+    logits = typed.forward_from_first_agg(
+        {ONE_TYPE: x_dst_MF}, batch.sub.blocks, {ONE_RELATION: agg_MF}
+    )[ONE_TYPE]
+    want_logits = model(x_NF, batch.homogeneous_blocks())
+    torch.testing.assert_close(logits, want_logits, rtol=1e-5, atol=1e-5)
 
 
 def test_same_messages_and_bytes_as_decoding(store4: Path) -> None:
-    sub, _ = _two_layer_sub(store4, "int8")
+    batch = _batch(store4, "int8")
     decode_ledger, fused_ledger = Ledger(), Ledger()
-    _features(store4, "int8", decode_ledger).fetch(sub.n_id)
-    fused = _fused("int8", _features(store4, "int8", fused_ledger))
-    fused.gather(_model("sage").layers[0], sub)
+    batch.features_with(decode_ledger).fetch(batch.n_id)
+    _fused(batch.features_with(fused_ledger)).fetch_first(batch.sub)
     a, b = decode_ledger.snapshot(), fused_ledger.snapshot()
     assert a.bytes == b.bytes and a.messages == b.messages
     assert a.bytes["feature_response"] > 0
@@ -125,12 +105,15 @@ def test_same_messages_and_bytes_as_decoding(store4: Path) -> None:
 
 @torch.no_grad()
 def test_only_owned_or_only_halo_rows(store4: Path) -> None:
-    sub, features = _sub_and_features(store4, "int8")  # 1 hop from owned seeds: both kinds
+    batch = _batch(store4, "int8", fanouts=(5,))  # 1 hop from owned seeds: both kinds
+    features = batch.features
     model = _model("sage")
-    want = model.layers[0].aggregate(features.fetch(sub.n_id), sub.blocks[0])
+    want = model.layers[0].aggregate(features.fetch(batch.n_id), batch.block())
 
     class Only:
         """Every source owned (``halo=False``) or every source a halo row (``halo=True``)."""
+
+        codec = make_codec("int8")
 
         def __init__(self, halo: bool) -> None:
             self.halo = halo
@@ -139,42 +122,35 @@ def test_only_owned_or_only_halo_rows(store4: Path) -> None:
             rows = features.fetch(gid)
             pos = torch.arange(gid.numel())
             none = torch.zeros(0, dtype=torch.int64)
-            codec = make_codec("int8")
             if self.halo:
-                return SplitRows(none, rows[:0], pos, codec.encode(rows))
-            return SplitRows(pos, rows, none, codec.empty(0, F))
+                return SplitRows(none, rows[:0], pos, self.codec.encode(rows))
+            return SplitRows(pos, rows, none, self.codec.empty(0, F))
 
     for halo in (False, True):
-        got = _fused("int8", Only(halo)).gather(model.layers[0], sub).agg_MF
+        got = _fused(Only(halo)).fetch_first(batch.sub)[2][ONE_RELATION]
         tol = 0.05 * float(want.abs().max()) if halo else 1e-5  # halo=True re-quantizes rows
         assert float((got - want).abs().max()) <= tol, f"halo={halo}"
 
 
-def test_built_only_where_it_applies() -> None:
-    def build(config: FirstLayerConfig, model: BlockModel, codec: Codec = FP32) -> object:
-        return build_first_layer(
-            config,
-            model,
-            codec=codec,
-            features=None,  # type: ignore[arg-type]  # only kept, never called here
-            part=1,
-            part_N=np.zeros(4, dtype=np.int64),
-            num_features=F,
-            client=LocalOwnerClient.__new__(LocalOwnerClient),
-            ledger=Ledger(),
-        )
-
-    sage, gat = _model("sage"), _model("gat")
-    on, off = FirstLayerConfig(), FirstLayerConfig(fused_dequant=False)
-    int8, int4, fp16 = make_codec("int8"), make_codec("int4"), make_codec("fp16")
-    assert int8.fused_aggregate and int4.fused_aggregate and not fp16.fused_aggregate
-    assert isinstance(build(on, sage, int8), FusedFirstLayer)
-    assert isinstance(build(on, _model("gcn"), int4), FusedFirstLayer)
-    assert build(off, sage, int8) is None
-    assert build(on, sage, fp16) is None and build(on, sage) is None
-    assert build(on, gat, int8) is None
-    with pytest.raises(ValueError, match="no fused dequantization"):
-        _fused("fp16", None)
+@pytest.mark.parametrize(
+    ("model", "codec", "layer0", "fused"),
+    [
+        ("sage", "int8", {}, True),
+        ("gcn", "int4", {}, True),
+        ("sage", "int8", {"fused_dequant": False}, False),  # --decode-halo
+        ("sage", "fp16", {}, False),  # no fused aggregation in the codec
+        ("sage", "fp32", {}, False),
+        ("gat", "int8", {}, False),  # attention: not a linear reduction
+    ],
+)
+def test_built_only_where_it_applies(
+    store4: Path, model: str, codec: str, layer0: dict[str, Any], fused: bool
+) -> None:
+    inputs = runtime_inputs(store4, 1, model=model, codec=codec, layer0=FirstLayerConfig(**layer0))
+    assert inputs.fused == (frozenset({ONE_TYPE}) if fused else frozenset())
+    assert not inputs.owner_sums
+    assert inputs.weighted == (model == "gcn")
+    assert make_codec("int8").fused_aggregate and not make_codec("fp16").fused_aggregate
 
 
 @pytest.mark.timeout(120)

@@ -6,7 +6,7 @@ import argparse
 import copy
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -28,13 +28,15 @@ from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.run import worker_template
 from gnnsys.train.evaluate import EvalConfig, combine_evals, full_block, full_graph_logits
-from gnnsys.train.hetero.config import HeteroConfig
+from gnnsys.train.in_memory import one_type_link_trainer, one_type_model
 from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.link.scoring import split_ranks
-from gnnsys.train.link.trainer import LinkTrainer, link_batch
+from gnnsys.train.link.trainer import link_batch
 from gnnsys.train.metrics import HITS_AT, link_metrics, link_ranks, link_sums
-from gnnsys.train.trainer import Trainer, batch_seed_for, epoch_batches
-from gnnsys.types import ONE_TYPE
+from gnnsys.train.node_types import HeteroConfig
+from gnnsys.train.schedule import batch_seed_for, epoch_batches
+from gnnsys.train.trainer import Trainer
+from gnnsys.types import ONE_RELATION, ONE_TYPE
 
 
 # ---- metrics ------------------------------------------------------------------------------------
@@ -166,13 +168,15 @@ def _sharded_scores_equal_one_process(
 # ---- batches, topologies, ledger ---------------------------------------------------------------
 def test_link_batch_is_seeded_and_indexes_its_seeds() -> None:
     links = torch.tensor([[3, 5, 3], [7, 1, 9]])
-    a = link_batch(links, num_nodes=50, neg_per_pos=4, seed=11)
-    b = link_batch(links, num_nodes=50, neg_per_pos=4, seed=11)
-    for name in ("seed_gid", "src_B", "dst_B", "neg_Bq"):
+    a = link_batch(links, ONE_RELATION, num_dst=50, neg_per_pos=4, seed=11)
+    b = link_batch(links, ONE_RELATION, num_dst=50, neg_per_pos=4, seed=11)
+    for name in ("src_B", "dst_B", "neg_Bq"):
         assert torch.equal(getattr(a, name), getattr(b, name)), name
-    assert torch.equal(a.seed_gid, torch.unique(a.seed_gid))
-    assert torch.equal(a.seed_gid[a.src_B], links[0]) and torch.equal(a.seed_gid[a.dst_B], links[1])
-    assert a.neg_Bq.shape == (3, 4) and int(a.seed_gid[a.neg_Bq].max()) < 50
+    assert list(a.seeds) == [ONE_TYPE] and torch.equal(a.seeds[ONE_TYPE], b.seeds[ONE_TYPE])
+    seeds = a.seeds[ONE_TYPE]
+    assert torch.equal(seeds, torch.unique(seeds))
+    assert torch.equal(seeds[a.src_B], links[0]) and torch.equal(seeds[a.dst_B], links[1])
+    assert a.neg_Bq.shape == (3, 4) and int(seeds[a.neg_Bq].max()) < 50
 
 
 def test_partitioned_and_replicated_link_training_are_identical(
@@ -218,25 +222,16 @@ def test_link_feature_ledger_equals_an_independent_replay(split: LinkSplit, tmp_
                 continue
             seed = batch_seed_for(0, r.rank, 0, b)
             batch = link_batch(
-                train[:, pos], num_nodes=split.graph.num_nodes, neg_per_pos=2, seed=seed
-            )
-            n_id = sampler.sample(batch.seed_gid, seed=seed).n_id.numpy()
+                train[:, pos], ONE_RELATION, num_dst=split.graph.num_nodes, neg_per_pos=2,
+                seed=seed,
+            )  # fmt: skip
+            n_id = sampler.sample(batch.seeds[ONE_TYPE], seed=seed).n_id.numpy()
             remote = part_N[n_id] != r.rank
             rows += int(remote.sum())
             messages += len(set(part_N[n_id[remote]].tolist()))
         assert r.traffic.bytes["feature_request"] == 8 * rows
         assert r.traffic.bytes["feature_response"] == 4 * num_features * rows
         assert r.traffic.messages["feature_response"] == messages
-
-
-class _Rows:
-    """A ``FeatureSource`` over the whole feature matrix."""
-
-    def __init__(self, x: torch.Tensor) -> None:
-        self.x = x
-
-    def fetch(self, gid: torch.Tensor) -> torch.Tensor:
-        return self.x[gid]
 
 
 class _PeerSync:
@@ -252,10 +247,8 @@ class _PeerSync:
             flat.copy_((flat + self.peer) / 2)
 
 
-def _whole_graph_sage(
-    split: LinkSplit, *, hidden: int, seed: int
-) -> tuple[torch.Tensor, Any, torch.Tensor, NeighborSampler]:
-    """Features, a seeded 2-layer SAGE encoder, the train links, a full-neighbourhood sampler."""
+def _whole_graph_sage(split: LinkSplit, *, hidden: int, seed: int) -> tuple[Any, Any, Any]:
+    """Features, a seeded 2-layer SAGE encoder with the runtime's typed copy, the train links."""
     g = split.graph
     assert g.x is not None
     x = torch.from_numpy(np.asarray(g.x, dtype=np.float32))
@@ -263,33 +256,25 @@ def _whole_graph_sage(
     encoder = build_model(
         ModelConfig(name="sage", hidden=hidden, dropout=0.0), x.shape[1], hidden, 2
     )
-    sampler = NeighborSampler(
-        NeighborSampler.Config(fanouts=(-1, -1)), source=CSRNeighborSource.from_graph(g)
-    )
-    return x, encoder, torch.from_numpy(split.train_2E), sampler
+    typed = one_type_model(g.num_features, hidden, hidden, 2, dropout=0.0)
+    typed.load_state_dict(encoder.state_dict())  # a one-type stack keeps SAGE's names
+    return x, encoder, typed, torch.from_numpy(split.train_2E)
 
 
 def test_ranks_with_unequal_batches_weigh_by_positives(split: LinkSplit) -> None:
     # rank 0 holds 7 positives, rank 1 holds 29: the synced gradient must be the gradient of the
     # mean BCE over all 36 positives' pairs, not the mean of the two ranks' means (DDP's 1/P)
     g = split.graph
-    x, encoder, train, sampler = _whole_graph_sage(split, hidden=8, seed=3)
+    x, encoder, typed, train = _whole_graph_sage(split, hidden=8, seed=3)
     initial = LinkModel(encoder, build_decoder("dot", 8))
     owned = {0: train[:, :7], 1: train[:, 7:36]}
     sync, cfg, q = _PeerSync(), Trainer.Config(batch_size=64, lr=0.01), 2
     trainers = {}
     for rank in (1, 0):
-        trainers[rank] = LinkTrainer(
-            cfg,
-            LinkConfig(neg_per_pos=q),
-            model=copy.deepcopy(initial),
-            train_2E=owned[rank],
-            num_nodes=g.num_nodes,
-            sampler=sampler,
-            features=_Rows(x),
-            rank=rank,
-            sync=sync,
-        )
+        trainers[rank] = one_type_link_trainer(
+            g, cfg, LinkConfig(neg_per_pos=q), encoder=copy.deepcopy(typed), decoder="dot",
+            width=8, train_2E=owned[rank], rank=rank, sync=sync,
+        )  # fmt: skip
         trainers[rank].train_epoch(0, 1)  # one batch each; p.grad keeps the synced gradient
     # reference: one process, the same pairs, exact full-graph embeddings, one mean
     block = full_block(g.indptr, g.indices, g.num_nodes)
@@ -299,18 +284,22 @@ def test_ranks_with_unequal_batches_weigh_by_positives(split: LinkSplit) -> None
         pos = epoch_batches(int(owned_2E.shape[1]), 1, seed=0, rank=rank, epoch=0)[0]
         links = owned_2E[:, pos]  # the trainer's batch order (negatives pair up by position)
         batch = link_batch(
-            links, num_nodes=g.num_nodes, neg_per_pos=q, seed=batch_seed_for(0, rank, 0, 0)
-        )
-        hb = h[batch.seed_gid]
+            links, ONE_RELATION, num_dst=g.num_nodes, neg_per_pos=q,
+            seed=batch_seed_for(0, rank, 0, 0),
+        )  # fmt: skip
+        hb = h[batch.seeds[ONE_TYPE]]
         logits += [initial.score(hb[batch.src_B], hb[batch.dst_B])]
         logits += [initial.score(hb[batch.src_B].unsqueeze(1), hb[batch.neg_Bq]).reshape(-1)]
         labels += [torch.ones(links.shape[1]), torch.zeros(links.shape[1] * q)]
     loss = functional.binary_cross_entropy_with_logits(torch.cat(logits), torch.cat(labels))
-    ref = torch.autograd.grad(loss, list(initial.parameters()))
-    got = [p.grad for p in trainers[0].model.parameters()]
-    for r, p in zip(ref, got, strict=True):
-        assert p is not None
-        torch.testing.assert_close(p, r, rtol=1e-4, atol=1e-6)
+    names = [n for n, _ in initial.named_parameters()]
+    ref = dict(zip(names, torch.autograd.grad(loss, list(initial.parameters())), strict=True))
+    inner = f".convs.<{'___'.join(ONE_RELATION)}>."
+    got = {n.replace(inner, "."): p.grad for n, p in trainers[0].model.named_parameters()}
+    assert set(got) == set(ref)
+    for name, grad in got.items():
+        assert grad is not None
+        torch.testing.assert_close(grad, ref[name], rtol=1e-4, atol=1e-6)
 
 
 # ---- flags and stores ---------------------------------------------------------------------------
@@ -403,35 +392,28 @@ def test_full_batch_steps_equal_pyg_sageconv_on_the_same_pairs(split: LinkSplit)
     from gnnsys.datasets.link_split import undirected_pairs
 
     g = split.graph
-    x, encoder, train, sampler = _whole_graph_sage(split, hidden=16, seed=0)
+    x, encoder, typed, train = _whole_graph_sage(split, hidden=16, seed=0)
     convs = torch.nn.ModuleList([SAGEConv(x.shape[1], 16), SAGEConv(16, 16)])
     with torch.no_grad():
         for conv, layer in zip(convs, encoder.layers, strict=True):
             conv.lin_l.weight.copy_(layer.lin_l.weight)
             conv.lin_l.bias.copy_(layer.lin_l.bias)
             conv.lin_r.weight.copy_(layer.lin_r.weight)
-    trainer = LinkTrainer(
-        Trainer.Config(batch_size=1 << 30, lr=0.01, seed=0),
-        LinkConfig(neg_per_pos=1),
-        model=LinkModel(encoder, build_decoder("dot", 16)),
-        train_2E=train,
-        num_nodes=g.num_nodes,
-        sampler=sampler,
-        features=_Rows(x),
-    )
+    trainer = one_type_link_trainer(
+        g, Trainer.Config(batch_size=1 << 30, lr=0.01, seed=0), LinkConfig(neg_per_pos=1),
+        encoder=typed, decoder="dot", width=16, train_2E=train,
+    )  # fmt: skip
     edge_index = torch.from_numpy(undirected_pairs(g))
     edge_index = torch.cat([edge_index, edge_index.flip(0)], dim=1)
     opt = torch.optim.Adam(convs.parameters(), lr=0.01)
     for epoch in range(4):
         stats = trainer.train_epoch(epoch, 1)
         batch = link_batch(
-            train[:, trainer._batches(epoch, 1)[0]],
-            num_nodes=g.num_nodes,
-            neg_per_pos=1,
-            seed=batch_seed_for(0, 0, epoch, 0),
-        )
-        src, dst = batch.seed_gid[batch.src_B], batch.seed_gid[batch.dst_B]
-        neg = batch.seed_gid[batch.neg_Bq[:, 0]]
+            train[:, trainer._batches(epoch, 1)[0]], ONE_RELATION, num_dst=g.num_nodes,
+            neg_per_pos=1, seed=batch_seed_for(0, 0, epoch, 0),
+        )  # fmt: skip
+        seeds = batch.seeds[ONE_TYPE]
+        src, dst, neg = seeds[batch.src_B], seeds[batch.dst_B], seeds[batch.neg_Bq[:, 0]]
         opt.zero_grad()
         h = convs[1](convs[0](x, edge_index).relu(), edge_index)
         logits = torch.cat([(h[src] * h[dst]).sum(-1), (h[src] * h[neg]).sum(-1)])
@@ -440,6 +422,8 @@ def test_full_batch_steps_equal_pyg_sageconv_on_the_same_pairs(split: LinkSplit)
         loss.backward()
         opt.step()
         assert stats.loss_sum / stats.num_seeds == pytest.approx(float(loss), rel=1e-5)
-        for conv, layer in zip(convs, trainer.encoder().layers, strict=True):
+        encoder_layers = cast(Any, trainer.model).encoder.layers
+        for conv, typed_layer in zip(convs, encoder_layers, strict=True):
+            layer = typed_layer.conv(ONE_RELATION)
             torch.testing.assert_close(conv.lin_l.weight, layer.lin_l.weight, atol=1e-5, rtol=0)
             torch.testing.assert_close(conv.lin_r.weight, layer.lin_r.weight, atol=1e-5, rtol=0)

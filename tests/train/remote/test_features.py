@@ -2,6 +2,8 @@
 
 No-cache runs keep the ledger they always had: the gids sent (8 bytes each), the rows back in the
 run codec (``K * F * 4`` for fp32), one message per remote owner per batch, and no cache report.
+The sources are built as the runtime builds a rank's (``gnnsys.train.rank.build_sources``): a
+homogeneous store is the one node type ``ONE_TYPE``, whose type-local ids are its gids.
 """
 
 from __future__ import annotations
@@ -14,13 +16,13 @@ import torch
 
 from gnnsys.cache import AdaptiveAdmission, CacheConfig, CodecConfig, HaloFeatureSource
 from gnnsys.cache.codecs import make_codec
-from gnnsys.sampler import CSRNeighborSource, NeighborSampler
+from gnnsys.sampler import NeighborSampler
 from gnnsys.store import load_book, load_shard
-from gnnsys.train.remote.features import RoutedFeatureSource, build_feature_source
+from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import Ledger
-from gnnsys.train.remote.routed import RoutedNeighborSource
-from gnnsys.types import Graph
-from tests.train.conftest import LocalOwnerClient
+from gnnsys.train.trainer import Trainer
+from gnnsys.types import ONE_TYPE, Graph
+from tests.train.conftest import LocalOwnerClient, rank_sources
 
 PART = 1
 
@@ -28,28 +30,12 @@ PART = 1
 def _build(
     store: Path, codec: CodecConfig, cache: CacheConfig
 ) -> tuple[RoutedFeatureSource, Ledger]:
-    book, shard = load_book(store), load_shard(store, PART)
-    ledger = Ledger()
-    client = LocalOwnerClient(store, book.num_parts)
-    local = CSRNeighborSource.from_shard(shard, book.lid_N)
-    sampler = NeighborSampler(
-        NeighborSampler.Config(fanouts=(4, 3)),
-        source=RoutedNeighborSource(PART, book.part_N, local, client, ledger),
-    )
-    train_gid = torch.from_numpy(np.asarray(shard.owned_gid, dtype=np.int64))[:40]
-    source = build_feature_source(
-        codec,
-        cache,
-        shard=shard,
-        book=book,
-        client=client,
-        ledger=ledger,
-        sampler=sampler,
-        train_gid=train_gid,
-        batch_size=16,
-        seed=0,
-    )
-    return source, ledger
+    """Rank ``PART``'s feature source as the runtime builds it, and its type's ledger."""
+    sources, ledger, _ = rank_sources(
+        store, PART, codec=codec, cache=cache, trainer=Trainer.Config(batch_size=16),
+        sampler=NeighborSampler.Config(fanouts=(4, 3)),
+    )  # fmt: skip
+    return sources.inputs.features[ONE_TYPE], ledger.of(ONE_TYPE)
 
 
 @pytest.mark.parametrize("codec", ["fp32", "int8"])

@@ -9,7 +9,7 @@ same weights on the whole graph, replicated or partitioned.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,35 +19,37 @@ from torch_geometric.nn import GCNConv
 from gnnsys.models import GCN
 from gnnsys.partitioners import partition
 from gnnsys.sampler import CSRNeighborSource, DegreeSource, DegreeTable, NeighborSampler
-from gnnsys.store import load_book, load_shard, write_partitions
+from gnnsys.store import load_book, read_shard, write_partitions
 from gnnsys.train.remote.degrees import RoutedDegreeSource
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.routed import RoutedNeighborSource
 from gnnsys.types import ONE_RELATION, ONE_TYPE, Graph
-from tests.train.conftest import LocalOwnerClient
+from tests.train.conftest import LocalOwnerClient, rank_sources
 
 
 def _routed(store: Path, part: int, ledger: Ledger) -> tuple[RoutedDegreeSource, Any]:
-    book, shard = load_book(store), load_shard(store, part)
+    """Part ``part``'s degree table as the runtime builds it (a homogeneous store's relation)."""
+    book, shard = load_book(store), read_shard(store, part)
     client = LocalOwnerClient(store, book.num_parts)
-    return RoutedDegreeSource.fetch(shard, book.part_N, client, ledger), client
+    routed = RoutedDegreeSource.of_relation(shard, ONE_RELATION, book.part_N, client, ledger)
+    return routed, client
 
 
 @pytest.mark.parametrize("part", [0, 3])
 def test_degree_table_equals_whole_graph(tiny_graph: Graph, store4: Path, part: int) -> None:
     ledger = Ledger()
     degrees, client = _routed(store4, part, ledger)
-    shard = load_shard(store4, part)
-    known = np.concatenate([shard.owned_gid, shard.halo_gid]).astype(np.int64)
+    nodes = read_shard(store4, part).nodes[ONE_TYPE]  # type-local ids: the gids
+    known = np.concatenate([nodes.owned_lid, nodes.halo_lid]).astype(np.int64)
     got = degrees.in_degree(torch.from_numpy(known)).numpy()
     np.testing.assert_array_equal(got, tiny_graph.in_degree[known])
     assert degrees.table.num_entries == known.shape[0]
     # one call per owner of a halo node, 8 bytes per halo gid each way
-    owners = set(np.unique(shard.halo_part).tolist())
+    owners = set(np.unique(nodes.halo_part).tolist())
     snap = ledger.snapshot()
     assert snap.messages["structure_request"] == len(owners)
-    assert snap.bytes["structure_request"] == 8 * shard.halo_gid.shape[0]
-    assert snap.bytes["structure_response"] == 8 * shard.halo_gid.shape[0]
+    assert snap.bytes["structure_request"] == 8 * nodes.halo_lid.shape[0]
+    assert snap.bytes["structure_response"] == 8 * nodes.halo_lid.shape[0]
     assert sorted(p for kind, p in client.calls if kind == "degree") == sorted(owners)
 
 
@@ -60,13 +62,14 @@ def test_gids_beyond_the_halo_are_asked_of_their_owners(
     ledger = Ledger()
     degrees, client = _routed(root, 2, ledger)
     before = ledger.snapshot()
-    book, shard = load_book(root), load_shard(root, 2)
-    local = CSRNeighborSource.from_shard(shard, book.lid_N)
-    source = RoutedNeighborSource(2, book.part_N, local, client, Ledger())
+    book, shard = load_book(root), read_shard(root, 2)
+    local = CSRNeighborSource.from_relation(shard, ONE_RELATION, book.lid_N)
+    source = RoutedNeighborSource(2, book.part_N, local, client, Ledger(), edge_type=ONE_RELATION)
     sampler = NeighborSampler(
         NeighborSampler.Config(fanouts=(4, 3, 3)), source=source, degrees=degrees
     )
-    sub = sampler.sample(torch.from_numpy(shard.owned_gid[:20].astype(np.int64)), seed=2)
+    owned = np.asarray(shard.nodes[ONE_TYPE].owned_lid, dtype=np.int64)
+    sub = sampler.sample(torch.from_numpy(owned[:20]), seed=2)
     assert sub.blocks[0].src_in_degree is not None
     want = tiny_graph.in_degree[sub.n_id.numpy()]
     np.testing.assert_array_equal(sub.blocks[0].src_in_degree.numpy(), want)
@@ -90,14 +93,14 @@ def _pyg_stack(model: GCN, graph: Graph, x: torch.Tensor) -> torch.Tensor:
 
 
 def _degree_sources(graph: Graph, store: Path) -> dict[str, tuple[DegreeSource, Any]]:
-    book, shard = load_book(store), load_shard(store, 1)
+    book, shard = load_book(store), read_shard(store, 1)
     client = LocalOwnerClient(store, book.num_parts)
-    local = CSRNeighborSource.from_shard(shard, book.lid_N)
+    local = CSRNeighborSource.from_relation(shard, ONE_RELATION, book.lid_N)
     return {
         "replicated": (DegreeTable.from_indptr(graph.indptr), CSRNeighborSource.from_graph(graph)),
         "partitioned": (
-            RoutedDegreeSource.fetch(shard, book.part_N, client, Ledger()),
-            RoutedNeighborSource(1, book.part_N, local, client, Ledger()),
+            RoutedDegreeSource.of_relation(shard, ONE_RELATION, book.part_N, client, Ledger()),
+            RoutedNeighborSource(1, book.part_N, local, client, Ledger(), edge_type=ONE_RELATION),
         ),
     }
 
@@ -115,7 +118,8 @@ def test_full_neighbourhood_gcn_equals_pyg(tiny_graph: Graph, store4: Path, topo
     sampler = NeighborSampler(
         NeighborSampler.Config(fanouts=(-1, -1)), source=source, degrees=degrees
     )
-    seeds = torch.from_numpy(load_shard(store4, 1).owned_gid[:50].astype(np.int64))
+    owned = read_shard(store4, 1).nodes[ONE_TYPE].owned_lid
+    seeds = torch.from_numpy(np.asarray(owned[:50], dtype=np.int64))
     sub = sampler.sample(seeds, seed=0)
     got = model(x[sub.n_id], sub.blocks)
     err = float((got - want[seeds]).abs().max())
@@ -127,35 +131,7 @@ def test_full_neighbourhood_gcn_equals_pyg(tiny_graph: Graph, store4: Path, topo
 
 def _worker_sampler(store: Path, rank: int, model: str, topology: str) -> tuple[Any, Any, Any]:
     """Rank ``rank``'s sampler as the runtime builds it, its ledger and its shard."""
-    from gnnsys.models import ModelConfig
-    from gnnsys.store import load_books, read_shard
-    from gnnsys.train.hetero.rank import TypedLayout, build_sources
-    from gnnsys.train.remote.ledger import TypedLedger
-    from gnnsys.train.remote.server import LocalOwnerClient as RuntimeClient
-    from gnnsys.train.remote.server import ShardOwner
-    from gnnsys.train.trainer import Trainer
-    from gnnsys.train.worker import WorkerSpec
-
-    spec = WorkerSpec(
-        rank=rank,
-        world_size=4,
-        store=str(store),
-        topology=topology,
-        trainer=Trainer.Config(),
-        sampler=NeighborSampler.Config(fanouts=(3, 2)),
-        model=ModelConfig(name=model),
-        num_features=16,
-        num_classes=4,
-        deadline_s=10.0,
-    )
-    shard = read_shard(store, rank)
-    books = {ONE_TYPE if t is None else t: b for t, b in load_books(store).items()}
-    ledger = TypedLedger(list(shard.nodes))
-    client = RuntimeClient([ShardOwner(str(store), p) for p in range(4)])
-    sources = build_sources(
-        spec, TypedLayout.of(spec), shard, books, cast(Any, client), cast(Any, None), ledger,
-        None, step=lambda: 0,
-    )  # fmt: skip
+    sources, ledger, shard = rank_sources(store, rank, model=model, topology=topology)
     return sources.sampler, ledger.of(ONE_TYPE), shard
 
 

@@ -25,7 +25,7 @@ from gnnsys.train.layer0.base import FirstLayerConfig, Placement
 from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.server import ShardOwner
-from gnnsys.train.trainer import batch_seed_for, epoch_batches
+from gnnsys.train.schedule import batch_seed_for, epoch_batches
 from tests.train.run_configs import sbm_run
 
 N, F = 1000, 16

@@ -1,3 +1,10 @@
+"""Routed structure and feature requests: exact rows, exact bytes, one message per owner.
+
+The sources are a rank's as the runtime builds them (``gnnsys.train.rank.build_sources``): a
+homogeneous store is the one relation ``ONE_RELATION`` of the one node type ``ONE_TYPE``, whose
+type-local ids are its gids.
+"""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,26 +13,27 @@ import torch
 
 from gnnsys.sampler import CSRNeighborSource
 from gnnsys.sampler.csr_source import NO_EDGE_ID
-from gnnsys.store import load_book, load_shard
+from gnnsys.store import load_book, load_shard, read_shard
 from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.routed import RoutedNeighborSource
-from gnnsys.types import Graph
+from gnnsys.types import ONE_RELATION, ONE_TYPE, Graph
 from tests.train.conftest import LocalOwnerClient
 
 
 def _routed(
     store: Path, part: int
 ) -> tuple[RoutedNeighborSource, RoutedFeatureSource, Ledger, LocalOwnerClient]:
+    """Part ``part``'s routed neighbor and feature sources, as ``build_sources`` makes them."""
     book = load_book(store)
-    shard = load_shard(store, part)
+    shard = read_shard(store, part)
     client = LocalOwnerClient(store, book.num_parts)
     ledger = Ledger()
-    local = CSRNeighborSource.from_shard(shard, book.lid_N, edge_ids=False)  # as the runtime's
-    assert shard.x is not None
+    local = CSRNeighborSource.from_relation(shard, ONE_RELATION, book.lid_N, edge_ids=False)
+    x = shard.nodes[ONE_TYPE].data["x"]
     return (
-        RoutedNeighborSource(part, book.part_N, local, client, ledger),
-        RoutedFeatureSource(part, book.part_N, book.lid_N, shard.x, client, ledger),
+        RoutedNeighborSource(part, book.part_N, local, client, ledger, edge_type=ONE_RELATION),
+        RoutedFeatureSource(part, book.part_N, book.lid_N, x, client, ledger, node_type=ONE_TYPE),
         ledger,
         client,
     )

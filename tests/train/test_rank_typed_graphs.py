@@ -44,9 +44,10 @@ from gnnsys.train.control.checkpoint import load_checkpoint
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.run import train_local, worker_template
-from gnnsys.train.hetero.config import HeteroConfig
-from gnnsys.train.hetero.rank import build_hetero_model
-from gnnsys.train.trainer import Trainer, batch_seed_for, epoch_batches
+from gnnsys.train.node_types import HeteroConfig
+from gnnsys.train.rank import build_typed_model
+from gnnsys.train.schedule import batch_seed_for, epoch_batches
+from gnnsys.train.trainer import Trainer
 from gnnsys.train.worker import FaultSpec
 
 SCALE = 0.002
@@ -146,7 +147,7 @@ def _reference_steps(
     torch.set_num_threads(1)  # as every rank (matmul blocking can depend on threads)
     cfg = _config(store, parts, batch=batch)
     spec = worker_template(cfg, store, store_info(store), "partitioned")
-    model = build_hetero_model(spec)
+    model = build_typed_model(spec)
     tables = {
         t: LocalEmbeddingGroup(EMB, node_type=t, owner_of=torch.zeros(mag.num_nodes(t)).long())
         for t in FEATURELESS

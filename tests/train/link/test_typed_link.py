@@ -36,9 +36,9 @@ from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.run import train_local, worker_template
 from gnnsys.train.evaluate import combine_evals
-from gnnsys.train.hetero.config import HeteroConfig
 from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.metrics import link_metrics, link_ranks, link_sums
+from gnnsys.train.node_types import HeteroConfig
 from gnnsys.train.trainer import Trainer
 from tests.train.typed_reference import full_typed_outputs
 

@@ -1,11 +1,11 @@
-"""The graph-kind side of a rank of a heterogeneous run: ``TypedLayout`` and ``TypedRank``.
+"""What one rank builds and holds, keyed by node type: ``TypedLayout`` and ``TypedRank``.
 
-Per part ``p`` there are two actors, as for every run: a ``ShardOwner``
+Every run is typed: a homogeneous store is the one node type ``gnnsys.types.ONE_TYPE`` with the
+one relation ``ONE_RELATION``. Per part ``p`` there are two actors: a ``ShardOwner``
 (``gnnsys.train.remote.server``: part ``p``'s per-relation in-edges and per-type feature rows)
-and the same
-``TrainWorker`` as every run (rank ``p``: epoch reports, progress polls, fault injection, gloo
-group, checkpoint state), whose :class:`TypedRank` trains on part ``p``'s labelled seed-type
-nodes, holds part ``p``'s embedding rows, serves them to its peers and evaluates its own nodes.
+and a ``TrainWorker`` (rank ``p``: epoch reports, progress polls, fault injection, gloo group,
+checkpoint state), whose :class:`TypedRank` trains on part ``p``'s labelled seed-type nodes,
+holds part ``p``'s embedding rows, serves them to its peers and evaluates its own nodes.
 
 Per rank and node type ``t`` (ids type-local, routed by the type's ``PartitionBook``):
 
@@ -19,6 +19,7 @@ Per rank and node type ``t`` (ids type-local, routed by the type's ``PartitionBo
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -41,34 +42,33 @@ from gnnsys.sampler.hetero import HeteroNeighborSampler
 from gnnsys.store.hetero_shard import HeteroShard
 from gnnsys.store.info import StoreInfo, store_info
 from gnnsys.train.device import rank_device
+from gnnsys.train.embedding import OwnedEmbeddings, embedding_client
 from gnnsys.train.eval_typed import TypedShardEvaluator, TypeInput
 from gnnsys.train.evaluate import RankEval
-from gnnsys.train.hetero.config import HeteroConfig
-from gnnsys.train.hetero.embedding import OwnedEmbeddings, embedding_client
-from gnnsys.train.hetero.trainer import (
-    BoundSampler,
-    HeteroLinkTrainer,
-    HeteroTrainer,
-    TypedInputs,
-)
+from gnnsys.train.inputs import BoundSampler, TypedInputs
 from gnnsys.train.layer0.base import Placement
 from gnnsys.train.layer0.owner_sums import FirstLayerAggregator
 from gnnsys.train.link.scoring import score_links
+from gnnsys.train.link.trainer import LinkTrainer
+from gnnsys.train.node_types import HeteroConfig
 from gnnsys.train.remote.client import OwnerClient
 from gnnsys.train.remote.degrees import RoutedDegreeSource
 from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import TypedLedger
 from gnnsys.train.remote.peers import PeerClient
 from gnnsys.train.remote.routed import RoutedNeighborSource
+from gnnsys.train.trainer import Trainer
 from gnnsys.train.worker import WorkerSpec, grad_sync, owner_client, peak_rss
 from gnnsys.types import ONE_TYPE, PartitionBook
 
 __all__ = [
     "TypedRank",
     "TypedLayout",
-    "build_hetero_model",
+    "build_typed_model",
     "embedding_config",
 ]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,10 +129,11 @@ def embedding_config(spec: WorkerSpec, layout: TypedLayout) -> EmbeddingConfig:
     )
 
 
-def build_hetero_model(spec: WorkerSpec, layout: TypedLayout | None = None) -> nn.Module:
-    """``HeteroSAGE``, ``HeteroGAT`` or ``RGCN`` for the spec (same weights on every rank).
+def build_typed_model(spec: WorkerSpec, layout: TypedLayout | None = None) -> nn.Module:
+    """``HeteroSAGE``, ``HeteroGCN``, ``HeteroGAT`` or ``RGCN`` for the spec, same on every rank.
 
-    For a link task: that encoder plus the run's decoder (``LinkModel``).
+    Over one relation from a type to itself they save under ``SAGE``'s, ``GCN``'s and ``GAT``'s
+    names. For a link task: that encoder plus the run's decoder (``LinkModel``).
     """
     encoder = _encoder(spec, TypedLayout.of(spec) if layout is None else layout)
     if spec.link is None:
@@ -195,8 +196,7 @@ def typed_cache(
     type; ``split_budget`` shares it by bytes saved per budget byte, each type's rows scored
     by the policy's expected fetches: degree scores (``degree``), or a dry run of the typed
     sampler over ``seeds`` (``presample``; ``adaptive`` starts from it), counted per type
-    (``presample_counts``, ties broken by degree), as the homogeneous cache scores its rows.
-    Capacity 0 without a cache.
+    (``presample_counts``, ties broken by degree). Capacity 0 without a cache.
 
     Args:
         spec: The rank's spec (``cache``, ``trainer`` batch size and seed).
@@ -252,9 +252,17 @@ def _first_layer(
     HeteroSAGE's and HeteroGCN's layer 0 is linear per relation (``forward_from_first_agg``):
     ``--aggregate-at owner|auto`` gives each featured type an aggregator whose owners sum its
     remote rows; ``requester`` with an int8/int4 type sums them from their codes. HeteroGAT,
-    RGCN and link encoders fetch and decode every row.
+    RGCN and link encoders fetch and decode every row (``owner|auto``: rank 0 says so once).
     """
     if layout.hetero.model not in ("sage", "gcn") or spec.link is not None:
+        if spec.layer0.placement != Placement.REQUESTER and spec.rank == 0:
+            what = "link prediction" if spec.link is not None else f"--model {layout.hetero.model}"
+            log.warning(
+                "aggregate_at=%s: %s takes no owner sums (its layer 0 is not a linear reduction "
+                "of the rows, or not built for them: only SAGE and GCN node classification "
+                "are); aggregating at the requester",
+                spec.layer0.placement, what,
+            )  # fmt: skip
         return frozenset(), {}
     if spec.layer0.placement != Placement.REQUESTER:
         owner_sums = {
@@ -370,10 +378,11 @@ def build_sources(
 
 
 class TypedRank:
-    """The graph-kind side of a rank of a typed run (``gnnsys.train.worker.Rank``).
+    """What a rank trains, serves and evaluates, keyed by node type (``gnnsys.train.worker.Rank``).
 
     Args:
-        spec: This rank's spec (``spec.hetero`` set).
+        spec: This rank's spec (``spec.hetero``: the typed model and fanouts; ``None`` for a
+            homogeneous store, its one type).
         owners: Owner actor handles (Ray executor); unused with ``client``.
         client: Owner client (the in-process executor passes its own).
         sync: Makes the allreduce + all_gather for this rank's ledger (in-process executor).
@@ -423,11 +432,11 @@ class TypedRank:
     def _step_count(self) -> int:
         return 0 if self.embeddings is None else self.embeddings.steps
 
-    def _trainer(self, sync: Any, rng_lock: threading.Lock | None) -> HeteroTrainer:
+    def _trainer(self, sync: Any, rng_lock: threading.Lock | None) -> Trainer:
         spec, input_type = self.spec, self.layout.hetero.input_type
         sources = self._sources(self.ledger)
         handles: dict[str, Any] = {
-            "model": build_hetero_model(spec, self.layout), "sampler": sources.sampler,
+            "model": build_typed_model(spec, self.layout), "sampler": sources.sampler,
             "inputs": sources.inputs, "books": self.books, "embeddings": self.embeddings,
             "ledger": self.ledger, "rank": spec.rank, "world_size": spec.world_size,
             "sync": sync, "rng_lock": rng_lock,
@@ -437,7 +446,7 @@ class TypedRank:
             from gnnsys.store.links import load_typed_links
 
             self.edge_type, self.links = load_typed_links(spec.store, spec.rank)
-            return HeteroLinkTrainer(
+            return LinkTrainer(
                 spec.trainer, spec.link, edge_type=self.edge_type,
                 train_2E=torch.from_numpy(self.links.train_2E),
                 num_dst=self.hshard.nodes[self.edge_type[2]].num_nodes, **handles,
@@ -449,7 +458,7 @@ class TypedRank:
                 "train_mask; partition a dataset with labels on that type"
             )
         pos = np.flatnonzero(np.asarray(seeds.data["train_mask"]))
-        return HeteroTrainer(
+        return Trainer(
             spec.trainer,
             train_lid=torch.from_numpy(np.asarray(seeds.owned_lid, dtype=np.int64)[pos]),
             train_y=torch.from_numpy(np.asarray(seeds.data["y"], dtype=np.int64)[pos]),

@@ -30,10 +30,10 @@ from gnnsys.store import write_partitions
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.checkpoint import load_checkpoint
 from gnnsys.train.control.run import train_local
-from gnnsys.train.hetero.config import HeteroConfig
 from gnnsys.train.layer0.base import FirstLayerConfig, Placement
 from gnnsys.train.link.config import LinkConfig
-from tests.train.hetero.one_type_golden import GOLDEN, weight_digests
+from gnnsys.train.node_types import HeteroConfig
+from tests.train.one_type_golden import GOLDEN, weight_digests
 from tests.train.run_configs import sbm_run
 
 _TIMING = ("seconds", "peak_rss_bytes", "threads", "bytes_by_type")
@@ -124,7 +124,7 @@ def test_one_type_runs_equal_the_node_runtime_record(case: str, tmp_path: Path) 
     """Every case's history and final weights equal the node runtime's, bit for bit.
 
     ``one_type_golden.json`` holds what ``NodeRank`` gave for each case before it was deleted
-    (``tests/train/hetero/one_type_golden.py``); a homogeneous run is now the typed runtime's
+    (``tests/train/one_type_golden.py``); a homogeneous run is now the typed runtime's
     one-type case, and must still give exactly that.
     """
     golden = json.loads(GOLDEN.read_text())

@@ -1,12 +1,13 @@
 """Record the node runtime's one-type runs, so the typed runtime can be held to them after it goes.
 
-``tests/train/hetero/test_one_type.py`` showed run by run that the typed runtime trains a
-homogeneous store exactly as the node runtime (``NodeRank``) did. Issue 23 then deleted the
-node runtime; what it gave is kept here: per case its history (as ``_history`` compares it) and
-a sha256 of every final weight tensor, written by this script from the last commit that still
-had ``NodeRank`` (``git log -- tests/train/hetero/one_type_golden.json``)::
+``tests/train/test_rank_one_type.py`` (then ``tests/train/hetero/test_one_type.py``) showed
+run by run that the typed runtime trains a homogeneous store exactly as the node runtime
+(``NodeRank``) did. Issue 23 then deleted the node runtime; what it gave is kept here: per case
+its history (as ``_history`` compares it) and a sha256 of every final weight tensor, written by
+this script from the last commit that still had ``NodeRank``, fb668de (then at
+``tests/train/hetero/``)::
 
-    python -m tests.train.hetero.one_type_golden   # from the repository root, at that commit
+    python -m tests.train.hetero.one_type_golden   # from the repository root, at fb668de
 
 The figures are those of this repository's pinned CPU torch (``.ci/constraints.txt``).
 """
@@ -39,7 +40,7 @@ def weight_digests(model_state: dict[str, torch.Tensor]) -> dict[str, str]:
 def main() -> None:
     from gnnsys.train.control.checkpoint import load_checkpoint
     from gnnsys.train.control.run import train_local
-    from tests.train.hetero.test_one_type import _cases, _history, _link_case
+    from tests.train.test_rank_one_type import _cases, _history, _link_case
 
     runs: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -60,7 +60,7 @@ def test_relation_agg_equals_the_mean_of_fetched_rows(stores: dict[int, Path]) -
     from gnnsys.train.control.local_group import LocalWorkerGroup
     from gnnsys.train.control.run import worker_template
     from gnnsys.train.layer0.base import FirstLayerConfig, Placement
-    from tests.train.hetero.test_hetero_runtime import _config, _rank_seeds
+    from tests.train.test_rank_typed_graphs import _config, _rank_seeds
 
     cfg = replace(_config(stores[2], 2), layer0=FirstLayerConfig(placement=Placement.OWNER))
     template = worker_template(cfg, stores[2], store_info(stores[2]), "partitioned")
@@ -89,7 +89,7 @@ def test_fetch_first_sums_equal_the_mean_of_decoded_rows(stores: dict[int, Path]
     from gnnsys.store.info import store_info
     from gnnsys.train.control.local_group import LocalWorkerGroup
     from gnnsys.train.control.run import worker_template
-    from tests.train.hetero.test_hetero_runtime import _config, _rank_seeds
+    from tests.train.test_rank_typed_graphs import _config, _rank_seeds
 
     cfg = replace(_config(stores[2], 2), codec=CodecConfig(name="int8"))
     template = worker_template(cfg, stores[2], store_info(stores[2]), "partitioned")

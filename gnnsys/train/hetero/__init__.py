@@ -1,1 +1,0 @@
-"""Heterogeneous training (``gnnsys train synthetic:mag``); see docs/heterogeneous.md."""
