@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import logging
 import math
 import threading
 import time
@@ -52,8 +51,6 @@ from gnnsys.train.schedule import (
 from gnnsys.types import PartitionBook
 
 __all__ = ["Trainer"]
-
-log = logging.getLogger(__name__)
 
 
 def _check_handles(
