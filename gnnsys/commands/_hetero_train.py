@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    pass
+from typing import Any
 
 __all__ = [
     "NOT_FOR_HETERO",
