@@ -1,11 +1,13 @@
-"""``HeteroConfig``: what a heterogeneous run adds to a ``RunConfig`` (``RunConfig.hetero``).
+"""``HeteroConfig``: the node-type settings of a run (``RunConfig.hetero``).
 
-The run's other stage configs keep their meaning: ``sampler.fanouts`` is the fanout list of
-every relation unless ``fanouts`` names one per relation, ``model.hidden`` / ``model.dropout``
-size the model, ``codec.name`` is one codec or a per-type spec (``paper=int8,*=fp16``,
-``gnnsys.cache.codecs.TypedCodecConfig``),
+A heterogeneous dataset or store sets it; a homogeneous run leaves it ``None`` and the runtime
+takes its one type (``gnnsys.train.rank.TypedLayout.of``: ``HeteroConfig(model=<the run's
+model>, input_type=ONE_TYPE)``). The run's other stage configs keep their meaning:
+``sampler.fanouts`` is the fanout list of every relation unless ``fanouts`` names one per
+relation, ``model.hidden`` / ``model.dropout`` size the model, ``codec.name`` is one codec or a
+per-type spec (``paper=int8,*=fp16``, ``gnnsys.cache.codecs.TypedCodecConfig``),
 ``cache.policy`` / ``cache.ratio`` / ``cache.mb`` budget the halo feature caches, and
-``trainer``, ``loop``, ``failure`` and ``eval`` drive the loop as for homogeneous runs.
+``trainer``, ``loop``, ``failure`` and ``eval`` drive the loop.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from dataclasses import dataclass
 __all__ = ["HETERO_MODELS", "HeteroConfig", "parse_relation_fanouts"]
 
 HETERO_MODELS = ("sage", "gat", "rgcn", "gcn")
-"""Heterogeneous models: ``HeteroSAGE`` (default), ``HeteroGAT`` and ``RGCN``
-(``gnnsys.models.hetero``)."""
+"""Typed models: ``HeteroSAGE`` (default), ``HeteroGAT``, ``RGCN`` and ``HeteroGCN`` (relations
+from a type to itself only; ``gnnsys.models.hetero``, ``gnnsys.models.gat``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
