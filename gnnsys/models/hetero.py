@@ -47,7 +47,7 @@ import torch
 from torch import Tensor, nn
 
 from gnnsys.kernels import aggregate
-from gnnsys.models.layers import GCNLayer
+from gnnsys.models.layers import GCNLayer, SAGELayer
 from gnnsys.types import Block
 
 __all__ = [
@@ -113,18 +113,17 @@ def _sum_relations(
     return out
 
 
-class _RelationSAGE(nn.Module):
-    """One relation's ``SAGEConv((F_src, F_dst), H)`` parameters (PyG's names)."""
+class _RelationSAGE(SAGELayer):
+    """One relation's ``SAGEConv((F_src, F_dst), H)`` (PyG's names: ``lin_l``, ``lin_r``)."""
 
     def __init__(self, src_dim: int, dst_dim: int, out_dim: int, reduce: str) -> None:
-        super().__init__()
-        self.reduce = reduce
-        self.lin_l = nn.Linear(src_dim, out_dim, bias=True)
-        self.lin_r = nn.Linear(dst_dim, out_dim, bias=False)
+        super().__init__(src_dim, out_dim, reduce, dst_dim=dst_dim)
 
-    def forward(self, x_src: Tensor, x_dst: Tensor, block: Block) -> Tensor:
+    def forward(  # type: ignore[override]
+        self, x_src: Tensor, x_dst: Tensor, block: Block
+    ) -> Tensor:
         """``[N, F_src], [M, F_dst] -> [M, H]``."""
-        return self.from_agg(aggregate(x_src, block.rowptr, block.col, self.reduce), x_dst)
+        return self.combine(self.aggregate(x_src, block), x_dst, block)
 
     def from_agg(self, agg_MF: Tensor, x_dst: Tensor, block: Block | None = None) -> Tensor:
         """``[M, F_src], [M, F_dst] -> [M, H]`` from the neighbour reduction done already.

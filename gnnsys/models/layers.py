@@ -34,16 +34,20 @@ class SAGELayer(nn.Module):
     ``out_i = lin_l(reduce_{j in N(i)} x_j) + lin_r(x_i)``; ``lin_l`` carries the bias.
 
     Args:
-        in_dim: ``F``.
+        in_dim: ``F`` (of the sources).
         out_dim: ``H``.
         reduce: Neighbour reduction, ``"mean"`` (PyG's default), ``"sum"`` or ``"max"``.
+        dst_dim: Width of the destinations' rows when they differ from the sources' (PyG's
+            ``SAGEConv((F_src, F_dst), H)``: a relation between two node types); ``None``: ``F``.
     """
 
-    def __init__(self, in_dim: int, out_dim: int, reduce: str = "mean") -> None:
+    def __init__(
+        self, in_dim: int, out_dim: int, reduce: str = "mean", *, dst_dim: int | None = None
+    ) -> None:
         super().__init__()
         self.reduce = reduce
         self.lin_l = nn.Linear(in_dim, out_dim, bias=True)
-        self.lin_r = nn.Linear(in_dim, out_dim, bias=False)
+        self.lin_r = nn.Linear(in_dim if dst_dim is None else dst_dim, out_dim, bias=False)
 
     def aggregate(self, x_src: Tensor, block: Block) -> Tensor:
         """``[N, F] -> [M, F]``: the neighbour reduction over raw inputs."""
