@@ -25,7 +25,6 @@ from gnnsys.cache.admission import (
 )
 from gnnsys.cache.base import (
     CacheCounters,
-    DistinctFeatureSource,
     EncodedFeatureSource,
     FeatureSource,
     HaloFeatureSource,
@@ -67,7 +66,6 @@ __all__ = [
     "CacheStats",
     "Codec",
     "CodecConfig",
-    "DistinctFeatureSource",
     "EncodedFeatureSource",
     "EncodedLookup",
     "EncodedRows",

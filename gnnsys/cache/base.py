@@ -42,15 +42,6 @@ class FeatureSource(Protocol):
 
 
 @runtime_checkable
-class DistinctFeatureSource(Protocol):
-    """A ``FeatureSource`` with a cheaper path for requests that never repeat a gid."""
-
-    def fetch_distinct(self, gid: Tensor) -> Tensor:
-        """Rows ``[K, F]`` (float32) for distinct ``gid`` ``[K]``, in request order."""
-        ...
-
-
-@runtime_checkable
 class EncodedFeatureSource(Protocol):
     """A ``FeatureSource`` whose owners can encode before sending."""
 

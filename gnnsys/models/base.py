@@ -86,47 +86,6 @@ class BlockModel(nn.Module):
             )
         return self._activate(i, self.layers[i](x_src, block))
 
-    def forward_from_first_agg(
-        self, agg_MF: Tensor, x_dst_MF: Tensor, blocks: Sequence[Block]
-    ) -> Tensor:
-        """``forward`` with layer 0's neighbour aggregation already done (issue 8).
-
-        ``forward(x_NF, blocks)`` equals this with ``agg_MF = layers[0].aggregate(x_NF,
-        blocks[0])`` and ``x_dst_MF = x_NF[:M]``; ``gnnsys.train.layer0.owner_sums``
-        computes ``agg_MF`` from owner-side partial sums instead, so remote rows never reach this
-        process.
-
-        Args:
-            agg_MF: ``[M, F]`` layer 0's aggregation over block 0's in-edges.
-            x_dst_MF: ``[M, F]`` input features of block 0's destination nodes.
-            blocks: ``num_layers`` blocks, input layer first.
-
-        Returns:
-            ``[B, C]`` outputs for the seeds, as ``forward``.
-
-        Raises:
-            ValueError: Wrong number of blocks or rows.
-            TypeError: Layer 0 has no ``aggregate``/``combine`` split (GAT).
-        """
-        if len(blocks) != self.num_layers:
-            raise ValueError(f"got {len(blocks)} blocks for a {self.num_layers}-layer model")
-        num_dst = blocks[0].num_dst
-        if agg_MF.shape[0] != num_dst or x_dst_MF.shape[0] != num_dst:
-            raise ValueError(
-                f"agg_MF has {agg_MF.shape[0]} rows and x_dst_MF {x_dst_MF.shape[0]}; block 0 "
-                f"has num_dst={num_dst}: pass one row per destination of block 0"
-            )
-        combine = getattr(self.layers[0], "combine", None)
-        if combine is None:
-            raise TypeError(
-                f"{type(self.layers[0]).__name__} has no aggregate/combine split; "
-                "run forward(x_NF, blocks) instead (aggregation at the requester)"
-            )
-        x: Tensor = self._activate(0, combine(agg_MF, x_dst_MF, blocks[0]))
-        for i in range(1, self.num_layers):
-            x = self.forward_layer(i, x, blocks[i])
-        return x
-
     def activate(self, i: int, out: Tensor) -> Tensor:
         """What follows layer ``i``: ReLU and dropout after every layer but the last."""
         return self._activate(i, out)

@@ -56,30 +56,6 @@ def test_forward_on_blocks_shapes_and_grads(tiny_graph: Graph, name: str) -> Non
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
 
 
-@pytest.mark.parametrize("name", ["sage", "gcn"])
-def test_forward_from_first_agg_equals_forward(tiny_graph: Graph, name: str) -> None:
-    """The issue-8 hook: layer 0 from a precomputed aggregation, then the rest, same output."""
-    assert tiny_graph.x is not None
-    torch.manual_seed(0)
-    model = MODELS[name](16, 32, 4, 2, 0.0)
-    n_id, blocks = sample_blocks(tiny_graph, torch.arange(0, 1000, 50), 2)
-    x_NF = torch.from_numpy(tiny_graph.x)[n_id]
-    agg_MF = model.layers[0].aggregate(x_NF, blocks[0])
-    got = model.forward_from_first_agg(agg_MF, x_NF[: blocks[0].num_dst], blocks)
-    torch.testing.assert_close(got, model(x_NF, blocks), atol=1e-6, rtol=1e-6)
-    with pytest.raises(ValueError, match="num_dst"):
-        model.forward_from_first_agg(agg_MF[1:], x_NF[: blocks[0].num_dst], blocks)
-
-
-def test_forward_from_first_agg_rejects_gat(tiny_graph: Graph) -> None:
-    assert tiny_graph.x is not None
-    model = GAT(16, 32, 4, 2, 0.0)
-    n_id, blocks = sample_blocks(tiny_graph, torch.arange(0, 1000, 100), 2)
-    m = blocks[0].num_dst
-    with pytest.raises(TypeError, match="no aggregate/combine split"):
-        model.forward_from_first_agg(torch.zeros(m, 16), torch.zeros(m, 16), blocks)
-
-
 @pytest.mark.parametrize("model_cls", [SAGE, GAT])
 def test_blocks_equal_layerwise_full_graph(tiny_graph: Graph, model_cls: type) -> None:
     """With every neighbour sampled, seed outputs equal layer-wise full-graph inference."""

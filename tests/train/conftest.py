@@ -92,12 +92,15 @@ class LocalOwnerClient(RuntimeClient):
         return super().partial_many(req_by_part, codec, node_type)
 
 
-def rank_sources(store: Path, part: int, *, model: str = "sage", **fields: Any) -> Any:
+def rank_sources(
+    store: Path, part: int, *, model: str = "sage", client: Any = None, **fields: Any
+) -> Any:
     """Part ``part``'s typed sampler and row sources as the runtime builds them, and its ledger.
 
     ``build_sources`` over a ``WorkerSpec`` of the store (16 features, 4 classes, fanouts 3,2
     unless ``fields`` say otherwise: ``codec=``, ``cache=``, ``layer0=``, ``link=``,
-    ``topology=``, ``trainer=``, ``sampler=``). Returns ``(sources, ledger, shard)``.
+    ``topology=``, ``trainer=``, ``sampler=``), asking the owners through ``client`` (``None``:
+    the runtime's in-process client). Returns ``(sources, ledger, shard)``.
     """
     from gnnsys.models import ModelConfig
     from gnnsys.sampler import NeighborSampler
@@ -117,7 +120,8 @@ def rank_sources(store: Path, part: int, *, model: str = "sage", **fields: Any) 
     shard = read_shard(store, part)
     books = {ONE_TYPE if t is None else t: b for t, b in load_books(store).items()}
     ledger = TypedLedger(list(shard.nodes))
-    client = RuntimeClient([ShardOwner(str(store), p) for p in range(num_parts)])
+    if client is None:
+        client = RuntimeClient([ShardOwner(str(store), p) for p in range(num_parts)])
     sources = build_sources(
         spec, TypedLayout.of(spec), shard, books, client, cast(Any, None), ledger, None,
         step=lambda: 0,

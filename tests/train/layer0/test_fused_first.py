@@ -18,13 +18,12 @@ from gnnsys.cache.codecs import make_codec
 from gnnsys.models import GAT, GCN, SAGE, BlockModel
 from gnnsys.train.control.run import train_local
 from gnnsys.train.device import StepDevice, StepInputs, to_host
-from gnnsys.train.in_memory import one_type_model
 from gnnsys.train.inputs import TypedInputs
 from gnnsys.train.layer0.base import FirstLayerConfig
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.types import ONE_RELATION, ONE_TYPE
 from tests.train.conftest import LocalOwnerClient
-from tests.train.layer0.typed_batch import TypedBatch, runtime_inputs, typed_batch
+from tests.train.layer0.typed_batch import TypedBatch, runtime_inputs, typed_batch, typed_copy
 from tests.train.remote.test_halo_runtime import _config
 
 PART = 2
@@ -35,13 +34,6 @@ def _model(name: str) -> BlockModel:
     torch.manual_seed(0)
     model: BlockModel = {"sage": SAGE, "gcn": GCN, "gat": GAT}[name](16, 8, 4, num_layers=2)
     return model.eval()
-
-
-def _typed(model: BlockModel, name: str) -> Any:
-    """The runtime's one-type stack with ``model``'s weights (the same checkpoint names)."""
-    typed = one_type_model(F, 8, 4, 2, model=name)
-    typed.load_state_dict(model.state_dict())
-    return typed.eval()
 
 
 def _batch(store: Path, codec: str, *, fanouts: tuple[int, ...] = (6, 4)) -> TypedBatch:
@@ -85,7 +77,7 @@ def test_equals_decoding_first(store4: Path, codec: str, name: str, device: torc
     err = float((agg_MF - want).abs().max())
     assert err <= 1e-5 * max(1.0, float(want.abs().max())), f"max abs diff {err:.3g}"
     assert torch.equal(x_dst_MF, x_NF[: block.num_dst])
-    typed = _typed(model, name)
+    typed = typed_copy(model, name)
     logits = typed.forward_from_first_agg(
         {ONE_TYPE: x_dst_MF}, batch.sub.blocks, {ONE_RELATION: agg_MF}
     )[ONE_TYPE]

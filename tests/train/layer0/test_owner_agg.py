@@ -29,7 +29,7 @@ from gnnsys.train.remote.server import ShardOwner
 from gnnsys.train.trainer import Trainer
 from gnnsys.types import ONE_TYPE
 from tests.train.conftest import LocalOwnerClient
-from tests.train.layer0.typed_batch import TypedBatch, runtime_inputs, typed_batch
+from tests.train.layer0.typed_batch import TypedBatch, runtime_inputs, typed_batch, typed_copy
 from tests.train.run_configs import sbm_run
 
 PART = 1
@@ -96,8 +96,12 @@ def _check_layer1_equal(batch: TypedBatch, name: str, placement: str) -> None:
     got = model.layers[0].combine(agg_MF, x_dst_MF, block)
     err = float((got - want).abs().max())
     assert err <= 1e-5, f"{name}/{placement}: layer-1 max abs diff {err:.3g}"
-    logits = model.forward_from_first_agg(agg_MF, x_dst_MF, blocks)
-    assert torch.allclose(logits, model(x_NF, blocks), atol=1e-5)
+    typed = typed_copy(model, name)
+    relation = next(iter(batch.sub.blocks[0]))
+    logits = typed.forward_from_first_agg(
+        {ONE_TYPE: x_dst_MF}, batch.sub.blocks, {relation: agg_MF}
+    )
+    assert torch.allclose(logits[ONE_TYPE], model(x_NF, blocks), atol=1e-5)
 
 
 def _independent_bytes(agg: FirstLayerAggregator, batch: TypedBatch, name: str) -> dict[str, int]:

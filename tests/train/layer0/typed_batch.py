@@ -1,7 +1,8 @@
 """One rank's typed batch on a one-type store, built as the runtime builds it (``build_sources``).
 
-The layer-0 tests sample part ``part``'s seeds through the routed sources (whole-graph GCN
-degrees included) and fetch rows through ``RoutedFeatureSource``s of the one type.
+The layer-0 tests sample part ``part``'s seeds through the rank's routed sources (whole-graph
+GCN degrees included) and fetch rows through ``RoutedFeatureSource``s of the one type; their
+homogeneous reference models get a typed copy (:func:`typed_copy`).
 """
 
 from __future__ import annotations
@@ -13,17 +14,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from gnnsys.cache.codecs import make_codec
-from gnnsys.sampler import CSRNeighborSource
-from gnnsys.sampler.hetero import HeteroNeighborSampler, HeteroSampledSubgraph
-from gnnsys.store import load_book, read_shard
+from gnnsys.sampler.hetero import HeteroSampledSubgraph
+from gnnsys.store import load_book
+from gnnsys.train.in_memory import one_type_model
 from gnnsys.train.inputs import BoundSampler
-from gnnsys.train.remote.degrees import RoutedDegreeSource
 from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import Ledger
-from gnnsys.train.remote.routed import RoutedNeighborSource
 from gnnsys.types import ONE_RELATION, ONE_TYPE, Block
 from tests.train.conftest import rank_sources
 
@@ -65,23 +64,18 @@ def typed_batch(
     seed: int,
     codec: str = "fp32",
 ) -> TypedBatch:
-    """Part ``part``'s first ``num_seeds`` owned nodes sampled with ``seed``, rows in ``codec``."""
+    """Part ``part``'s first ``num_seeds`` owned nodes sampled with ``seed``, rows in ``codec``.
+
+    The sampler is a GCN rank's (``rank_sources``): its blocks carry whole-graph in-degrees,
+    which SAGE ignores.
+    """
+    from gnnsys.sampler import NeighborSampler
+
+    sampler_config = NeighborSampler.Config(fanouts=fanouts)
+    sources, _, shard = rank_sources(
+        store, part, model="gcn", client=client, sampler=sampler_config
+    )
     book = load_book(store)
-    shard = read_shard(store, part)
-    local = CSRNeighborSource.from_relation(shard, ONE_RELATION, book.lid_N, edge_ids=False)
-    source = RoutedNeighborSource(
-        part, book.part_N, local, client, Ledger(), edge_type=ONE_RELATION
-    )
-    degrees = RoutedDegreeSource.of_relation(shard, ONE_RELATION, book.part_N, client, Ledger())
-    sampler = BoundSampler(
-        HeteroNeighborSampler(
-            HeteroNeighborSampler.Config(fanouts={ONE_RELATION: fanouts}),
-            sources={ONE_RELATION: source},
-            node_types=[ONE_TYPE],
-            degrees={ONE_RELATION: degrees},  # GCN: whole-graph in-degrees
-        ),
-        ONE_TYPE,
-    )
     nodes = shard.nodes[ONE_TYPE]
     x = nodes.data["x"]
 
@@ -92,10 +86,18 @@ def typed_batch(
         )  # fmt: skip
 
     train_lid = torch.from_numpy(np.asarray(nodes.owned_lid, dtype=np.int64))[:num_seeds]
-    sub = sampler.sample(train_lid, seed=seed)
+    sub = sources.sampler.sample(train_lid, seed=seed)
     return TypedBatch(
-        sub, features_with(Ledger()), book.part_N, client, sampler, train_lid, features_with
-    )
+        sub, features_with(Ledger()), book.part_N, client, sources.sampler, train_lid,
+        features_with,
+    )  # fmt: skip
+
+
+def typed_copy(model: nn.Module, name: str) -> Any:
+    """The runtime's one-type stack with a homogeneous ``model``'s weights (the same names)."""
+    typed = one_type_model(16, 8, 4, 2, model=name)
+    typed.load_state_dict(model.state_dict())
+    return typed.eval()
 
 
 def runtime_inputs(store: Path, part: int, *, model: str, codec: str, **stages: Any) -> Any:
