@@ -19,7 +19,7 @@ for i, stage in enumerate(STAGES):
 ALLOWED["cache"] |= {"kernels"}
 ALLOWED["loader"] |= {"kernels"}
 ALLOWED["models"] = BASE | {"kernels"}
-RAY_IMPORTERS = {"train", "build"}  # the units that run distributed work (actors, Ray Data)
+RAY_IMPORTERS = {"train", "out_of_core"}  # the units that run distributed work (actors, Ray Data)
 TRITON_IMPORTERS = {"kernels"}
 
 

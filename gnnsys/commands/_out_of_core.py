@@ -1,6 +1,6 @@
 """``gnnsys partition parquet:DIR --memory-budget SIZE``: the graph built on disk, then mapped.
 
-The Parquet tables become a CSR graph on disk (``gnnsys.build.disk_graph``, a Ray Data
+The Parquet tables become a CSR graph on disk (``gnnsys.out_of_core.disk_graph``, a Ray Data
 pipeline), which is opened memory-mapped for the partitioner and the store writer: no process
 holds the graph. Ray runs for the whole command (started private and loopback-only, its object
 store sized from the budget, unless ``--address`` joins a cluster).
@@ -39,11 +39,18 @@ def disk_graph(args: argparse.Namespace) -> Iterator[GraphSource]:
         ValueError: The dataset is not ``parquet:DIR``, the budget is unreadable or too small,
             or ``--method metis`` would need more than the budget.
     """
-    from gnnsys.build.disk_graph import build_disk_graph, disk_graph_bytes, open_disk_graph
-    from gnnsys.build.parts import ray_parts_writer
-    from gnnsys.build.runtime import Plan, cluster_cpus, parse_bytes, plan_dict, start_ray, stop_ray
     from gnnsys.commands.partition import GraphSource, Measured
     from gnnsys.datasets.parquet import open_parquet, parquet_dir
+    from gnnsys.out_of_core.disk_graph import build_disk_graph, disk_graph_bytes, open_disk_graph
+    from gnnsys.out_of_core.parts import ray_parts_writer
+    from gnnsys.out_of_core.runtime import (
+        Plan,
+        cluster_cpus,
+        parse_bytes,
+        plan_dict,
+        start_ray,
+        stop_ray,
+    )
 
     budget = parse_bytes(args.memory_budget)
     family, _, variant = args.dataset.partition(":")
@@ -123,7 +130,7 @@ def _remove_stale(out: Path) -> None:
 
 def _current(work: Path, pg: Any) -> bool:
     """Whether ``work`` holds a complete on-disk graph of exactly ``pg``'s tables."""
-    from gnnsys.build.disk_graph import GRAPH_JSON, source_of
+    from gnnsys.out_of_core.disk_graph import GRAPH_JSON, source_of
 
     try:
         meta = json.loads((work / GRAPH_JSON).read_text())

@@ -78,7 +78,7 @@ PartsWriter = Callable[
 
 Writes every part folder into the staging directory, where ``node_to_part.npy`` and
 ``node_lid.npy`` (the book, for other processes to map) already are, by
-calling :func:`write_part` for each part, possibly in other processes (``gnnsys.build`` runs
+calling :func:`write_part` for each part, possibly in other processes (``gnnsys.out_of_core`` runs
 them as Ray Data tasks that map the graph themselves). Given to ``write_partitions``.
 """
 

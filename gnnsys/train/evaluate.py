@@ -66,7 +66,7 @@ __all__ = [
     "eval_ticks",  # the worker's progress while it evaluates (defined in eval_memory)
     "full_block",
     "full_graph_logits",
-    "release_free_memory",  # gnnsys.build.runtime's import (defined in eval_memory)
+    "release_free_memory",  # gnnsys.out_of_core.runtime's import (defined in eval_memory)
 ]
 
 SPLITS = ("train", "val", "test")

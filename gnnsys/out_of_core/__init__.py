@@ -6,8 +6,8 @@ cache. This unit runs distributed work (Ray Data tasks), so, like ``gnnsys.train
 import Ray; the stages it drives (datasets, partitioners, store) never do.
 """
 
-from gnnsys.build.disk_graph import build_disk_graph, disk_graph_bytes, open_disk_graph
-from gnnsys.build.runtime import Plan, cluster_cpus, parse_bytes, start_ray, stop_ray
+from gnnsys.out_of_core.disk_graph import build_disk_graph, disk_graph_bytes, open_disk_graph
+from gnnsys.out_of_core.runtime import Plan, cluster_cpus, parse_bytes, start_ray, stop_ray
 
 __all__ = [
     "Plan",

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from gnnsys.build.disk_graph import open_disk_graph
-from gnnsys.build.runtime import Plan, run_tasks
+from gnnsys.out_of_core.disk_graph import open_disk_graph
+from gnnsys.out_of_core.runtime import Plan, run_tasks
 from gnnsys.store.layout import NODE_LID, NODE_TO_PART, FileEntry, PartEntry
 from gnnsys.store.writer import PartsWriter, ProgressFn, write_part
 from gnnsys.types import PartitionBook

@@ -17,11 +17,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gnnsys.build.disk_graph import build_disk_graph, open_disk_graph
-from gnnsys.build.runtime import Plan, parse_bytes
 from gnnsys.cli import main
 from gnnsys.datasets.parquet import load_parquet, open_parquet, write_parquet
 from gnnsys.datasets.rmat import rmat
+from gnnsys.out_of_core.disk_graph import build_disk_graph, open_disk_graph
+from gnnsys.out_of_core.runtime import Plan, parse_bytes
 from gnnsys.partitioners import partition
 from gnnsys.store import write_partitions
 

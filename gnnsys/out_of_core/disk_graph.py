@@ -48,7 +48,6 @@ from typing import Any
 
 import numpy as np
 
-from gnnsys.build.runtime import Plan, cluster_cpus, run_tasks, start_ray, stop_ray
 from gnnsys.datasets.parquet import (
     NodeIdCheck,
     ParquetGraph,
@@ -57,6 +56,7 @@ from gnnsys.datasets.parquet import (
     read_nodes,
 )
 from gnnsys.errors import DatasetFileError
+from gnnsys.out_of_core.runtime import Plan, cluster_cpus, run_tasks, start_ray, stop_ray
 from gnnsys.partitioners.base import dedupe_sorted
 from gnnsys.types import Graph
 
