@@ -13,7 +13,7 @@ if [ "${1:-}" = "--all" ]; then
   markers="not gpu"
   shift
 fi
-.venv/bin/python -m pytest -m "$markers" "$@"
+.venv/bin/python -m pytest -m "$markers" --durations=15 "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then
