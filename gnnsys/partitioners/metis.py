@@ -11,8 +11,13 @@ Shape legend: ``N`` nodes, ``E`` edges, ``C`` balance constraints, ``P`` parts.
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
+import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -22,6 +27,7 @@ from gnnsys.partitioners.base import (
     make_assignment,
     vertex_weights,
 )
+from gnnsys.partitioners.metis_call import part_graph
 from gnnsys.types import Assignment, Graph, coo_to_csr
 
 logger = logging.getLogger(__name__)
@@ -151,20 +157,35 @@ def run_pymetis(
     cfg: Metis.Config,
     seed: int,
 ) -> np.ndarray:
-    """Call ``pymetis.part_graph`` zero-copy; returns ``[N]`` int64 parts."""
+    """Call ``pymetis.part_graph`` zero-copy; returns ``[N]`` int64 parts.
+
+    METIS draws its random choices from libc's ``rand()``, one stream per process. Once Ray
+    Data has run in this process its threads may draw from that stream too, and then the same
+    seed need not give the same parts (seen in the test suite: two calls in a row differed).
+    There METIS runs in a fresh Python child process (``metis_call.py``, arrays through
+    ``.npy`` files), whose ``rand()`` no other thread shares.
+
+    Raises:
+        ImportError: pymetis is missing.
+        RuntimeError: The child failed; the message holds its error.
+    """
     if not HAS_METIS:
         raise ImportError("the metis partitioner needs pymetis: pip install pymetis")
-    import pymetis
-
-    dtype = pymetis.zero_copy_dtype()
-    options = pymetis.Options(seed=int(seed) % (2**31))
-    if cfg.imbalance is not None:
-        options.ufactor = max(1, round(1000 * cfg.imbalance))
-    result = pymetis.part_graph(
-        num_parts,
-        pymetis.CSRAdjacency(xadj.astype(dtype, copy=False), adjncy.astype(dtype, copy=False)),
-        vweights=None if vwgt is None else vwgt.astype(dtype, copy=False),
-        recursive=cfg.recursive,
-        options=options,
-    )
-    return np.asarray(result.vertex_part, dtype=np.int64)
+    kwargs = {"recursive": cfg.recursive, "imbalance": cfg.imbalance, "seed": seed}
+    if "ray.data" not in sys.modules:
+        return part_graph(xadj, adjncy, num_parts, vwgt, **kwargs)  # type: ignore[arg-type]
+    with tempfile.TemporaryDirectory(prefix="gnnsys-metis-") as tmp:
+        work = Path(tmp)
+        np.save(work / "xadj.npy", xadj)
+        np.save(work / "adjncy.npy", adjncy)
+        if vwgt is not None:
+            np.save(work / "vwgt.npy", vwgt)
+        (work / "args.json").write_text(json.dumps({"num_parts": num_parts, **kwargs}))
+        script = str(Path(__file__).with_name("metis_call.py"))
+        done = subprocess.run(
+            [sys.executable, script, tmp], capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"METIS's child process failed: {done.stderr.strip()[-2000:]}")
+        out: np.ndarray = np.load(work / "parts.npy", allow_pickle=False)
+        return out

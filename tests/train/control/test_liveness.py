@@ -91,13 +91,14 @@ def test_an_evaluation_layer_longer_than_the_deadline_runs_while_it_progresses(
 ) -> None:
     """A layer is one call; the driver waits while its evaluation steps move, not a deadline.
 
-    Every owner call waits 0.4 s (a ``delay`` fault), and blocked spans of 20 rows fetch their
-    halo rows from the owners span by span: each layer-0 call runs well past the 2 s deadline.
+    Every owner call of rank 0 waits 0.4 s (a ``delay`` fault), and blocked spans of at most
+    100 source rows fetch their halo rows span by span: its 120 nodes take 8 spans, so its one
+    layer's evaluation call runs about 3.2 s, past the 2 s deadline.
     """
     cfg = sbm_run(
-        num_nodes=600, num_features=8, parts=2, fanouts=(4, 4), hidden=16, batch_size=128,
+        num_nodes=240, num_features=8, parts=2, fanouts=(4,), hidden=16, batch_size=128,
         epochs=1, deadline_s=2.0, loop={"heartbeat_s": 1.0, "startup_deadline_s": 110.0},
-        eval=EvalConfig(block_mb=20 * 8 * 4 / 2**20),
+        eval=EvalConfig(block_mb=100 * 8 * 4 / 2**20),
     )  # fmt: skip
     cfg = replace(cfg, cluster=replace(cfg.cluster, owner_reads="remote"))
     start = time.monotonic()
