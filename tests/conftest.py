@@ -55,3 +55,62 @@ def ray_session() -> Iterator[Any]:
     )
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def _store_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, int]]:
+    """Stores written by ``prepare_store``'s child this session, by what was asked of it."""
+    return {"root": (tmp_path_factory.mktemp("stores"), 0)}
+
+
+@pytest.fixture
+def shared_stores(_store_cache: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs of a test that uses this share the partition stores of earlier identical asks.
+
+    A run that partitions its dataset (``train`` / ``train_local`` without ``--store``) spawns a
+    child that imports gnnsys and writes ``run_dir/store``: about 2 s, most of a small test
+    run. With this fixture the first ask of each (writer, data settings, parts, hops, seed)
+    runs that child as usual; later ones copy its store (the same files, byte for byte) and
+    report its peak. Modules that test partitioning and its failures do not use it.
+    """
+    import shutil
+
+    from gnnsys.train.control import prepare
+
+    real = prepare._in_child
+    root = _store_cache["root"][0]
+
+    def cached(write: Any, spec: Any, *args: Any) -> int:
+        target = args[-1]
+        key = repr((write.__qualname__, spec, args[:-1]))
+        if key not in _store_cache:
+            peak = real(write, spec, *args)
+            saved = root / f"s{len(_store_cache)}"
+            shutil.copytree(target, saved)
+            _store_cache[key] = (saved, peak)
+            return int(peak)
+        saved, peak = _store_cache[key]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(saved, target)
+        return int(peak)
+
+    monkeypatch.setattr(prepare, "_in_child", cached)
+
+
+COLLECTED = pytest.StashKey[tuple[bool, set[str]]]()
+"""In ``config.stash``: whether this session collected all of ``tests/`` (no narrower path on
+the command line), and the test files (relative to the repository) that gave an item, before
+any ``-m``/``-k`` deselection. ``tests/test_collection.py`` reads it."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """Note every collected item's file, before the marker and keyword filters deselect any."""
+    root = config.rootpath.resolve()
+    tests = root / "tests"
+    args = [a.split("::", 1)[0] for a in config.args] or [str(tests)]
+    whole = all((root / a).resolve() in (tests, root) for a in args)
+    files = {item.path.resolve().relative_to(root).as_posix() for item in items}
+    config.stash[COLLECTED] = (whole, files)

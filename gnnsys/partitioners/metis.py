@@ -10,12 +10,14 @@ Shape legend: ``N`` nodes, ``E`` edges, ``C`` balance constraints, ``P`` parts.
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import json
 import logging
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,8 +164,8 @@ def run_pymetis(
     METIS draws its random choices from libc's ``rand()``, one stream per process. Once Ray
     Data has run in this process its threads may draw from that stream too, and then the same
     seed need not give the same parts (seen in the test suite: two calls in a row differed).
-    There METIS runs in a fresh Python child process (``metis_call.py``, arrays through
-    ``.npy`` files), whose ``rand()`` no other thread shares.
+    There METIS runs in a Python child process (``metis_call.py``, arrays through ``.npy``
+    files; one child per process, reused), whose ``rand()`` no other thread shares.
 
     Raises:
         ImportError: pymetis is missing.
@@ -181,11 +183,58 @@ def run_pymetis(
         if vwgt is not None:
             np.save(work / "vwgt.npy", vwgt)
         (work / "args.json").write_text(json.dumps({"num_parts": num_parts, **kwargs}))
-        script = str(Path(__file__).with_name("metis_call.py"))
-        done = subprocess.run(
-            [sys.executable, script, tmp], capture_output=True, text=True, check=False
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"METIS's child process failed: {done.stderr.strip()[-2000:]}")
+        _METIS_CHILD.call(tmp)
         out: np.ndarray = np.load(work / "parts.npy", allow_pickle=False)
         return out
+
+
+class _MetisChild:
+    """One ``metis_call.py`` child per process, started on first use and reused.
+
+    It exits when its stdin closes (this process ending, whatever the way) and is stopped at
+    interpreter exit; a child that died is replaced at the next call.
+    """
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[str] | None = None
+        self._lock = threading.Lock()
+
+    def call(self, work_dir: str) -> None:
+        """Partition the arrays of ``work_dir`` in the child (one call at a time)."""
+        with self._lock:
+            proc = self._proc
+            if proc is None or proc.poll() is not None:
+                script = str(Path(__file__).with_name("metis_call.py"))
+                proc = self._proc = subprocess.Popen(
+                    [sys.executable, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    text=True,
+                )  # fmt: skip
+                atexit.register(self.stop)
+            assert proc.stdin is not None and proc.stdout is not None
+            try:
+                proc.stdin.write(work_dir + "\n")
+                proc.stdin.flush()
+                answer = proc.stdout.readline().strip()
+            except BrokenPipeError:
+                answer = ""
+            if answer != "ok":
+                if not answer:
+                    self.stop()
+                    answer = f"it exited with code {proc.returncode}"
+                raise RuntimeError(f"METIS's child process failed: {answer}")
+
+    def stop(self) -> None:
+        """End the child (closing its stdin ends its loop)."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+_METIS_CHILD = _MetisChild()

@@ -2,9 +2,10 @@
 
 :func:`gnnsys.partitioners.metis.run_pymetis` calls :func:`part_graph` here, or, when other
 threads of the process may draw from libc's ``rand()`` (METIS's random stream), runs this file
-as a fresh Python process: ``python metis_call.py DIR`` reads ``DIR/{xadj,adjncy[,vwgt]}.npy``
-and ``DIR/args.json`` and writes ``DIR/parts.npy``. Run as a script it imports numpy and
-pymetis only, not gnnsys, so the child starts in a fraction of a second.
+in a child Python process of its own: ``python metis_call.py`` reads one directory per line on
+stdin (``DIR/{xadj,adjncy[,vwgt]}.npy`` and ``DIR/args.json``), writes ``DIR/parts.npy`` and
+answers ``ok`` (or ``error: ...``) on stdout, and exits at end of input, so it ends with its
+parent. Run as a script it imports numpy and pymetis only, not gnnsys.
 """
 
 from __future__ import annotations
@@ -60,5 +61,17 @@ def main(work_dir: str) -> None:
     np.save(work / "parts.npy", parts)
 
 
+def serve() -> None:
+    """Answer one line per work directory on stdin until it closes."""
+    for line in sys.stdin:
+        try:
+            main(line.strip())
+            answer = "ok"
+        except Exception as err:  # reported to the parent, which raises it
+            answer = f"error: {type(err).__name__}: {err}".replace("\n", " ")
+        sys.stdout.write(answer + "\n")
+        sys.stdout.flush()
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    serve()

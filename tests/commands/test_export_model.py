@@ -25,6 +25,8 @@ from gnnsys.train.evaluate import SPLITS
 from gnnsys.train.link.config import LinkConfig
 from tests.train.run_configs import sbm_run
 
+pytestmark = pytest.mark.usefixtures("shared_stores")  # runs share their stores (conftest)
+
 NODES, FEATURES = 400, 12
 
 

@@ -29,6 +29,8 @@ from gnnsys.train.trainer import Trainer
 from gnnsys.types import Block, Graph, SampledSubgraph
 from tests.train.run_configs import host_and_device_rows, sbm_run
 
+pytestmark = pytest.mark.usefixtures("shared_stores")  # runs share their stores (conftest)
+
 NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without a GPU")
 
 

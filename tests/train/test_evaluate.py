@@ -42,6 +42,8 @@ from gnnsys.types import Graph
 from tests.tmpfs import mount_tmpfs
 from tests.train.remote.test_halo_runtime import feature_path
 
+pytestmark = pytest.mark.usefixtures("shared_stores")  # runs share their stores (conftest)
+
 SHARED = Path(
     os.environ.get("GNNSYS_DATA") or Path(__file__).resolve().parents[3] / "shared" / "datasets"
 )

@@ -25,6 +25,8 @@ from gnnsys.train.worker import FaultSpec
 from gnnsys.types import Graph
 from tests.train.run_configs import sbm_run
 
+pytestmark = pytest.mark.usefixtures("shared_stores")  # runs share their stores (conftest)
+
 
 def _prefetch_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("gnnsys-prefetch")]

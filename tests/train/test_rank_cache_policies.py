@@ -15,6 +15,8 @@ from gnnsys.cli import main
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.types import Graph
 
+pytestmark = pytest.mark.usefixtures("shared_stores")  # runs share their stores (conftest)
+
 MAG = ["synthetic:mag", "-D", "scale=0.004", "-D", "reverse=true"]
 
 

@@ -50,6 +50,8 @@ from tests.train import replay_reference as ref
 from tests.train.one_type_golden import GOLDEN, integers
 from tests.train.run_configs import sbm_run
 
+pytestmark = pytest.mark.usefixtures("shared_stores")  # runs share their stores (conftest)
+
 _TIMING = ("seconds", "peak_rss_bytes", "threads", "bytes_by_type")
 """History fields that are timings or that only the typed runtime reports."""
 _KNOWN = ()

@@ -50,6 +50,8 @@ from gnnsys.train.schedule import batch_seed_for, epoch_batches
 from gnnsys.train.trainer import Trainer
 from gnnsys.train.worker import FaultSpec
 
+pytestmark = pytest.mark.usefixtures("shared_stores")  # runs share their stores (conftest)
+
 SCALE = 0.002
 PARAMS = (("reverse", True), ("scale", SCALE))
 FEATURELESS = ("author", "field_of_study", "institution")
@@ -482,6 +484,7 @@ def test_cli_config_of_per_relation_fanouts_and_type_codecs() -> None:
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # CI: test_halo_runtime's test_owner_reads_local_equals_remote (one runtime)
 @pytest.mark.timeout(300)
 def test_owner_reads_local_equals_remote_on_ray(
     ray_session: Any, stores: dict[int, Path], tmp_path: Path

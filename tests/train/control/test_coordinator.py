@@ -22,6 +22,8 @@ from gnnsys.train.remote.ledger import LedgerSnapshot
 from gnnsys.train.schedule import EpochStats
 from gnnsys.train.worker import RankState, WorkerEpochReport
 
+pytestmark = pytest.mark.usefixtures("shared_stores")  # runs share their stores (conftest)
+
 
 class FakeGroup:
     """Two ranks; fails as scripted: ``fail_at[(call, epoch)] = kinds_by_rank``."""

@@ -26,7 +26,7 @@ from gnnsys.train.schedule import batch_seed_for, epoch_batches
 from gnnsys.train.worker import WorkerSpec
 from tests.train.run_configs import sbm_run
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("shared_stores")]  # stores: conftest
 
 N = 1000
 
@@ -97,6 +97,8 @@ def test_four_workers_train_and_ledger_is_exact(ray_session: Any, tmp_path: Path
     assert summary["partition"]["num_parts"] == 4 and summary["config"]["cluster"]["parts"] == 4
 
 
+@pytest.mark.slow  # CI: test_replicated_ranks_train_the_partitioned_run_without_structure_traffic
+# (in process) and test_ray_and_local_executors_agree (Ray runs equal in-process ones)
 @pytest.mark.timeout(240)
 def test_partitioned_and_replicated_see_identical_batches(ray_session: Any, tmp_path: Path) -> None:
     runs = {}
@@ -112,6 +114,8 @@ def test_partitioned_and_replicated_see_identical_batches(ray_session: Any, tmp_
         assert torch.equal(value, cr.model_state[key]), key
 
 
+@pytest.mark.slow  # CI: test_liveness's freeze-epoch restarts a Ray group from its checkpoint
+# with the clean run's losses; test_same_seed_same_run_and_resume_equals_uninterrupted in process
 @pytest.mark.timeout(240)
 def test_stop_and_resume_is_bit_exact(ray_session: Any, tmp_path: Path) -> None:
     full = _config(parts=2, epochs=3)

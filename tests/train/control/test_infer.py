@@ -22,6 +22,8 @@ from gnnsys.config import RunConfig
 from gnnsys.datasets import load, load_hetero
 from gnnsys.train.control.infer import infer as _infer
 
+pytestmark = pytest.mark.usefixtures("shared_stores")  # runs share their stores (conftest)
+
 
 def infer(run: Path, out: Path, **kw: Any) -> Any:
     return _infer(run, out, RunConfig.from_run_dir(run), **kw)

@@ -22,7 +22,7 @@ from gnnsys.train.evaluate import EvalConfig
 from gnnsys.train.worker import FaultSpec
 from tests.train.run_configs import sbm_run
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("shared_stores")]  # stores: conftest
 
 HEARTBEAT_S = 3.0
 DEADLINE_S = 120.0

@@ -13,6 +13,8 @@ import torch
 from gnnsys.errors import CheckpointError
 from tests.train.run_configs import sbm_run
 
+pytestmark = pytest.mark.usefixtures("shared_stores")  # runs share their stores (conftest)
+
 
 def _config() -> Any:
     return sbm_run(

@@ -14,6 +14,8 @@ from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.run import train_local
 from tests.train.run_configs import sbm_run
 
+pytestmark = pytest.mark.usefixtures("shared_stores")  # runs share their stores (conftest)
+
 pytest.importorskip("tensorboard", reason="tensorboard is a dev extra: pip install -e '.[dev]'")
 
 

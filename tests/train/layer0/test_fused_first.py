@@ -26,6 +26,8 @@ from tests.train.conftest import LocalOwnerClient
 from tests.train.layer0.typed_batch import TypedBatch, runtime_inputs, typed_batch, typed_copy
 from tests.train.remote.test_halo_runtime import _config
 
+pytestmark = pytest.mark.usefixtures("shared_stores")  # runs share their stores (conftest)
+
 PART = 2
 F = 16
 

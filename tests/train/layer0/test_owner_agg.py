@@ -32,6 +32,8 @@ from tests.train.conftest import LocalOwnerClient
 from tests.train.layer0.typed_batch import TypedBatch, runtime_inputs, typed_batch, typed_copy
 from tests.train.run_configs import sbm_run
 
+pytestmark = pytest.mark.usefixtures("shared_stores")  # runs share their stores (conftest)
+
 PART = 1
 FANOUTS = (6, 4)
 FP32 = FP32Codec()

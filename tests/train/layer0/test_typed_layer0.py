@@ -19,6 +19,8 @@ import torch
 from gnnsys.cli import main
 from gnnsys.kernels import aggregate
 
+pytestmark = pytest.mark.usefixtures("shared_stores")  # runs share their stores (conftest)
+
 MAG = ["synthetic:mag", "-D", "scale=0.004", "-D", "reverse=true"]
 
 

@@ -38,6 +38,8 @@ from gnnsys.train.schedule import batch_seed_for, epoch_batches
 from gnnsys.train.trainer import Trainer
 from gnnsys.types import ONE_RELATION, ONE_TYPE
 
+pytestmark = pytest.mark.usefixtures("shared_stores")  # runs share their stores (conftest)
+
 
 # ---- metrics ------------------------------------------------------------------------------------
 def test_link_ranks_count_ties_half_as_ogb_does() -> None:

@@ -42,6 +42,8 @@ from gnnsys.train.node_types import HeteroConfig
 from gnnsys.train.trainer import Trainer
 from tests.train.typed_reference import full_typed_outputs
 
+pytestmark = pytest.mark.usefixtures("shared_stores")  # runs share their stores (conftest)
+
 CITES = ("paper", "cites", "paper")
 WRITES = ("author", "writes", "paper")
 

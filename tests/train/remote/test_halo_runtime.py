@@ -28,6 +28,8 @@ from gnnsys.train.remote.server import ShardOwner
 from gnnsys.train.schedule import batch_seed_for, epoch_batches
 from tests.train.run_configs import sbm_run
 
+pytestmark = pytest.mark.usefixtures("shared_stores")  # runs share their stores (conftest)
+
 N, F = 1000, 16
 
 
