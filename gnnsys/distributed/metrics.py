@@ -1,0 +1,146 @@
+"""Exact metrics over every rank of a ``torch.distributed`` group.
+
+Each rank passes the labels and predictions (or binary scores) of the nodes it evaluated; the
+ranks combine what adds exactly, as ``gnnsys train``'s sharded evaluation does
+(:mod:`gnnsys.train.metrics`):
+
+- accuracy and macro-F1 from the ``[C, C]`` int64 confusion matrix, summed by one
+  ``all_reduce``: the same integers, so the same floats, as one process over all the nodes;
+- ROC-AUC from every rank's scores and labels, gathered (sizes first, then padded rows): the
+  Mann-Whitney statistic does not depend on their order.
+
+Every rank must call each function (they are collectives), with the same ``num_classes``. Each
+collective waits at most ``timeout_s`` and then raises, naming it: a rank that never arrives
+does not hang the others.
+
+Shape legend: ``K`` nodes of this rank, ``C`` classes.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch import distributed as dist
+
+from gnnsys.train import metrics as exact
+
+__all__ = ["accuracy", "all_reduce_confusion", "classification_metrics", "macro_f1", "roc_auc"]
+
+DEFAULT_TIMEOUT_S = 300.0
+"""Seconds a collective waits for the other ranks before it raises."""
+
+
+def _numpy(values: Tensor | np.ndarray | Any) -> np.ndarray:
+    if isinstance(values, Tensor):
+        return values.detach().cpu().numpy()
+    return np.asarray(values)
+
+
+def _check_group() -> None:
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(
+            "gnnsys.distributed needs a torch.distributed process group, and none is "
+            "initialised; call torch.distributed.init_process_group('gloo' or 'nccl') first "
+            "(torchrun and Ray Train's TorchTrainer set its environment)"
+        )
+
+
+def _wait(work: Any, what: str, timeout_s: float) -> None:
+    """Wait for an async collective at most ``timeout_s``; raise naming it."""
+    try:
+        done = work.wait(timeout=timedelta(seconds=timeout_s))
+    except RuntimeError as err:
+        raise TimeoutError(
+            f"{what} did not complete within {timeout_s:g} s on rank {dist.get_rank()}: a rank "
+            "did not call it (every rank must) or died; raise timeout_s for slow ranks"
+        ) from err
+    if done is False:
+        raise TimeoutError(f"{what} did not complete within {timeout_s:g} s")
+
+
+def all_reduce_confusion(
+    y_true_K: Tensor | np.ndarray,
+    y_pred_K: Tensor | np.ndarray,
+    num_classes: int,
+    *,
+    group: Any = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> np.ndarray:
+    """``[C, C]`` int64 confusion matrix (``[true, pred]``) of every rank's nodes.
+
+    Raises:
+        RuntimeError: No process group.
+        ValueError: A label outside ``[0, num_classes)``.
+        TimeoutError: The all-reduce did not complete in ``timeout_s``.
+    """
+    _check_group()
+    local = exact.confusion_matrix(_numpy(y_true_K), _numpy(y_pred_K), int(num_classes))
+    total = torch.from_numpy(np.ascontiguousarray(local, dtype=np.int64))
+    _wait(dist.all_reduce(total, group=group, async_op=True), "all_reduce(confusion)", timeout_s)
+    out: np.ndarray = total.numpy()
+    return out
+
+
+def accuracy(confusion_CC: np.ndarray) -> float:
+    """Correct / total of a summed confusion matrix (``gnnsys.train.metrics.accuracy``)."""
+    return exact.accuracy(confusion_CC)
+
+
+def macro_f1(confusion_CC: np.ndarray) -> float:
+    """scikit-learn's macro-F1 of a summed confusion matrix (``gnnsys.train.metrics``)."""
+    return exact.macro_f1(confusion_CC)
+
+
+def classification_metrics(
+    y_true_K: Tensor | np.ndarray,
+    y_pred_K: Tensor | np.ndarray,
+    num_classes: int,
+    *,
+    group: Any = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> dict[str, float]:
+    """``{"acc": ..., "f1": ...}`` over every rank's nodes, from one all-reduce."""
+    confusion = all_reduce_confusion(
+        y_true_K, y_pred_K, num_classes, group=group, timeout_s=timeout_s
+    )
+    return {"acc": exact.accuracy(confusion), "f1": exact.macro_f1(confusion)}
+
+
+def roc_auc(
+    score_K: Tensor | np.ndarray,
+    label_K: Tensor | np.ndarray,
+    *,
+    group: Any = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> float | None:
+    """ROC-AUC of a binary task over every rank's nodes (``None`` when a class is absent).
+
+    Raises:
+        RuntimeError: No process group.
+        ValueError: ``score_K`` and ``label_K`` differ in length.
+        TimeoutError: A gather did not complete in ``timeout_s``.
+    """
+    _check_group()
+    score = np.ascontiguousarray(_numpy(score_K), dtype=np.float64).reshape(-1)
+    label = np.ascontiguousarray(_numpy(label_K), dtype=np.float64).reshape(-1)
+    if score.shape != label.shape:
+        raise ValueError(f"score_K has {score.size} values but label_K {label.size}; pass one each")
+    world = dist.get_world_size(group)
+    size = torch.tensor([score.size], dtype=torch.int64)
+    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    _wait(dist.all_gather(sizes, size, group=group, async_op=True), "all_gather(sizes)", timeout_s)
+    longest = max(int(s) for s in sizes)
+    rows = torch.zeros(2, longest, dtype=torch.float64)
+    rows[0, : score.size] = torch.from_numpy(score)
+    rows[1, : label.size] = torch.from_numpy(label)
+    gathered = [torch.empty_like(rows) for _ in range(world)]
+    _wait(
+        dist.all_gather(gathered, rows, group=group, async_op=True), "all_gather(scores)", timeout_s
+    )
+    parts = [g[:, : int(n)] for g, n in zip(gathered, sizes, strict=True)]
+    every = torch.cat(parts, dim=1).numpy()
+    return exact.roc_auc(every[0], every[1])
