@@ -58,13 +58,18 @@ def ray_session() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def _store_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, int]]:
-    """Stores written by ``prepare_store``'s child this session, by what was asked of it."""
-    return {"root": (tmp_path_factory.mktemp("stores"), 0)}
+def _store_cache(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Any, dict[str, tuple[Any, int]]]:
+    """Where this session keeps the stores ``prepare_store``'s child wrote, and each (its copy,
+    its peak RSS) by what was asked of it."""
+    return tmp_path_factory.mktemp("stores"), {}
 
 
 @pytest.fixture
-def shared_stores(_store_cache: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def shared_stores(
+    _store_cache: tuple[Any, dict[str, tuple[Any, int]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Runs of a test that uses this share the partition stores of earlier identical asks.
 
     A run that partitions its dataset (``train`` / ``train_local`` without ``--store``) spawns a
@@ -78,18 +83,18 @@ def shared_stores(_store_cache: dict[str, Any], monkeypatch: pytest.MonkeyPatch)
     from gnnsys.train.control import prepare
 
     real = prepare._in_child
-    root = _store_cache["root"][0]
+    root, stores = _store_cache
 
     def cached(write: Any, spec: Any, *args: Any) -> int:
         target = args[-1]
         key = repr((write.__qualname__, spec, args[:-1]))
-        if key not in _store_cache:
+        if key not in stores:
             peak = real(write, spec, *args)
-            saved = root / f"s{len(_store_cache)}"
+            saved = root / f"s{len(stores)}"
             shutil.copytree(target, saved)
-            _store_cache[key] = (saved, peak)
+            stores[key] = (saved, peak)
             return int(peak)
-        saved, peak = _store_cache[key]
+        saved, peak = stores[key]
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(saved, target)
         return int(peak)

@@ -27,6 +27,7 @@ from torch import Tensor
 from torch import distributed as dist
 
 from gnnsys.train import metrics as exact
+from gnnsys.train.metrics import accuracy, macro_f1  # of a summed confusion matrix
 
 __all__ = ["accuracy", "all_reduce_confusion", "classification_metrics", "macro_f1", "roc_auc"]
 
@@ -83,16 +84,6 @@ def all_reduce_confusion(
     _wait(dist.all_reduce(total, group=group, async_op=True), "all_reduce(confusion)", timeout_s)
     out: np.ndarray = total.numpy()
     return out
-
-
-def accuracy(confusion_CC: np.ndarray) -> float:
-    """Correct / total of a summed confusion matrix (``gnnsys.train.metrics.accuracy``)."""
-    return exact.accuracy(confusion_CC)
-
-
-def macro_f1(confusion_CC: np.ndarray) -> float:
-    """scikit-learn's macro-F1 of a summed confusion matrix (``gnnsys.train.metrics``)."""
-    return exact.macro_f1(confusion_CC)
 
 
 def classification_metrics(
