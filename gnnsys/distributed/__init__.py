@@ -1,12 +1,15 @@
 """gnnsys inside a user's own ``torch.distributed`` group (torchrun, Ray Train, ...).
 
-First piece of the distributed API (issue 46): metrics that every rank computes on the nodes it
-holds and that combine, by one collective each, into exactly the values ``gnnsys train``
-reports (:mod:`gnnsys.distributed.metrics`). The loaders and sharded inference come next.
+* :class:`DistNeighborLoader`: PyG ``Data``/``HeteroData`` batches of each rank's seeds from a
+  partition store, over ``gnnsys train``'s data path (owner reads, halo cache, codecs,
+  pipelined producer) and its DDP-safe batch schedule (:mod:`gnnsys.distributed.loader`);
+* metrics that every rank computes on the nodes it holds and that combine, by one collective
+  each, into exactly the values ``gnnsys train`` reports (:mod:`gnnsys.distributed.metrics`).
 """
 
 from __future__ import annotations
 
+from gnnsys.distributed.loader import DistNeighborLoader
 from gnnsys.distributed.metrics import (
     accuracy,
     all_reduce_confusion,
@@ -16,6 +19,7 @@ from gnnsys.distributed.metrics import (
 )
 
 __all__ = [
+    "DistNeighborLoader",
     "accuracy",
     "all_reduce_confusion",
     "classification_metrics",

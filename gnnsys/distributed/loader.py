@@ -1,0 +1,515 @@
+"""``DistNeighborLoader``: PyG batches of a partition store in a user's ``torch.distributed`` group.
+
+Each process of the group (``torchrun``, Ray Train's ``TorchTrainer``) is rank ``r`` of ``W``
+and trains on part ``r`` of a store written by ``gnnsys partition --parts W``. Its loader yields
+PyG ``Data`` (``HeteroData`` on a typed store) for the seeds its part owns, so a user's own PyG
+model and loop train unchanged::
+
+    dist.init_process_group("gloo")            # torchrun sets the environment
+    loader = DistNeighborLoader(store, num_neighbors=[15, 10], batch_size=1024, shuffle=True)
+    for batch in loader:                        # the same len(loader) on every rank
+        out = model(batch.x, batch.edge_index)[: batch.batch_size]
+        loss = F.cross_entropy(out, batch.y)
+
+The data path is ``gnnsys train``'s (``gnnsys.train.rank.build_sources``): the runtime's typed
+sampler over the part's in-edges, halo in-edges and halo feature rows read from their owner's
+shard (``ShardOwner`` over the mapped store, ``--owner-reads local``: one machine or a shared
+file system), through the halo cache under its byte budget and the run's codec (rows reach the
+model decoded), counted in a ledger; batches are prepared ``prefetch`` ahead on stage threads
+(``gnnsys.sampler.stages.Prefetcher``). No rank waits for another to read halo rows: nothing
+but the length agreement at construction is a collective.
+
+DDP safety: the batch schedule is ``gnnsys train``'s (``gnnsys.train.schedule``). At
+construction the ranks exchange their seed counts (one ``all_gather``, bounded by
+``timeout_s``) and agree on ``len(loader)``; every rank then yields exactly that many batches
+per epoch, so no rank waits at the last all-reduce for a partner that has stopped.
+
+* ``drop_last=False`` (default): every seed once per epoch; rank ``r``'s seeds are split into
+  ``len(loader)`` near-equal batches (``schedule='global'``: ``ceil(all seeds / (batch_size *
+  W))`` batches, so a rank with more seeds takes bigger batches; ``'max'``: the largest rank's
+  ``ceil(seeds / batch_size)``, no batch above ``batch_size``). A rank with fewer seeds than
+  batches yields some empty batches (``batch_size == 0``): compute a zero loss on them (e.g.
+  ``out.sum() * 0``) and still call ``backward`` so DDP's all-reduce has its partner.
+* ``drop_last=True``: every batch holds exactly ``batch_size`` seeds; ``len(loader)`` is the
+  smallest rank's ``seeds // batch_size`` and each rank drops the rest of its shuffled seeds.
+
+Shuffling is repeatable: epoch ``e``'s order on rank ``r`` is a permutation seeded by
+``(seed, r, e)`` and batch ``b``'s sampler seed by ``(seed, r, e, b)``, so the same seed gives the
+same batches on every run. Each ``iter(loader)`` starts the next epoch (``set_epoch`` sets it, as
+``DistributedSampler.set_epoch`` does).
+
+Differences from ``torch_geometric.distributed.DistNeighborLoader``:
+
+* the partitions are opened from a store path, not ``(LocalFeatureStore, LocalGraphStore)``;
+  there is no ``master_addr``/``current_ctx``: the user's process group is the context;
+* ``input_nodes`` is the *whole* seed set (the same on every rank: ids or a bool mask over the
+  graph, ``DistDGL``'s ``node_split`` rule); each rank takes the seeds its part owns.
+  ``None`` is the store's train mask;
+* ``y`` holds the seeds' labels only (``batch.y[:batch.batch_size]`` reads the same): a halo
+  node's label lives with its owner and is never sent;
+* a typed store's featureless types have no ``x``: give them an ``nn.Embedding`` indexed by
+  ``batch[t].n_id``, as PyG's MAG examples do.
+
+Shape legend: ``N`` sampled nodes, ``E`` sampled edges, ``B`` seeds, ``F`` features.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch import distributed as dist
+
+from gnnsys.distributed.metrics import DEFAULT_TIMEOUT_S, _check_group, _wait
+from gnnsys.types import ONE_TYPE
+
+__all__ = ["DistNeighborLoader"]
+
+EdgeType = tuple[str, str, str]
+
+
+def _group(what: str) -> tuple[int, int]:
+    """``(rank, world_size)`` of the user's process group; a clear error without one."""
+    try:
+        _check_group()
+    except RuntimeError as err:
+        raise RuntimeError(f"{what}: {err}") from None
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _all_gather_counts(values: list[int], what: str, timeout_s: float) -> Tensor:
+    """``[W, K]`` int64: every rank's ``values`` (one ``all_gather``, bounded by ``timeout_s``)."""
+    mine = torch.tensor(values, dtype=torch.int64)
+    world = dist.get_world_size()
+    out = [torch.zeros_like(mine) for _ in range(world)]
+    _wait(dist.all_gather(out, mine, async_op=True), what, timeout_s)
+    return torch.stack(out)
+
+
+class DistNeighborLoader:
+    """Neighbor-sampled PyG batches of this rank's seeds, over a gnnsys partition store.
+
+    Args:
+        store: Directory written by ``gnnsys partition`` with one part per rank.
+        num_neighbors: Fanouts per hop, seed hop first (``-1``: all); on a typed store also a
+            dict ``{edge_type: fanouts}`` with an entry for every relation.
+        input_nodes: The seeds over the whole graph, the same on every rank: ``None`` (the
+            store's train mask), a 1-D bool mask or id tensor; on a typed store a type name
+            (every node of it, or its train mask with ``None``) or ``(type, mask | ids)``.
+            Each rank takes the seeds its part owns.
+        batch_size: Seeds per batch per rank (see the module docstring for ``drop_last``).
+        shuffle: A fresh seeded order every epoch (else the seeds' order, split in turn).
+        drop_last: Equal, full batches only (the rest of each rank's seeds skipped per epoch).
+        num_workers: Threads that sample ahead (the fetch stage is one more thread).
+        seed: Makes the order and the sampling repeatable.
+        codec: How halo rows travel (``fp32``, ``fp16``, ``bf16``, ``int8``, ``int4``,
+            ``binary``, or a ``CodecConfig``); the model always receives float32 rows.
+        cache: Halo cache budget and policy (``gnnsys.cache.CacheConfig``; ``None``: none).
+        prefetch: Batches prepared ahead of the loop (0: each batch made when asked for).
+        schedule: ``global`` or ``max``, as ``gnnsys train --batch-schedule``.
+        timeout_s: Seconds any remote call or collective of the loader waits before it raises.
+        verify: Check the part's files against their checksums when opened.
+
+    Raises:
+        RuntimeError: No ``torch.distributed`` process group has been initialised.
+        ValueError: The store's part count differs from the world size; ``input_nodes`` has
+            ids outside the graph or does not match the store's kind; bad fanouts.
+        PartitionStoreError: The store is missing or its checksums fail (naming the file).
+    """
+
+    def __init__(
+        self,
+        store: str | os.PathLike[str],
+        num_neighbors: list[int] | tuple[int, ...] | dict[Any, list[int]],
+        *,
+        input_nodes: Any = None,
+        batch_size: int = 1,
+        shuffle: bool = False,
+        drop_last: bool = False,
+        num_workers: int = 0,
+        seed: int = 0,
+        codec: Any = "fp32",
+        cache: Any = None,
+        prefetch: int = 2,
+        schedule: str = "global",
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        verify: bool = True,
+    ) -> None:
+        from gnnsys.store import load_books, read_shard
+        from gnnsys.store.info import store_info
+
+        self.rank, self.world_size = _group("DistNeighborLoader")
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r}; pass an int >= 1")
+        if not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(f"num_workers={num_workers!r}; pass an int >= 0")
+        if not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch={prefetch!r}; pass an int >= 0")
+        if schedule not in ("global", "max"):
+            raise ValueError(f"schedule={schedule!r}; choose 'global' or 'max'")
+        self.store = Path(store)
+        if not self.store.is_dir():
+            raise FileNotFoundError(
+                f"store {str(self.store)!r} is not a directory; write one with "
+                f"`gnnsys partition ... --parts {self.world_size} --out DIR`"
+            )
+        info = store_info(self.store)
+        if info.num_parts != self.world_size:
+            raise ValueError(
+                f"store {self.store} has {info.num_parts} parts but the process group has "
+                f"{self.world_size} ranks; each rank trains on one part: re-partition with "
+                f"`gnnsys partition ... --parts {self.world_size}` or launch "
+                f"{info.num_parts} ranks (torchrun --nproc-per-node {info.num_parts})"
+            )
+        self.typed = info.typed
+        self.input_type, seeds_given = self._input_type(input_nodes, info)
+        self.batch_size, self.shuffle, self.drop_last = batch_size, bool(shuffle), bool(drop_last)
+        self.num_workers, self.prefetch, self.seed = num_workers, prefetch, int(seed)
+        self.timeout_s = float(timeout_s)
+        self.shard = read_shard(self.store, self.rank, verify=verify)
+        self._raw_books = load_books(self.store)  # keyed None on a homogeneous store
+        self.books = {ONE_TYPE if t is None else t: b for t, b in self._raw_books.items()}
+        self._sources, self.ledger, self.layout = self._build(info, num_neighbors, codec, cache)
+        self.seed_gid, self.input_id, self.seed_y = self._seeds(seeds_given)
+        counts = _all_gather_counts(
+            [int(self.seed_gid.numel())], "DistNeighborLoader's seed-count all_gather",
+            self.timeout_s,
+        )  # fmt: skip
+        self.rank_seeds = [int(c) for c in counts[:, 0]]
+        self._num_batches = self._agree(schedule)
+        self.epoch = 0
+
+    # ---- construction ---------------------------------------------------------------------
+    def _input_type(self, input_nodes: Any, info: Any) -> tuple[str, Any]:
+        """The seed type and what ``input_nodes`` says about its seeds (``None``: train mask)."""
+        if not self.typed:
+            if isinstance(input_nodes, str) or (
+                isinstance(input_nodes, tuple) and input_nodes and isinstance(input_nodes[0], str)
+            ):
+                raise TypeError(
+                    f"input_nodes={input_nodes!r} names a node type, but {self.store} is a "
+                    "homogeneous store (one node type): pass None (its train mask), a bool mask "
+                    "or an id tensor"
+                )
+            return ONE_TYPE, input_nodes
+        types = list(info.node_types)
+        if isinstance(input_nodes, str):
+            name, given = input_nodes, None
+        elif isinstance(input_nodes, tuple) and len(input_nodes) == 2:
+            name, given = input_nodes
+        else:
+            raise TypeError(
+                f"{self.store} is a typed store (node types {types}); name the seed type as PyG "
+                "does for HeteroData: input_nodes='type' or ('type', mask | ids), got "
+                f"{type(input_nodes).__name__}"
+            )
+        if name not in types:
+            raise ValueError(f"input_nodes names node type {name!r}; the store's types: {types}")
+        return name, given
+
+    def _build(self, info: Any, num_neighbors: Any, codec: Any, cache: Any) -> tuple[Any, Any, Any]:
+        """The runtime's sampler and row sources for this rank (``build_sources``)."""
+        from gnnsys.cache import CacheConfig
+        from gnnsys.cache.codecs import CodecConfig
+        from gnnsys.models import ModelConfig
+        from gnnsys.sampler import NeighborSampler
+        from gnnsys.train.node_types import HeteroConfig
+        from gnnsys.train.rank import TypedLayout, build_sources
+        from gnnsys.train.remote.ledger import TypedLedger
+        from gnnsys.train.remote.server import LocalOwnerClient, ShardOwner
+        from gnnsys.train.trainer import Trainer
+        from gnnsys.train.worker import WorkerSpec
+
+        codec = codec if isinstance(codec, CodecConfig) else CodecConfig(name=str(codec))
+        if codec.name == "auto":
+            raise ValueError("codec='auto' is resolved by `gnnsys train`; name a codec here")
+        cache = CacheConfig() if cache is None else cache
+        if not isinstance(cache, CacheConfig):
+            raise TypeError(f"cache={cache!r}; pass a gnnsys.cache.CacheConfig or None")
+        relations = [tuple(et) for et in info.named_relations]
+        per_relation = self._fanouts(num_neighbors, relations)
+        any_fanouts = next(iter(per_relation.values()))
+        dims = info.named_dims
+        hetero = HeteroConfig(model="sage", input_type=self.input_type) if self.typed else None
+        spec = WorkerSpec(
+            rank=self.rank, world_size=self.world_size, store=str(self.store),
+            topology="partitioned",
+            trainer=Trainer.Config(batch_size=self.batch_size, seed=self.seed),
+            sampler=NeighborSampler.Config(fanouts=any_fanouts),
+            model=ModelConfig(name="sage"),
+            num_features=int(dims.get(self.input_type, 0)),
+            num_classes=max(1, int(info.num_classes)), deadline_s=self.timeout_s,
+            codec=codec, cache=cache, owner_reads="local", hetero=hetero,
+        )  # fmt: skip
+        if self.input_type not in dims:
+            raise ValueError(
+                f"node type {self.input_type!r} of {self.store} has no features; seed a "
+                f"featured type: {sorted(dims)}"
+            )
+        layout = replace(TypedLayout.of(spec) if info.num_classes else _unlabelled(spec, info),
+                         fanouts=per_relation)  # fmt: skip
+        ledger = TypedLedger(list(self.shard.nodes))
+        owners = [
+            ShardOwner(str(self.store), p, own_threads=False, books=self._raw_books)
+            for p in range(self.world_size)
+        ]
+        sources = build_sources(
+            spec, layout, self.shard, self.books, LocalOwnerClient(owners), _no_peers, ledger,
+            None, step=lambda: 0,
+        )  # fmt: skip
+        return sources, ledger, layout
+
+    def _fanouts(self, num_neighbors: Any, relations: list[EdgeType]) -> dict[EdgeType, tuple[int, ...]]:
+        """Relation -> fanouts (a list: the same for every relation)."""
+        if isinstance(num_neighbors, dict):
+            if not self.typed:
+                raise TypeError(
+                    "num_neighbors is a dict of edge types, but the store is homogeneous: "
+                    "pass a list of fanouts"
+                )
+            keys = {tuple(k) for k in num_neighbors}
+            missing, extra = set(relations) - keys, keys - set(relations)
+            if missing or extra:
+                raise ValueError(
+                    f"num_neighbors needs an entry for every relation of the store, exactly; "
+                    f"missing {sorted(missing)}, unknown {sorted(extra)}"
+                )
+            out = {tuple(k): tuple(int(f) for f in v) for k, v in num_neighbors.items()}
+        else:
+            fanouts = tuple(int(f) for f in num_neighbors)
+            out = {et: fanouts for et in relations}
+        hops = {len(f) for f in out.values()}
+        if len(hops) != 1 or 0 in hops:
+            raise ValueError(f"num_neighbors: every relation needs the same >= 1 hops, got {out}")
+        if any(f < -1 for fs in out.values() for f in fs):
+            raise ValueError(f"num_neighbors must be >= -1 (-1 = all), got {out}")
+        return out
+
+    def _seeds(self, given: Any) -> tuple[Tensor, Tensor, Tensor | None]:
+        """This rank's seeds (type-local ids), their ``input_id`` and labels."""
+        nodes = self.shard.nodes[self.input_type]
+        book = self.books[self.input_type]
+        num_nodes = int(nodes.num_nodes)
+        owned = np.asarray(nodes.owned_lid, dtype=np.int64)
+        if given is None:
+            mask = nodes.data.get("train_mask")
+            if mask is None:
+                raise ValueError(
+                    f"input_nodes=None takes the store's train mask, and node type "
+                    f"{self.input_type!r} of {self.store} has none: pass the seeds"
+                )
+            gid = owned[np.asarray(mask, dtype=bool)]
+            input_id = torch.from_numpy(gid.copy())
+        else:
+            from gnnsys.loader.base_loader import input_gid
+
+            try:
+                all_gid = input_gid(given, num_nodes)
+            except (TypeError, ValueError) as err:
+                raise type(err)(f"DistNeighborLoader: {err}") from None
+            mine = torch.from_numpy(book.part_N[all_gid.numpy()] == self.rank)
+            gid = all_gid[mine].numpy()
+            is_mask = isinstance(given, Tensor) and given.dtype == torch.bool
+            input_id = torch.from_numpy(gid.copy()) if is_mask else torch.nonzero(mine).squeeze(1)
+        y = nodes.data.get("y")
+        labels = None
+        if y is not None:
+            labels = torch.from_numpy(np.asarray(y)[book.lid_N[gid]].astype(np.int64, copy=False))
+        return torch.from_numpy(np.ascontiguousarray(gid)), input_id, labels
+
+    def _agree(self, schedule: str) -> int:
+        """``len(loader)``, from every rank's seed count (the same on every rank)."""
+        from gnnsys.train.schedule import BatchPlan, steps_per_epoch
+
+        if self.drop_last:
+            fewest = min(self.rank_seeds)
+            if fewest < self.batch_size:
+                raise ValueError(
+                    f"drop_last=True: a rank holds {fewest} seeds, fewer than batch_size="
+                    f"{self.batch_size}, so no rank could yield a full batch; lower batch_size "
+                    "or pass drop_last=False"
+                )
+            return fewest // self.batch_size
+        if sum(self.rank_seeds) == 0:
+            raise ValueError("no rank holds a seed: input_nodes selects no node of the graph")
+        return steps_per_epoch([BatchPlan(n, self.batch_size, schedule) for n in self.rank_seeds])
+
+    # ---- iteration ------------------------------------------------------------------------
+    def __len__(self) -> int:
+        """Batches per epoch, the same on every rank."""
+        return self._num_batches
+
+    def set_epoch(self, epoch: int) -> None:
+        """The next ``iter(loader)`` runs epoch ``epoch`` (its order and sampling)."""
+        self.epoch = int(epoch)
+
+    def _positions(self, epoch: int) -> list[Tensor]:
+        """Positions into this rank's seeds for every batch of ``epoch``."""
+        from gnnsys.train.schedule import epoch_batches, mix_seed
+
+        num, count = int(self.seed_gid.numel()), self._num_batches
+        if self.drop_last:
+            if self.shuffle:
+                gen = torch.Generator().manual_seed(mix_seed(self.seed, 0xD809, self.rank, epoch))
+                order = torch.randperm(num, generator=gen)
+            else:
+                order = torch.arange(num)
+            return list(order[: count * self.batch_size].view(count, self.batch_size))
+        if self.shuffle:
+            return epoch_batches(num, count, seed=self.seed, rank=self.rank, epoch=epoch)
+        return list(torch.tensor_split(torch.arange(num), count))
+
+    def __iter__(self) -> Iterator[Any]:
+        """One epoch of ``len(self)`` batches; each call starts the next epoch."""
+        from gnnsys.sampler.stages import Prefetcher
+        from gnnsys.train.schedule import batch_seed_for
+
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        chunks = self._positions(epoch)
+        sampler = self._sources.sampler.sampler
+
+        def sample(b: int) -> tuple[Tensor, Any]:
+            pos = chunks[b]
+            if not pos.numel():
+                return pos, None
+            sub = sampler.sample(
+                self.seed_gid[pos], input_type=self.input_type,
+                seed=batch_seed_for(self.seed, self.rank, epoch, b), with_edge_index=True,
+            )  # fmt: skip
+            return pos, sub
+
+        feed: Prefetcher[Any] = Prefetcher(
+            sample, len(chunks), self.prefetch, then=(self._batch,),
+            workers=1 if self.prefetch == 0 else max(1, self.num_workers),
+            name=f"gnnsys-distloader-{self.rank}",
+        )  # fmt: skip
+        return _Feed(feed)
+
+    def _batch(self, item: tuple[Tensor, Any]) -> Any:
+        """The fetch stage: rows through cache and codec, joined into ``Data``/``HeteroData``."""
+        pos, sub = item
+        if sub is None:
+            return self._empty()
+        x_dict, _ = self._sources.inputs.fetch(sub)
+        if not self.typed:
+            return self._data(sub, x_dict, pos)
+        return self._hetero(sub, x_dict, pos)
+
+    def _data(self, sub: Any, x_dict: dict[str, Tensor], pos: Tensor) -> Any:
+        from torch_geometric.data import Data
+
+        t = ONE_TYPE
+        ((et, edge_index),) = sub.edge_index.items()
+        batch = Data(
+            x=x_dict[t], edge_index=edge_index, n_id=sub.n_id[t], batch_size=sub.batch_size,
+            input_id=self.input_id[pos], num_sampled_nodes=list(sub.num_sampled_nodes[t]),
+            num_sampled_edges=list(sub.num_sampled_edges[et]),
+        )  # fmt: skip
+        if self.seed_y is not None:
+            batch.y = self.seed_y[pos]
+        return batch
+
+    def _hetero(self, sub: Any, x_dict: dict[str, Tensor], pos: Tensor) -> Any:
+        from torch_geometric.data import HeteroData
+
+        batch = HeteroData()
+        for t, n_id in sub.n_id.items():
+            batch[t].n_id = n_id
+            batch[t].num_sampled_nodes = list(sub.num_sampled_nodes[t])
+            if t in x_dict:
+                batch[t].x = x_dict[t]
+            else:
+                batch[t].num_nodes = int(n_id.numel())
+        for et, edge_index in sub.edge_index.items():
+            batch[et].edge_index = edge_index
+            batch[et].num_sampled_edges = list(sub.num_sampled_edges[et])
+        seeds = batch[self.input_type]
+        seeds.batch_size, seeds.input_id = sub.batch_size, self.input_id[pos]
+        if self.seed_y is not None:
+            seeds.y = self.seed_y[pos]
+        return batch
+
+    def _empty(self) -> Any:
+        """A batch without seeds (a rank with fewer seeds than batches): every field, no rows."""
+        hops = len(next(iter(self.layout.fanouts.values())))
+        width = {t: self.layout.in_dims[t] for t in self.layout.featured}
+        x = {t: torch.zeros(0, f) for t, f in width.items()}
+        n_id = {t: torch.zeros(0, dtype=torch.int64) for t in self.shard.nodes}
+        sub = _EmptySub(
+            n_id=n_id,
+            edge_index={et: torch.zeros(2, 0, dtype=torch.int64) for et in self.layout.fanouts},
+            batch_size=0,
+            num_sampled_nodes={t: (0,) * (hops + 1) for t in n_id},
+            num_sampled_edges={et: (0,) * hops for et in self.layout.fanouts},
+        )
+        pos = torch.zeros(0, dtype=torch.int64)
+        return self._hetero(sub, x, pos) if self.typed else self._data(sub, x, pos)
+
+    # ---- what the data path did ----------------------------------------------------------
+    def cache_counters(self) -> Any:
+        """The halo caches' counters (hits, misses, bytes), or ``None`` without a cache."""
+        return self._sources.inputs.counters()
+
+    def __repr__(self) -> str:
+        return (
+            f"DistNeighborLoader(store={str(self.store)!r}, rank={self.rank}/{self.world_size}, "
+            f"seeds={int(self.seed_gid.numel())}, batches={len(self)})"
+        )
+
+
+class _EmptySub:
+    """The fields of a ``HeteroSampledSubgraph`` that the join reads, for a batch without seeds."""
+
+    def __init__(self, **fields: Any) -> None:
+        self.__dict__.update(fields)
+
+
+class _Feed:
+    """The epoch's batches; closing it (or dropping it) stops the stage threads."""
+
+    def __init__(self, feed: Any) -> None:
+        self._feed = feed
+        self._it = iter(feed)
+
+    def __iter__(self) -> _Feed:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._it)
+
+    def __len__(self) -> int:
+        return int(self._feed.count)
+
+    def close(self) -> None:
+        """Stop the stage threads."""
+        self._feed.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the threads are daemons
+            pass
+
+
+def _no_peers() -> Any:
+    raise RuntimeError("DistNeighborLoader serves no embedding rows (featureless types have no x)")
+
+
+def _unlabelled(spec: Any, info: Any) -> Any:
+    """``TypedLayout`` of a store without labels (``TypedLayout.of`` insists on them)."""
+    from gnnsys.train.node_types import HeteroConfig
+    from gnnsys.train.rank import TypedLayout
+
+    dims, types = info.named_dims, info.named_types
+    return TypedLayout(
+        hetero=spec.hetero or HeteroConfig(model="sage", input_type=ONE_TYPE),
+        fanouts={},
+        in_dims={t: dims.get(t, 1) for t in types},
+        featured=tuple(t for t in types if t in dims),
+    )

@@ -1,0 +1,93 @@
+"""One rank of the DistNeighborLoader tests (run by ``test_dist_loader.py`` under gloo).
+
+``python dist_loader_rank.py STORE OUT SCENARIO``: builds the scenario's loaders in this rank's
+process group and saves what they yielded as ``OUT % rank`` (npz, no pickle).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import torch
+from torch import distributed as dist
+
+
+def _record(loader, epochs: int, tag: str, out: dict) -> None:
+    from torch_geometric.data import HeteroData
+
+    out[f"{tag}/len"] = np.array([len(loader)])
+    for e in range(epochs):
+        for b, batch in enumerate(loader):
+            key = f"{tag}/{e}/{b}"
+            if not isinstance(batch, HeteroData):
+                out[f"{key}/n_id"] = batch.n_id.numpy()
+                out[f"{key}/edge_index"] = batch.edge_index.numpy()
+                out[f"{key}/x"] = batch.x.numpy()
+                out[f"{key}/y"] = batch.y.numpy()
+                out[f"{key}/input_id"] = batch.input_id.numpy()
+                out[f"{key}/batch_size"] = np.array([batch.batch_size])
+                continue
+            for t in batch.node_types:
+                out[f"{key}/{t}/n_id"] = batch[t].n_id.numpy()
+                if "x" in batch[t]:
+                    out[f"{key}/{t}/x"] = batch[t].x.numpy()
+            for et in batch.edge_types:
+                out[f"{key}/{'__'.join(et)}/edge_index"] = batch[et].edge_index.numpy()
+            seed_type = loader.input_type
+            out[f"{key}/y"] = batch[seed_type].y.numpy()
+            out[f"{key}/batch_size"] = np.array([batch[seed_type].batch_size])
+
+
+def _train(store: str, out: dict) -> None:
+    """PyG's GraphSAGE under DDP on the loader's batches: losses per epoch, final weights."""
+    from torch.nn.parallel import DistributedDataParallel
+    from torch_geometric.nn.models import GraphSAGE
+
+    from gnnsys.distributed import DistNeighborLoader
+
+    loader = DistNeighborLoader(store, [4, 3], batch_size=32, shuffle=True, seed=3)
+    torch.manual_seed(0)
+    model = DistributedDataParallel(GraphSAGE(16, 32, num_layers=2, out_channels=4))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    losses = []
+    for _ in range(12):
+        total = 0.0
+        for batch in loader:
+            opt.zero_grad()
+            logits = model(batch.x, batch.edge_index)[: batch.batch_size]
+            loss = torch.nn.functional.cross_entropy(logits, batch.y)
+            loss.backward()
+            opt.step()
+            total += float(loss)
+        losses.append(total / len(loader))
+    out["train/losses"] = np.array(losses)
+    out["train/weights"] = torch.cat([p.detach().flatten() for p in model.parameters()]).numpy()
+
+
+def main() -> None:
+    store, path, scenario = sys.argv[1:4]
+    dist.init_process_group("gloo")
+    from gnnsys.distributed import DistNeighborLoader
+
+    out: dict[str, np.ndarray] = {}
+    if scenario == "node":
+        kw = {"num_neighbors": [4, 3], "batch_size": 40, "seed": 7}
+        _record(DistNeighborLoader(store, shuffle=True, **kw), 2, "shuffled", out)
+        _record(DistNeighborLoader(store, shuffle=True, **kw), 2, "again", out)
+        _record(DistNeighborLoader(store, **kw, prefetch=0), 1, "ordered", out)
+        _record(DistNeighborLoader(store, shuffle=True, drop_last=True, **kw), 1, "drop", out)
+        mask = torch.zeros(1000, dtype=torch.bool)
+        mask[::3] = True
+        _record(DistNeighborLoader(store, input_nodes=mask, **kw), 1, "mask", out)
+        _record(DistNeighborLoader(store, codec="int8", **kw), 1, "int8", out)
+        _train(store, out)
+    elif scenario == "typed":
+        kw = {"num_neighbors": [3, 2], "batch_size": 50, "seed": 7, "shuffle": True}
+        _record(DistNeighborLoader(store, input_nodes="paper", **kw), 1, "typed", out)
+    np.savez(path % dist.get_rank(), **out)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
