@@ -73,6 +73,10 @@ __all__ = ["DistNeighborLoader"]
 
 EdgeType = tuple[str, str, str]
 
+SPLITS = ("train", "val", "test")
+"""Split names ``input_nodes`` may give (``'val'``, or ``('paper', 'val')`` on a typed store):
+the store's ``<split>_mask`` of the seed type."""
+
 
 def _group(what: str) -> tuple[int, int]:
     """``(rank, world_size)`` of the user's process group; a clear error without one."""
@@ -100,8 +104,9 @@ class DistNeighborLoader:
         num_neighbors: Fanouts per hop, seed hop first (``-1``: all); on a typed store also a
             dict ``{edge_type: fanouts}`` with an entry for every relation.
         input_nodes: The seeds over the whole graph, the same on every rank: ``None`` (the
-            store's train mask), a 1-D bool mask or id tensor; on a typed store a type name
-            (every node of it, or its train mask with ``None``) or ``(type, mask | ids)``.
+            store's train mask), ``'train'``, ``'val'`` or ``'test'`` (that mask), a 1-D bool
+            mask or id tensor; on a typed store the seed type's name (its train mask) or
+            ``(type, split | mask | ids)``.
             Each rank takes the seeds its part owns.
         batch_size: Seeds per batch per rank (see the module docstring for ``drop_last``).
         shuffle: A fresh seeded order every epoch (else the seeds' order, split in turn).
@@ -172,6 +177,10 @@ class DistNeighborLoader:
         self.batch_size, self.shuffle, self.drop_last = batch_size, bool(shuffle), bool(drop_last)
         self.num_workers, self.prefetch, self.seed = num_workers, prefetch, int(seed)
         self.timeout_s = float(timeout_s)
+        self.num_classes = int(info.num_classes)
+        """Classes of the store's labels (0 without labels)."""
+        self.num_features = int(info.named_dims.get(self.input_type, 0))
+        """Width of the seed type's feature rows."""
         self.shard = read_shard(self.store, self.rank, verify=verify)
         self._raw_books = load_books(self.store)  # keyed None on a homogeneous store
         self.books = {ONE_TYPE if t is None else t: b for t, b in self._raw_books.items()}
@@ -189,6 +198,8 @@ class DistNeighborLoader:
     def _input_type(self, input_nodes: Any, info: Any) -> tuple[str, Any]:
         """The seed type and what ``input_nodes`` says about its seeds (``None``: train mask)."""
         if not self.typed:
+            if isinstance(input_nodes, str) and input_nodes in SPLITS:
+                return ONE_TYPE, input_nodes
             if isinstance(input_nodes, str) or (
                 isinstance(input_nodes, tuple) and input_nodes and isinstance(input_nodes[0], str)
             ):
@@ -265,7 +276,9 @@ class DistNeighborLoader:
         )  # fmt: skip
         return sources, ledger, layout
 
-    def _fanouts(self, num_neighbors: Any, relations: list[EdgeType]) -> dict[EdgeType, tuple[int, ...]]:
+    def _fanouts(
+        self, num_neighbors: Any, relations: list[EdgeType]
+    ) -> dict[EdgeType, tuple[int, ...]]:
         """Relation -> fanouts (a list: the same for every relation)."""
         if isinstance(num_neighbors, dict):
             if not self.typed:
@@ -297,11 +310,12 @@ class DistNeighborLoader:
         book = self.books[self.input_type]
         num_nodes = int(nodes.num_nodes)
         owned = np.asarray(nodes.owned_lid, dtype=np.int64)
-        if given is None:
-            mask = nodes.data.get("train_mask")
+        if given is None or (isinstance(given, str) and given in SPLITS):
+            split = "train" if given is None else given
+            mask = nodes.data.get(f"{split}_mask")
             if mask is None:
                 raise ValueError(
-                    f"input_nodes=None takes the store's train mask, and node type "
+                    f"input_nodes={given!r} takes the store's {split}_mask, and node type "
                     f"{self.input_type!r} of {self.store} has none: pass the seeds"
                 )
             gid = owned[np.asarray(mask, dtype=bool)]

@@ -14,9 +14,9 @@ import torch
 from torch import distributed as dist
 
 from gnnsys.distributed import DistNeighborLoader
+from gnnsys.errors import PartitionStoreError
 from gnnsys.partitioners import partition
 from gnnsys.store import write_partitions
-from gnnsys.errors import PartitionStoreError
 
 
 @pytest.fixture(scope="module")
