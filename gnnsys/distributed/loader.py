@@ -96,6 +96,18 @@ def _all_gather_counts(values: list[int], what: str, timeout_s: float) -> Tensor
     return torch.stack(out)
 
 
+def _check_settings(batch_size: Any, num_workers: Any, prefetch: Any, schedule: Any) -> None:
+    """A clear error naming the bad loader setting and what to pass instead."""
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size={batch_size!r}; pass an int >= 1")
+    if not isinstance(num_workers, int) or num_workers < 0:
+        raise ValueError(f"num_workers={num_workers!r}; pass an int >= 0")
+    if not isinstance(prefetch, int) or prefetch < 0:
+        raise ValueError(f"prefetch={prefetch!r}; pass an int >= 0")
+    if schedule not in ("global", "max"):
+        raise ValueError(f"schedule={schedule!r}; choose 'global' or 'max'")
+
+
 class DistNeighborLoader:
     """Neighbor-sampled PyG batches of this rank's seeds, over a gnnsys partition store.
 
@@ -120,6 +132,11 @@ class DistNeighborLoader:
         schedule: ``global`` or ``max``, as ``gnnsys train --batch-schedule``.
         timeout_s: Seconds any remote call or collective of the loader waits before it raises.
         verify: Check the part's files against their checksums when opened.
+
+    Attributes:
+        num_classes: Classes of the store's labels (0 without labels).
+        num_features: Width of the seed type's feature rows.
+        rank_seeds: Every rank's seed count, as agreed at construction.
 
     Raises:
         RuntimeError: No ``torch.distributed`` process group has been initialised.
@@ -147,18 +164,30 @@ class DistNeighborLoader:
         verify: bool = True,
     ) -> None:
         from gnnsys.store import load_books, read_shard
-        from gnnsys.store.info import store_info
 
         self.rank, self.world_size = _group("DistNeighborLoader")
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise ValueError(f"batch_size={batch_size!r}; pass an int >= 1")
-        if not isinstance(num_workers, int) or num_workers < 0:
-            raise ValueError(f"num_workers={num_workers!r}; pass an int >= 0")
-        if not isinstance(prefetch, int) or prefetch < 0:
-            raise ValueError(f"prefetch={prefetch!r}; pass an int >= 0")
-        if schedule not in ("global", "max"):
-            raise ValueError(f"schedule={schedule!r}; choose 'global' or 'max'")
+        _check_settings(batch_size, num_workers, prefetch, schedule)
         self.store = Path(store)
+        info = self._open_info()
+        self.typed = info.typed
+        self.input_type, seeds_given = self._input_type(input_nodes, info)
+        self.batch_size, self.shuffle, self.drop_last = batch_size, bool(shuffle), bool(drop_last)
+        self.num_workers, self.prefetch, self.seed = num_workers, prefetch, int(seed)
+        self.timeout_s, self.num_classes = float(timeout_s), int(info.num_classes)
+        self.num_features = int(info.named_dims.get(self.input_type, 0))
+        self.shard = read_shard(self.store, self.rank, verify=verify)
+        self._raw_books = load_books(self.store)  # keyed None on a homogeneous store
+        self.books = {ONE_TYPE if t is None else t: b for t, b in self._raw_books.items()}
+        self._sources, self.ledger, self.layout = self._build(info, num_neighbors, codec, cache)
+        self.seed_gid, self.input_id, self.seed_y = self._seeds(seeds_given)
+        self._num_batches = self._agree(schedule)
+        self.epoch = 0
+
+    # ---- construction ---------------------------------------------------------------------
+    def _open_info(self) -> Any:
+        """The store's summary; an error naming both fixes when parts and ranks differ."""
+        from gnnsys.store.info import store_info
+
         if not self.store.is_dir():
             raise FileNotFoundError(
                 f"store {str(self.store)!r} is not a directory; write one with "
@@ -172,29 +201,8 @@ class DistNeighborLoader:
                 f"`gnnsys partition ... --parts {self.world_size}` or launch "
                 f"{info.num_parts} ranks (torchrun --nproc-per-node {info.num_parts})"
             )
-        self.typed = info.typed
-        self.input_type, seeds_given = self._input_type(input_nodes, info)
-        self.batch_size, self.shuffle, self.drop_last = batch_size, bool(shuffle), bool(drop_last)
-        self.num_workers, self.prefetch, self.seed = num_workers, prefetch, int(seed)
-        self.timeout_s = float(timeout_s)
-        self.num_classes = int(info.num_classes)
-        """Classes of the store's labels (0 without labels)."""
-        self.num_features = int(info.named_dims.get(self.input_type, 0))
-        """Width of the seed type's feature rows."""
-        self.shard = read_shard(self.store, self.rank, verify=verify)
-        self._raw_books = load_books(self.store)  # keyed None on a homogeneous store
-        self.books = {ONE_TYPE if t is None else t: b for t, b in self._raw_books.items()}
-        self._sources, self.ledger, self.layout = self._build(info, num_neighbors, codec, cache)
-        self.seed_gid, self.input_id, self.seed_y = self._seeds(seeds_given)
-        counts = _all_gather_counts(
-            [int(self.seed_gid.numel())], "DistNeighborLoader's seed-count all_gather",
-            self.timeout_s,
-        )  # fmt: skip
-        self.rank_seeds = [int(c) for c in counts[:, 0]]
-        self._num_batches = self._agree(schedule)
-        self.epoch = 0
+        return info
 
-    # ---- construction ---------------------------------------------------------------------
     def _input_type(self, input_nodes: Any, info: Any) -> tuple[str, Any]:
         """The seed type and what ``input_nodes`` says about its seeds (``None``: train mask)."""
         if not self.typed:
@@ -341,6 +349,11 @@ class DistNeighborLoader:
         """``len(loader)``, from every rank's seed count (the same on every rank)."""
         from gnnsys.train.schedule import BatchPlan, steps_per_epoch
 
+        counts = _all_gather_counts(
+            [int(self.seed_gid.numel())], "DistNeighborLoader's seed-count all_gather",
+            self.timeout_s,
+        )  # fmt: skip
+        self.rank_seeds = [int(c) for c in counts[:, 0]]
         if self.drop_last:
             fewest = min(self.rank_seeds)
             if fewest < self.batch_size:
