@@ -3,12 +3,15 @@
 * :class:`DistNeighborLoader`: PyG ``Data``/``HeteroData`` batches of each rank's seeds from a
   partition store, over ``gnnsys train``'s data path (owner reads, halo cache, codecs,
   pipelined producer) and its DDP-safe batch schedule (:mod:`gnnsys.distributed.loader`);
+* :class:`DistLinkNeighborLoader`: the same for seed links, with PyG's binary and triplet
+  negative sampling (:mod:`gnnsys.distributed.link_loader`);
 * metrics that every rank computes on the nodes it holds and that combine, by one collective
   each, into exactly the values ``gnnsys train`` reports (:mod:`gnnsys.distributed.metrics`).
 """
 
 from __future__ import annotations
 
+from gnnsys.distributed.link_loader import DistLinkNeighborLoader
 from gnnsys.distributed.loader import DistNeighborLoader
 from gnnsys.distributed.metrics import (
     accuracy,
@@ -19,6 +22,7 @@ from gnnsys.distributed.metrics import (
 )
 
 __all__ = [
+    "DistLinkNeighborLoader",
     "DistNeighborLoader",
     "accuracy",
     "all_reduce_confusion",

@@ -163,37 +163,42 @@ class DistNeighborLoader:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         verify: bool = True,
     ) -> None:
-        from gnnsys.store import load_books, read_shard
-
-        self.rank, self.world_size = _group("DistNeighborLoader")
-        _check_settings(batch_size, num_workers, prefetch, schedule)
-        self.store = Path(store)
-        info = self._open_info()
-        self.typed = info.typed
-        self.input_type, seeds_given = self._input_type(input_nodes, info)
+        self._open(store, verify, batch_size, num_workers, prefetch, schedule)
+        self.input_type, seeds_given = self._input_type(input_nodes, self.info)
         self.batch_size, self.shuffle, self.drop_last = batch_size, bool(shuffle), bool(drop_last)
         self.num_workers, self.prefetch, self.seed = num_workers, prefetch, int(seed)
-        self.timeout_s, self.num_classes = float(timeout_s), int(info.num_classes)
-        self.num_features = int(info.named_dims.get(self.input_type, 0))
-        self.shard = read_shard(self.store, self.rank, verify=verify)
-        self._raw_books = load_books(self.store)  # keyed None on a homogeneous store
-        self.books = {ONE_TYPE if t is None else t: b for t, b in self._raw_books.items()}
-        self._sources, self.ledger, self.layout = self._build(info, num_neighbors, codec, cache)
+        self.timeout_s = float(timeout_s)
+        self._sources, self.ledger, self.layout = self._build(num_neighbors, codec, cache)
         self.seed_gid, self.input_id, self.seed_y = self._seeds(seeds_given)
         self._num_batches = self._agree(schedule)
-        self.epoch = 0
 
     # ---- construction ---------------------------------------------------------------------
-    def _open_info(self) -> Any:
-        """The store's summary; an error naming both fixes when parts and ranks differ."""
+    def _open(
+        self,
+        store: Any,
+        verify: bool,
+        batch_size: Any,
+        num_workers: Any,
+        prefetch: Any,
+        schedule: Any,
+    ) -> None:
+        """The group, the settings, the store's summary and this rank's part (checksummed).
+
+        An error naming both fixes when the store's parts and the group's ranks differ.
+        """
+        from gnnsys.store import load_books, read_shard
         from gnnsys.store.info import store_info
 
+        what = type(self).__name__
+        self.rank, self.world_size = _group(what)
+        _check_settings(batch_size, num_workers, prefetch, schedule)
+        self.store, self.epoch = Path(store), 0
         if not self.store.is_dir():
             raise FileNotFoundError(
                 f"store {str(self.store)!r} is not a directory; write one with "
                 f"`gnnsys partition ... --parts {self.world_size} --out DIR`"
             )
-        info = store_info(self.store)
+        self.info = info = store_info(self.store)
         if info.num_parts != self.world_size:
             raise ValueError(
                 f"store {self.store} has {info.num_parts} parts but the process group has "
@@ -201,7 +206,10 @@ class DistNeighborLoader:
                 f"`gnnsys partition ... --parts {self.world_size}` or launch "
                 f"{info.num_parts} ranks (torchrun --nproc-per-node {info.num_parts})"
             )
-        return info
+        self.typed, self.num_classes = bool(info.typed), int(info.num_classes)
+        self.shard = read_shard(self.store, self.rank, verify=verify)
+        self._raw_books = load_books(self.store)  # keyed None on a homogeneous store
+        self.books = {ONE_TYPE if t is None else t: b for t, b in self._raw_books.items()}
 
     def _input_type(self, input_nodes: Any, info: Any) -> tuple[str, Any]:
         """The seed type and what ``input_nodes`` says about its seeds (``None``: train mask)."""
@@ -232,7 +240,7 @@ class DistNeighborLoader:
             raise ValueError(f"input_nodes names node type {name!r}; the store's types: {types}")
         return name, given
 
-    def _build(self, info: Any, num_neighbors: Any, codec: Any, cache: Any) -> tuple[Any, Any, Any]:
+    def _build(self, num_neighbors: Any, codec: Any, cache: Any) -> tuple[Any, Any, Any]:
         """The runtime's sampler and row sources for this rank (``build_sources``)."""
         from gnnsys.cache import CacheConfig
         from gnnsys.cache.codecs import CodecConfig
@@ -251,7 +259,9 @@ class DistNeighborLoader:
         cache = CacheConfig() if cache is None else cache
         if not isinstance(cache, CacheConfig):
             raise TypeError(f"cache={cache!r}; pass a gnnsys.cache.CacheConfig or None")
-        relations = [tuple(et) for et in info.named_relations]
+        info = self.info
+        self.num_features = int(info.named_dims.get(self.input_type, 0))
+        relations: list[EdgeType] = [(et[0], et[1], et[2]) for et in info.named_relations]
         per_relation = self._fanouts(num_neighbors, relations)
         any_fanouts = next(iter(per_relation.values()))
         dims = info.named_dims
@@ -350,7 +360,7 @@ class DistNeighborLoader:
         from gnnsys.train.schedule import BatchPlan, steps_per_epoch
 
         counts = _all_gather_counts(
-            [int(self.seed_gid.numel())], "DistNeighborLoader's seed-count all_gather",
+            [self._num_items()], f"{type(self).__name__}'s seed-count all_gather",
             self.timeout_s,
         )  # fmt: skip
         self.rank_seeds = [int(c) for c in counts[:, 0]]
@@ -380,7 +390,7 @@ class DistNeighborLoader:
         """Positions into this rank's seeds for every batch of ``epoch``."""
         from gnnsys.train.schedule import epoch_batches, mix_seed
 
-        num, count = int(self.seed_gid.numel()), self._num_batches
+        num, count = self._num_items(), self._num_batches
         if self.drop_last:
             if self.shuffle:
                 gen = torch.Generator().manual_seed(mix_seed(self.seed, 0xD809, self.rank, epoch))
@@ -399,17 +409,12 @@ class DistNeighborLoader:
 
         epoch, self.epoch = self.epoch, self.epoch + 1
         chunks = self._positions(epoch)
-        sampler = self._sources.sampler.sampler
 
-        def sample(b: int) -> tuple[Tensor, Any]:
+        def sample(b: int) -> tuple[Tensor, Any, Any]:
             pos = chunks[b]
             if not pos.numel():
-                return pos, None
-            sub = sampler.sample(
-                self.seed_gid[pos], input_type=self.input_type,
-                seed=batch_seed_for(self.seed, self.rank, epoch, b), with_edge_index=True,
-            )  # fmt: skip
-            return pos, sub
+                return pos, None, None
+            return (pos, *self._sample(pos, batch_seed_for(self.seed, self.rank, epoch, b)))
 
         feed: Prefetcher[Any] = Prefetcher(
             sample, len(chunks), self.prefetch, then=(self._batch,),
@@ -418,33 +423,47 @@ class DistNeighborLoader:
         )  # fmt: skip
         return _Feed(feed)
 
-    def _batch(self, item: tuple[Tensor, Any]) -> Any:
-        """The fetch stage: rows through cache and codec, joined into ``Data``/``HeteroData``."""
-        pos, sub = item
-        if sub is None:
-            return self._empty()
-        x_dict, _ = self._sources.inputs.fetch(sub)
-        if not self.typed:
-            return self._data(sub, x_dict, pos)
-        return self._hetero(sub, x_dict, pos)
+    # ---- the hooks of a seed kind (nodes here, links in DistLinkNeighborLoader) ---------------
+    def _num_items(self) -> int:
+        """Seeds of this rank (nodes; links for the link loader)."""
+        return int(self.seed_gid.numel())
 
-    def _data(self, sub: Any, x_dict: dict[str, Tensor], pos: Tensor) -> Any:
-        from torch_geometric.data import Data
+    def _sample(self, pos: Tensor, seed: int) -> tuple[Any, Any]:
+        """``(extra, subgraph)`` of the seeds at ``pos``: the sampler stage."""
+        sampler = self._sources.sampler.sampler
+        sub = sampler.sample(
+            self.seed_gid[pos], input_type=self.input_type, seed=seed, with_edge_index=True
+        )
+        return None, sub
 
-        t = ONE_TYPE
-        ((et, edge_index),) = sub.edge_index.items()
-        batch = Data(
-            x=x_dict[t], edge_index=edge_index, n_id=sub.n_id[t], batch_size=sub.batch_size,
-            input_id=self.input_id[pos], num_sampled_nodes=list(sub.num_sampled_nodes[t]),
-            num_sampled_edges=list(sub.num_sampled_edges[et]),
-        )  # fmt: skip
+    def _fields(self, batch: Any, extra: Any, pos: Tensor, batch_size: int) -> Any:
+        """The seed kind's fields of ``batch``: ``batch_size``, ``input_id`` and the labels."""
+        seeds = batch[self.input_type] if self.typed else batch
+        seeds.batch_size, seeds.input_id = batch_size, self.input_id[pos]
         if self.seed_y is not None:
-            batch.y = self.seed_y[pos]
+            seeds.y = self.seed_y[pos]
         return batch
 
-    def _hetero(self, sub: Any, x_dict: dict[str, Tensor], pos: Tensor) -> Any:
-        from torch_geometric.data import HeteroData
+    def _batch(self, item: tuple[Tensor, Any, Any]) -> Any:
+        """The fetch stage: rows through cache and codec, joined into ``Data``/``HeteroData``."""
+        pos, extra, sub = item
+        if sub is None:
+            return self._fields(self._empty(), None, pos, 0)
+        x_dict, _ = self._sources.inputs.fetch(sub)
+        return self._fields(self._join(sub, x_dict), extra, pos, int(sub.batch_size))
 
+    def _join(self, sub: Any, x_dict: dict[str, Tensor]) -> Any:
+        """``Data`` (one node type) or ``HeteroData`` of a sampled subgraph and its rows."""
+        from torch_geometric.data import Data, HeteroData
+
+        if not self.typed:
+            t = ONE_TYPE
+            ((et, edge_index),) = sub.edge_index.items()
+            return Data(
+                x=x_dict[t], edge_index=edge_index, n_id=sub.n_id[t],
+                num_sampled_nodes=list(sub.num_sampled_nodes[t]),
+                num_sampled_edges=list(sub.num_sampled_edges[et]),
+            )  # fmt: skip
         batch = HeteroData()
         for t, n_id in sub.n_id.items():
             batch[t].n_id = n_id
@@ -456,10 +475,6 @@ class DistNeighborLoader:
         for et, edge_index in sub.edge_index.items():
             batch[et].edge_index = edge_index
             batch[et].num_sampled_edges = list(sub.num_sampled_edges[et])
-        seeds = batch[self.input_type]
-        seeds.batch_size, seeds.input_id = sub.batch_size, self.input_id[pos]
-        if self.seed_y is not None:
-            seeds.y = self.seed_y[pos]
         return batch
 
     def _empty(self) -> Any:
@@ -471,12 +486,10 @@ class DistNeighborLoader:
         sub = _EmptySub(
             n_id=n_id,
             edge_index={et: torch.zeros(2, 0, dtype=torch.int64) for et in self.layout.fanouts},
-            batch_size=0,
             num_sampled_nodes={t: (0,) * (hops + 1) for t in n_id},
             num_sampled_edges={et: (0,) * hops for et in self.layout.fanouts},
         )
-        pos = torch.zeros(0, dtype=torch.int64)
-        return self._hetero(sub, x, pos) if self.typed else self._data(sub, x, pos)
+        return self._join(sub, x)
 
     # ---- what the data path did ----------------------------------------------------------
     def cache_counters(self) -> Any:
@@ -485,8 +498,8 @@ class DistNeighborLoader:
 
     def __repr__(self) -> str:
         return (
-            f"DistNeighborLoader(store={str(self.store)!r}, rank={self.rank}/{self.world_size}, "
-            f"seeds={int(self.seed_gid.numel())}, batches={len(self)})"
+            f"{type(self).__name__}(store={str(self.store)!r}, rank={self.rank}/"
+            f"{self.world_size}, seeds={self._num_items()}, batches={len(self)})"
         )
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "LINK_DATA",
     "ShardLinks",
     "has_links",
+    "link_edge_type",
     "links_of_part",
     "load_links",
     "load_typed_links",
@@ -139,9 +140,7 @@ def load_typed_links(
 
     root = Path(root)
     manifest = read_hetero_manifest(root)
-    edge_type = manifest.link_edge_type
-    if manifest.kind == "homogeneous" and _holds_links(manifest.files):
-        edge_type = ONE_RELATION
+    edge_type = _link_edge_type(manifest)
     if edge_type is None:
         raise PartitionStoreError(
             f"{root}: the store holds no links; re-create it with `gnnsys train --task link "
@@ -151,6 +150,20 @@ def load_typed_links(
     src, dst = manifest.node_type(edge_type[0]), manifest.node_type(edge_type[2])
     ids = (src.offset, src.num_nodes, dst.num_nodes)
     return edge_type, _load_part(root, manifest, part, verify, ids)
+
+
+def link_edge_type(root: str | os.PathLike[str]) -> tuple[str, str, str] | None:
+    """The relation a store's link split is of (either kind of store), or ``None`` without one."""
+    from gnnsys.store.reader import read_hetero_manifest
+
+    return _link_edge_type(read_hetero_manifest(Path(root)))
+
+
+def _link_edge_type(manifest: Any) -> tuple[str, str, str] | None:
+    if manifest.kind == "homogeneous" and _holds_links(manifest.files):
+        return ONE_RELATION
+    edge_type = manifest.link_edge_type
+    return None if edge_type is None else (edge_type[0], edge_type[1], edge_type[2])
 
 
 def _load_part(

@@ -65,6 +65,69 @@ def _train(store: str, out: dict) -> None:
     out["train/weights"] = torch.cat([p.detach().flatten() for p in model.parameters()]).numpy()
 
 
+LINK_FIELDS = ("n_id", "edge_index", "x", "input_id", "edge_label_index", "edge_label",
+               "src_index", "dst_pos_index", "dst_neg_index")  # fmt: skip
+
+
+def _record_links(loader, epochs: int, tag: str, out: dict) -> None:
+    """Every link batch's fields (``Data``; on ``HeteroData`` the relation's and types')."""
+    from torch_geometric.data import HeteroData
+
+    out[f"{tag}/len"] = np.array([len(loader)])
+    for e in range(epochs):
+        for b, batch in enumerate(loader):
+            key = f"{tag}/{e}/{b}"
+            out[f"{key}/batch"] = np.array([b])
+            stores = [batch]
+            if isinstance(batch, HeteroData):
+                src, _, dst = loader.edge_type
+                stores = [batch[loader.edge_type], batch[src], batch[dst]]
+                for t in batch.node_types:
+                    out[f"{key}/{t}/n_id"] = batch[t].n_id.numpy()
+                for et in batch.edge_types:
+                    out[f"{key}/{'__'.join(et)}/edge_index"] = batch[et].edge_index.numpy()
+            for store in stores:
+                for name in LINK_FIELDS:
+                    if name in store and f"{key}/{name}" not in out:
+                        out[f"{key}/{name}"] = store[name].numpy()
+
+
+def _train_links(store: str, out: dict) -> None:
+    """PyG GraphSAGE + a dot-product decoder under DDP on binary link batches."""
+    from torch.nn.parallel import DistributedDataParallel
+    from torch_geometric.nn.models import GraphSAGE
+
+    from gnnsys.distributed import DistLinkNeighborLoader
+
+    loader = DistLinkNeighborLoader(
+        store, [4, 3], neg_sampling="binary", batch_size=256, shuffle=True, seed=3
+    )
+    torch.manual_seed(0)
+    model = DistributedDataParallel(GraphSAGE(16, 32, num_layers=2))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    losses = []
+    for _ in range(6):
+        total = 0.0
+        for batch in loader:
+            opt.zero_grad()
+            h = model(batch.x, batch.edge_index)
+            src, dst = batch.edge_label_index
+            logits = (h[src] * h[dst]).sum(-1)
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, batch.edge_label)
+            loss.backward()
+            opt.step()
+            total += float(loss)
+        losses.append(total / len(loader))
+    out["train/losses"] = np.array(losses)
+    out["train/weights"] = torch.cat([p.detach().flatten() for p in model.parameters()]).numpy()
+
+
+def given_links() -> torch.Tensor:
+    """The seed links both the rank script and the test build: 300 random pairs."""
+    gen = torch.Generator().manual_seed(11)
+    return torch.randint(0, 1000, (2, 300), generator=gen)
+
+
 def main() -> None:
     store, path, scenario = sys.argv[1:4]
     dist.init_process_group("gloo")
@@ -85,6 +148,32 @@ def main() -> None:
     elif scenario == "typed":
         kw = {"num_neighbors": [3, 2], "batch_size": 50, "seed": 7, "shuffle": True}
         _record(DistNeighborLoader(store, input_nodes="paper", **kw), 1, "typed", out)
+    elif scenario == "link":
+        from gnnsys.distributed import DistLinkNeighborLoader
+
+        kw = {"num_neighbors": [3, 2], "seed": 7, "shuffle": True}
+        binary = {"mode": "binary", "amount": 2}
+        _record_links(DistLinkNeighborLoader(store, neg_sampling=binary, batch_size=200, **kw),
+                      2, "binary", out)  # fmt: skip
+        labels = torch.arange(300) % 2
+        loader = DistLinkNeighborLoader(
+            store, edge_label_index=given_links(), edge_label=labels, batch_size=40, **kw
+        )
+        _record_links(loader, 1, "given", out)
+        loader = DistLinkNeighborLoader(
+            store, edge_label_index=given_links(), neg_sampling={"mode": "triplet", "amount": 3},
+            batch_size=40, **kw,
+        )  # fmt: skip
+        _record_links(loader, 1, "triplet", out)
+        _train_links(store, out)
+    elif scenario == "typed-link":
+        from gnnsys.distributed import DistLinkNeighborLoader
+
+        et = ("paper", "has_topic", "field_of_study")  # two node types
+        loader = DistLinkNeighborLoader(
+            store, [3, 2], edge_label_index=et, neg_sampling="binary", batch_size=500, seed=7,
+        )  # fmt: skip
+        _record_links(loader, 1, "typed", out)
     np.savez(path % dist.get_rank(), **out)
     dist.destroy_process_group()
 

@@ -104,3 +104,33 @@ def test_a_store_whose_checksum_fails_is_named(group, stores, tmp_path) -> None:
     with pytest.raises(PartitionStoreError, match="x.npy"):
         DistNeighborLoader(copy, [2, 2])
     assert np.load(stores[1] / x.relative_to(copy), allow_pickle=False).shape[0] == 1000
+
+
+def test_link_loader_refuses_bad_links_with_the_fix(group, stores) -> None:
+    from gnnsys.distributed import DistLinkNeighborLoader
+
+    with pytest.raises(ValueError, match=r"row 1 has ids outside \[0, 1000\)"):
+        DistLinkNeighborLoader(stores[1], [2], edge_label_index=torch.tensor([[0, 1], [2, 1000]]))
+    with pytest.raises(ValueError, match=r"must be \[2, L\]"):
+        DistLinkNeighborLoader(stores[1], [2], edge_label_index=torch.zeros(3, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="undefined for 'triplet'"):
+        DistLinkNeighborLoader(
+            stores[1], [2], edge_label_index=torch.tensor([[0], [1]]),
+            edge_label=torch.ones(1), neg_sampling="triplet",
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="edge_label has 2 entries; need 1"):
+        DistLinkNeighborLoader(
+            stores[1], [2], edge_label_index=torch.tensor([[0], [1]]), edge_label=torch.ones(2)
+        )
+    with pytest.raises(TypeError, match="names an edge type, but .* homogeneous store"):
+        DistLinkNeighborLoader(stores[1], [2], edge_label_index=("a", "to", "b"))
+
+
+def test_link_loader_on_one_rank_yields_every_edge_once(group, stores, tiny_graph) -> None:
+    from gnnsys.distributed import DistLinkNeighborLoader
+
+    loader = DistLinkNeighborLoader(stores[1], [2, 2], batch_size=1000, shuffle=True)
+    assert len(loader) == -(-int(tiny_graph.num_edges) // 1000)
+    got = torch.cat([b.n_id[b.edge_label_index] for b in loader], dim=1)
+    assert got.shape[1] == tiny_graph.num_edges
+    assert "DistLinkNeighborLoader(" in repr(loader)
