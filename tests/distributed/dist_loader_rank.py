@@ -7,6 +7,7 @@ process group and saves what they yielded as ``OUT % rank`` (npz, no pickle).
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -122,6 +123,23 @@ def _train_links(store: str, out: dict) -> None:
     out["train/weights"] = torch.cat([p.detach().flatten() for p in model.parameters()]).numpy()
 
 
+def infer_model():
+    """The model both the rank script and the test build: PyG GraphSAGE, seeded weights."""
+    from torch_geometric.nn.models import GraphSAGE
+
+    torch.manual_seed(5)
+    return GraphSAGE(16, 24, num_layers=3, out_channels=4).eval()
+
+
+def _infer(store: str, out_root: str) -> None:
+    from gnnsys.distributed import inference
+
+    model = infer_model()
+    inference(model, store, f"{out_root}/layerwise", kind="embed", batch_size=128)
+    inference(model, store, f"{out_root}/sampled", method="sampled", num_neighbors=[-1, -1, -1],
+              batch_size=200)  # fmt: skip
+
+
 def given_links() -> torch.Tensor:
     """The seed links both the rank script and the test build: 300 random pairs."""
     gen = torch.Generator().manual_seed(11)
@@ -166,6 +184,8 @@ def main() -> None:
         )  # fmt: skip
         _record_links(loader, 1, "triplet", out)
         _train_links(store, out)
+    elif scenario == "infer":
+        _infer(store, str(Path(path).parent))
     elif scenario == "typed-link":
         from gnnsys.distributed import DistLinkNeighborLoader
 

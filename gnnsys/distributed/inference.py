@@ -1,0 +1,303 @@
+"""``inference(model, store, out)``: a user's PyG model over every node, sharded by rank.
+
+Every rank of the user's ``torch.distributed`` group computes the outputs of the nodes its part
+owns and writes them as one Parquet part; rank 0 then publishes the directory with a manifest,
+in the format of ``gnnsys predict`` / ``gnnsys embed`` (:mod:`gnnsys.outputs`), so
+``gnnsys.outputs.open(out)`` reads it. Two methods:
+
+* ``layerwise`` (exact, the default for a model with PyG's ``BasicGNN`` layer interface,
+  ``num_layers`` and ``inference_per_layer``): layer ``l`` runs for every owned node, with *all*
+  its in-neighbours, before layer ``l + 1`` starts, as ``BasicGNN.inference`` does in one
+  process. Layer ``l - 1``'s rows of halo nodes come from their owner: each rank writes its
+  owned rows of the layer into the staging directory, the ranks meet at a bounded barrier, and
+  each reads the halo rows it needs from the owners' files (memory-mapped; one machine or a
+  shared file system, as the loaders' owner reads). Layer 0 reads features through the
+  loader's halo path (cache, codec). The 1-hop subgraphs are sampled once (fanout ``-1``
+  draws nothing at random) and reused by every layer.
+* ``sampled`` (any model, e.g. a ``to_hetero`` model or your own ``MessagePassing`` stack):
+  ``model(x, edge_index)`` (``model(x_dict, edge_index_dict)[type]`` on a typed store) on
+  ``DistNeighborLoader`` batches of every owned node with ``num_neighbors``.
+
+Nothing is half-written: the parts go to a staging directory beside ``out`` that becomes ``out``
+only when every rank has written its part (``gnnsys.outputs.publish``); a failure removes it.
+Every collective waits at most ``timeout_s``.
+
+Shape legend: ``M`` nodes a rank owns, ``N`` sampled nodes of a batch, ``H`` layer width.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch import distributed as dist
+
+from gnnsys.distributed.loader import DistNeighborLoader, _group
+from gnnsys.distributed.metrics import DEFAULT_TIMEOUT_S, _wait
+
+__all__ = ["inference"]
+
+METHODS = ("auto", "layerwise", "sampled")
+LAYERS = ".layers"
+
+
+def _barrier(what: str, timeout_s: float) -> None:
+    """Every rank arrives, or this raises after ``timeout_s`` naming ``what``."""
+    _wait(dist.all_reduce(torch.zeros(1), async_op=True), f"inference: {what}", timeout_s)
+
+
+def _is_layerwise(model: Any) -> bool:
+    return hasattr(model, "inference_per_layer") and isinstance(
+        getattr(model, "num_layers", None), int
+    )
+
+
+def _method(model: Any, method: str, num_neighbors: Any, typed: bool) -> str:
+    """The method to run, after the checks that name a bad setting and its fix."""
+    if method not in METHODS:
+        raise ValueError(f"method={method!r}; choose one of {METHODS}")
+    layers = getattr(model, "num_layers", None)
+    if num_neighbors is not None and isinstance(layers, int) and len(num_neighbors) != layers:
+        raise ValueError(
+            f"the model has {layers} layers but num_neighbors={list(num_neighbors)} has "
+            f"{len(num_neighbors)} hops; pass one fanout per layer ({layers}), or None for "
+            "exact layer-wise inference"
+        )
+    if method == "auto":
+        method = "layerwise" if _is_layerwise(model) and not typed else "sampled"
+    if method == "layerwise":
+        if typed:
+            raise ValueError(
+                "method='layerwise' runs BasicGNN models on a homogeneous store; a typed store "
+                "takes method='sampled' with num_neighbors"
+            )
+        if not _is_layerwise(model):
+            raise TypeError(
+                f"method='layerwise' needs PyG's BasicGNN layer interface (num_layers, "
+                f"inference_per_layer); {type(model).__name__} has none: pass "
+                "method='sampled' and num_neighbors"
+            )
+        if getattr(model, "jk_mode", None) not in (None, "last"):
+            raise ValueError(
+                f"layer-wise inference needs jk=None or 'last' (as BasicGNN.inference); the "
+                f"model has jk={model.jk_mode!r}: pass method='sampled' and num_neighbors"
+            )
+    elif num_neighbors is None:
+        raise ValueError(
+            f"method='sampled' needs num_neighbors (one fanout per layer, -1: all) for "
+            f"{type(model).__name__}"
+        )
+    return method
+
+
+@torch.no_grad()
+def inference(
+    model: torch.nn.Module,
+    store: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    kind: str = "predict",
+    method: str = "auto",
+    num_neighbors: list[int] | None = None,
+    input_type: str | None = None,
+    batch_size: int = 1024,
+    codec: Any = "fp32",
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    overwrite: bool = False,
+) -> Path:
+    """Write ``model``'s output for every node of ``store`` to ``out``; every rank calls it.
+
+    Args:
+        model: The trained model (the same weights on every rank; it is put in eval mode).
+        store: The partition store, one part per rank.
+        out: The outputs directory (``gnnsys.outputs.open`` reads it).
+        kind: ``predict`` (outputs are logits: ``pred`` and ``probs`` columns) or ``embed``
+            (the outputs as an ``embedding`` column).
+        method: ``auto`` (``layerwise`` for a ``BasicGNN`` on a homogeneous store, else
+            ``sampled``), ``layerwise`` or ``sampled`` (module docstring).
+        num_neighbors: Fanouts of ``sampled`` inference, one per layer.
+        input_type: Typed stores: the node type whose outputs are written.
+        batch_size: Nodes per batch.
+        codec: How layer-0 halo rows travel (the model receives float32 rows).
+        timeout_s: Seconds any collective waits before it raises.
+        overwrite: Replace a non-empty ``out``.
+
+    Returns:
+        ``out``, published.
+
+    Raises:
+        ValueError: ``out`` is not empty (without ``overwrite``), the model's layer count
+            differs from ``num_neighbors``, a bad ``kind`` or ``method``.
+        TypeError: ``method='layerwise'`` on a model without the layer interface.
+        TimeoutError: A rank did not reach a barrier within ``timeout_s``.
+    """
+    from gnnsys.outputs import KINDS
+    from gnnsys.store.info import store_info
+
+    rank, world = _group("inference")
+    if kind not in KINDS:
+        raise ValueError(f"kind={kind!r}; choose one of {KINDS}")
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise ValueError(f"{out} exists and is not empty; pass overwrite=True or another out")
+    typed = bool(store_info(Path(store)).typed)
+    method = _method(model, method, num_neighbors, typed)
+    staging = out.with_name(f".{out.name}.partial")
+    if rank == 0:
+        from gnnsys.outputs import staging_dir
+
+        staging_dir(out, overwrite=overwrite)
+        (staging / LAYERS).mkdir()
+    _barrier("the staging directory", timeout_s)
+    model.eval()
+    try:
+        fanouts = [-1] if method == "layerwise" else list(num_neighbors or [])
+        loader = _all_owned(store, fanouts, input_type, batch_size, codec, timeout_s)
+        if method == "layerwise":
+            rows = _layerwise(model, loader, staging / LAYERS, timeout_s)
+        else:
+            rows = _sampled(model, loader)
+        _write(kind, loader, rows, staging, method, model, timeout_s)
+        if rank == 0:
+            _publish(out, staging, kind, world, loader, method, model, store)
+        _barrier("the published directory", timeout_s)
+    except BaseException:
+        if rank == 0:
+            shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out
+
+
+def _all_owned(
+    store: Any, fanouts: list[int], input_type: str | None, batch_size: int, codec: Any,
+    timeout_s: float,
+) -> DistNeighborLoader:  # fmt: skip
+    """Batches of every node of the output type, each rank its own, in ascending id order."""
+    from gnnsys.store import load_books
+    from gnnsys.store.info import store_info
+
+    info = store_info(Path(store))
+    t = input_type or (info.named_types[0] if not info.typed else None)
+    if t is None or t not in info.named_types:
+        raise ValueError(
+            f"input_type={t!r}: name the node type of {store} to write, one of {info.named_types}"
+        )
+    num = int(load_books(store)[t if info.typed else None].part_N.shape[0])
+    mask = torch.ones(num, dtype=torch.bool)
+    nodes: Any = (t, mask) if info.typed else mask
+    return DistNeighborLoader(
+        store, fanouts, input_nodes=nodes, batch_size=batch_size, codec=codec,
+        timeout_s=timeout_s,
+    )  # fmt: skip
+
+
+def _sampled(model: Any, loader: DistNeighborLoader) -> Tensor:
+    """``[M, H]`` outputs of the rank's nodes from sampled batches."""
+    outs = []
+    for batch in loader:
+        if loader.typed:
+            y = model(batch.x_dict, batch.edge_index_dict)[loader.input_type]
+            size = int(batch[loader.input_type].batch_size)
+        else:
+            y, size = model(batch.x, batch.edge_index), int(batch.batch_size)
+        outs.append(y[:size].float())
+    return torch.cat(outs)
+
+
+def _layerwise(model: Any, loader: DistNeighborLoader, layers: Path, timeout_s: float) -> Tensor:
+    """``[M, H]`` exact outputs, layer by layer; halo rows from their owners' layer files."""
+    rank = loader.rank
+    book = loader.books[loader.input_type]
+    subgraphs, outs = [], []
+    for batch in loader:  # layer 0: the features through the loader's halo path
+        subgraphs.append((batch.n_id, batch.edge_index, int(batch.batch_size)))
+        outs.append(model.inference_per_layer(0, batch.x, batch.edge_index, int(batch.batch_size)))
+    h = torch.cat(outs)
+    for layer in range(1, int(model.num_layers)):
+        path = layers / f"layer{layer - 1}-part{rank:05d}.npy"
+        tmp = path.with_name(f".{path.name}.tmp")
+        with tmp.open("wb") as f:
+            np.save(f, h.numpy(), allow_pickle=False)
+        os.replace(tmp, path)
+        _barrier(f"layer {layer - 1}'s rows", timeout_s)
+        tables = [
+            np.load(layers / f"layer{layer - 1}-part{p:05d}.npy", mmap_mode="r", allow_pickle=False)
+            for p in range(loader.world_size)
+        ]
+        outs = []
+        for n_id, edge_index, size in subgraphs:
+            x = _rows(tables, book, n_id.numpy(), int(h.shape[1]))
+            outs.append(model.inference_per_layer(layer, x, edge_index, size))
+        h = torch.cat(outs)
+        _barrier(f"layer {layer}", timeout_s)  # every rank has read layer - 1's files
+        path.unlink()
+    return h
+
+
+def _rows(tables: list[np.ndarray], book: Any, gid: np.ndarray, width: int) -> Tensor:
+    """``[N, H]`` rows of ``gid`` from their owners' layer tables."""
+    part = np.asarray(book.part_N[gid], dtype=np.int64)
+    pos = np.asarray(book.lid_N[gid], dtype=np.int64)
+    x = np.empty((gid.shape[0], width), dtype=np.float32)
+    for p, table in enumerate(tables):
+        sel = np.flatnonzero(part == p)
+        if sel.size:
+            x[sel] = table[pos[sel]]
+    return torch.from_numpy(x)
+
+
+def _write(
+    kind: str, loader: DistNeighborLoader, rows: Tensor, staging: Path, method: str, model: Any,
+    timeout_s: float,
+) -> None:  # fmt: skip
+    """This rank's part and its manifest entry (a JSON file rank 0 collects)."""
+    from gnnsys.outputs import OutputRequest, OutputRows, write_part
+
+    ids = loader.seed_gid.numpy()
+    if int(rows.shape[0]) != ids.shape[0]:
+        raise RuntimeError(
+            f"rank {loader.rank}: {rows.shape[0]} output rows for {ids.shape[0]} nodes"
+        )
+    node_type = loader.input_type if loader.typed else None
+    layers = int(getattr(model, "num_layers", 0) or 0)
+    request = OutputRequest(kind, layers, str(staging))
+    part = write_part(request, loader.rank, [OutputRows(node_type, ids, rows.numpy())])
+    entry = staging / f".part-{loader.rank:05d}.json"
+    entry.write_text(json.dumps(asdict(part)))
+    _barrier("every part written", timeout_s)
+
+
+def _publish(
+    out: Path, staging: Path, kind: str, world: int, loader: DistNeighborLoader, method: str,
+    model: Any, store: Any,
+) -> None:  # fmt: skip
+    from gnnsys.outputs import PartFile, publish
+
+    parts = []
+    for r in range(world):
+        entry = staging / f".part-{r:05d}.json"
+        parts.append(PartFile(**json.loads(entry.read_text())))
+        entry.unlink()
+    shutil.rmtree(staging / LAYERS, ignore_errors=True)
+    layers = getattr(model, "num_layers", None)
+    manifest = {
+        "kind": kind,
+        "layer": layers,
+        "num_layers": layers,
+        "parts": world,
+        "node_types": [loader.input_type] if loader.typed else None,
+        "typed": loader.typed,
+        "run": None,
+        "store": str(Path(store).resolve()),
+        "decoder": None,
+        "model": type(model).__name__,
+        "method": method,
+    }
+    publish(staging, out, manifest, parts)

@@ -1,0 +1,93 @@
+"""``gnnsys.distributed.inference`` on 2 gloo ranks against the model over the whole graph.
+
+PyG's GraphSAGE (3 layers) runs layer-wise over the partitions (halo rows of every layer read
+from their owner's file) and sampled with every neighbour; both equal ``model(x, edge_index)``
+over the whole graph in one process, within float32 summation-order tolerance, for every node.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import distributed as dist
+
+from gnnsys.partitioners import partition
+from gnnsys.store import write_partitions
+from tests.distributed.dist_loader_rank import infer_model
+from tests.distributed.test_dist_loader import run_ranks
+
+
+@pytest.fixture(scope="module")
+def infer_run(tiny_graph, tmp_path_factory):
+    root = tmp_path_factory.mktemp("distinfer")
+    store = root / "store"
+    write_partitions(tiny_graph, partition(tiny_graph, "metis", 2, seed=0), store, num_hops=2)
+    run_ranks(store, root, "infer")
+    return store, root
+
+
+def _whole_graph(tiny_graph) -> np.ndarray:
+    rel_indptr = np.asarray(tiny_graph.indptr)
+    dst = np.repeat(np.arange(rel_indptr.size - 1), np.diff(rel_indptr))
+    edge_index = torch.from_numpy(np.stack([np.asarray(tiny_graph.indices, np.int64), dst]))
+    with torch.no_grad():
+        return infer_model()(torch.as_tensor(tiny_graph.x), edge_index).numpy()
+
+
+@pytest.mark.timeout(200)
+def test_layerwise_and_full_sampled_outputs_equal_the_whole_graph(infer_run, tiny_graph) -> None:
+    from gnnsys.outputs import open as open_outputs
+
+    _, root = infer_run
+    want = _whole_graph(tiny_graph)
+    ids = np.arange(tiny_graph.num_nodes)
+    layerwise = open_outputs(root / "layerwise")
+    assert layerwise.manifest["method"] == "layerwise" and layerwise.manifest["parts"] == 2
+    assert layerwise.manifest["num_rows"] == tiny_graph.num_nodes
+    torch.testing.assert_close(  # float32 sums in another order: 1e-5 relative
+        torch.from_numpy(layerwise.rows(ids)), torch.from_numpy(want), rtol=1e-5, atol=1e-5
+    )
+    sampled = open_outputs(root / "sampled")
+    assert sampled.manifest["kind"] == "predict" and sampled.manifest["method"] == "sampled"
+    table = sampled.read()
+    got_ids = table.column("id").to_numpy()
+    np.testing.assert_array_equal(np.sort(got_ids), ids)  # every node once
+    probs = np.exp(want - want.max(1, keepdims=True))
+    probs /= probs.sum(1, keepdims=True)
+    torch.testing.assert_close(
+        torch.from_numpy(sampled.rows(ids)), torch.from_numpy(probs), rtol=1e-5, atol=1e-5
+    )
+    assert not list(root.glob(".*partial"))  # staging directories are gone
+
+
+@pytest.fixture
+def group():
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_bad_inference_settings_name_the_fix(group, tiny_graph, tmp_path) -> None:
+    from torch_geometric.nn.models import GraphSAGE
+
+    from gnnsys.distributed import inference
+
+    store = tmp_path / "store"
+    write_partitions(tiny_graph, partition(tiny_graph, "random", 1, seed=0), store, num_hops=1)
+    model = GraphSAGE(16, 8, num_layers=2)
+    with pytest.raises(ValueError, match=r"2 layers but num_neighbors=\[5, 5, 5\] has 3 hops"):
+        inference(model, store, tmp_path / "out", num_neighbors=[5, 5, 5])
+    with pytest.raises(TypeError, match="BasicGNN layer interface"):
+        inference(torch.nn.Linear(16, 4), store, tmp_path / "out", method="layerwise")
+    with pytest.raises(ValueError, match="needs num_neighbors"):
+        inference(torch.nn.Linear(16, 4), store, tmp_path / "out")
+    with pytest.raises(ValueError, match="jk=None or 'last'"):
+        inference(GraphSAGE(16, 8, num_layers=2, jk="cat"), store, tmp_path / "out")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("keep")
+    with pytest.raises(ValueError, match="not empty; pass overwrite=True"):
+        inference(model, store, tmp_path / "full")
+    assert (tmp_path / "full" / "x").read_text() == "keep"
+    out = inference(model, store, tmp_path / "one", kind="embed")  # one rank: its own files
+    assert out.joinpath("manifest.json").is_file()
