@@ -91,6 +91,14 @@ def _refuse_flags(args: argparse.Namespace) -> None:
             "--task link on a heterogeneous dataset needs the relation to predict: add "
             "--target-edge SRC__REL__DST, e.g. paper__cites__paper"
         )
+    if args.model is not None and args.model not in ("sage", "gat", "rgcn", "gcn"):
+        given.append(
+            f"--model {args.model} (a PyG model runs on a homogeneous graph here; for typed "
+            "graphs use to_hetero(your model) in your own loop on "
+            "gnnsys.distributed.DistNeighborLoader, or --model sage|gat|rgcn)"
+        )
+    if getattr(args, "model_arg", None):
+        given.append("--model-arg (for a PyG --model on a homogeneous graph)")
     if args.model == "gcn":
         given.append(
             "--model gcn (GCN normalises over one node set; a relation joins two types, and "

@@ -64,7 +64,10 @@ def run(args: argparse.Namespace) -> int:
         "dataset": fields.get("run.dataset"),
         "model": spec.get("model", fields["model.name"]),
     }
-    tensors = pyg_state(state)
+    from gnnsys.models.pyg_user import is_user_model, user_model_state
+
+    user = is_user_model(str(fields["model.name"]))
+    tensors = user_model_state(state) if user else pyg_state(state)
     tensors |= {k: v for k, v in state.items() if k.startswith("decoder.")}
     tensors |= {f"embedding.{t}": rows for t, rows in _embeddings(ckpt.rng_by_rank).items()}
     for name, data in encode_pyg(spec, tensors).items():  # model.pt first (encode_pyg)
@@ -84,13 +87,16 @@ def _spec(run_dir: Path, fields: dict[str, Any], state: dict[str, Any]) -> dict[
     The graph's kind is a real parameter here: PyG's own API exports a typed model as
     ``to_hetero`` of a homogeneous one, over the store's node and edge types.
     """
+    from gnnsys.config import RunConfig
     from gnnsys.models.pyg import pyg_spec, typed_pyg_spec
+    from gnnsys.models.pyg_user import is_user_model
 
     dropout = float(fields["model.dropout"])
     typed_model = fields.get("hetero.model")
+    if is_user_model(str(fields["model.name"])):
+        return _user_spec(run_dir, RunConfig.from_run_dir(run_dir))
     if typed_model is None:
         return pyg_spec(fields["model.name"], state, dropout=dropout)
-    from gnnsys.config import RunConfig
     from gnnsys.store import read_store_manifest
 
     config = RunConfig.from_run_dir(run_dir)
@@ -103,6 +109,23 @@ def _spec(run_dir: Path, fields: dict[str, Any], state: dict[str, Any]) -> dict[
     spec = typed_pyg_spec(typed_model, state, dropout=dropout, metadata=metadata)
     spec["model"] = f"hetero {typed_model}"
     return spec
+
+
+def _user_spec(run_dir: Path, config: Any) -> dict[str, Any]:
+    """A PyG ``--model`` run: its class (or factory) and the arguments the ranks built it with."""
+    from gnnsys.models.pyg import FORMAT
+    from gnnsys.models.pyg_user import model_kwargs
+    from gnnsys.store.info import store_info
+
+    store = Path(config.data.store) if config.data.store else run_dir / "store"
+    info = store_info(store)
+    out = info.num_classes if config.link is None else config.model.hidden  # run.py's rule
+    kwargs = {
+        "in_channels": int(info.num_features), "hidden_channels": int(config.model.hidden),
+        "num_layers": len(config.sampler.fanouts), "out_channels": int(out),
+        "dropout": float(config.model.dropout), **model_kwargs(config.model.args),
+    }  # fmt: skip
+    return {"format": FORMAT, "pyg_model": config.model.name, "kwargs": kwargs}
 
 
 def _embeddings(rng_by_rank: list[dict[str, Any]]) -> dict[str, Any]:

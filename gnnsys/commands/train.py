@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from gnnsys.commands._hetero_train import add_hetero_args
 from gnnsys.commands._link import add_link_args, apply_link_args, print_link_table
+from gnnsys.models.pyg_user import parse_model_args
 
 if TYPE_CHECKING:
     from gnnsys.cache import CacheConfig
@@ -23,6 +24,25 @@ _EXAMPLES = """examples:
   gnnsys train synthetic:sbm --parts 4 --cache-policy presample --cache-ratio 0.1 --codec int8
   gnnsys train synthetic:mag -D scale=0.01 -D reverse=true --parts 4 --codec paper=int8,author=fp16
 """
+
+
+def _add_model_flags(p: argparse.ArgumentParser) -> None:
+    """``--model`` (gnnsys's or any PyG ``BasicGNN``) and ``--model-arg``."""
+    p.add_argument(
+        "--model",
+        metavar="NAME",
+        help="sage (default), gcn, gat; heterogeneous datasets: sage, gat (per relation) or "
+        "rgcn. Homogeneous graphs also take any PyG BasicGNN by its class name (GraphSAGE, GCN, "
+        "GAT, GIN, EdgeCNN, ...) or package.module:factory returning one",
+    )
+    p.add_argument(
+        "--model-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a keyword argument of a PyG --model (repeatable; JSON values, else text), e.g. "
+        "--model-arg jk=last --model-arg heads=4",
+    )
 
 
 def add_parser(sub: Any) -> None:
@@ -47,11 +67,7 @@ def add_parser(sub: Any) -> None:
         help="feature transform before partitioning: none (default) or row (divide each row "
         "by its sum: Kipf's Planetoid preprocessing, PyG NormalizeFeatures)",
     )
-    p.add_argument(
-        "--model",
-        choices=("sage", "gcn", "gat", "rgcn"),
-        help="sage (default), gcn, gat; heterogeneous datasets: sage, gat (per relation) or rgcn",
-    )
+    _add_model_flags(p)
     add_hetero_args(p)
     p.add_argument("--hidden", type=int, help="hidden width")
     p.add_argument("--fanouts", help="neighbors per hop, seed hop first, e.g. 15,10")
@@ -364,7 +380,11 @@ def build_config(args: argparse.Namespace) -> Any:
             **pick(threads=args.threads, owner_reads=args.owner_reads, device=args.device),
         ),
         sampler=replace(cfg.sampler, **pick(fanouts=fanouts)),
-        model=replace(cfg.model, **pick(name=model_name, hidden=args.hidden, dropout=args.dropout)),
+        model=replace(
+            cfg.model,
+            **pick(name=model_name, hidden=args.hidden, dropout=args.dropout),
+            **pick(args=parse_model_args(args.model_arg) or None),
+        ),  # fmt: skip
         trainer=replace(
             cfg.trainer,
             **pick(batch_size=args.batch_size, lr=args.lr, seed=args.seed),

@@ -19,17 +19,29 @@ class ModelConfig:
     """Which model and how wide; the layer count follows the sampler's fanouts."""
 
     name: str = "sage"
-    """Registry name in ``gnnsys.models.MODELS``: ``sage``, ``gcn`` or ``gat`` (``--model``)."""
+    """Registry name in ``gnnsys.models.MODELS``: ``sage``, ``gcn`` or ``gat``; or a PyG
+    ``BasicGNN`` class (``GraphSAGE``, ``GIN``, ...) or ``package.module:factory``
+    (``gnnsys.models.pyg_user``) (``--model``)."""
     hidden: int = 256
     """Hidden width ``H`` (``--hidden``)."""
     dropout: float = 0.5
     """Dropout probability after every hidden layer, training only (``--dropout``)."""
+    args: tuple[tuple[str, str], ...] = ()
+    """A PyG model's keyword arguments as ``(key, text)`` (``--model-arg KEY=VALUE``)."""
 
     def __post_init__(self) -> None:
         from gnnsys.models import MODELS
+        from gnnsys.models.pyg_user import check_user_model, is_user_model
 
-        if self.name not in MODELS:
-            raise ValueError(f"model name={self.name!r}; choose one of {sorted(MODELS)}")
+        if is_user_model(self.name):
+            check_user_model(self.name)
+        elif self.name not in MODELS:
+            raise ValueError(
+                f"model name={self.name!r}; choose one of {sorted(MODELS)}, a PyG BasicGNN "
+                "(GraphSAGE, GCN, GAT, GIN, EdgeCNN) or package.module:factory"
+            )
+        elif self.args:
+            raise ValueError(f"--model-arg is for PyG models; --model {self.name} takes none")
         if self.hidden < 1:
             raise ValueError(f"hidden={self.hidden}; choose hidden >= 1")
         if not 0.0 <= self.dropout < 1.0:
@@ -40,7 +52,15 @@ class ModelConfig:
         """The model normalises by whole-graph in-degrees (GCN; see ``BlockModel``)."""
         from gnnsys.models import MODELS
 
-        return MODELS[self.name].uses_in_degree
+        cls = MODELS.get(self.name)  # a PyG model normalises inside its blocks
+        return bool(cls is not None and cls.uses_in_degree)
+
+    @property
+    def is_pyg(self) -> bool:
+        """A PyG ``BasicGNN`` or a user factory (``gnnsys.models.pyg_user``)."""
+        from gnnsys.models.pyg_user import is_user_model
+
+        return is_user_model(self.name)
 
 
 def build_model(

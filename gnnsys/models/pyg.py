@@ -189,9 +189,12 @@ def build_pyg(spec: Mapping[str, Any]) -> nn.Module:
     if spec.get("format") != FORMAT:
         raise ValueError(f"model.json format {spec.get('format')!r}; this gnnsys reads {FORMAT}")
     cls = spec.get("pyg_model")
-    if cls not in PYG_MODELS.values():
-        raise ValueError(f"pyg_model={cls!r}; expected one of {sorted(PYG_MODELS.values())}")
     kwargs = dict(spec["kwargs"])
+    if cls not in PYG_MODELS.values():  # a PyG --model run (gnnsys.models.pyg_user)
+        from gnnsys.models.pyg_user import build_plain
+
+        plain: nn.Module = build_plain(str(cls), kwargs)
+        return plain
     typed = spec.get("to_hetero")
     if typed is not None:  # a typed run: one conv per relation, summed per destination type
         from torch_geometric.nn import to_hetero
@@ -259,7 +262,8 @@ def load_pyg(directory: str | os.PathLike[str]) -> PygExport:
         raise ValueError(f"{directory / MODEL_FILE}: checksum mismatch (corrupt or replaced)")
     tensors = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
     model = build_pyg(spec)
-    model.load_state_dict({k: v for k, v in tensors.items() if k.startswith("convs.")})
+    prefixes = ("convs.", "norms.", "lin.")  # norms and lin: a PyG --model run's
+    model.load_state_dict({k: v for k, v in tensors.items() if k.startswith(prefixes)})
     decoder = None
     if spec.get("decoder") is not None:
         decoder = build_decoder(spec["decoder"], int(spec["kwargs"]["out_channels"]))

@@ -228,8 +228,8 @@ class TypedShardEvaluator:
         else:
             done = self._span_tables(layer, present)
         for number, table in done.items():
-            if layer < len(self.layers) - 1:
-                table.relu_()
+            if layer < len(self.layers) - 1 and not getattr(self.layers[layer], "activates", False):
+                table.relu_()  # a PyG model's layer applies its own activation (pyg_user)
             self.tables.publish(number)
         self._seconds += time.perf_counter() - start
 

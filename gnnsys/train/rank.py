@@ -96,7 +96,9 @@ class TypedLayout:
                 relation, or the codec an unknown type.
         """
         # a homogeneous store is its one type ``node`` and one relation (gnnsys.types)
-        hetero = spec.hetero or HeteroConfig(model=spec.model.name, input_type=ONE_TYPE)
+        # a PyG model (gnnsys.models.pyg_user) runs on the one relation; ``sage``'s data path
+        name = "sage" if spec.model.is_pyg else spec.model.name
+        hetero = spec.hetero or HeteroConfig(model=name, input_type=ONE_TYPE)
         info = store_info(spec.store) if info is None else info
         dims, types = info.named_dims, info.named_types
         labelled = bool(info.num_classes) or spec.link is not None  # links need no labels
@@ -149,6 +151,8 @@ def _encoder(spec: WorkerSpec, layout: TypedLayout) -> nn.Module:
     layers = len(next(iter(layout.fanouts.values())))
     hidden, dropout, classes = spec.model.hidden, spec.model.dropout, spec.num_classes
     torch.manual_seed(spec.trainer.seed)
+    if spec.model.is_pyg:
+        return _pyg_encoder(spec, layout, layers)
     if layout.hetero.model == "rgcn":
         widths = set(in_dims.values())
         if len(widths) != 1:
@@ -159,6 +163,23 @@ def _encoder(spec: WorkerSpec, layout: TypedLayout) -> nn.Module:
     if layout.hetero.model == "gcn":
         return HeteroGCN(in_dims, hidden, classes, edge_types, layers, dropout)
     return HeteroSAGE(in_dims, hidden, classes, edge_types, layers, dropout)
+
+
+def _pyg_encoder(spec: WorkerSpec, layout: TypedLayout, layers: int) -> nn.Module:
+    """A PyG ``BasicGNN`` of ``--model`` over the one relation (``gnnsys.models.pyg_user``)."""
+    from gnnsys.models.pyg_user import build_user_model
+
+    if set(layout.in_dims) != {ONE_TYPE} or len(layout.fanouts) != 1:
+        raise ValueError(
+            f"--model {spec.model.name} runs on a homogeneous graph; a typed graph takes sage, "
+            "gat or rgcn here, or to_hetero(your model) in your own loop on "
+            "gnnsys.distributed.DistNeighborLoader"
+        )
+    out_dim = spec.num_classes
+    return build_user_model(
+        spec.model.name, spec.model.args, in_dim=layout.in_dims[ONE_TYPE],
+        hidden=spec.model.hidden, out_dim=out_dim, num_layers=layers, dropout=spec.model.dropout,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -254,9 +275,10 @@ def _first_layer(
     remote rows; ``requester`` with an int8/int4 type sums them from their codes. HeteroGAT,
     RGCN and link encoders fetch and decode every row (``owner|auto``: rank 0 says so once).
     """
-    if layout.hetero.model not in ("sage", "gcn") or spec.link is not None:
+    if layout.hetero.model not in ("sage", "gcn") or spec.link is not None or spec.model.is_pyg:
         if spec.layer0.placement != Placement.REQUESTER and spec.rank == 0:
-            what = "link prediction" if spec.link is not None else f"--model {layout.hetero.model}"
+            model = spec.model.name if spec.model.is_pyg else layout.hetero.model
+            what = "link prediction" if spec.link is not None else f"--model {model}"
             log.warning(
                 "aggregate_at=%s: %s takes no owner sums (its layer 0 is not a linear reduction "
                 "of the rows, or not built for them: only SAGE and GCN node classification "

@@ -100,6 +100,7 @@ NEVER_ALLOWED_PREFIXES = (
     "store.",
     "data.",
     "model.name",
+    "model.args",
     "model.hidden",
     "model.num_layers",
     "cluster.parts",

@@ -1,0 +1,286 @@
+"""Any PyG ``BasicGNN`` (or a user factory returning one) as a model of ``gnnsys train``.
+
+``gnnsys train --model GIN --model-arg jk=last --model-arg train_eps=true`` builds
+``torch_geometric.nn.models.GIN(in_channels=F, hidden_channels=H, num_layers=L, out_channels=C,
+dropout=p, jk='last', train_eps=True)``; ``--model my_pkg.models:make`` calls
+``make(in_channels=..., hidden_channels=..., num_layers=..., out_channels=..., dropout=...,
+**model_args)``, which must return a ``BasicGNN`` (``convs``, ``norms``, ``act``, ...).
+
+The runtime runs it layer by layer over its sampled blocks, as ``BasicGNN.forward`` runs over a
+trimmed subgraph: layer ``i`` is ``convs[i]`` over block ``i`` (its destinations are the first
+``M`` of its sources, PyG's convention), then, on every layer but the last (or on every layer
+with ``jk='last'``), the model's own activation, normalisation and dropout in PyG's order; the
+last layer ends with ``lin`` when the model has one. So training, the sharded layer-wise
+evaluation, ``predict``, ``embed`` and ``export-model`` (a plain PyG state dict) all see the
+arithmetic of the PyG model. Convs that take bipartite input run on ``(x_src, x_dst)``; GCN's
+(which does not) on all sources, keeping the destinations' rows; it normalises by the degrees
+inside each block, as PyG's ``GCN`` does under ``NeighborLoader``.
+
+Not here: ``jk='cat'|'max'|'lstm'`` (the sharded evaluation keeps one layer's rows at a time;
+train such models in your own loop on ``gnnsys.distributed.DistNeighborLoader``), typed
+graphs (use ``to_hetero`` in your own loop), edge features and edge weights.
+
+Shape legend: ``N`` source nodes of a block, ``M`` its destinations, ``H`` width.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from gnnsys.types import Block
+
+__all__ = [
+    "PygStack",
+    "build_plain",
+    "build_user_model",
+    "check_user_model",
+    "is_user_model",
+    "model_kwargs",
+    "parse_model_args",
+    "user_model_state",
+]
+
+BUILTIN = ("sage", "gcn", "gat", "rgcn")
+"""gnnsys's own models (``--model`` names that are not PyG classes)."""
+
+
+def is_user_model(name: str) -> bool:
+    """Whether ``--model name`` is a PyG class or a ``module:factory`` (not a built-in)."""
+    return name not in BUILTIN and (":" in name or name[:1].isupper())
+
+
+def _basic_gnn(name: str) -> Any:
+    """The ``BasicGNN`` subclass ``name`` of ``torch_geometric.nn.models``, or ``None``."""
+    import torch_geometric.nn.models as pyg_models
+    from torch_geometric.nn.models.basic_gnn import BasicGNN
+
+    cls = getattr(pyg_models, name, None)
+    return cls if isinstance(cls, type) and issubclass(cls, BasicGNN) else None
+
+
+def _choices() -> list[str]:
+    import torch_geometric.nn.models as pyg_models
+    from torch_geometric.nn.models.basic_gnn import BasicGNN
+
+    return sorted(
+        n for n in dir(pyg_models)
+        if isinstance(getattr(pyg_models, n), type) and issubclass(getattr(pyg_models, n), BasicGNN)
+        and n != "BasicGNN"
+    )  # fmt: skip
+
+
+def check_user_model(name: str) -> None:
+    """A clear error for a ``--model`` that is neither a PyG ``BasicGNN`` nor a factory."""
+    if ":" in name:
+        module, _, attr = name.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as err:
+            raise ValueError(
+                f"--model {name!r}: cannot import {attr!r} from {module!r} ({err}); pass "
+                "package.module:factory importable on every worker"
+            ) from None
+        if not callable(factory):
+            raise ValueError(f"--model {name!r}: {attr!r} is not callable")
+        return
+    if _basic_gnn(name) is None or name == "BasicGNN":
+        raise ValueError(
+            f"--model {name!r}: not a gnnsys model (sage, gcn, gat, rgcn), a "
+            f"torch_geometric.nn.models BasicGNN ({', '.join(_choices())}) or "
+            "package.module:factory"
+        )
+
+
+def parse_model_args(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``--model-arg KEY=VALUE`` pairs, kept as text (:func:`model_kwargs` decodes them)."""
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise ValueError(f"--model-arg {item!r}; pass KEY=VALUE, e.g. --model-arg jk=last")
+        out.append((key, value))
+    return tuple(out)
+
+
+def model_kwargs(args: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """Decoded ``--model-arg`` values.
+
+    JSON where it parses (``4``, ``0.1``, ``true``, ``null``, ``[1, 2]``), else the text itself
+    (``jk=last``, ``act=elu``).
+    """
+    out: dict[str, Any] = {}
+    for key, value in args:
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+def build_user_model(
+    name: str, args: Sequence[tuple[str, str]], *, in_dim: int, hidden: int, out_dim: int,
+    num_layers: int, dropout: float,
+) -> PygStack:  # fmt: skip
+    """The PyG model of ``--model name`` and its ``--model-arg``s, wrapped for the runtime.
+
+    Raises:
+        ValueError: An unknown name, arguments the class refuses (its message), ``jk`` other
+            than ``None``/``last``, or a factory whose model is not a ``BasicGNN``.
+    """
+    from torch_geometric.nn.models.basic_gnn import BasicGNN
+
+    kwargs = {
+        "in_channels": in_dim, "hidden_channels": hidden, "num_layers": num_layers,
+        "out_channels": out_dim, "dropout": dropout, **model_kwargs(args),
+    }  # fmt: skip
+    model = build_plain(name, kwargs)
+    if not isinstance(model, BasicGNN):
+        raise ValueError(
+            f"--model {name}: the factory returned {type(model).__name__}, not a "
+            "torch_geometric.nn.models.BasicGNN (gnnsys train runs its convs layer by layer); "
+            "train other models in your own loop on gnnsys.distributed.DistNeighborLoader"
+        )
+    if model.jk_mode not in (None, "last"):
+        raise ValueError(
+            f"--model {name}: jk={model.jk_mode!r}; gnnsys train's sharded evaluation takes "
+            "jk=None or last (train jk=cat|max|lstm in your own loop on DistNeighborLoader)"
+        )
+    if int(model.num_layers) != num_layers:
+        raise ValueError(
+            f"--model {name}: the model has {model.num_layers} layers but --fanouts has "
+            f"{num_layers} hops; give one fanout per layer"
+        )
+    return PygStack(model)
+
+
+def build_plain(name: str, kwargs: dict[str, Any]) -> Any:
+    """The PyG model itself: ``name(**kwargs)`` (a ``BasicGNN`` class or ``module:factory``).
+
+    Raises:
+        ValueError: An unknown name, or arguments the class refuses (its message).
+    """
+    check_user_model(name)
+    if ":" in name:
+        module, _, attr = name.partition(":")
+        build = getattr(importlib.import_module(module), attr)
+    else:
+        build = _basic_gnn(name)
+    try:
+        return build(**kwargs)
+    except (TypeError, ValueError, KeyError, AssertionError) as err:
+        raise ValueError(f"--model {name} with {kwargs}: {err}") from None
+
+
+class _PygLayer(nn.Module):
+    """Layer ``i`` of a ``BasicGNN`` over one typed block: ``{t: [N, F]} -> {t: [M, H]}``."""
+
+    activates = True
+    """Applies the model's own activation (the evaluator adds no ReLU after it)."""
+
+    def __init__(self, model: Any, i: int) -> None:
+        super().__init__()
+        from torch_geometric.nn import GCNConv
+
+        last = i == model.num_layers - 1
+        self.conv = model.convs[i]
+        self.bipartite = not isinstance(self.conv, GCNConv)
+        self.uses_in_degree = isinstance(self.conv, GCNConv) and bool(self.conv.normalize)
+        """GCN: with whole-graph in-degrees on the block (the sharded evaluation stamps them),
+        normalise by them, as ``GCNConv`` on the whole graph does."""
+        self.post = not last or model.jk_mode is not None
+        self.norm: Any = model.norms[i] if self.post else None
+        self.act = model.act if self.post else None
+        self.act_first, self.p = bool(model.act_first), float(model.dropout.p)
+        self.norm_batch = bool(getattr(model, "supports_norm_batch", False))
+        self.lin = model.lin if last and hasattr(model, "lin") else None
+
+    def forward(self, x_dict: dict[str, Tensor], blocks: dict[Any, Block]) -> dict[str, Tensor]:
+        """The conv over the one relation's block, then PyG's act/norm/dropout (or ``lin``)."""
+        ((edge_type, block),) = blocks.items()
+        src, dst_type = edge_type[0], edge_type[2]
+        x = x_dict[src]
+        m = int(block.num_dst)
+        dst = torch.repeat_interleave(
+            torch.arange(m, device=block.rowptr.device), block.rowptr.diff()
+        )
+        edge_index = torch.stack([block.col.to(dst.device), dst])
+        if self.bipartite:
+            h = self.conv((x, x[:m]), edge_index)
+        elif self.uses_in_degree and block.src_in_degree is not None:
+            h = self._gcn_whole_graph(x, edge_index, block.src_in_degree.to(x.device), m)
+        else:
+            h = self.conv(x, edge_index)[:m]
+        if self.post:
+            if self.act is not None and self.act_first:
+                h = self.act(h)
+            h = self.norm(h, None, None) if self.norm_batch else self.norm(h)
+            if self.act is not None and not self.act_first:
+                h = self.act(h)
+            h = nn.functional.dropout(h, self.p, self.training)
+        if self.lin is not None:
+            h = self.lin(h)
+        return {dst_type: h}
+
+    def _gcn_whole_graph(self, x: Tensor, edge_index: Tensor, in_degree: Tensor, m: int) -> Tensor:
+        """``GCNConv`` with PyG's ``gcn_norm`` weights from whole-graph in-degrees.
+
+        Edge ``j -> i``: ``(d_j d_i) ** -0.5``, self loop ``i -> i``: ``fill / d_i``, with
+        ``d = in-degree + fill`` (``fill`` 2 when ``improved``, else 1).
+        """
+        fill = 2.0 if self.conv.improved else 1.0
+        scale = (in_degree.to(x.dtype) + fill).rsqrt()
+        loops = torch.arange(m, device=x.device)
+        full = torch.cat([edge_index, torch.stack([loops, loops])], dim=1)
+        weight = torch.cat(
+            [scale[edge_index[0]] * scale[edge_index[1]], fill * scale[:m] * scale[:m]]
+        )
+        normalize, self.conv.normalize = self.conv.normalize, False
+        try:
+            out: Tensor = self.conv(x, full, weight)[:m]
+        finally:
+            self.conv.normalize = normalize
+        return out
+
+
+class PygStack(nn.Module):
+    """A ``BasicGNN``'s layers as the runtime's typed layers (module docstring).
+
+    State dict keys: ``layers.i.conv.*``, ``layers.i.norm.*``, ``layers.{L-1}.lin.*``
+    (:func:`user_model_state` gives PyG's own names).
+    """
+
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.num_layers = int(model.num_layers)
+        self.layers = nn.ModuleList(_PygLayer(model, i) for i in range(self.num_layers))
+
+    def forward(self, x_dict: dict[str, Tensor], blocks: Sequence[Any]) -> dict[str, Tensor]:
+        """Every layer over its typed blocks, input layer first."""
+        if len(blocks) != len(self.layers):
+            raise ValueError(f"got {len(blocks)} block layers for {len(self.layers)} layers")
+        for layer, layer_blocks in zip(self.layers, blocks, strict=True):
+            x_dict = layer(x_dict, layer_blocks)
+        return x_dict
+
+
+def user_model_state(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A ``PygStack`` state dict under the PyG model's own names.
+
+    ``convs.i``, ``norms.i``, ``lin``: ``model.load_state_dict`` of the PyG class takes it.
+    """
+    out = {}
+    for key, value in state.items():
+        if not key.startswith("layers."):
+            continue
+        layer, _, rest = key.removeprefix("layers.").partition(".")
+        part, _, tail = rest.partition(".")
+        name = {"conv": f"convs.{layer}", "norm": f"norms.{layer}", "lin": "lin"}.get(part)
+        if name is not None:
+            out[f"{name}.{tail}"] = value.detach().cpu().contiguous()
+    return out

@@ -1,0 +1,98 @@
+"""``gnnsys train --model <any PyG BasicGNN>``: trained, predicted and exported as PyG's model.
+
+Each model trains on 2 partitioned ranks; ``gnnsys predict`` then writes its probabilities, and
+``gnnsys export-model`` a plain PyG state dict. The exported model run by PyG itself over the
+whole graph gives the predicted probabilities (float32 sums in another order: 1e-5), so the
+runtime ran the PyG model's own arithmetic (convs, norms, activations, ``lin``) layer by layer.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import gnnsys.outputs as outputs
+from gnnsys.cli import main
+from gnnsys.models.pyg import load_pyg
+from gnnsys.store import assemble_hetero
+from gnnsys.types import ONE_RELATION, ONE_TYPE
+
+pytestmark = pytest.mark.usefixtures("shared_stores")
+
+SBM = ["synthetic:sbm", "-D", "num_nodes=600", "-D", "num_features=12"]
+SMALL = ["--hidden", "16", "--fanouts", "4,4", "--batch-size", "64", "--no-progress"]
+MODELS = {
+    "GraphSAGE": [],
+    "GCN": [],
+    "GAT": ["--model-arg", "heads=2", "--model-arg", "norm=batch_norm"],
+    "GIN": ["--model-arg", "jk=last", "--model-arg", "act=elu"],
+    "EdgeCNN": [],
+    "tests.models.pyg_factory:gin": [],
+}
+
+
+def _whole_graph_probs(run: Path, export: Path) -> np.ndarray:
+    model = load_pyg(export).model
+    graph = assemble_hetero(run / "store")
+    x = torch.as_tensor(np.asarray(graph.nodes[ONE_TYPE].x))
+    rel = graph.relations[ONE_RELATION]
+    dst = np.repeat(np.arange(len(rel.indptr) - 1), np.diff(rel.indptr))
+    edge_index = torch.from_numpy(np.stack([np.asarray(rel.indices, np.int64), dst]))
+    with torch.no_grad():
+        return torch.softmax(model(x, edge_index), dim=1).numpy()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", list(MODELS))
+def test_a_pyg_model_trains_predicts_and_exports_as_itself(name: str, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    code = main(["train", *SBM, "--parts", "2", "--topology", "partitioned", "--epochs", "1",
+                 "--executor", "local", "--model", name, *MODELS[name], "--out", str(run),
+                 *SMALL])  # fmt: skip
+    assert code == 0
+    last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert np.isfinite(last["loss"])
+    assert main(["predict", str(run), "--out", str(tmp_path / "pred")]) == 0
+    assert main(["export-model", str(run), "--out", str(tmp_path / "pyg")]) == 0
+    got = outputs.open(tmp_path / "pred").rows(np.arange(600))
+    torch.testing.assert_close(
+        torch.from_numpy(got), torch.from_numpy(_whole_graph_probs(run, tmp_path / "pyg")),
+        rtol=1e-5, atol=1e-5,
+    )  # fmt: skip
+    if name == "GIN":  # embeddings: the last hidden layer after the model's own activation
+        assert main(["embed", str(run), "--out", str(tmp_path / "emb")]) == 0
+        emb = outputs.open(tmp_path / "emb").rows(np.arange(600))
+        assert emb.shape == (600, 16) and np.isfinite(emb).all()
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["--model", "Foo"], "not a gnnsys model .* BasicGNN .*GraphSAGE"),
+        (["--model", "GIN", "--model-arg", "jk=cat"], "jk='cat'"),
+        (["--model", "GIN", "--model-arg", "nonsense"], "pass KEY=VALUE"),
+        (["--model", "sage", "--model-arg", "jk=last"], "takes none"),
+        (["--model", "tests.models.pyg_factory:linear"], "returned Linear, not a .*BasicGNN"),
+        (["--model", "no_such_module:make"], "cannot import"),
+    ],
+)
+@pytest.mark.timeout(120)
+def test_bad_pyg_models_are_refused_with_the_fix(argv, match, tmp_path, capsys) -> None:
+    code = main(["train", *SBM, "--parts", "2", "--epochs", "1", "--executor", "local",
+                 "--out", str(tmp_path / "run"), *SMALL, *argv])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code != 0
+    assert __import__("re").search(match, err), err[-2000:]
+
+
+@pytest.mark.timeout(120)
+def test_a_typed_graph_refuses_a_pyg_model(tmp_path, capsys) -> None:
+    code = main(["train", "synthetic:mag", "-D", "scale=0.002", "--parts", "2", "--epochs", "1",
+                 "--executor", "local", "--model", "GIN", "--out", str(tmp_path / "run"),
+                 "--no-progress"])  # fmt: skip
+    assert code != 0
+    assert "to_hetero" in capsys.readouterr().err
