@@ -18,6 +18,7 @@ Shape legend: ``K`` nodes of this rank, ``C`` classes.
 
 from __future__ import annotations
 
+from collections import deque
 from datetime import timedelta
 from typing import Any
 
@@ -50,8 +51,20 @@ def _check_group() -> None:
         )
 
 
+_RETIRED: deque[Any] = deque(maxlen=16)
+"""The last finished collectives, kept so that Python, not gloo's worker thread, drops them.
+
+A gloo work holds its tensors; when the worker thread releases the last reference it needs the
+GIL to free their Python objects. At shutdown the thread is joined by the process group's
+destructor with the GIL held (DDP's reducer frees the group when the model is collected): a
+work the thread is still releasing then deadlocks the exit. Seen at the end of a torchrun job,
+one run in three (the confusion matrix's all-reduce, right before ``main`` returned). With the
+last reference here the thread never frees one; 16 collectives later it has long let go."""
+
+
 def _wait(work: Any, what: str, timeout_s: float) -> None:
     """Wait for an async collective at most ``timeout_s``; raise naming it."""
+    _RETIRED.append(work)
     try:
         done = work.wait(timeout=timedelta(seconds=timeout_s))
     except RuntimeError as err:

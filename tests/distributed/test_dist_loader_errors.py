@@ -134,3 +134,14 @@ def test_link_loader_on_one_rank_yields_every_edge_once(group, stores, tiny_grap
     got = torch.cat([b.n_id[b.edge_label_index] for b in loader], dim=1)
     assert got.shape[1] == tiny_graph.num_edges
     assert "DistLinkNeighborLoader(" in repr(loader)
+
+
+def test_finished_collectives_stay_with_python_not_the_gloo_thread(group) -> None:
+    """The last reference of a finished work is Python's (``metrics._RETIRED``), so gloo's
+    worker thread never frees its tensors while the exit joins it with the GIL held."""
+    from gnnsys.distributed import metrics
+
+    work = dist.all_reduce(torch.ones(2), async_op=True)
+    metrics._wait(work, "test all_reduce", 10.0)
+    assert metrics._RETIRED[-1] is work
+    assert metrics._RETIRED.maxlen == 16
