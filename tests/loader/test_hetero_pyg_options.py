@@ -134,3 +134,36 @@ def test_bad_time_and_weight_attributes_are_named(graph: HeteroGraph) -> None:
         NeighborLoader(data, [2], input_nodes="paper", weight_attr="nope")
     with pytest.raises(ValueError, match="temporal_strategy"):
         NeighborLoader(data, [2], input_nodes="paper", temporal_strategy="first")
+
+
+def test_bidirectional_relations_are_each_others_flips() -> None:
+    """PyG's ``test_hetero_neighbor_loader_basic`` under ``subgraph_type='bidirectional'``:
+    a relation's sampled edges and its reverse relation's are each other's flips (sorted)."""
+    from torch_geometric.utils import sort_edge_index
+
+    gen = torch.Generator().manual_seed(0)
+    data = HeteroData()
+    data["paper"].x = torch.arange(100)
+    data["author"].x = torch.arange(100, 300)
+    writes = torch.stack([torch.randint(0, 100, (1000,), generator=gen),
+                          torch.randint(0, 200, (1000,), generator=gen)])  # fmt: skip
+    data["paper", "to", "author"].edge_index = writes
+    data["author", "to", "paper"].edge_index = writes.flip(0)
+    data["paper", "to", "paper"].edge_index = torch.randint(0, 100, (2, 500), generator=gen)
+    loader = NeighborLoader(data, [10, 10], input_nodes="paper", batch_size=20,
+                            subgraph_type="bidirectional", seed=0)  # fmt: skip
+    checked = 0
+    for batch in loader:
+        forward = batch["paper", "to", "author"].edge_index
+        reverse = batch["author", "to", "paper"].edge_index
+        assert forward.numel()
+        assert torch.equal(forward, sort_edge_index(reverse.flip(0)))
+        pp = batch["paper", "to", "paper"].edge_index  # a relation to itself: undirected
+        pairs = set(map(tuple, pp.t().tolist()))
+        assert pairs == {(b, a) for a, b in pairs}
+        # every sampled edge is an edge of the graph (in both relations' global ids)
+        p, a = batch["paper"].x, batch["author"].x - 100
+        graph_pairs = set(map(tuple, writes.t().tolist()))
+        assert {(int(p[i]), int(a[j])) for i, j in forward.t().tolist()} <= graph_pairs
+        checked += 1
+    assert checked == len(loader) == 5
