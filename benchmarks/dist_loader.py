@@ -159,8 +159,8 @@ def accuracy(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Cora, 2 METIS parts, the same recipe: the user loop's and gnnsys train's test accuracy.
 
     Recipe: SAGE 2 x 64, fanouts 10,5, batch 128 per rank, Adam 0.01, no dropout, 20 epochs; the
-    last epoch's test accuracy (gnnsys train evaluates exactly, the user loop on sampled
-    neighbourhoods with the training fanouts), for seeds 0, 1, 2.
+    last epoch's test accuracy (gnnsys train evaluates layer-wise with every neighbour, the user
+    loop on DistNeighborLoader batches with every neighbour: both exact), for seeds 0, 1, 2.
     """
     work = Path(args.work) / "cora"
     store = work / "store-p2"

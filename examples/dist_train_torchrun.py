@@ -8,7 +8,8 @@ Partition once, then launch one process per part with ``torchrun``::
 The model is PyG's own ``GraphSAGE``, wrapped in ``DistributedDataParallel``; the batches come
 from ``gnnsys.distributed.DistNeighborLoader`` (each rank's seeds, halo rows from their owners
 through the halo cache and codec). The loop is plain PyTorch. After training, each rank
-evaluates its own validation and test nodes on sampled neighbourhoods and
+evaluates its own validation and test nodes (with every neighbour unless ``--eval-fanouts``
+says otherwise) and
 ``classification_metrics`` combines them into the exact accuracy and macro-F1 over all nodes.
 
 Rank 0 prints one JSON line per epoch and a final line with the metrics.
@@ -35,6 +36,12 @@ def parse() -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--batch-size", type=int, default=128, help="seeds per batch per rank")
     p.add_argument("--fanouts", default="10,5", help="neighbors per hop, seed hop first")
+    p.add_argument(
+        "--eval-fanouts",
+        default=None,
+        help="neighbors per hop when evaluating (default: all, -1 per hop: exact, as gnnsys "
+        "train's layer-wise evaluation; give e.g. 25,10 on graphs too large for that)",
+    )
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--codec", default="fp32", help="halo rows: fp32, fp16, bf16, int8, int4")
@@ -58,10 +65,13 @@ def main() -> None:
     dist.init_process_group("gloo")  # torchrun sets RANK, WORLD_SIZE and the master address
     rank = dist.get_rank()
     fanouts = [int(f) for f in args.fanouts.split(",")]
-    common = {"num_neighbors": fanouts, "batch_size": args.batch_size, "codec": args.codec}
-    train = DistNeighborLoader(args.store, shuffle=True, seed=args.seed, **common)
-    val = DistNeighborLoader(args.store, input_nodes="val", seed=args.seed, **common)
-    test = DistNeighborLoader(args.store, input_nodes="test", seed=args.seed, **common)
+    eval_fanouts = [-1] * len(fanouts)
+    if args.eval_fanouts:
+        eval_fanouts = [int(f) for f in args.eval_fanouts.split(",")]
+    common = {"batch_size": args.batch_size, "codec": args.codec, "seed": args.seed}
+    train = DistNeighborLoader(args.store, fanouts, shuffle=True, **common)
+    val = DistNeighborLoader(args.store, eval_fanouts, input_nodes="val", **common)
+    test = DistNeighborLoader(args.store, eval_fanouts, input_nodes="test", **common)
     classes = train.num_classes
     torch.manual_seed(args.seed)  # the same initial weights on every rank
     model = DistributedDataParallel(

@@ -66,7 +66,7 @@ import torch
 from torch import Tensor
 from torch import distributed as dist
 
-from gnnsys.distributed.metrics import DEFAULT_TIMEOUT_S, _check_group, _wait
+from gnnsys.distributed.metrics import DEFAULT_TIMEOUT_S, _check_group, all_gather_counts
 from gnnsys.types import ONE_TYPE
 
 __all__ = ["DistNeighborLoader"]
@@ -85,15 +85,6 @@ def _group(what: str) -> tuple[int, int]:
     except RuntimeError as err:
         raise RuntimeError(f"{what}: {err}") from None
     return dist.get_rank(), dist.get_world_size()
-
-
-def _all_gather_counts(values: list[int], what: str, timeout_s: float) -> Tensor:
-    """``[W, K]`` int64: every rank's ``values`` (one ``all_gather``, bounded by ``timeout_s``)."""
-    mine = torch.tensor(values, dtype=torch.int64)
-    world = dist.get_world_size()
-    out = [torch.zeros_like(mine) for _ in range(world)]
-    _wait(dist.all_gather(out, mine, async_op=True), what, timeout_s)
-    return torch.stack(out)
 
 
 def _check_settings(batch_size: Any, num_workers: Any, prefetch: Any, schedule: Any) -> None:
@@ -281,8 +272,7 @@ class DistNeighborLoader:
                 f"node type {self.input_type!r} of {self.store} has no features; seed a "
                 f"featured type: {sorted(dims)}"
             )
-        layout = replace(TypedLayout.of(spec) if info.num_classes else _unlabelled(spec, info),
-                         fanouts=per_relation)  # fmt: skip
+        layout = replace(TypedLayout.of(spec, info, need_labels=False), fanouts=per_relation)
         ledger = TypedLedger(list(self.shard.nodes))
         owners = [
             ShardOwner(str(self.store), p, own_threads=False, books=self._raw_books)
@@ -359,7 +349,7 @@ class DistNeighborLoader:
         """``len(loader)``, from every rank's seed count (the same on every rank)."""
         from gnnsys.train.schedule import BatchPlan, steps_per_epoch
 
-        counts = _all_gather_counts(
+        counts = all_gather_counts(
             [self._num_items()], f"{type(self).__name__}'s seed-count all_gather",
             self.timeout_s,
         )  # fmt: skip
@@ -539,17 +529,3 @@ class _Feed:
 
 def _no_peers() -> Any:
     raise RuntimeError("DistNeighborLoader serves no embedding rows (featureless types have no x)")
-
-
-def _unlabelled(spec: Any, info: Any) -> Any:
-    """``TypedLayout`` of a store without labels (``TypedLayout.of`` insists on them)."""
-    from gnnsys.train.node_types import HeteroConfig
-    from gnnsys.train.rank import TypedLayout
-
-    dims, types = info.named_dims, info.named_types
-    return TypedLayout(
-        hetero=spec.hetero or HeteroConfig(model="sage", input_type=ONE_TYPE),
-        fanouts={},
-        in_dims={t: dims.get(t, 1) for t in types},
-        featured=tuple(t for t in types if t in dims),
-    )

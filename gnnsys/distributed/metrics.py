@@ -30,7 +30,14 @@ from torch import distributed as dist
 from gnnsys.train import metrics as exact
 from gnnsys.train.metrics import accuracy, macro_f1  # of a summed confusion matrix
 
-__all__ = ["accuracy", "all_reduce_confusion", "classification_metrics", "macro_f1", "roc_auc"]
+__all__ = [
+    "accuracy",
+    "all_gather_counts",
+    "all_reduce_confusion",
+    "classification_metrics",
+    "macro_f1",
+    "roc_auc",
+]
 
 DEFAULT_TIMEOUT_S = 300.0
 """Seconds a collective waits for the other ranks before it raises."""
@@ -74,6 +81,14 @@ def _wait(work: Any, what: str, timeout_s: float) -> None:
         ) from err
     if done is False:
         raise TimeoutError(f"{what} did not complete within {timeout_s:g} s")
+
+
+def all_gather_counts(values: list[int], what: str, timeout_s: float, group: Any = None) -> Tensor:
+    """``[W, K]`` int64: every rank's ``values`` (one ``all_gather``, bounded by ``timeout_s``)."""
+    mine = torch.tensor(values, dtype=torch.int64)
+    out = [torch.zeros_like(mine) for _ in range(dist.get_world_size(group))]
+    _wait(dist.all_gather(out, mine, group=group, async_op=True), what, timeout_s)
+    return torch.stack(out)
 
 
 def all_reduce_confusion(
@@ -134,9 +149,7 @@ def roc_auc(
     if score.shape != label.shape:
         raise ValueError(f"score_K has {score.size} values but label_K {label.size}; pass one each")
     world = dist.get_world_size(group)
-    size = torch.tensor([score.size], dtype=torch.int64)
-    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
-    _wait(dist.all_gather(sizes, size, group=group, async_op=True), "all_gather(sizes)", timeout_s)
+    sizes = all_gather_counts([score.size], "all_gather(sizes)", timeout_s, group)[:, 0]
     longest = max(int(s) for s in sizes)
     rows = torch.zeros(2, longest, dtype=torch.float64)
     rows[0, : score.size] = torch.from_numpy(score)

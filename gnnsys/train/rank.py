@@ -88,8 +88,12 @@ class TypedLayout:
     featured: tuple[str, ...]
 
     @classmethod
-    def of(cls, spec: WorkerSpec, info: StoreInfo | None = None) -> TypedLayout:
+    def of(
+        cls, spec: WorkerSpec, info: StoreInfo | None = None, *, need_labels: bool = True
+    ) -> TypedLayout:
         """The layout of ``spec`` over its store (``info``: the store's, read when ``None``).
+
+        ``need_labels=False``: a store without labels is fine (a loader's seeds need none).
 
         Raises:
             ValueError: The seed type has no features or labels, an override names an unknown
@@ -102,7 +106,7 @@ class TypedLayout:
         info = store_info(spec.store) if info is None else info
         dims, types = info.named_dims, info.named_types
         labelled = bool(info.num_classes) or spec.link is not None  # links need no labels
-        if hetero.input_type not in dims or not labelled:
+        if hetero.input_type not in dims or (need_labels and not labelled):
             raise ValueError(
                 f"node type {hetero.input_type!r} of {spec.store} needs features and labels to "
                 f"be the seed type; featured types: {sorted(dims)}"

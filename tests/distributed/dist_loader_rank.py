@@ -140,6 +140,17 @@ def _infer(store: str, out_root: str) -> None:
               batch_size=200)  # fmt: skip
 
 
+def uneven_mask(store: str) -> torch.Tensor:
+    """100 seeds of part 0 and one of part 1 (both scripts build it from the store's books)."""
+    from gnnsys.store import load_books
+
+    part = torch.from_numpy(load_books(store)[None].part_N)
+    mask = torch.zeros(part.numel(), dtype=torch.bool)
+    mask[torch.nonzero(part == 0).squeeze(1)[:100]] = True
+    mask[torch.nonzero(part == 1).squeeze(1)[:1]] = True
+    return mask
+
+
 def given_links() -> torch.Tensor:
     """The seed links both the rank script and the test build: 300 random pairs."""
     gen = torch.Generator().manual_seed(11)
@@ -162,6 +173,8 @@ def main() -> None:
         mask[::3] = True
         _record(DistNeighborLoader(store, input_nodes=mask, **kw), 1, "mask", out)
         _record(DistNeighborLoader(store, codec="int8", **kw), 1, "int8", out)
+        uneven = uneven_mask(store)  # rank 1 holds one seed: its later batches are empty
+        _record(DistNeighborLoader(store, input_nodes=uneven, **kw), 1, "uneven", out)
         _train(store, out)
     elif scenario == "typed":
         kw = {"num_neighbors": [3, 2], "batch_size": 50, "seed": 7, "shuffle": True}

@@ -199,3 +199,16 @@ def test_typed_store_gives_hetero_data_equal_to_the_whole_graph(tmp_path) -> Non
             np.testing.assert_array_equal(got["y"], y[seeds.numpy()])
         want = _owned_train(store, rank, "paper")
         np.testing.assert_array_equal(np.sort(np.concatenate(seen)), want)
+
+
+@pytest.mark.timeout(200)
+def test_a_rank_short_of_seeds_yields_empty_batches_with_every_field(node_run) -> None:
+    _, recs = node_run
+    lengths = [int(r["uneven/len"][0]) for r in recs]
+    assert lengths == [2, 2]  # ceil(101 seeds / (40 x 2 ranks)): the same on both ranks
+    sizes = [[int(b["batch_size"][0]) for b in _batches(r, "uneven", 0)] for r in recs]
+    assert sizes == [[50, 50], [1, 0]]
+    empty = _batches(recs[1], "uneven", 0)[1]
+    assert empty["x"].shape == (0, 16) and empty["edge_index"].shape == (2, 0)
+    assert empty["n_id"].shape == (0,) and empty["y"].shape == (0,)
+    assert empty["input_id"].shape == (0,)
