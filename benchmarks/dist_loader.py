@@ -82,6 +82,10 @@ def rank_loop(args: argparse.Namespace) -> None:
         net: torch.nn.Module = LayerwiseSAGE(loader.num_features, 128, loader.num_classes)
     else:
         net = GraphSAGE(loader.num_features, 128, num_layers=2, out_channels=loader.num_classes)
+    if args.model == "hop-trimmed":  # PyG's own GraphSAGE, each layer on the rows it needs
+        from gnnsys.models.pyg_user import HopTrimmed
+
+        net = HopTrimmed(net)
     model = DistributedDataParallel(net)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     seconds, losses = [], []
@@ -89,7 +93,7 @@ def rank_loop(args: argparse.Namespace) -> None:
         start, total = time.perf_counter(), 0.0
         for batch in loader:
             opt.zero_grad()
-            if args.model == "bipartite":
+            if args.model in ("bipartite", "hop-trimmed"):
                 out = model(batch.x, batch.edge_index, batch.num_sampled_nodes,
                             batch.num_sampled_edges)[: batch.batch_size]  # fmt: skip
             elif args.model == "graphsage-trim":
@@ -118,7 +122,7 @@ def rank_loop(args: argparse.Namespace) -> None:
 def run_user(work: Path, parts: int, epochs: int, model: str) -> dict[str, Any]:
     store = e2e_dgl.write_store(work, parts)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(parts)]
-    cmd += ["--master-port", str(29600 + parts), __file__, "--rank", "--store", str(store)]
+    cmd += ["--master-port", str(_free_port()), __file__, "--rank", "--store", str(store)]
     cmd += ["--epochs", str(epochs), "--model", model]
     env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // parts))}
     start = time.perf_counter()
@@ -213,7 +217,8 @@ def main() -> None:
     p.add_argument("--store", help="(with --rank) the store")
     p.add_argument("--model", default="graphsage-trim", help="(with --rank) the user's model")
     p.add_argument("--models", default="graphsage-trim,bipartite",
-                   help="user models: graphsage, graphsage-trim, bipartite")  # fmt: skip
+                   help="user models: graphsage, graphsage-trim, bipartite, hop-trimmed "
+                   "(PyG's GraphSAGE in gnnsys.models.pyg_user.HopTrimmed)")  # fmt: skip
     p.add_argument("--parts", default="1,2")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--epochs", type=int, default=3)

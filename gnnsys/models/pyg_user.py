@@ -36,6 +36,7 @@ from torch import Tensor, nn
 from gnnsys.types import Block
 
 __all__ = [
+    "HopTrimmed",
     "PygStack",
     "build_plain",
     "build_user_model",
@@ -210,10 +211,18 @@ class _PygLayer(nn.Module):
             torch.arange(m, device=block.rowptr.device), block.rowptr.diff()
         )
         edge_index = torch.stack([block.col.to(dst.device), dst])
+        degree = None if block.src_in_degree is None else block.src_in_degree.to(x.device)
+        return {dst_type: self.apply_layer(x, edge_index, m, degree)}
+
+    def apply_layer(
+        self, x: Tensor, edge_index: Tensor, m: int, in_degree: Tensor | None = None
+    ) -> Tensor:
+        """``[N, F]`` sources (the first ``m`` are the destinations) -> ``[m, H]``."""
+        h: Tensor
         if self.bipartite:
             h = self.conv((x, x[:m]), edge_index)
-        elif self.uses_in_degree and block.src_in_degree is not None:
-            h = self._gcn_whole_graph(x, edge_index, block.src_in_degree.to(x.device), m)
+        elif self.uses_in_degree and in_degree is not None:
+            h = self._gcn_whole_graph(x, edge_index, in_degree, m)
         else:
             h = self.conv(x, edge_index)[:m]
         if self.post:
@@ -225,7 +234,7 @@ class _PygLayer(nn.Module):
             h = nn.functional.dropout(h, self.p, self.training)
         if self.lin is not None:
             h = self.lin(h)
-        return {dst_type: h}
+        return h
 
     def _gcn_whole_graph(self, x: Tensor, edge_index: Tensor, in_degree: Tensor, m: int) -> Tensor:
         """``GCNConv`` with PyG's ``gcn_norm`` weights from whole-graph in-degrees.
@@ -284,3 +293,60 @@ def user_model_state(state: dict[str, Tensor]) -> dict[str, Tensor]:
         if name is not None:
             out[f"{name}.{tail}"] = value.detach().cpu().contiguous()
     return out
+
+
+class HopTrimmed(nn.Module):
+    """A PyG ``BasicGNN`` on a sampled batch, computing only the rows each layer needs.
+
+    ``HopTrimmed(model)(x, edge_index, num_sampled_nodes, num_sampled_edges)`` equals
+    ``model(x, edge_index)[:num_sampled_nodes[0]]`` (the seeds' outputs), for a batch whose
+    nodes and edges are ordered by hop (``NeighborLoader``, ``DistNeighborLoader``): layer
+    ``i`` of ``L`` runs its conv on ``(x_src, x_dst)`` for the destinations of hops
+    ``0 .. L-1-i`` only, over those hops' edges. PyG's ``trim_to_layer`` still runs layer 0 for
+    every sampled node, the last hop's too (most of the batch); here no layer computes a row
+    that no later layer reads. The parameters and ``state_dict`` are the model's (under
+    ``model.``); wrap it in ``DistributedDataParallel`` as the model itself.
+
+    GCN normalises by each node's in-edges in the whole batch, as the untrimmed model does.
+    ``jk`` must be ``None`` or ``'last'``.
+    """
+
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        from torch_geometric.nn.models.basic_gnn import BasicGNN
+
+        if not isinstance(model, BasicGNN):
+            raise TypeError(f"HopTrimmed takes a torch_geometric BasicGNN, got {type(model)}")
+        if model.jk_mode not in (None, "last"):
+            raise ValueError(f"HopTrimmed needs jk=None or 'last'; the model has {model.jk_mode!r}")
+        self.model = model
+        self._layers = [_PygLayer(model, i) for i in range(int(model.num_layers))]
+
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        num_sampled_nodes: Sequence[int],
+        num_sampled_edges: Sequence[int],
+    ) -> Tensor:
+        """``[B, C]`` outputs of the seeds (the first ``num_sampled_nodes[0]`` nodes)."""
+        hops = len(self._layers)
+        nodes, edges = [int(n) for n in num_sampled_nodes], [int(e) for e in num_sampled_edges]
+        if len(nodes) != hops + 1 or len(edges) != hops:
+            raise ValueError(
+                f"a {hops}-layer model needs a {hops}-hop batch: got num_sampled_nodes={nodes} "
+                f"and num_sampled_edges={edges}; sample with {hops} fanouts"
+            )
+        node_end = torch.tensor(nodes).cumsum(0).tolist()
+        edge_end = torch.tensor(edges).cumsum(0).tolist()
+        degree = None  # GCN: each node's in-edges in the whole batch, as model(x, edge_index)
+        if any(layer.uses_in_degree for layer in self._layers):
+            degree = torch.bincount(edge_index[1], minlength=int(x.shape[0]))
+        h = x
+        for i, layer in enumerate(self._layers):
+            layer.training = self.training  # not registered here: it follows this module
+            reach = hops - 1 - i  # the deepest hop whose rows layer i still computes
+            n, m = node_end[reach + 1], node_end[reach]
+            part = None if degree is None else degree[:n]
+            h = layer.apply_layer(h[:n], edge_index[:, : edge_end[reach]], m, part)
+        return h

@@ -96,3 +96,30 @@ def test_a_typed_graph_refuses_a_pyg_model(tmp_path, capsys) -> None:
                  "--no-progress"])  # fmt: skip
     assert code != 0
     assert "to_hetero" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["GraphSAGE", "GCN", "GAT", "GIN", "EdgeCNN"])
+def test_hop_trimmed_equals_the_model_on_the_whole_batch(name: str, tiny_graph) -> None:
+    """Outputs and gradients of ``HopTrimmed(model)`` are the untrimmed model's, exactly."""
+    import torch_geometric.nn.models as pyg_models
+
+    from gnnsys.loader import NeighborLoader
+    from gnnsys.models.pyg_user import HopTrimmed
+
+    batch = next(iter(NeighborLoader(tiny_graph.to_pyg(), [5, 3, 2], batch_size=64, seed=0)))
+    torch.manual_seed(0)
+    kw = {"heads": 2} if name == "GAT" else {}
+    model = getattr(pyg_models, name)(16, 32, num_layers=3, out_channels=4, dropout=0.0, **kw)
+    full = model(batch.x, batch.edge_index)[: batch.batch_size]
+    full.square().sum().backward()
+    want = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    trimmed = HopTrimmed(model)
+    got = trimmed(batch.x, batch.edge_index, batch.num_sampled_nodes, batch.num_sampled_edges)
+    got.square().sum().backward()
+    torch.testing.assert_close(got, full, rtol=1e-5, atol=1e-6)  # fewer rows, same sums
+    for g, w in zip((p.grad for p in model.parameters()), want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
+    assert list(trimmed.state_dict()) == [f"model.{k}" for k in model.state_dict()]
+    with pytest.raises(ValueError, match="3-layer model needs a 3-hop batch"):
+        trimmed(batch.x, batch.edge_index, batch.num_sampled_nodes[:3], [1, 2])
