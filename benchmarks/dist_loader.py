@@ -119,12 +119,20 @@ def rank_loop(args: argparse.Namespace) -> None:
     dist.destroy_process_group()
 
 
+USER_THREADS = "reserve"
+"""``--user-threads``: ``reserve`` (one core per rank left to the stages) or ``all``."""
+
+
 def run_user(work: Path, parts: int, epochs: int, model: str) -> dict[str, Any]:
     store = e2e_dgl.write_store(work, parts)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(parts)]
     cmd += ["--master-port", str(_free_port()), __file__, "--rank", "--store", str(store)]
     cmd += ["--epochs", str(epochs), "--model", model]
-    env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // parts))}
+    # gnnsys train's rule (gnnsys.train.threads): the cores per rank, one left to the loader's
+    # stage threads (prefetch > 0); --user-threads all gives torch every core per rank
+    cores = max(1, (os.cpu_count() or 2) // parts)
+    threads = cores if USER_THREADS == "all" else max(1, cores - 1)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     start = time.perf_counter()
     done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
@@ -134,6 +142,7 @@ def run_user(work: Path, parts: int, epochs: int, model: str) -> dict[str, Any]:
         "system": "user-loop",
         "model": model,
         "parts": parts,
+        "torch_threads": threads,
         "epoch_seconds": round(statistics.median(secs[1:] if len(secs) > 1 else secs), 3),
         "loss": round(got["loss"][-1], 4),
         "num_batches": got["num_batches"],
@@ -226,7 +235,12 @@ def main() -> None:
     p.add_argument("--out", default=None, help="also append the lines to this file")
     p.add_argument("--accuracy", action="store_true", help="only the Cora accuracy rows")
     p.add_argument("--root", default=None, help="(--accuracy) where planetoid:cora lives")
+    p.add_argument("--user-threads", choices=("reserve", "all"), default="reserve",
+                   help="torch threads of a user rank: its cores less one for the loader's "
+                   "stage threads (gnnsys train's rule), or all its cores")  # fmt: skip
     args = p.parse_args()
+    global USER_THREADS
+    USER_THREADS = args.user_threads
     if args.rank:
         rank_loop(args)
         return

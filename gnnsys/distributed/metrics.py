@@ -49,24 +49,37 @@ def _numpy(values: Tensor | np.ndarray | Any) -> np.ndarray:
     return np.asarray(values)
 
 
+_HELD: list[Any] = []
+"""The default process group, referenced from Python (see :func:`_check_group`)."""
+
+
 def _check_group() -> None:
+    """A clear error without a process group; else hold a Python reference to it.
+
+    DDP's reducer owns the group too. Freed last by the reducer (when the model is collected
+    after ``destroy_process_group``), the group's destructor joins gloo's worker threads with
+    the GIL held, and a worker still releasing a finished work's Python tensors waits for the
+    GIL: the job hangs at exit (seen in one torchrun run of three; PyTorch's no-GIL destructor
+    covers the Python object only). Held here, the group is freed by that Python object.
+    """
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError(
             "gnnsys.distributed needs a torch.distributed process group, and none is "
             "initialised; call torch.distributed.init_process_group('gloo' or 'nccl') first "
             "(torchrun and Ray Train's TorchTrainer set its environment)"
         )
+    group = dist.group.WORLD
+    if not _HELD or _HELD[0] is not group:
+        _HELD[:] = [group]  # the previous group (a test's) goes back through Python
 
 
 _RETIRED: deque[Any] = deque(maxlen=16)
 """The last finished collectives, kept so that Python, not gloo's worker thread, drops them.
 
 A gloo work holds its tensors; when the worker thread releases the last reference it needs the
-GIL to free their Python objects. At shutdown the thread is joined by the process group's
-destructor with the GIL held (DDP's reducer frees the group when the model is collected): a
-work the thread is still releasing then deadlocks the exit. Seen at the end of a torchrun job,
-one run in three (the confusion matrix's all-reduce, right before ``main`` returned). With the
-last reference here the thread never frees one; 16 collectives later it has long let go."""
+GIL to free their Python objects, which deadlocks if the group's destructor is joining it with
+the GIL held (:func:`_check_group`). With the last reference here the thread never frees one
+of gnnsys's works; 16 collectives later it has long let go."""
 
 
 def _wait(work: Any, what: str, timeout_s: float) -> None:

@@ -145,3 +145,4 @@ def test_finished_collectives_stay_with_python_not_the_gloo_thread(group) -> Non
     metrics._wait(work, "test all_reduce", 10.0)
     assert metrics._RETIRED[-1] is work
     assert metrics._RETIRED.maxlen == 16
+    assert metrics._HELD == [dist.group.WORLD]  # not freed last by DDP's reducer
