@@ -186,11 +186,16 @@ class _PygLayer(nn.Module):
 
     def __init__(self, model: Any, i: int) -> None:
         super().__init__()
-        from torch_geometric.nn import GCNConv
+        from torch_geometric.nn import GCNConv, GINConv, SAGEConv
 
         last = i == model.num_layers - 1
         self.conv = model.convs[i]
         self.bipartite = not isinstance(self.conv, GCNConv)
+        self.sparse = (
+            isinstance(self.conv, SAGEConv) and str(self.conv.aggr) in ("mean", "sum", "add")
+        ) or isinstance(self.conv, GINConv)
+        """The conv reduces through PyG's sparse path (``spmm`` over a CSR ``adj_t``): the same
+        sums as its gather-scatter over ``edge_index``, without the ``[E, F]`` messages."""
         self.uses_in_degree = isinstance(self.conv, GCNConv) and bool(self.conv.normalize)
         """GCN: with whole-graph in-degrees on the block (the sharded evaluation stamps them),
         normalise by them, as ``GCNConv`` on the whole graph does."""
@@ -212,14 +217,21 @@ class _PygLayer(nn.Module):
         )
         edge_index = torch.stack([block.col.to(dst.device), dst])
         degree = None if block.src_in_degree is None else block.src_in_degree.to(x.device)
-        return {dst_type: self.apply_layer(x, edge_index, m, degree)}
+        rowptr = block.rowptr.to(x.device)
+        return {dst_type: self.apply_layer(x, edge_index, m, degree, rowptr)}
 
     def apply_layer(
-        self, x: Tensor, edge_index: Tensor, m: int, in_degree: Tensor | None = None
-    ) -> Tensor:
-        """``[N, F]`` sources (the first ``m`` are the destinations) -> ``[m, H]``."""
+        self, x: Tensor, edge_index: Tensor, m: int, in_degree: Tensor | None = None,
+        rowptr: Tensor | None = None,
+    ) -> Tensor:  # fmt: skip
+        """``[N, F]`` sources (the first ``m`` are the destinations) -> ``[m, H]``.
+
+        ``rowptr``: ``[m + 1]`` when ``edge_index`` is sorted by destination (its CSR).
+        """
         h: Tensor
-        if self.bipartite:
+        if self.sparse and rowptr is not None:
+            h = self.conv((x, x[:m]), _adj_t(rowptr, edge_index[0], m, int(x.shape[0]), x))
+        elif self.bipartite:
             h = self.conv((x, x[:m]), edge_index)
         elif self.uses_in_degree and in_degree is not None:
             h = self._gcn_whole_graph(x, edge_index, in_degree, m)
@@ -255,6 +267,26 @@ class _PygLayer(nn.Module):
         finally:
             self.conv.normalize = normalize
         return out
+
+
+def _adj_t(rowptr: Tensor, col: Tensor, m: int, n: int, x: Tensor) -> Tensor:
+    """``[m, n]`` CSR adjacency (destination rows, unit weights): PyG's sparse ``adj_t``."""
+    import warnings
+
+    with warnings.catch_warnings():  # "sparse CSR support is in beta" and invariant checks
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(
+            rowptr, col, torch.ones(col.shape[0], dtype=x.dtype, device=x.device), size=(m, n)
+        )
+
+
+def _dst_rowptr(dst: Tensor, m: int) -> Tensor | None:
+    """The CSR row pointer of destinations ``dst`` in ``[0, m)``, or ``None`` if unsorted."""
+    if dst.numel() > 1 and not bool((dst[1:] >= dst[:-1]).all()):
+        return None
+    rowptr = torch.zeros(m + 1, dtype=torch.int64, device=dst.device)
+    rowptr[1:] = torch.bincount(dst, minlength=m).cumsum(0)
+    return rowptr
 
 
 class PygStack(nn.Module):
@@ -348,5 +380,7 @@ class HopTrimmed(nn.Module):
             reach = hops - 1 - i  # the deepest hop whose rows layer i still computes
             n, m = node_end[reach + 1], node_end[reach]
             part = None if degree is None else degree[:n]
-            h = layer.apply_layer(h[:n], edge_index[:, : edge_end[reach]], m, part)
+            hop = edge_index[:, : edge_end[reach]]
+            rowptr = _dst_rowptr(hop[1], m) if layer.sparse else None
+            h = layer.apply_layer(h[:n], hop, m, part, rowptr)
         return h

@@ -141,6 +141,7 @@ def test_finished_collectives_stay_with_python_not_the_gloo_thread(group) -> Non
     worker thread never frees its tensors while the exit joins it with the GIL held."""
     from gnnsys.distributed import metrics
 
+    metrics._check_group()  # every entry point checks the group first
     work = dist.all_reduce(torch.ones(2), async_op=True)
     metrics._wait(work, "test all_reduce", 10.0)
     assert metrics._RETIRED[-1] is work
