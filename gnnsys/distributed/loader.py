@@ -50,6 +50,11 @@ Differences from ``torch_geometric.distributed.DistNeighborLoader``:
 * a typed store's featureless types have no ``x``: give them an ``nn.Embedding`` indexed by
   ``batch[t].n_id``, as PyG's MAG examples do.
 
+Speed: nodes and edges come ordered by hop, so ``gnnsys.models.pyg_user.HopTrimmed(model)``
+runs a PyG ``BasicGNN`` on only the rows each layer needs (the plain model computes every layer
+for every sampled node); leave one core per rank to the stage threads
+(``torch.set_num_threads(cores - 1)``), as ``gnnsys train`` does.
+
 Shape legend: ``N`` sampled nodes, ``E`` sampled edges, ``B`` seeds, ``F`` features.
 """
 
