@@ -235,6 +235,9 @@ def main() -> None:
     p.add_argument("--out", default=None, help="also append the lines to this file")
     p.add_argument("--accuracy", action="store_true", help="only the Cora accuracy rows")
     p.add_argument("--root", default=None, help="(--accuracy) where planetoid:cora lives")
+    p.add_argument("--dgl-python", default="/work/dglvenv/bin/python",
+                   help="DGL 2.1's virtualenv (../shared/baselines/setup-dgl-venv.sh DIR); "
+                   "without it DGL's rows say unavailable")  # fmt: skip
     p.add_argument("--user-threads", choices=("reserve", "all"), default="reserve",
                    help="torch threads of a user rank: its cores less one for the loader's "
                    "stage threads (gnnsys train's rule), or all its cores")  # fmt: skip
@@ -256,7 +259,14 @@ def main() -> None:
     models = args.models.split(",")
     ratios = {(q, m): {"time": [], "rss": []} for q in parts for m in models}
     rows = []
+    dgl_ratio: dict[tuple[int, str], list[float]] = {(q, m): [] for q in parts for m in models}
+    graph = work / "rmat-2p20.npz"
+    if Path(args.dgl_python).exists():
+        e2e_dgl.write_graph(graph)
     for r in range(args.rounds):
+        dgl = e2e_dgl.run_dgl(args.dgl_python, graph, args.epochs, threads=2)
+        rows.append({**dgl, "round": r})
+        print(json.dumps(rows[-1]), flush=True)
         for q in parts:
             ours = run_train(work, q, args.epochs, f"r{r}")
             rows.append({**ours, "round": r})
@@ -266,6 +276,8 @@ def main() -> None:
                 rows.append({**user, "round": r})
                 print(json.dumps(rows[-1]), flush=True)
                 ratios[q, m]["time"].append(user["epoch_seconds"] / ours["epoch_seconds"])
+                if "epoch_seconds" in dgl:  # DGL's single process over the user loop
+                    dgl_ratio[q, m].append(dgl["epoch_seconds"] / user["epoch_seconds"])
                 if ours.get("peak_rss_bytes"):
                     rss = max(user["peak_rss_bytes"]) / max(ours["peak_rss_bytes"])
                     ratios[q, m]["rss"].append(rss)
@@ -278,6 +290,14 @@ def main() -> None:
         }
         rows.append(summary)
         print(json.dumps(summary), flush=True)
+        if dgl_ratio[q, m]:
+            line = {
+                "summary": f"DGL 2.1 single process (2 threads) / user loop ({m}), P = {q}",
+                "epoch_ratio": [round(v, 3) for v in dgl_ratio[q, m]],
+                "note": "above 1: the user loop's epoch is shorter",
+            }
+            rows.append(line)
+            print(json.dumps(line), flush=True)
     if args.out:
         with open(args.out, "a") as f:
             f.writelines(json.dumps(row) + "\n" for row in rows)
