@@ -91,12 +91,10 @@ class DistLinkNeighborLoader(DistNeighborLoader):
         from gnnsys.loader.link_inputs import neg_sampling_of
 
         self._open(store, verify, batch_size, num_workers, prefetch, schedule)
+        self._settings(batch_size, shuffle, drop_last, num_workers, seed, prefetch, timeout_s)
         self.edge_type, given = self._edge_type(edge_label_index)
         self.input_type = self.edge_type[0]
         self.neg_sampling = neg_sampling_of(neg_sampling, None)
-        self.batch_size, self.shuffle, self.drop_last = batch_size, bool(shuffle), bool(drop_last)
-        self.num_workers, self.prefetch, self.seed = num_workers, prefetch, int(seed)
-        self.timeout_s = float(timeout_s)
         self._sources, self.ledger, self.layout = self._build(num_neighbors, codec, cache)
         self.links, self.input_id, self.link_label = self._links(given, edge_label, verify)
         self._num_batches = self._agree(schedule)

@@ -160,10 +160,8 @@ class DistNeighborLoader:
         verify: bool = True,
     ) -> None:
         self._open(store, verify, batch_size, num_workers, prefetch, schedule)
+        self._settings(batch_size, shuffle, drop_last, num_workers, seed, prefetch, timeout_s)
         self.input_type, seeds_given = self._input_type(input_nodes, self.info)
-        self.batch_size, self.shuffle, self.drop_last = batch_size, bool(shuffle), bool(drop_last)
-        self.num_workers, self.prefetch, self.seed = num_workers, prefetch, int(seed)
-        self.timeout_s = float(timeout_s)
         self._sources, self.ledger, self.layout = self._build(num_neighbors, codec, cache)
         self.seed_gid, self.input_id, self.seed_y = self._seeds(seeds_given)
         self._num_batches = self._agree(schedule)
@@ -206,6 +204,15 @@ class DistNeighborLoader:
         self.shard = read_shard(self.store, self.rank, verify=verify)
         self._raw_books = load_books(self.store)  # keyed None on a homogeneous store
         self.books = {ONE_TYPE if t is None else t: b for t, b in self._raw_books.items()}
+
+    def _settings(
+        self, batch_size: int, shuffle: bool, drop_last: bool, num_workers: int, seed: int,
+        prefetch: int, timeout_s: float,
+    ) -> None:  # fmt: skip
+        """The iteration settings (checked by ``_open``)."""
+        self.batch_size, self.shuffle, self.drop_last = batch_size, bool(shuffle), bool(drop_last)
+        self.num_workers, self.prefetch, self.seed = num_workers, prefetch, int(seed)
+        self.timeout_s = float(timeout_s)
 
     def _input_type(self, input_nodes: Any, info: Any) -> tuple[str, Any]:
         """The seed type and what ``input_nodes`` says about its seeds (``None``: train mask)."""

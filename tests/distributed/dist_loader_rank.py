@@ -42,22 +42,32 @@ def _record(loader, epochs: int, tag: str, out: dict) -> None:
 
 def _train(store: str, out: dict) -> None:
     """PyG's GraphSAGE under DDP on the loader's batches: losses per epoch, final weights."""
-    from torch.nn.parallel import DistributedDataParallel
     from torch_geometric.nn.models import GraphSAGE
 
     from gnnsys.distributed import DistNeighborLoader
 
     loader = DistNeighborLoader(store, [4, 3], batch_size=32, shuffle=True, seed=3)
+
+    def loss(model, batch):
+        logits = model(batch.x, batch.edge_index)[: batch.batch_size]
+        return torch.nn.functional.cross_entropy(logits, batch.y)
+
     torch.manual_seed(0)
-    model = DistributedDataParallel(GraphSAGE(16, 32, num_layers=2, out_channels=4))
+    _ddp_epochs(GraphSAGE(16, 32, num_layers=2, out_channels=4), loader, loss, 12, out)
+
+
+def _ddp_epochs(net, loader, loss_of, epochs: int, out: dict) -> None:
+    """``net`` under DDP on ``loader`` with Adam: mean loss per epoch, final weights."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = DistributedDataParallel(net)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     losses = []
-    for _ in range(12):
+    for _ in range(epochs):
         total = 0.0
         for batch in loader:
             opt.zero_grad()
-            logits = model(batch.x, batch.edge_index)[: batch.batch_size]
-            loss = torch.nn.functional.cross_entropy(logits, batch.y)
+            loss = loss_of(model, batch)
             loss.backward()
             opt.step()
             total += float(loss)
@@ -95,7 +105,6 @@ def _record_links(loader, epochs: int, tag: str, out: dict) -> None:
 
 def _train_links(store: str, out: dict) -> None:
     """PyG GraphSAGE + a dot-product decoder under DDP on binary link batches."""
-    from torch.nn.parallel import DistributedDataParallel
     from torch_geometric.nn.models import GraphSAGE
 
     from gnnsys.distributed import DistLinkNeighborLoader
@@ -103,24 +112,15 @@ def _train_links(store: str, out: dict) -> None:
     loader = DistLinkNeighborLoader(
         store, [4, 3], neg_sampling="binary", batch_size=256, shuffle=True, seed=3
     )
+
+    def loss(model, batch):
+        h = model(batch.x, batch.edge_index)
+        src, dst = batch.edge_label_index
+        logits = (h[src] * h[dst]).sum(-1)
+        return torch.nn.functional.binary_cross_entropy_with_logits(logits, batch.edge_label)
+
     torch.manual_seed(0)
-    model = DistributedDataParallel(GraphSAGE(16, 32, num_layers=2))
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    losses = []
-    for _ in range(6):
-        total = 0.0
-        for batch in loader:
-            opt.zero_grad()
-            h = model(batch.x, batch.edge_index)
-            src, dst = batch.edge_label_index
-            logits = (h[src] * h[dst]).sum(-1)
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, batch.edge_label)
-            loss.backward()
-            opt.step()
-            total += float(loss)
-        losses.append(total / len(loader))
-    out["train/losses"] = np.array(losses)
-    out["train/weights"] = torch.cat([p.detach().flatten() for p in model.parameters()]).numpy()
+    _ddp_epochs(GraphSAGE(16, 32, num_layers=2), loader, loss, 6, out)
 
 
 def infer_model():

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 import torch
 
-from gnnsys.partitioners import partition, partition_hetero
-from gnnsys.store import load_books, write_hetero_partitions, write_partitions
+from gnnsys.partitioners import partition
+from gnnsys.store import load_books, write_partitions
 from gnnsys.train.schedule import batch_seed_for
 from gnnsys.types import ONE_RELATION, ONE_TYPE
 from tests.distributed.dist_loader_rank import given_links
-from tests.distributed.test_dist_loader import _reference, run_ranks
+from tests.distributed.test_dist_loader import _reference, run_ranks, typed_run
 
 
 def _link_batches(rec: dict, tag: str, epoch: int) -> list[dict]:
@@ -128,12 +128,7 @@ def test_triplet_batches_index_source_positive_and_negatives(link_run) -> None:
 
 @pytest.mark.timeout(200)
 def test_typed_store_puts_link_fields_on_the_relation(tmp_path) -> None:
-    from gnnsys.datasets.mag import synthetic_mag
-
-    mag = synthetic_mag(0.002, reverse=True)
-    store = tmp_path / "store"
-    write_hetero_partitions(mag, partition_hetero(mag, "random", 2, 0), store, num_hops=2)
-    recs = run_ranks(store, tmp_path, "typed-link")
+    mag, store, recs = typed_run(tmp_path, "typed-link")
     et = ("paper", "has_topic", "field_of_study")
     _, sampler = _reference(store, {tuple(r): (3, 2) for r in mag.relations})
     rel = mag.relations[et]

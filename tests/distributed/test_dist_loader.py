@@ -167,14 +167,19 @@ def test_pyg_graphsage_trains_under_ddp_on_the_batches(node_run) -> None:
     )  # fmt: skip
 
 
-@pytest.mark.timeout(200)
-def test_typed_store_gives_hetero_data_equal_to_the_whole_graph(tmp_path) -> None:
+def typed_run(tmp_path: Path, scenario: str):
+    """A small synthetic MAG in 2 random parts and the rank records of ``scenario``."""
     from gnnsys.datasets.mag import synthetic_mag
 
     mag = synthetic_mag(0.002, reverse=True)
     store = tmp_path / "store"
     write_hetero_partitions(mag, partition_hetero(mag, "random", 2, 0), store, num_hops=2)
-    recs = run_ranks(store, tmp_path, "typed")
+    return mag, store, run_ranks(store, tmp_path, scenario)
+
+
+@pytest.mark.timeout(200)
+def test_typed_store_gives_hetero_data_equal_to_the_whole_graph(tmp_path) -> None:
+    mag, store, recs = typed_run(tmp_path, "typed")
     fanouts = {tuple(et): (3, 2) for et in mag.relations}
     graph, sampler = _reference(store, fanouts)
     assert len({int(r["typed/len"][0]) for r in recs}) == 1
