@@ -21,16 +21,11 @@ from gnnsys.store import load_books, write_partitions
 from gnnsys.train.schedule import batch_seed_for
 from gnnsys.types import ONE_RELATION, ONE_TYPE
 from tests.distributed.dist_loader_rank import given_links
-from tests.distributed.test_dist_loader import _reference, run_ranks, typed_run
+from tests.distributed.test_dist_loader import _batches, _reference, run_ranks, typed_run
 
 
 def _link_batches(rec: dict, tag: str, epoch: int) -> list[dict]:
-    out, b = [], 0
-    while f"{tag}/{epoch}/{b}/batch" in rec:
-        prefix = f"{tag}/{epoch}/{b}/"
-        out.append({k[len(prefix) :]: v for k, v in rec.items() if k.startswith(prefix)})
-        b += 1
-    return out
+    return _batches(rec, tag, epoch, marker="batch")
 
 
 @pytest.fixture(scope="module")

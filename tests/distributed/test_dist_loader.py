@@ -63,9 +63,10 @@ def node_run(tiny_graph, tmp_path_factory):
     return store, run_ranks(store, root, "node")
 
 
-def _batches(rec: dict, tag: str, epoch: int) -> list[dict]:
+def _batches(rec: dict, tag: str, epoch: int, marker: str = "batch_size") -> list[dict]:
+    """Batch ``b``'s recorded fields, for every ``b`` that recorded ``marker``."""
     out, b = [], 0
-    while f"{tag}/{epoch}/{b}/batch_size" in rec:
+    while f"{tag}/{epoch}/{b}/{marker}" in rec:
         prefix = f"{tag}/{epoch}/{b}/"
         out.append({k[len(prefix) :]: v for k, v in rec.items() if k.startswith(prefix)})
         b += 1
