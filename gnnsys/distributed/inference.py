@@ -147,8 +147,8 @@ def inference(
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise ValueError(f"{out} exists and is not empty; pass overwrite=True or another out")
-    typed = bool(store_info(Path(store)).typed)
-    method = _method(model, method, num_neighbors, typed)
+    info = store_info(Path(store))
+    method = _method(model, method, num_neighbors, bool(info.typed))
     staging = out.with_name(f".{out.name}.partial")
     if rank == 0:
         from gnnsys.outputs import staging_dir
@@ -159,12 +159,12 @@ def inference(
     model.eval()
     try:
         fanouts = [-1] if method == "layerwise" else list(num_neighbors or [])
-        loader = _all_owned(store, fanouts, input_type, batch_size, codec, timeout_s)
+        loader = _all_owned(store, info, fanouts, input_type, batch_size, codec, timeout_s)
         if method == "layerwise":
             rows = _layerwise(model, loader, staging / LAYERS, timeout_s)
         else:
             rows = _sampled(model, loader)
-        _write(kind, loader, rows, staging, method, model, timeout_s)
+        _write(kind, loader, rows, staging, model, timeout_s)
         if rank == 0:
             _publish(out, staging, kind, world, loader, method, model, store)
         _barrier("the published directory", timeout_s)
@@ -176,20 +176,20 @@ def inference(
 
 
 def _all_owned(
-    store: Any, fanouts: list[int], input_type: str | None, batch_size: int, codec: Any,
-    timeout_s: float,
+    store: Any, info: Any, fanouts: list[int], input_type: str | None, batch_size: int,
+    codec: Any, timeout_s: float,
 ) -> DistNeighborLoader:  # fmt: skip
     """Batches of every node of the output type, each rank its own, in ascending id order."""
-    from gnnsys.store import load_books
-    from gnnsys.store.info import store_info
+    from gnnsys.store.reader import read_hetero_manifest
 
-    info = store_info(Path(store))
     t = input_type or (info.named_types[0] if not info.typed else None)
     if t is None or t not in info.named_types:
         raise ValueError(
             f"input_type={t!r}: name the node type of {store} to write, one of {info.named_types}"
         )
-    num = int(load_books(store)[t if info.typed else None].part_N.shape[0])
+    num = int(info.num_nodes)
+    if info.typed:  # the type's count, from the manifest (no second read of the books)
+        num = int(read_hetero_manifest(Path(store)).node_type(t).num_nodes)
     mask = torch.ones(num, dtype=torch.bool)
     nodes: Any = (t, mask) if info.typed else mask
     return DistNeighborLoader(
@@ -254,7 +254,7 @@ def _rows(tables: list[np.ndarray], book: Any, gid: np.ndarray, width: int) -> T
 
 
 def _write(
-    kind: str, loader: DistNeighborLoader, rows: Tensor, staging: Path, method: str, model: Any,
+    kind: str, loader: DistNeighborLoader, rows: Tensor, staging: Path, model: Any,
     timeout_s: float,
 ) -> None:  # fmt: skip
     """This rank's part and its manifest entry (a JSON file rank 0 collects)."""

@@ -134,12 +134,9 @@ class DistLinkNeighborLoader(DistNeighborLoader):
         self, given: Any, edge_label: Tensor | None, verify: bool
     ) -> tuple[Tensor, Tensor, Tensor | None]:
         """``[2, L_r]`` this rank's seed links, their ``input_id`` and labels (or ``None``)."""
+        from gnnsys.loader.link_inputs import edge_input
+
         neg = self.neg_sampling
-        if edge_label is not None and neg is not None and neg.is_triplet():
-            raise ValueError(
-                "'edge_label' needs to be undefined for 'triplet'-based negative sampling; use "
-                "src_index, dst_pos_index and dst_neg_index of the batch instead"
-            )
         if given is None:
             if edge_label is not None:
                 raise ValueError("edge_label needs edge_label_index: one label per given link")
@@ -156,13 +153,9 @@ class DistLinkNeighborLoader(DistNeighborLoader):
                     f"{type(self).__name__}: edge_label_index row {row} has ids outside "
                     f"[0, {n}) of node type {t!r}"
                 )
-        label = None
-        if edge_label is not None:
-            label = torch.as_tensor(edge_label)
-            if int(label.shape[0]) != int(index.shape[1]):
-                raise ValueError(f"edge_label has {label.shape[0]} entries; need {index.shape[1]}")
-            if neg is not None and neg.is_binary() and label.numel() and label.min() == 0:
-                label = label + 1  # PyG: zero now denotes "negative"
+        # PyG's checks and label shift (labels from 0 move up one when negatives are added)
+        labels = None if edge_label is None else torch.as_tensor(edge_label)
+        label = edge_input(index, labels, None, None, neg).label
         mine = torch.from_numpy(self.books[src_t].part_N[index[0].numpy()] == self.rank)
         input_id = torch.nonzero(mine).squeeze(1)
         return index[:, mine], input_id, None if label is None else label[mine]

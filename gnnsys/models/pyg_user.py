@@ -212,25 +212,27 @@ class _PygLayer(nn.Module):
         src, dst_type = edge_type[0], edge_type[2]
         x = x_dict[src]
         m = int(block.num_dst)
-        dst = torch.repeat_interleave(
-            torch.arange(m, device=block.rowptr.device), block.rowptr.diff()
-        )
-        edge_index = torch.stack([block.col.to(dst.device), dst])
+        rowptr, col = block.rowptr.to(x.device), block.col.to(x.device)
+        if self.sparse:  # the block is the CSR already: no [2, E] edge_index to build
+            return {dst_type: self.apply_layer(x, None, m, csr=(rowptr, col))}
+        dst = torch.repeat_interleave(torch.arange(m, device=x.device), rowptr.diff())
         degree = None if block.src_in_degree is None else block.src_in_degree.to(x.device)
-        rowptr = block.rowptr.to(x.device)
-        return {dst_type: self.apply_layer(x, edge_index, m, degree, rowptr)}
+        return {dst_type: self.apply_layer(x, torch.stack([col, dst]), m, degree)}
 
     def apply_layer(
-        self, x: Tensor, edge_index: Tensor, m: int, in_degree: Tensor | None = None,
-        rowptr: Tensor | None = None,
+        self, x: Tensor, edge_index: Tensor | None, m: int, in_degree: Tensor | None = None,
+        csr: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:  # fmt: skip
         """``[N, F]`` sources (the first ``m`` are the destinations) -> ``[m, H]``.
 
-        ``rowptr``: ``[m + 1]`` when ``edge_index`` is sorted by destination (its CSR).
+        ``csr``: ``(rowptr [m + 1], col)`` of the edges sorted by destination, for a conv with
+        the sparse path (``self.sparse``); else ``edge_index``.
         """
         h: Tensor
-        if self.sparse and rowptr is not None:
-            h = self.conv((x, x[:m]), _adj_t(rowptr, edge_index[0], m, int(x.shape[0]), x))
+        if self.sparse and csr is not None:
+            h = self.conv((x, x[:m]), _adj_t(csr[0], csr[1], m, int(x.shape[0]), x))
+        elif edge_index is None:
+            raise ValueError("apply_layer: pass edge_index, or csr for a conv with a sparse path")
         elif self.bipartite:
             h = self.conv((x, x[:m]), edge_index)
         elif self.uses_in_degree and in_degree is not None:
@@ -382,5 +384,6 @@ class HopTrimmed(nn.Module):
             part = None if degree is None else degree[:n]
             hop = edge_index[:, : edge_end[reach]]
             rowptr = _dst_rowptr(hop[1], m) if layer.sparse else None
-            h = layer.apply_layer(h[:n], hop, m, part, rowptr)
+            csr = None if rowptr is None else (rowptr, hop[0])
+            h = layer.apply_layer(h[:n], hop, m, part, csr)
         return h
