@@ -91,7 +91,9 @@ def _refuse_flags(args: argparse.Namespace) -> None:
             "--task link on a heterogeneous dataset needs the relation to predict: add "
             "--target-edge SRC__REL__DST, e.g. paper__cites__paper"
         )
-    if args.model is not None and args.model not in ("sage", "gat", "rgcn", "gcn"):
+    from gnnsys.models.pyg_user import BUILTIN
+
+    if args.model is not None and args.model not in BUILTIN:  # not one of gnnsys's models
         given.append(
             f"--model {args.model} (a PyG model runs on a homogeneous graph here; for typed "
             "graphs use to_hetero(your model) in your own loop on "

@@ -36,6 +36,7 @@ from torch import Tensor, nn
 from gnnsys.types import Block
 
 __all__ = [
+    "BUILTIN",
     "HopTrimmed",
     "PygStack",
     "build_plain",
