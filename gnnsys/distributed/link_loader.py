@@ -179,6 +179,9 @@ class DistLinkNeighborLoader(DistNeighborLoader):
     def _num_items(self) -> int:
         return int(self.links.shape[1])
 
+    def _item_ids(self) -> Tensor:
+        return self.links
+
     def _draw(self, count: int, endpoint: str, gen: torch.Generator) -> Tensor:
         """``count`` negative endpoints of ``endpoint`` (``'src'``/``'dst'``), PyG's rule."""
         neg = self.neg_sampling

@@ -33,10 +33,15 @@ per epoch, so no rank waits at the last all-reduce for a partner that has stoppe
 * ``drop_last=True``: every batch holds exactly ``batch_size`` seeds; ``len(loader)`` is the
   smallest rank's ``seeds // batch_size`` and each rank drops the rest of its shuffled seeds.
 
-Shuffling is repeatable: epoch ``e``'s order on rank ``r`` is a permutation seeded by
-``(seed, r, e)`` and batch ``b``'s sampler seed by ``(seed, r, e, b)``, so the same seed gives the
-same batches on every run. Each ``iter(loader)`` starts the next epoch (``set_epoch`` sets it, as
-``DistributedSampler.set_epoch`` does).
+Shuffling is global and repeatable: epoch ``e`` gives every seed of the graph a key that
+depends only on ``(seed, e)`` and the seed's id (``gnnsys.train.schedule.item_keys``), so every
+rank takes its seeds in one global order without a collective. With ``schedule='global'``
+batch ``b`` holds the seeds whose key falls in the ``b``-th of ``len(loader)`` equal key ranges:
+the union of batch ``b`` over the ranks is a one-part run's batch ``b`` (the same seeds, however
+the graph is partitioned), and a rank's batch size varies around its share, as under a global
+``DistributedSampler``. ``schedule='max'`` and ``drop_last`` split the rank's share of the
+global order in turn. Batch ``b``'s sampler seed is ``(seed, r, e, b)``. Each ``iter(loader)``
+starts the next epoch (``set_epoch`` sets it, as ``DistributedSampler.set_epoch`` does).
 
 Differences from ``torch_geometric.distributed.DistNeighborLoader``:
 
@@ -186,7 +191,7 @@ class DistNeighborLoader:
         what = type(self).__name__
         self.rank, self.world_size = _group(what)
         _check_settings(batch_size, num_workers, prefetch, schedule)
-        self.store, self.epoch = Path(store), 0
+        self.store, self.epoch, self.schedule = Path(store), 0, schedule
         if not self.store.is_dir():
             raise FileNotFoundError(
                 f"store {str(self.store)!r} is not a directory; write one with "
@@ -389,20 +394,24 @@ class DistNeighborLoader:
         self.epoch = int(epoch)
 
     def _positions(self, epoch: int) -> list[Tensor]:
-        """Positions into this rank's seeds for every batch of ``epoch``."""
-        from gnnsys.train.schedule import epoch_batches, mix_seed
+        """Positions into this rank's seeds for every batch of ``epoch``.
+
+        Shuffled: the rank's share of one global order (``item_keys``, the same on every
+        rank); with the ``global`` schedule the batches are global windows of it as well.
+        """
+        from gnnsys.train.schedule import global_windows, item_keys
 
         num, count = self._num_items(), self._num_batches
+        if not self.shuffle:
+            order = torch.arange(num)
+        else:
+            keys = item_keys(self._item_ids(), seed=self.seed, epoch=epoch)
+            if not self.drop_last and self.schedule == "global":
+                return global_windows(keys, count)
+            order = torch.from_numpy(np.argsort(keys, kind="stable").astype(np.int64))
         if self.drop_last:
-            if self.shuffle:
-                gen = torch.Generator().manual_seed(mix_seed(self.seed, 0xD809, self.rank, epoch))
-                order = torch.randperm(num, generator=gen)
-            else:
-                order = torch.arange(num)
             return list(order[: count * self.batch_size].view(count, self.batch_size))
-        if self.shuffle:
-            return epoch_batches(num, count, seed=self.seed, rank=self.rank, epoch=epoch)
-        return list(torch.tensor_split(torch.arange(num), count))
+        return list(torch.tensor_split(order, count))
 
     def __iter__(self) -> Iterator[Any]:
         """One epoch of ``len(self)`` batches; each call starts the next epoch."""
@@ -429,6 +438,10 @@ class DistNeighborLoader:
     def _num_items(self) -> int:
         """Seeds of this rank (nodes; links for the link loader)."""
         return int(self.seed_gid.numel())
+
+    def _item_ids(self) -> Tensor:
+        """The seeds' global identities (``[n]`` node ids; ``[2, n]`` a link's endpoints)."""
+        return self.seed_gid
 
     def _sample(self, pos: Tensor, seed: int) -> tuple[Any, Any]:
         """``(extra, subgraph)`` of the seeds at ``pos``: the sampler stage."""

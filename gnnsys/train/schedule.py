@@ -36,6 +36,8 @@ __all__ = [
     "LocalSync",
     "batch_seed_for",
     "epoch_batches",
+    "global_windows",
+    "item_keys",
     "mix_seed",
     "steps_per_epoch",
 ]
@@ -76,6 +78,56 @@ def epoch_batches(
     gen = torch.Generator().manual_seed(mix_seed(seed, 0xBA7C, rank, epoch))
     perm = torch.randperm(num_seeds, generator=gen)
     return list(torch.tensor_split(perm, num_batches))
+
+
+_GOLDEN, _MIX1, _MIX2 = (np.uint64(c) for c in
+                         (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))  # fmt: skip
+
+
+def _splitmix64(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser, element-wise on ``uint64`` (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        z = z + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+    out: np.ndarray = z ^ (z >> np.uint64(31))
+    return out
+
+
+def item_keys(ids: Tensor, *, seed: int, epoch: int) -> np.ndarray:
+    """One epoch's sort key per item, from the item's global identity and the seed only.
+
+    Args:
+        ids: ``[n]`` global node ids, or ``[k, n]`` (a link: its endpoints' ids).
+        seed: Run seed.
+        epoch: Epoch index.
+
+    Returns:
+        ``[n]`` ``uint64`` keys: the same item gets the same key on every rank and in every
+        partitioning, so sorting by key is one global order of the epoch, restricted to a rank.
+    """
+    rows = np.atleast_2d(np.asarray(ids.numpy(), dtype=np.int64)).astype(np.uint64)
+    key = np.full(rows.shape[1], np.uint64(mix_seed(seed, 0x6C0B, epoch)), dtype=np.uint64)
+    for row in rows:
+        key = _splitmix64(key ^ row)
+    return key
+
+
+def global_windows(keys: np.ndarray, num_batches: int) -> list[Tensor]:
+    """Positions per batch of a global shuffle, in key order.
+
+    Batch ``b`` holds the items whose key falls in the ``b``-th of ``num_batches`` equal key
+    ranges. Every rank computes its part with no collective, and the union over ranks of batch
+    ``b`` is the one-part run's batch ``b`` (the same seeds in the same order, whatever the
+    partition); a rank's batch size varies around its share (binomially, as a global
+    shuffle's would).
+    """
+    if num_batches < 1:
+        raise ValueError(f"num_batches={num_batches}; every rank needs >= 1 batch per epoch")
+    order = np.argsort(keys, kind="stable")
+    window = ((keys[order] >> np.uint64(32)) * np.uint64(num_batches)) >> np.uint64(32)
+    counts = np.bincount(window.astype(np.int64), minlength=num_batches)
+    return list(torch.split(torch.from_numpy(order.astype(np.int64)), counts.tolist()))
 
 
 SCHEDULES = ("global", "max")

@@ -176,6 +176,9 @@ def main() -> None:
         uneven = uneven_mask(store)  # rank 1 holds one seed: its later batches are empty
         _record(DistNeighborLoader(store, input_nodes=uneven, **kw), 1, "uneven", out)
         _train(store, out)
+    elif scenario == "one":  # one part, the 2-rank run's global batch
+        loader = DistNeighborLoader(store, [4, 3], batch_size=80, seed=7, shuffle=True)
+        _record(loader, 2, "shuffled", out)
     elif scenario == "typed":
         kw = {"num_neighbors": [3, 2], "batch_size": 50, "seed": 7, "shuffle": True}
         _record(DistNeighborLoader(store, input_nodes="paper", **kw), 1, "typed", out)

@@ -156,6 +156,30 @@ def test_shuffling_repeats_from_the_seed_and_changes_every_epoch(node_run) -> No
         assert not np.array_equal(e0[0]["n_id"], e1[0]["n_id"])
 
 
+def _seeds_of(batch: dict) -> np.ndarray:
+    return batch["n_id"][: int(batch["batch_size"][0])]
+
+
+@pytest.mark.timeout(200)
+def test_the_shuffle_is_global_one_part_batches_are_the_ranks_unions(
+    node_run, tiny_graph, tmp_path
+) -> None:
+    """The 2-rank run's batch ``b`` over both ranks holds a 1-part run's batch ``b``'s seeds."""
+    store, recs = node_run
+    one = tmp_path / "one"
+    write_partitions(tiny_graph, partition(tiny_graph, "random", 1, seed=0), one, num_hops=2)
+    (whole,) = run_ranks(one, tmp_path, "one", world=1)
+    assert int(whole["shuffled/len"][0]) == int(recs[0]["shuffled/len"][0])
+    sizes = set()
+    for e in range(2):
+        ranks = [_batches(rec, "shuffled", e) for rec in recs]
+        for b, got in enumerate(_batches(whole, "shuffled", e)):
+            union = np.concatenate([_seeds_of(batches[b]) for batches in ranks])
+            np.testing.assert_array_equal(np.sort(union), np.sort(_seeds_of(got)))
+            sizes.add(tuple(len(_seeds_of(batches[b])) for batches in ranks))
+    assert len(sizes) > 1  # a rank's share of a global batch varies
+
+
 @pytest.mark.timeout(200)
 def test_pyg_graphsage_trains_under_ddp_on_the_batches(node_run) -> None:
     _, recs = node_run

@@ -1,11 +1,18 @@
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from gnnsys.train.evaluate import full_block
 from gnnsys.train.in_memory import one_type_trainer
-from gnnsys.train.schedule import BatchPlan, epoch_batches, steps_per_epoch
+from gnnsys.train.schedule import (
+    BatchPlan,
+    epoch_batches,
+    global_windows,
+    item_keys,
+    steps_per_epoch,
+)
 from gnnsys.train.trainer import Trainer
 from gnnsys.types import ONE_RELATION, ONE_TYPE, Graph
 
@@ -19,6 +26,21 @@ def test_epoch_batches_is_a_split_permutation(num_seeds: int, num_batches: int) 
     assert max(sizes) - min(sizes) <= 1
     again = epoch_batches(num_seeds, num_batches, seed=3, rank=1, epoch=2)
     assert all(torch.equal(a, b) for a, b in zip(batches, again, strict=True))
+
+
+def test_global_windows_split_any_partition_into_the_one_part_batches() -> None:
+    ids = torch.randperm(500, generator=torch.Generator().manual_seed(0))[:300]
+    keys = item_keys(ids, seed=5, epoch=1)
+    assert keys.dtype.name == "uint64" and len(set(keys.tolist())) == 300
+    whole = [ids[p] for p in global_windows(keys, 4)]
+    assert sorted(torch.cat(whole).tolist()) == sorted(ids.tolist())  # each id once
+    parts = [ids[ids % 3 == r] for r in range(3)]  # any split of the ids into ranks
+    shares = [[p[q] for q in global_windows(item_keys(p, seed=5, epoch=1), 4)] for p in parts]
+    for b in range(4):
+        assert sorted(torch.cat([s[b] for s in shares]).tolist()) == sorted(whole[b].tolist())
+    assert not torch.equal(whole[0], ids[global_windows(item_keys(ids, seed=5, epoch=2), 4)[0]])
+    links = torch.stack([ids, ids.flip(0)])  # a link's key mixes both endpoints
+    assert not np.array_equal(item_keys(links, seed=5, epoch=1), keys)
 
 
 def test_epoch_batches_rejects_zero() -> None:
