@@ -84,11 +84,6 @@ def _method(model: Any, method: str, num_neighbors: Any, typed: bool) -> str:
                 f"inference_per_layer); {type(model).__name__} has none: pass "
                 "method='sampled' and num_neighbors"
             )
-        if getattr(model, "jk_mode", None) not in (None, "last"):
-            raise ValueError(
-                f"layer-wise inference needs jk=None or 'last' (as BasicGNN.inference); the "
-                f"model has jk={model.jk_mode!r}: pass method='sampled' and num_neighbors"
-            )
     elif num_neighbors is None:
         raise ValueError(
             f"method='sampled' needs num_neighbors (one fanout per layer, -1: all) for "
@@ -215,10 +210,11 @@ def _layerwise(model: Any, loader: DistNeighborLoader, layers: Path, timeout_s: 
     """``[M, H]`` exact outputs, layer by layer; halo rows from their owners' layer files."""
     rank = loader.rank
     book = loader.books[loader.input_type]
+    per_layer = _per_layer(model)
     subgraphs, outs = [], []
     for batch in loader:  # layer 0: the features through the loader's halo path
         subgraphs.append((batch.n_id, batch.edge_index, int(batch.batch_size)))
-        outs.append(model.inference_per_layer(0, batch.x, batch.edge_index, int(batch.batch_size)))
+        outs.append(per_layer(0, batch.x, batch.edge_index, int(batch.batch_size)))
     h = torch.cat(outs)
     for layer in range(1, int(model.num_layers)):
         path = layers / f"layer{layer - 1}-part{rank:05d}.npy"
@@ -234,11 +230,30 @@ def _layerwise(model: Any, loader: DistNeighborLoader, layers: Path, timeout_s: 
         outs = []
         for n_id, edge_index, size in subgraphs:
             x = _rows(tables, book, n_id.numpy(), int(h.shape[1]))
-            outs.append(model.inference_per_layer(layer, x, edge_index, size))
+            outs.append(per_layer(layer, x, edge_index, size))
         h = torch.cat(outs)
         _barrier(f"layer {layer}", timeout_s)  # every rank has read layer - 1's files
         path.unlink()
     return h
+
+
+def _per_layer(model: Any) -> Any:
+    """``(layer, x, edge_index, batch_size) -> rows`` of one layer of ``model``.
+
+    PyG's ``inference_per_layer``; with ``jk=cat|max|lstm`` (which it refuses) the runtime's
+    layers that carry every layer's outputs to the last (``gnnsys.models.pyg_user``): the rows
+    of layer ``i`` are ``[h_0 | ... | h_i]``, the last layer's ``lin(jk([h_0, ..., h_{L-1}]))``.
+    """
+    from gnnsys.models.pyg_user import JK_CARRY, _PygLayer
+
+    if getattr(model, "jk_mode", None) not in JK_CARRY:
+        return model.inference_per_layer
+    layers = [_PygLayer(model, i).eval() for i in range(int(model.num_layers))]
+
+    def run(layer: int, x: Tensor, edge_index: Tensor, size: int) -> Tensor:
+        return layers[layer].apply_layer(x, edge_index, size)
+
+    return run
 
 
 def _rows(tables: list[np.ndarray], book: Any, gid: np.ndarray, width: int) -> Tensor:

@@ -262,7 +262,7 @@ def load_pyg(directory: str | os.PathLike[str]) -> PygExport:
         raise ValueError(f"{directory / MODEL_FILE}: checksum mismatch (corrupt or replaced)")
     tensors = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
     model = build_pyg(spec)
-    prefixes = ("convs.", "norms.", "lin.")  # norms and lin: a PyG --model run's
+    prefixes = ("convs.", "norms.", "lin.", "jk.")  # norms, lin, jk: a PyG --model run's
     model.load_state_dict({k: v for k, v in tensors.items() if k.startswith(prefixes)})
     decoder = None
     if spec.get("decoder") is not None:

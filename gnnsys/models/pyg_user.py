@@ -16,9 +16,14 @@ arithmetic of the PyG model. Convs that take bipartite input run on ``(x_src, x_
 (which does not) on all sources, keeping the destinations' rows; it normalises by the degrees
 inside each block, as PyG's ``GCN`` does under ``NeighborLoader``.
 
-Not here: ``jk='cat'|'max'|'lstm'`` (the sharded evaluation keeps one layer's rows at a time;
-train such models in your own loop on ``gnnsys.distributed.DistNeighborLoader``), typed
-graphs (use ``to_hetero`` in your own loop), edge features and edge weights.
+``jk='cat'|'max'|'lstm'``: layer ``i``'s output rows are ``[h_0 | ... | h_i]``, the outputs of
+every layer so far side by side; the next conv reads the last ``H`` columns and the last layer
+gives ``lin(jk([h_0, ..., h_{L-1}]))``, PyG's ``BasicGNN.forward``. So the sharded evaluation,
+which keeps one layer's rows at a time, runs them too (PyG's own ``BasicGNN.inference`` refuses
+them); a halo row of layer ``i`` then travels ``i`` times ``H`` wide, and ``embed`` gives the
+last layer's input ``[h_0 | ... | h_{L-2}]``.
+
+Not here: typed graphs (use ``to_hetero`` in your own loop), edge features and edge weights.
 
 Shape legend: ``N`` source nodes of a block, ``M`` its destinations, ``H`` width.
 """
@@ -50,6 +55,9 @@ __all__ = [
 
 BUILTIN = ("sage", "gcn", "gat", "rgcn")
 """gnnsys's own models (``--model`` names that are not PyG classes)."""
+
+JK_CARRY = ("cat", "max", "lstm")
+"""``jk`` modes whose last layer reads every layer's outputs (``_PygLayer.takes_carry``)."""
 
 
 def is_user_model(name: str) -> bool:
@@ -132,8 +140,8 @@ def build_user_model(
     """The PyG model of ``--model name`` and its ``--model-arg``s, wrapped for the runtime.
 
     Raises:
-        ValueError: An unknown name, arguments the class refuses (its message), ``jk`` other
-            than ``None``/``last``, or a factory whose model is not a ``BasicGNN``.
+        ValueError: An unknown name, arguments the class refuses (its message), an unknown
+            ``jk``, or a factory whose model is not a ``BasicGNN``.
     """
     from torch_geometric.nn.models.basic_gnn import BasicGNN
 
@@ -141,17 +149,17 @@ def build_user_model(
         "in_channels": in_dim, "hidden_channels": hidden, "num_layers": num_layers,
         "out_channels": out_dim, "dropout": dropout, **model_kwargs(args),
     }  # fmt: skip
+    if kwargs.get("jk") not in (None, "last", *JK_CARRY):
+        raise ValueError(
+            f"--model {name}: jk={kwargs['jk']!r}; choose one of PyG's BasicGNN modes: "
+            f"{', '.join(('last', *JK_CARRY))} (or leave it out)"
+        )
     model = build_plain(name, kwargs)
     if not isinstance(model, BasicGNN):
         raise ValueError(
             f"--model {name}: the factory returned {type(model).__name__}, not a "
             "torch_geometric.nn.models.BasicGNN (gnnsys train runs its convs layer by layer); "
             "train other models in your own loop on gnnsys.distributed.DistNeighborLoader"
-        )
-    if model.jk_mode not in (None, "last"):
-        raise ValueError(
-            f"--model {name}: jk={model.jk_mode!r}; gnnsys train's sharded evaluation takes "
-            "jk=None or last (train jk=cat|max|lstm in your own loop on DistNeighborLoader)"
         )
     if int(model.num_layers) != num_layers:
         raise ValueError(
@@ -206,6 +214,13 @@ class _PygLayer(nn.Module):
         self.act_first, self.p = bool(model.act_first), float(model.dropout.p)
         self.norm_batch = bool(getattr(model, "supports_norm_batch", False))
         self.lin = model.lin if last and hasattr(model, "lin") else None
+        carry = model.jk_mode in JK_CARRY
+        self.hidden = int(model.hidden_channels)
+        self.takes_carry = carry and i > 0
+        """``jk=cat|max|lstm``: the input rows are ``[h_0 | ... | h_{i-1}]`` (earlier layers'
+        outputs side by side); the conv reads ``h_{i-1}``, the output carries the destinations'
+        earlier columns on, and the last layer gives ``lin(jk([h_0, ..., h_{L-1}]))``."""
+        self.jk = model.jk if last and hasattr(model, "jk") else None
 
     def forward(self, x_dict: dict[str, Tensor], blocks: dict[Any, Block]) -> dict[str, Tensor]:
         """The conv over the one relation's block, then PyG's act/norm/dropout (or ``lin``)."""
@@ -230,6 +245,9 @@ class _PygLayer(nn.Module):
         the sparse path (``self.sparse``); else ``edge_index``.
         """
         h: Tensor
+        prefix = None
+        if self.takes_carry:  # jk: earlier layers' columns of the destinations ride along
+            prefix, x = x[:m], x[:, int(x.shape[1]) - self.hidden :]
         if self.sparse and csr is not None:
             h = self.conv((x, x[:m]), _adj_t(csr[0], csr[1], m, int(x.shape[0]), x))
         elif edge_index is None:
@@ -247,6 +265,10 @@ class _PygLayer(nn.Module):
             if self.act is not None and not self.act_first:
                 h = self.act(h)
             h = nn.functional.dropout(h, self.p, self.training)
+        if prefix is not None:
+            h = torch.cat([prefix, h], dim=1)
+        if self.jk is not None:
+            h = self.jk(list(torch.split(h, self.hidden, dim=1)))
         if self.lin is not None:
             h = self.lin(h)
         return h
@@ -316,7 +338,7 @@ class PygStack(nn.Module):
 def user_model_state(state: dict[str, Tensor]) -> dict[str, Tensor]:
     """A ``PygStack`` state dict under the PyG model's own names.
 
-    ``convs.i``, ``norms.i``, ``lin``: ``model.load_state_dict`` of the PyG class takes it.
+    ``convs.i``, ``norms.i``, ``lin``, ``jk``: ``model.load_state_dict`` of the PyG class takes it.
     """
     out = {}
     for key, value in state.items():
@@ -324,7 +346,8 @@ def user_model_state(state: dict[str, Tensor]) -> dict[str, Tensor]:
             continue
         layer, _, rest = key.removeprefix("layers.").partition(".")
         part, _, tail = rest.partition(".")
-        name = {"conv": f"convs.{layer}", "norm": f"norms.{layer}", "lin": "lin"}.get(part)
+        names = {"conv": f"convs.{layer}", "norm": f"norms.{layer}", "lin": "lin", "jk": "jk"}
+        name = names.get(part)
         if name is not None:
             out[f"{name}.{tail}"] = value.detach().cpu().contiguous()
     return out

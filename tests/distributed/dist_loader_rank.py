@@ -123,12 +123,12 @@ def _train_links(store: str, out: dict) -> None:
     _ddp_epochs(GraphSAGE(16, 32, num_layers=2), loader, loss, 6, out)
 
 
-def infer_model():
+def infer_model(jk: str | None = None):
     """The model both the rank script and the test build: PyG GraphSAGE, seeded weights."""
     from torch_geometric.nn.models import GraphSAGE
 
     torch.manual_seed(5)
-    return GraphSAGE(16, 24, num_layers=3, out_channels=4).eval()
+    return GraphSAGE(16, 24, num_layers=3, out_channels=4, jk=jk).eval()
 
 
 def _infer(store: str, out_root: str) -> None:
@@ -138,6 +138,7 @@ def _infer(store: str, out_root: str) -> None:
     inference(model, store, f"{out_root}/layerwise", kind="embed", batch_size=128)
     inference(model, store, f"{out_root}/sampled", method="sampled", num_neighbors=[-1, -1, -1],
               batch_size=200)  # fmt: skip
+    inference(infer_model("lstm"), store, f"{out_root}/jk", kind="embed")  # PyG's refuses jk
 
 
 def uneven_mask(store: str) -> torch.Tensor:

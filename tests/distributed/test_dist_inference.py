@@ -27,12 +27,12 @@ def infer_run(tiny_graph, tmp_path_factory):
     return store, root
 
 
-def _whole_graph(tiny_graph) -> np.ndarray:
+def _whole_graph(tiny_graph, jk: str | None = None) -> np.ndarray:
     rel_indptr = np.asarray(tiny_graph.indptr)
     dst = np.repeat(np.arange(rel_indptr.size - 1), np.diff(rel_indptr))
     edge_index = torch.from_numpy(np.stack([np.asarray(tiny_graph.indices, np.int64), dst]))
     with torch.no_grad():
-        return infer_model()(torch.as_tensor(tiny_graph.x), edge_index).numpy()
+        return infer_model(jk)(torch.as_tensor(tiny_graph.x), edge_index).numpy()
 
 
 @pytest.mark.timeout(200)
@@ -58,6 +58,12 @@ def test_layerwise_and_full_sampled_outputs_equal_the_whole_graph(infer_run, tin
     torch.testing.assert_close(
         torch.from_numpy(sampled.rows(ids)), torch.from_numpy(probs), rtol=1e-5, atol=1e-5
     )
+    jk = open_outputs(root / "jk")  # jk='lstm': every layer's rows reach the last, exactly
+    assert jk.manifest["method"] == "layerwise"
+    torch.testing.assert_close(
+        torch.from_numpy(jk.rows(ids)), torch.from_numpy(_whole_graph(tiny_graph, "lstm")),
+        rtol=1e-5, atol=1e-5,
+    )  # fmt: skip
     assert not list(root.glob(".*partial"))  # staging directories are gone
 
 
@@ -82,8 +88,6 @@ def test_bad_inference_settings_name_the_fix(group, tiny_graph, tmp_path) -> Non
         inference(torch.nn.Linear(16, 4), store, tmp_path / "out", method="layerwise")
     with pytest.raises(ValueError, match="needs num_neighbors"):
         inference(torch.nn.Linear(16, 4), store, tmp_path / "out")
-    with pytest.raises(ValueError, match="jk=None or 'last'"):
-        inference(GraphSAGE(16, 8, num_layers=2, jk="cat"), store, tmp_path / "out")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("keep")
     with pytest.raises(ValueError, match="not empty; pass overwrite=True"):

@@ -32,6 +32,9 @@ MODELS = {
     "GIN": ["--model-arg", "jk=last", "--model-arg", "act=elu"],
     "EdgeCNN": [],
     "tests.models.pyg_factory:gin": [],
+    "GraphSAGE jk=cat": ["--model-arg", "jk=cat"],
+    "GCN jk=lstm": ["--model-arg", "jk=lstm", "--fanouts", "4,4,4"],  # jk's own weights
+    "GIN jk=max": ["--model-arg", "jk=max", "--model-arg", "norm=batch_norm"],
 }
 
 
@@ -51,8 +54,8 @@ def _whole_graph_probs(run: Path, export: Path) -> np.ndarray:
 def test_a_pyg_model_trains_predicts_and_exports_as_itself(name: str, tmp_path: Path) -> None:
     run = tmp_path / "run"
     code = main(["train", *SBM, "--parts", "2", "--topology", "partitioned", "--epochs", "1",
-                 "--executor", "local", "--model", name, *MODELS[name], "--out", str(run),
-                 *SMALL])  # fmt: skip
+                 "--executor", "local", "--model", name.split()[0], "--out", str(run), *SMALL,
+                 *MODELS[name]])  # fmt: skip
     assert code == 0
     last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     assert np.isfinite(last["loss"])
@@ -63,17 +66,18 @@ def test_a_pyg_model_trains_predicts_and_exports_as_itself(name: str, tmp_path: 
         torch.from_numpy(got), torch.from_numpy(_whole_graph_probs(run, tmp_path / "pyg")),
         rtol=1e-5, atol=1e-5,
     )  # fmt: skip
-    if name == "GIN":  # embeddings: the last hidden layer after the model's own activation
+    if name.startswith("GIN") or name.startswith("GCN"):  # the last layer's input rows
         assert main(["embed", str(run), "--out", str(tmp_path / "emb")]) == 0
         emb = outputs.open(tmp_path / "emb").rows(np.arange(600))
-        assert emb.shape == (600, 16) and np.isfinite(emb).all()
+        width = 32 if name == "GCN jk=lstm" else 16  # jk: [h_0 | h_1] of a 3-layer model
+        assert emb.shape == (600, width) and np.isfinite(emb).all()
 
 
 @pytest.mark.parametrize(
     ("argv", "match"),
     [
         (["--model", "Foo"], "not a gnnsys model .* BasicGNN .*GraphSAGE"),
-        (["--model", "GIN", "--model-arg", "jk=cat"], "jk='cat'"),
+        (["--model", "GIN", "--model-arg", "jk=sum"], "jk='sum'; choose one of .*cat, max, lstm"),
         (["--model", "GIN", "--model-arg", "nonsense"], "pass KEY=VALUE"),
         (["--model", "sage", "--model-arg", "jk=last"], "takes none"),
         (["--model", "tests.models.pyg_factory:linear"], "returned Linear, not a .*BasicGNN"),
