@@ -6,7 +6,8 @@
 * :class:`DistLinkNeighborLoader`: the same for seed links, with PyG's binary and triplet
   negative sampling (:mod:`gnnsys.distributed.link_loader`);
 * :func:`inference`: a user's model over every node, exact layer by layer for ``BasicGNN``
-  models, written as ``gnnsys predict`` writes (:mod:`gnnsys.distributed.inference`);
+  and ``to_hetero(BasicGNN)`` models, written as ``gnnsys predict`` writes
+  (:mod:`gnnsys.distributed.inference`);
 * metrics that every rank computes on the nodes it holds and that combine, by one collective
   each, into exactly the values ``gnnsys train`` reports (:mod:`gnnsys.distributed.metrics`).
 """

@@ -14,7 +14,9 @@ in the format of ``gnnsys predict`` / ``gnnsys embed`` (:mod:`gnnsys.outputs`), 
   shared file system, as the loaders' owner reads). Layer 0 reads features through the
   loader's halo path (cache, codec). The 1-hop subgraphs are sampled once (fanout ``-1``
   draws nothing at random) and reused by every layer.
-* ``sampled`` (any model, e.g. a ``to_hetero`` model or your own ``MessagePassing`` stack):
+  On a typed store a ``to_hetero(BasicGNN)`` model runs the same way, every node type at each
+  layer (:mod:`gnnsys.distributed.to_hetero`); featureless types take ``embeddings``.
+* ``sampled`` (any model, e.g. your own ``MessagePassing`` stack):
   ``model(x, edge_index)`` (``model(x_dict, edge_index_dict)[type]`` on a typed store) on
   ``DistNeighborLoader`` batches of every owned node with ``num_neighbors``.
 
@@ -59,26 +61,36 @@ def _is_layerwise(model: Any) -> bool:
     )
 
 
-def _method(model: Any, method: str, num_neighbors: Any, typed: bool) -> str:
+def _num_layers(model: Any) -> int | None:
+    """``num_layers`` (a ``to_hetero`` model keeps only ``convs``, one entry per layer)."""
+    layers = getattr(model, "num_layers", None)
+    if isinstance(layers, int):
+        return layers
+    convs = getattr(model, "convs", None)
+    return len(convs) if isinstance(convs, torch.nn.ModuleList) else None
+
+
+def _method(model: Any, method: str, num_neighbors: Any, typed: bool, plan: Any = None) -> str:
     """The method to run, after the checks that name a bad setting and its fix."""
     if method not in METHODS:
         raise ValueError(f"method={method!r}; choose one of {METHODS}")
-    layers = getattr(model, "num_layers", None)
+    layers = _num_layers(model)
     if num_neighbors is not None and isinstance(layers, int) and len(num_neighbors) != layers:
         raise ValueError(
             f"the model has {layers} layers but num_neighbors={list(num_neighbors)} has "
             f"{len(num_neighbors)} hops; pass one fanout per layer ({layers}), or None for "
             "exact layer-wise inference"
         )
+    exact = plan is not None if typed else _is_layerwise(model)
     if method == "auto":
-        method = "layerwise" if _is_layerwise(model) and not typed else "sampled"
+        method = "layerwise" if exact else "sampled"
     if method == "layerwise":
-        if typed:
-            raise ValueError(
-                "method='layerwise' runs BasicGNN models on a homogeneous store; a typed store "
-                "takes method='sampled' with num_neighbors"
+        if typed and not exact:
+            raise TypeError(
+                f"method='layerwise' on a typed store runs a to_hetero(BasicGNN) model; "
+                f"{type(model).__name__} is not one: pass method='sampled' and num_neighbors"
             )
-        if not _is_layerwise(model):
+        if not exact:
             raise TypeError(
                 f"method='layerwise' needs PyG's BasicGNN layer interface (num_layers, "
                 f"inference_per_layer); {type(model).__name__} has none: pass "
@@ -106,6 +118,7 @@ def inference(
     codec: Any = "fp32",
     timeout_s: float = DEFAULT_TIMEOUT_S,
     overwrite: bool = False,
+    embeddings: dict[str, Any] | None = None,
 ) -> Path:
     """Write ``model``'s output for every node of ``store`` to ``out``; every rank calls it.
 
@@ -115,14 +128,17 @@ def inference(
         out: The outputs directory (``gnnsys.outputs.open`` reads it).
         kind: ``predict`` (outputs are logits: ``pred`` and ``probs`` columns) or ``embed``
             (the outputs as an ``embedding`` column).
-        method: ``auto`` (``layerwise`` for a ``BasicGNN`` on a homogeneous store, else
-            ``sampled``), ``layerwise`` or ``sampled`` (module docstring).
+        method: ``auto`` (``layerwise`` for a ``BasicGNN`` on a homogeneous store or a
+            ``to_hetero(BasicGNN)`` on a typed one, else ``sampled``), ``layerwise`` or
+            ``sampled`` (module docstring).
         num_neighbors: Fanouts of ``sampled`` inference, one per layer.
         input_type: Typed stores: the node type whose outputs are written.
         batch_size: Nodes per batch.
         codec: How layer-0 halo rows travel (the model receives float32 rows).
         timeout_s: Seconds any collective waits before it raises.
         overwrite: Replace a non-empty ``out``.
+        embeddings: Typed stores: a featureless type's layer-0 rows, ``{type: nn.Embedding |
+            [N_t, F] tensor}`` indexed by type-local id (as PyG's MAG examples train them).
 
     Returns:
         ``out``, published.
@@ -143,22 +159,19 @@ def inference(
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise ValueError(f"{out} exists and is not empty; pass overwrite=True or another out")
     info = store_info(Path(store))
-    method = _method(model, method, num_neighbors, bool(info.typed))
-    staging = out.with_name(f".{out.name}.partial")
-    if rank == 0:
-        from gnnsys.outputs import staging_dir
-
-        staging_dir(out, overwrite=overwrite)
-        (staging / LAYERS).mkdir()
-    _barrier("the staging directory", timeout_s)
+    plan = _plan(model, info)
+    method = _method(model, method, num_neighbors, bool(info.typed), plan)
+    staging = _staging(out, rank, overwrite, timeout_s)
     model.eval()
     try:
         fanouts = [-1] if method == "layerwise" else list(num_neighbors or [])
         loader = _all_owned(store, info, fanouts, input_type, batch_size, codec, timeout_s)
-        if method == "layerwise":
+        if method == "layerwise" and plan is not None:
+            rows = _typed_layerwise(model, plan, loader, staging / LAYERS, embeddings, codec)
+        elif method == "layerwise":
             rows = _layerwise(model, loader, staging / LAYERS, timeout_s)
         else:
-            rows = _sampled(model, loader)
+            rows = _sampled(model, loader, embeddings or {})
         _write(kind, loader, rows, staging, model, timeout_s)
         if rank == 0:
             _publish(out, staging, kind, world, loader, method, model, store)
@@ -168,6 +181,18 @@ def inference(
             shutil.rmtree(staging, ignore_errors=True)
         raise
     return out
+
+
+def _staging(out: Path, rank: int, overwrite: bool, timeout_s: float) -> Path:
+    """The staging directory beside ``out`` (rank 0 makes it; every rank waits for it)."""
+    staging = out.with_name(f".{out.name}.partial")
+    if rank == 0:
+        from gnnsys.outputs import staging_dir
+
+        staging_dir(out, overwrite=overwrite)
+        (staging / LAYERS).mkdir()
+    _barrier("the staging directory", timeout_s)
+    return staging
 
 
 def _all_owned(
@@ -193,12 +218,44 @@ def _all_owned(
     )  # fmt: skip
 
 
-def _sampled(model: Any, loader: DistNeighborLoader) -> Tensor:
+def _plan(model: Any, info: Any) -> Any:
+    """A ``to_hetero(BasicGNN)`` model's layer plan on a typed store (else ``None``)."""
+    if not info.typed:
+        return None
+    from gnnsys.distributed.to_hetero import plan_of
+
+    return plan_of(model, [(et[0], et[1], et[2]) for et in info.named_relations])
+
+
+def _typed_layerwise(
+    model: Any, plan: Any, loader: DistNeighborLoader, layers: Path, embeddings: Any, codec: Any
+) -> Tensor:  # fmt: skip
+    """Exact outputs of a ``to_hetero`` model (``gnnsys.distributed.to_hetero``)."""
+    from gnnsys.distributed.to_hetero import typed_layerwise
+
+    def loader_of(t: str) -> DistNeighborLoader:
+        if t == loader.input_type:
+            return loader
+        return _all_owned(
+            loader.store, loader.info, [-1], t, loader.batch_size, codec, loader.timeout_s
+        )
+
+    return typed_layerwise(
+        model, plan, loader_of, loader.input_type, layers, loader.timeout_s, embeddings
+    )
+
+
+def _sampled(model: Any, loader: DistNeighborLoader, embeddings: dict[str, Any]) -> Tensor:
     """``[M, H]`` outputs of the rank's nodes from sampled batches."""
     outs = []
     for batch in loader:
         if loader.typed:
-            y = model(batch.x_dict, batch.edge_index_dict)[loader.input_type]
+            x_dict = dict(batch.x_dict)
+            for t, table in embeddings.items():  # featureless types: the given rows
+                if t in batch.node_types and t not in x_dict:
+                    rows = table(batch[t].n_id) if isinstance(table, torch.nn.Module) else None
+                    x_dict[t] = rows if rows is not None else table[batch[t].n_id]
+            y = model(x_dict, batch.edge_index_dict)[loader.input_type]
             size = int(batch[loader.input_type].batch_size)
         else:
             y, size = model(batch.x, batch.edge_index), int(batch.batch_size)
@@ -281,7 +338,7 @@ def _write(
             f"rank {loader.rank}: {rows.shape[0]} output rows for {ids.shape[0]} nodes"
         )
     node_type = loader.input_type if loader.typed else None
-    layers = int(getattr(model, "num_layers", 0) or 0)
+    layers = int(_num_layers(model) or 0)
     request = OutputRequest(kind, layers, str(staging))
     part = write_part(request, loader.rank, [OutputRows(node_type, ids, rows.numpy())])
     entry = staging / f".part-{loader.rank:05d}.json"
@@ -301,7 +358,7 @@ def _publish(
         parts.append(PartFile(**json.loads(entry.read_text())))
         entry.unlink()
     shutil.rmtree(staging / LAYERS, ignore_errors=True)
-    layers = getattr(model, "num_layers", None)
+    layers = _num_layers(model)
     manifest = {
         "kind": kind,
         "layer": layers,

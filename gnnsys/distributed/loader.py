@@ -273,7 +273,11 @@ class DistNeighborLoader:
         per_relation = self._fanouts(num_neighbors, relations)
         any_fanouts = next(iter(per_relation.values()))
         dims = info.named_dims
-        hetero = HeteroConfig(model="sage", input_type=self.input_type) if self.typed else None
+        # the layout's seed type is a featured one; the loader seeds any type (its own sample)
+        featured = (
+            self.input_type if self.input_type in dims else min(dims, default=self.input_type)
+        )
+        hetero = HeteroConfig(model="sage", input_type=featured) if self.typed else None
         spec = WorkerSpec(
             rank=self.rank, world_size=self.world_size, store=str(self.store),
             topology="partitioned",
@@ -284,11 +288,6 @@ class DistNeighborLoader:
             num_classes=max(1, int(info.num_classes)), deadline_s=self.timeout_s,
             codec=codec, cache=cache, owner_reads="local", hetero=hetero,
         )  # fmt: skip
-        if self.input_type not in dims:
-            raise ValueError(
-                f"node type {self.input_type!r} of {self.store} has no features; seed a "
-                f"featured type: {sorted(dims)}"
-            )
         layout = replace(TypedLayout.of(spec, info, need_labels=False), fanouts=per_relation)
         ledger = TypedLedger(list(self.shard.nodes))
         owners = [

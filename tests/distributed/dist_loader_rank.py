@@ -141,6 +141,30 @@ def _infer(store: str, out_root: str) -> None:
     inference(infer_model("lstm"), store, f"{out_root}/jk", kind="embed")  # PyG's refuses jk
 
 
+def hetero_infer_model(store: str):
+    """``to_hetero(GraphSAGE)`` (mean over relations, batch norm) and featureless types' rows."""
+    from torch_geometric.nn import to_hetero
+    from torch_geometric.nn.models import GraphSAGE
+
+    from gnnsys.store.info import store_info
+    from gnnsys.store.reader import read_hetero_manifest
+
+    info = store_info(Path(store))
+    types = list(info.named_types)
+    relations = [tuple(et) for et in info.named_relations]
+    manifest = read_hetero_manifest(Path(store))
+    torch.manual_seed(11)
+    embeddings = {
+        t: torch.randn(int(manifest.node_type(t).num_nodes), 8)
+        for t in types if t not in info.named_dims
+    }  # fmt: skip
+    base = GraphSAGE((-1, -1), 16, num_layers=3, out_channels=3, norm="batch_norm")
+    model = to_hetero(base, (types, relations), aggr="mean").eval()
+    x = {t: torch.zeros(1, int(info.named_dims.get(t, 8))) for t in types}
+    model(x, {et: torch.zeros(2, 0, dtype=torch.int64) for et in relations})  # lazy widths
+    return model.eval(), embeddings
+
+
 def uneven_mask(store: str) -> torch.Tensor:
     """100 seeds of part 0 and one of part 1 (both scripts build it from the store's books)."""
     from gnnsys.store import load_books
@@ -203,6 +227,15 @@ def main() -> None:
         _train_links(store, out)
     elif scenario == "infer":
         _infer(store, str(Path(path).parent))
+    elif scenario == "typed-infer":
+        from gnnsys.distributed import inference
+
+        model, emb = hetero_infer_model(store)
+        root = Path(path).parent
+        inference(model, store, root / "typed-layerwise", kind="embed", input_type="paper",
+                  embeddings=emb, batch_size=300)  # fmt: skip
+        inference(model, store, root / "typed-sampled", kind="embed", input_type="paper",
+                  embeddings=emb, method="sampled", num_neighbors=[-1, -1, -1])  # fmt: skip
     elif scenario == "typed-link":
         from gnnsys.distributed import DistLinkNeighborLoader
 

@@ -95,3 +95,58 @@ def test_bad_inference_settings_name_the_fix(group, tiny_graph, tmp_path) -> Non
     assert (tmp_path / "full" / "x").read_text() == "keep"
     out = inference(model, store, tmp_path / "one", kind="embed")  # one rank: its own files
     assert out.joinpath("manifest.json").is_file()
+
+
+@pytest.mark.timeout(300)
+def test_a_to_hetero_model_runs_layer_by_layer_equal_to_the_whole_graph(tmp_path) -> None:
+    """to_hetero(GraphSAGE) (3 layers, mean over relations, batch norm, featureless types given
+    as embedding rows) on 2 ranks of a typed store equals the model over the whole graph."""
+    from gnnsys.outputs import open as open_outputs
+    from tests.distributed.dist_loader_rank import hetero_infer_model
+    from tests.distributed.test_dist_loader import typed_run
+
+    mag, store, _ = typed_run(tmp_path, "typed-infer")
+    model, emb = hetero_infer_model(str(store))
+    x_dict = {t: torch.as_tensor(np.asarray(n.x)) for t, n in mag.nodes.items() if t not in emb}
+    x_dict.update(emb)
+    edges = {}
+    for et, rel in mag.relations.items():
+        dst = np.repeat(np.arange(len(rel.indptr) - 1), np.diff(rel.indptr))
+        edges[tuple(et)] = torch.from_numpy(np.stack([np.asarray(rel.indices, np.int64), dst]))
+    with torch.no_grad():
+        want = model(x_dict, edges)["paper"]
+    ids = np.arange(mag.nodes["paper"].num_nodes)
+    for method in ("layerwise", "sampled"):
+        got = open_outputs(tmp_path / f"typed-{method}")
+        assert got.manifest["method"] == method and got.manifest["num_layers"] == 3
+        torch.testing.assert_close(  # float32 sums in another order: 1e-5
+            torch.from_numpy(got.rows(ids, node_type="paper")), want, rtol=1e-5, atol=1e-5
+        )
+
+
+@pytest.mark.timeout(200)
+def test_bad_to_hetero_inference_names_the_fix(group, tmp_path) -> None:
+    from torch_geometric.nn import to_hetero
+    from torch_geometric.nn.models import GraphSAGE
+
+    from gnnsys.datasets.mag import synthetic_mag
+    from gnnsys.distributed import inference
+    from gnnsys.partitioners import partition_hetero
+    from gnnsys.store import write_hetero_partitions
+
+    mag = synthetic_mag(0.002, reverse=True)
+    store = tmp_path / "store"
+    write_hetero_partitions(mag, partition_hetero(mag, "random", 1, 0), store, num_hops=1)
+    meta = (list(mag.nodes), [tuple(et) for et in mag.relations])
+    kw = {"input_type": "paper"}
+    with pytest.raises(TypeError, match=r"to_hetero\(BasicGNN\) model; Linear is not one"):
+        inference(torch.nn.Linear(4, 4), store, tmp_path / "a", method="layerwise", **kw)
+    jk = to_hetero(GraphSAGE((-1, -1), 8, num_layers=2, out_channels=3, jk="cat"), meta)
+    with pytest.raises(ValueError, match="takes jk=None; pass method='sampled'"):
+        inference(jk, store, tmp_path / "b", **kw)
+    model = to_hetero(GraphSAGE((-1, -1), 8, num_layers=2, out_channels=3), meta).eval()
+    x = {t: torch.zeros(1, 128 if t == "paper" else 8) for t in meta[0]}
+    model(x, {et: torch.zeros(2, 0, dtype=torch.int64) for et in meta[1]})
+    with pytest.raises(ValueError, match=r"'author' has no features: pass embeddings=\{'author'"):
+        inference(model, store, tmp_path / "c", **kw)
+    assert not (tmp_path / "c").exists() and not list(tmp_path.glob(".c*"))  # nothing left
