@@ -109,6 +109,34 @@ def _check_settings(batch_size: Any, num_workers: Any, prefetch: Any, schedule: 
         raise ValueError(f"schedule={schedule!r}; choose 'global' or 'max'")
 
 
+LAYER0 = ("rows", "owner", "fused")
+"""``DistNeighborLoader``'s ``layer0`` choices (its docstring)."""
+
+
+def _check_layer0(layer0: Any, typed: bool) -> str:
+    if layer0 not in LAYER0:
+        raise ValueError(f"layer0={layer0!r}; choose one of {LAYER0}")
+    if layer0 != "rows" and typed:
+        raise ValueError(
+            f"layer0={layer0!r} serves a homogeneous store (one relation's means in agg0); "
+            "a typed store takes layer0='rows'"
+        )
+    return str(layer0)
+
+
+def _first_layer(layer0: str, codec: Any) -> Any:
+    """The runtime's layer-0 settings for ``layer0`` (``rows``: no reduction in the loader)."""
+    from gnnsys.train.layer0.base import FirstLayerConfig, Placement
+
+    if layer0 == "fused" and not codec.make().fused_aggregate:
+        raise ValueError(
+            f"layer0='fused' sums rows from their codes: pass codec='int8' or 'int4', not "
+            f"{codec.name!r} (or layer0='owner')"
+        )
+    placement = Placement.OWNER if layer0 == "owner" else Placement.REQUESTER
+    return FirstLayerConfig(placement=placement, fused_dequant=layer0 == "fused")
+
+
 class DistNeighborLoader:
     """Neighbor-sampled PyG batches of this rank's seeds, over a gnnsys partition store.
 
@@ -133,6 +161,12 @@ class DistNeighborLoader:
         schedule: ``global`` or ``max``, as ``gnnsys train --batch-schedule``.
         timeout_s: Seconds any remote call or collective of the loader waits before it raises.
         verify: Check the part's files against their checksums when opened.
+        layer0: ``rows`` (default: every sampled node's row in ``x``), or an opt-in for a model
+            whose layer 0 is a mean of in-neighbour rows (``HopTrimmed`` of a mean
+            ``SAGEConv``): ``owner`` (each halo row's owner sums its rows and sends partial
+            sums) or ``fused`` (int8/int4 rows summed from their codes, never decoded). Then
+            ``x`` holds only layer 0's destinations (the first ``sum(num_sampled_nodes[:-1])``
+            nodes) and ``agg0`` their mean in-neighbour row; homogeneous stores.
 
     Attributes:
         num_classes: Classes of the store's labels (0 without labels).
@@ -163,9 +197,11 @@ class DistNeighborLoader:
         schedule: str = "global",
         timeout_s: float = DEFAULT_TIMEOUT_S,
         verify: bool = True,
+        layer0: str = "rows",
     ) -> None:
         self._open(store, verify, batch_size, num_workers, prefetch, schedule)
         self._settings(batch_size, shuffle, drop_last, num_workers, seed, prefetch, timeout_s)
+        self.layer0 = _check_layer0(layer0, self.typed)
         self.input_type, seeds_given = self._input_type(input_nodes, self.info)
         self._sources, self.ledger, self.layout = self._build(num_neighbors, codec, cache)
         self.seed_gid, self.input_id, self.seed_y = self._seeds(seeds_given)
@@ -248,6 +284,9 @@ class DistNeighborLoader:
             raise ValueError(f"input_nodes names node type {name!r}; the store's types: {types}")
         return name, given
 
+    layer0 = "rows"
+    """How layer 0's rows arrive (``DistNeighborLoader``'s ``layer0``)."""
+
     def _build(self, num_neighbors: Any, codec: Any, cache: Any) -> tuple[Any, Any, Any]:
         """The runtime's sampler and row sources for this rank (``build_sources``)."""
         from gnnsys.cache import CacheConfig
@@ -287,6 +326,7 @@ class DistNeighborLoader:
             num_features=int(dims.get(self.input_type, 0)),
             num_classes=max(1, int(info.num_classes)), deadline_s=self.timeout_s,
             codec=codec, cache=cache, owner_reads="local", hetero=hetero,
+            layer0=_first_layer(self.layer0, codec),
         )  # fmt: skip
         layout = replace(TypedLayout.of(spec, info, need_labels=False), fanouts=per_relation)
         ledger = TypedLedger(list(self.shard.nodes))
@@ -463,8 +503,13 @@ class DistNeighborLoader:
         pos, extra, sub = item
         if sub is None:
             return self._fields(self._empty(), None, pos, 0)
-        x_dict, _ = self._sources.inputs.fetch(sub)
-        return self._fields(self._join(sub, x_dict), extra, pos, int(sub.batch_size))
+        if self.layer0 == "rows":
+            x_dict, _ = self._sources.inputs.fetch(sub)
+            return self._fields(self._join(sub, x_dict), extra, pos, int(sub.batch_size))
+        x_dict, _, agg = self._sources.inputs.fetch_first(sub)  # layer 0's means, done here
+        batch = self._join(sub, x_dict)
+        ((_, batch.agg0),) = agg.items()
+        return self._fields(batch, extra, pos, int(sub.batch_size))
 
     def _join(self, sub: Any, x_dict: dict[str, Tensor]) -> Any:
         """``Data`` (one node type) or ``HeteroData`` of a sampled subgraph and its rows."""

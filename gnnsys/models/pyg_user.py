@@ -258,6 +258,31 @@ class _PygLayer(nn.Module):
             h = self._gcn_whole_graph(x, edge_index, in_degree, m)
         else:
             h = self.conv(x, edge_index)[:m]
+        return self._tail(h, prefix)
+
+    def apply_from_agg(self, agg: Tensor, x_dst: Tensor) -> Tensor:
+        """The layer from its neighbour means done elsewhere: ``[m, F]`` means and roots.
+
+        ``SAGEConv(aggr='mean')`` without ``project`` only: ``lin_l(agg) + lin_r(x_dst)``
+        (normalised when the conv does), then the layer's act/norm/dropout (or ``lin``).
+        """
+        from torch_geometric.nn import SAGEConv
+
+        conv = self.conv
+        if not isinstance(conv, SAGEConv) or str(conv.aggr) != "mean" or conv.project:
+            raise ValueError(
+                f"agg0 (layer 0's neighbour means) serves a SAGEConv(aggr='mean') layer 0, not "
+                f"{conv}: load batches with layer0='rows'"
+            )
+        h: Tensor = conv.lin_l(agg)
+        if conv.root_weight:
+            h = h + conv.lin_r(x_dst)
+        if conv.normalize:
+            h = nn.functional.normalize(h, p=2.0, dim=-1)
+        return self._tail(h, None)
+
+    def _tail(self, h: Tensor, prefix: Tensor | None) -> Tensor:
+        """PyG's act/norm/dropout after the conv, jk's carried columns, then ``lin``."""
         if self.post:
             if self.act is not None and self.act_first:
                 h = self.act(h)
@@ -386,8 +411,13 @@ class HopTrimmed(nn.Module):
         edge_index: Tensor,
         num_sampled_nodes: Sequence[int],
         num_sampled_edges: Sequence[int],
+        agg0: Tensor | None = None,
     ) -> Tensor:
-        """``[B, C]`` outputs of the seeds (the first ``num_sampled_nodes[0]`` nodes)."""
+        """``[B, C]`` outputs of the seeds (the first ``num_sampled_nodes[0]`` nodes).
+
+        ``agg0``: layer 0's neighbour means from ``DistNeighborLoader(layer0='owner' |
+        'fused')``; ``x`` then holds only layer 0's destinations (a mean ``SAGEConv`` layer 0).
+        """
         hops = len(self._layers)
         nodes, edges = [int(n) for n in num_sampled_nodes], [int(e) for e in num_sampled_edges]
         if len(nodes) != hops + 1 or len(edges) != hops:
@@ -406,6 +436,9 @@ class HopTrimmed(nn.Module):
             reach = hops - 1 - i  # the deepest hop whose rows layer i still computes
             n, m = node_end[reach + 1], node_end[reach]
             part = None if degree is None else degree[:n]
+            if i == 0 and agg0 is not None:  # its sums were done by owners or from codes
+                h = layer.apply_from_agg(agg0, h[:m])
+                continue
             hop = edge_index[:, : edge_end[reach]]
             rowptr = _dst_rowptr(hop[1], m) if layer.sparse else None
             csr = None if rowptr is None else (rowptr, hop[0])

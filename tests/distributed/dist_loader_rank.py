@@ -165,6 +165,38 @@ def hetero_infer_model(store: str):
     return model.eval(), embeddings
 
 
+LAYER0_RUNS = (("rows", "fp32"), ("owner", "fp32"), ("rows", "int8"), ("fused", "int8"))
+
+
+def _layer0(store: str, out: dict) -> None:
+    """Each ``layer0`` mode's batches and ``HopTrimmed(GraphSAGE)``'s outputs on them."""
+    from torch_geometric.nn.models import GraphSAGE
+
+    from gnnsys.distributed import DistNeighborLoader
+    from gnnsys.models.pyg_user import HopTrimmed
+
+    torch.manual_seed(2)
+    model = HopTrimmed(GraphSAGE(16, 12, num_layers=2, out_channels=4)).eval()
+    kw = {"num_neighbors": [4, 3], "batch_size": 40, "seed": 7, "shuffle": True}
+    for mode, codec in LAYER0_RUNS:
+        loader = DistNeighborLoader(store, codec=codec, layer0=mode, **kw)
+        for b, batch in enumerate(loader):
+            key = f"{mode}-{codec}/0/{b}"
+            agg0 = getattr(batch, "agg0", None)
+            with torch.no_grad():
+                y = model(batch.x, batch.edge_index, batch.num_sampled_nodes,
+                          batch.num_sampled_edges, agg0=agg0)  # fmt: skip
+            out[f"{key}/x"], out[f"{key}/y"] = batch.x.numpy(), y.numpy()
+            out[f"{key}/n_id"], out[f"{key}/edge_index"] = batch.n_id.numpy(), batch.edge_index
+            out[f"{key}/nodes"] = np.array(batch.num_sampled_nodes)
+            out[f"{key}/batch_size"] = np.array([batch.batch_size])
+            if agg0 is not None:
+                out[f"{key}/agg0"] = agg0.numpy()
+        snap = loader.ledger.snapshot()
+        out[f"{mode}-{codec}/categories"] = np.array(sorted(snap.bytes))
+        out[f"{mode}-{codec}/bytes"] = np.array([snap.bytes[c] for c in sorted(snap.bytes)])
+
+
 def uneven_mask(store: str) -> torch.Tensor:
     """100 seeds of part 0 and one of part 1 (both scripts build it from the store's books)."""
     from gnnsys.store import load_books
@@ -201,6 +233,8 @@ def main() -> None:
         uneven = uneven_mask(store)  # rank 1 holds one seed: its later batches are empty
         _record(DistNeighborLoader(store, input_nodes=uneven, **kw), 1, "uneven", out)
         _train(store, out)
+    elif scenario == "layer0":
+        _layer0(store, out)
     elif scenario == "one":  # one part, the 2-rank run's global batch
         loader = DistNeighborLoader(store, [4, 3], batch_size=80, seed=7, shuffle=True)
         _record(loader, 2, "shuffled", out)

@@ -242,3 +242,38 @@ def test_a_rank_short_of_seeds_yields_empty_batches_with_every_field(node_run) -
     assert empty["x"].shape == (0, 16) and empty["edge_index"].shape == (2, 0)
     assert empty["n_id"].shape == (0,) and empty["y"].shape == (0,)
     assert empty["input_id"].shape == (0,)
+
+
+@pytest.mark.timeout(200)
+def test_layer0_owner_sums_and_fused_codes_give_the_rows_means(tiny_graph, tmp_path) -> None:
+    """``layer0='owner'`` (fp32) and ``'fused'`` (int8) against ``'rows'`` with the same codec:
+    the same nodes, ``x`` the rows of layer 0's destinations, ``agg0`` the mean of their
+    in-neighbours' rows, and HopTrimmed(GraphSAGE) on ``agg0`` the model on the rows."""
+    store = tmp_path / "store"
+    write_partitions(tiny_graph, partition(tiny_graph, "random", 2, seed=0), store, num_hops=2)
+    recs = run_ranks(store, tmp_path, "layer0")
+    tol = {"rtol": 1e-5, "atol": 1e-5}  # float32 sums in another order
+    for rec in recs:
+        for mode, codec in (("owner", "fp32"), ("fused", "int8")):
+            sent = {
+                str(c): int(b)
+                for c, b in zip(
+                    rec[f"{mode}-{codec}/categories"], rec[f"{mode}-{codec}/bytes"], strict=True
+                )
+            }
+            assert (sent["partial_response"] > 0) == (mode == "owner")  # the owners summed
+            rows, opted = _batches(rec, f"rows-{codec}", 0), _batches(rec, f"{mode}-{codec}", 0)
+            assert len(rows) == len(opted) > 0
+            for want, got in zip(rows, opted, strict=True):
+                np.testing.assert_array_equal(got["n_id"], want["n_id"])
+                m0 = int(want["nodes"][:-1].sum())
+                assert got["x"].shape[0] == m0 < want["x"].shape[0]
+                torch.testing.assert_close(torch.from_numpy(got["x"]),
+                                           torch.from_numpy(want["x"][:m0]), **tol)  # fmt: skip
+                src, dst = (torch.from_numpy(e) for e in want["edge_index"])
+                x = torch.from_numpy(want["x"])
+                sums = torch.zeros(m0, x.shape[1]).index_add_(0, dst, x[src])
+                mean = sums / torch.bincount(dst, minlength=m0).clamp(min=1)[:, None]
+                torch.testing.assert_close(torch.from_numpy(got["agg0"]), mean, **tol)
+                torch.testing.assert_close(torch.from_numpy(got["y"]),
+                                           torch.from_numpy(want["y"]), **tol)  # fmt: skip

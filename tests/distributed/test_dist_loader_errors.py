@@ -147,3 +147,19 @@ def test_finished_collectives_stay_with_python_not_the_gloo_thread(group) -> Non
     assert metrics._RETIRED[-1] is work
     assert metrics._RETIRED.maxlen == 16
     assert metrics._HELD == [dist.group.WORLD]  # not freed last by DDP's reducer
+
+
+def test_bad_layer0_opt_ins_name_the_fix(group, stores, tiny_graph) -> None:
+    from torch_geometric.nn.models import GCN
+
+    from gnnsys.models.pyg_user import HopTrimmed
+
+    with pytest.raises(ValueError, match=r"layer0='sums'; choose one of \('rows', 'owner', 'fused'"):
+        DistNeighborLoader(stores[1], [2, 2], layer0="sums")
+    with pytest.raises(ValueError, match="pass codec='int8' or 'int4', not 'fp32'"):
+        DistNeighborLoader(stores[1], [2, 2], layer0="fused")
+    batch = next(iter(DistNeighborLoader(stores[1], [2, 2], batch_size=8, layer0="owner")))
+    model = HopTrimmed(GCN(16, 8, num_layers=2))
+    with pytest.raises(ValueError, match=r"SAGEConv\(aggr='mean'\) layer 0.*layer0='rows'"):
+        model(batch.x, batch.edge_index, batch.num_sampled_nodes, batch.num_sampled_edges,
+              agg0=batch.agg0)  # fmt: skip
