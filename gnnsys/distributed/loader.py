@@ -502,7 +502,10 @@ class DistNeighborLoader:
         """The fetch stage: rows through cache and codec, joined into ``Data``/``HeteroData``."""
         pos, extra, sub = item
         if sub is None:
-            return self._fields(self._empty(), None, pos, 0)
+            empty = self._empty()
+            if self.layer0 != "rows":  # the opt-in's field too, with no rows
+                empty.agg0 = empty.x
+            return self._fields(empty, None, pos, 0)
         if self.layer0 == "rows":
             x_dict, _ = self._sources.inputs.fetch(sub)
             return self._fields(self._join(sub, x_dict), extra, pos, int(sub.batch_size))

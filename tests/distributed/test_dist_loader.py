@@ -253,6 +253,7 @@ def test_layer0_owner_sums_and_fused_codes_give_the_rows_means(tiny_graph, tmp_p
     write_partitions(tiny_graph, partition(tiny_graph, "random", 2, seed=0), store, num_hops=2)
     recs = run_ranks(store, tmp_path, "layer0")
     tol = {"rtol": 1e-5, "atol": 1e-5}  # float32 sums in another order
+    assert 0 in recs[1]["short/agg0_rows"].tolist()  # rank 1's empty batches have agg0
     for rec in recs:
         for mode, codec in (("owner", "fp32"), ("fused", "int8")):
             sent = {

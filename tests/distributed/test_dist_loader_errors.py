@@ -154,7 +154,9 @@ def test_bad_layer0_opt_ins_name_the_fix(group, stores, tiny_graph) -> None:
 
     from gnnsys.models.pyg_user import HopTrimmed
 
-    with pytest.raises(ValueError, match=r"layer0='sums'; choose one of \('rows', 'owner', 'fused'"):
+    with pytest.raises(
+        ValueError, match=r"layer0='sums'; choose one of \('rows', 'owner', 'fused'"
+    ):
         DistNeighborLoader(stores[1], [2, 2], layer0="sums")
     with pytest.raises(ValueError, match="pass codec='int8' or 'int4', not 'fp32'"):
         DistNeighborLoader(stores[1], [2, 2], layer0="fused")
