@@ -391,7 +391,7 @@ class HopTrimmed(nn.Module):
     ``model.``); wrap it in ``DistributedDataParallel`` as the model itself.
 
     GCN normalises by each node's in-edges in the whole batch, as the untrimmed model does.
-    ``jk`` must be ``None`` or ``'last'``.
+    Every ``jk`` mode runs (``cat``/``max``/``lstm`` carry each layer's outputs to the last).
     """
 
     def __init__(self, model: Any) -> None:
@@ -400,8 +400,6 @@ class HopTrimmed(nn.Module):
 
         if not isinstance(model, BasicGNN):
             raise TypeError(f"HopTrimmed takes a torch_geometric BasicGNN, got {type(model)}")
-        if model.jk_mode not in (None, "last"):
-            raise ValueError(f"HopTrimmed needs jk=None or 'last'; the model has {model.jk_mode!r}")
         self.model = model
         self._layers = [_PygLayer(model, i) for i in range(int(model.num_layers))]
 

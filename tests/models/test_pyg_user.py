@@ -102,7 +102,9 @@ def test_a_typed_graph_refuses_a_pyg_model(tmp_path, capsys) -> None:
     assert "to_hetero" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["GraphSAGE", "GCN", "GAT", "GIN", "EdgeCNN"])
+@pytest.mark.parametrize(
+    "name", ["GraphSAGE", "GCN", "GAT", "GIN", "EdgeCNN", "GraphSAGE jk=cat", "GIN jk=lstm"]
+)
 def test_hop_trimmed_equals_the_model_on_the_whole_batch(name: str, tiny_graph) -> None:
     """Outputs and gradients of ``HopTrimmed(model)`` are the untrimmed model's, exactly."""
     import torch_geometric.nn.models as pyg_models
@@ -112,7 +114,9 @@ def test_hop_trimmed_equals_the_model_on_the_whole_batch(name: str, tiny_graph) 
 
     batch = next(iter(NeighborLoader(tiny_graph.to_pyg(), [5, 3, 2], batch_size=64, seed=0)))
     torch.manual_seed(0)
-    kw = {"heads": 2} if name == "GAT" else {}
+    name, _, jk = name.partition(" jk=")
+    kw: dict = {"heads": 2} if name == "GAT" else {}
+    kw.update({"jk": jk} if jk else {})
     model = getattr(pyg_models, name)(16, 32, num_layers=3, out_channels=4, dropout=0.0, **kw)
     full = model(batch.x, batch.edge_index)[: batch.batch_size]
     full.square().sum().backward()
