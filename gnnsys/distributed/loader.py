@@ -454,6 +454,7 @@ class DistNeighborLoader:
 
     def __iter__(self) -> Iterator[Any]:
         """One epoch of ``len(self)`` batches; each call starts the next epoch."""
+        from gnnsys.loader.base_loader import _Delivered
         from gnnsys.sampler.stages import Prefetcher
         from gnnsys.train.schedule import batch_seed_for
 
@@ -471,7 +472,7 @@ class DistNeighborLoader:
             workers=1 if self.prefetch == 0 else max(1, self.num_workers),
             name=f"gnnsys-distloader-{self.rank}",
         )  # fmt: skip
-        return _Feed(feed)
+        return _Delivered(feed, lambda batch: batch)  # closing it stops the stage threads
 
     # ---- the hooks of a seed kind (nodes here, links in DistLinkNeighborLoader) ---------------
     def _num_items(self) -> int:
@@ -570,33 +571,6 @@ class _EmptySub:
 
     def __init__(self, **fields: Any) -> None:
         self.__dict__.update(fields)
-
-
-class _Feed:
-    """The epoch's batches; closing it (or dropping it) stops the stage threads."""
-
-    def __init__(self, feed: Any) -> None:
-        self._feed = feed
-        self._it = iter(feed)
-
-    def __iter__(self) -> _Feed:
-        return self
-
-    def __next__(self) -> Any:
-        return next(self._it)
-
-    def __len__(self) -> int:
-        return int(self._feed.count)
-
-    def close(self) -> None:
-        """Stop the stage threads."""
-        self._feed.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: the threads are daemons
-            pass
 
 
 def _no_peers() -> Any:

@@ -244,6 +244,13 @@ class _Delivered:
     def __next__(self) -> Any:
         return self._deliver(next(self._made))
 
+    def __len__(self) -> int:
+        """The epoch's batches, where the producer counts them (``Prefetcher.count``)."""
+        count = getattr(self._made, "count", None)
+        if count is None:
+            raise TypeError("this epoch's batches are not counted ahead; use len(loader)")
+        return int(count)
+
     def close(self) -> None:
         """Stop the worker threads (also happens when the iterator is dropped)."""
         close = getattr(self._made, "close", None)
@@ -251,7 +258,10 @@ class _Delivered:
             close()
 
     def __del__(self) -> None:
-        self.close()
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the threads are daemons
+            pass
 
 
 def to_pyg_batch(view: GraphView, out: Any, custom_cls: Any = None) -> Any:
