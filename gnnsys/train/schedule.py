@@ -21,7 +21,7 @@ would weigh a seed of a rank with a third of the seeds three times as much).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -39,6 +39,7 @@ __all__ = [
     "global_windows",
     "item_keys",
     "mix_seed",
+    "sampled_edges",
     "steps_per_epoch",
 ]
 
@@ -193,6 +194,13 @@ class LocalSync:
         del flat
 
 
+def sampled_edges(sub: Any) -> int:
+    """Edges of a sampled batch's blocks, every layer and relation (0 for an empty batch)."""
+    if sub is None:
+        return 0
+    return sum(int(block.col.numel()) for layer in sub.blocks for block in layer.values())
+
+
 @dataclass(frozen=True, slots=True)
 class EpochStats:
     """What one rank did in one epoch.
@@ -201,6 +209,7 @@ class EpochStats:
         loss_sum: Sum over seeds of the cross-entropy (divide by ``num_seeds``).
         num_correct: Train seeds predicted correctly (in training mode, dropout on).
         num_seeds: Seeds trained on.
+        sampled_edges: Edges of the epoch's sampled blocks (the step's work with the rows).
         seconds: Busy seconds per stage (``sample``, ``fetch``, ``transfer``, ``compute``,
             ``sync``), the compute loop's ``stall``, its wall time ``loop`` and ``overlap``
             (stage seconds / ``loop``; see ``gnnsys.train.pipeline.StageClock``).
@@ -213,6 +222,7 @@ class EpochStats:
     num_correct: int
     num_seeds: int
     seconds: dict[str, float]
+    sampled_edges: int = 0
     threads: int = 1
     device: str = "cpu"
     peak_device_bytes: int = 0

@@ -47,6 +47,7 @@ from gnnsys.train.schedule import (
     LocalSync,
     batch_seed_for,
     epoch_batches,
+    sampled_edges,
 )
 from gnnsys.types import PartitionBook
 
@@ -199,7 +200,7 @@ class Trainer:
         """
         self.model.train()
         clock = StageClock()
-        loss_sum, correct, count = 0.0, 0, 0
+        loss_sum, correct, count, edges = 0.0, 0, 0, 0
         with self._feed(epoch, num_batches) as feed:
             for batch in feed:
                 clock.absorb(batch)
@@ -209,11 +210,13 @@ class Trainer:
                 loss_sum += step[0]
                 correct += step[1]
                 count += int(batch.pos_B.numel())
+                edges += sampled_edges(batch.sub)
             clock.add("stall", feed.stall)
         return EpochStats(
             loss_sum=loss_sum,
             num_correct=correct,
             num_seeds=count,
+            sampled_edges=edges,
             seconds=clock.finish(),
             threads=torch.get_num_threads(),
             device=str(self.device.device),

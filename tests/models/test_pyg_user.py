@@ -59,6 +59,14 @@ def test_a_pyg_model_trains_predicts_and_exports_as_itself(name: str, tmp_path: 
     assert code == 0
     last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     assert np.isfinite(last["loss"])
+    if name == "GraphSAGE":  # each rank's work and its balance (max over mean)
+        train = assemble_hetero(run / "store").nodes[ONE_TYPE].train_mask
+        ranks = last["ranks"]
+        assert [r["rank"] for r in ranks] == [0, 1]
+        assert sum(r["seeds"] for r in ranks) == int(np.asarray(train).sum())
+        assert all(r["sampled_edges"] > 0 and r["feature_bytes"] > 0 for r in ranks)
+        assert set(last["balance"]) == {"seeds", "sampled_edges", "feature_bytes", "compute_s"}
+        assert all(1.0 <= v <= 2.0 for v in last["balance"].values())
     assert main(["predict", str(run), "--out", str(tmp_path / "pred")]) == 0
     assert main(["export-model", str(run), "--out", str(tmp_path / "pyg")]) == 0
     got = outputs.open(tmp_path / "pred").rows(np.arange(600))

@@ -85,6 +85,8 @@ class EpochMetrics:
     peak_device_bytes: tuple[int, ...] = ()
     num_ray_nodes: int = 1
     restarts: int = 0
+    ranks: tuple[dict[str, Any], ...] = ()
+    balance: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The ``metrics.jsonl`` object."""
@@ -109,6 +111,8 @@ class EpochMetrics:
             "num_ray_nodes": self.num_ray_nodes,
             "restarts": self.restarts,
         }
+        if self.ranks:
+            out["ranks"], out["balance"] = list(self.ranks), self.balance
         if self.cache:
             out["cache"] = self.cache
         if self.traffic.by_type:  # heterogeneous runs: bytes per node type and category
@@ -144,6 +148,8 @@ class EpochMetrics:
             peak_device_bytes=tuple(obj.get("peak_device_bytes", ())),
             num_ray_nodes=int(obj.get("num_ray_nodes", 1)),
             restarts=int(obj.get("restarts", 0)),
+            ranks=tuple(obj.get("ranks", ())),
+            balance=dict(obj.get("balance", {})),
         )
 
 
@@ -199,7 +205,38 @@ def epoch_metrics(
         ),
         num_ray_nodes=len({r.node_id for r in reports}),
         restarts=restarts,
+        ranks=(work := rank_work(reports)),
+        balance=balance(work),
     )
+
+
+WORK = ("seeds", "sampled_edges", "feature_bytes", "compute_s")
+"""Per-rank work of an epoch (``metrics.jsonl`` ``ranks``), each with its ``balance``."""
+
+
+def rank_work(reports: list[WorkerEpochReport]) -> tuple[dict[str, Any], ...]:
+    """Each rank's work: seeds, sampled edges, layer-0 bytes received, its compute and sync."""
+    out = []
+    for r in sorted(reports, key=lambda r: r.rank):
+        received = r.traffic.bytes.get("feature_response", 0)
+        received += r.traffic.bytes.get("partial_response", 0)
+        out.append({
+            "rank": r.rank, "seeds": r.stats.num_seeds, "sampled_edges": r.stats.sampled_edges,
+            "feature_bytes": int(received),
+            "compute_s": round(float(r.stats.seconds.get("compute", 0.0)), 4),
+            "sync_s": round(float(r.stats.seconds.get("sync", 0.0)), 4),
+        })  # fmt: skip
+    return tuple(out)
+
+
+def balance(work: tuple[dict[str, Any], ...]) -> dict[str, float]:
+    """Max over mean of each :data:`WORK` figure (1.0: every rank did the same)."""
+    out = {}
+    for key in WORK:
+        values = [float(w[key]) for w in work]
+        mean = sum(values) / len(values) if values else 0.0
+        out[key] = round(max(values) / mean, 4) if mean > 0 else 1.0
+    return out
 
 
 class Recorder:
