@@ -74,15 +74,16 @@ def rank_loop(args: argparse.Namespace) -> None:
     LayerwiseSAGE = layerwise_sage()  # noqa: N806  (a class)
     dist.init_process_group("gloo")
     world = dist.get_world_size()
+    layer0 = "owner" if args.model == "hop-trimmed-owner" else "rows"  # owners' partial sums
     loader = DistNeighborLoader(
-        args.store, [15, 10], batch_size=1024 // world, shuffle=True, prefetch=2
+        args.store, [15, 10], batch_size=1024 // world, shuffle=True, prefetch=2, layer0=layer0
     )
     torch.manual_seed(0)
     if args.model == "bipartite":
         net: torch.nn.Module = LayerwiseSAGE(loader.num_features, 128, loader.num_classes)
     else:
         net = GraphSAGE(loader.num_features, 128, num_layers=2, out_channels=loader.num_classes)
-    if args.model == "hop-trimmed":  # PyG's own GraphSAGE, each layer on the rows it needs
+    if args.model.startswith("hop-trimmed"):  # PyG's GraphSAGE, each layer on the rows it needs
         from gnnsys.models.pyg_user import HopTrimmed
 
         net = HopTrimmed(net)
@@ -93,9 +94,10 @@ def rank_loop(args: argparse.Namespace) -> None:
         start, total = time.perf_counter(), 0.0
         for batch in loader:
             opt.zero_grad()
-            if args.model in ("bipartite", "hop-trimmed"):
+            if args.model in ("bipartite", "hop-trimmed", "hop-trimmed-owner"):
+                agg0 = {"agg0": batch.agg0} if layer0 != "rows" else {}
                 out = model(batch.x, batch.edge_index, batch.num_sampled_nodes,
-                            batch.num_sampled_edges)[: batch.batch_size]  # fmt: skip
+                            batch.num_sampled_edges, **agg0)[: batch.batch_size]  # fmt: skip
             elif args.model == "graphsage-trim":
                 out = model(
                     batch.x, batch.edge_index,
@@ -110,12 +112,15 @@ def rank_loop(args: argparse.Namespace) -> None:
             total += loss.item()
         seconds.append(time.perf_counter() - start)
         losses.append(total / len(loader))
-    rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024])
+    got = loader.ledger.snapshot().bytes  # rows and partial sums received, per epoch
+    received = (got["feature_response"] + got["partial_response"]) // max(1, args.epochs)
+    rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, received])
     every = [torch.zeros_like(rss) for _ in range(world)]
     dist.all_gather(every, rss)
     if dist.get_rank() == 0:
         line = {"seconds": seconds, "loss": losses, "num_batches": len(loader)}
-        print(json.dumps({**line, "peak_rss_bytes": [int(r) for r in every]}), flush=True)
+        line["received_bytes_per_epoch"] = [int(r[1]) for r in every]
+        print(json.dumps({**line, "peak_rss_bytes": [int(r[0]) for r in every]}), flush=True)
     dist.destroy_process_group()
 
 
@@ -147,6 +152,7 @@ def run_user(work: Path, parts: int, epochs: int, model: str) -> dict[str, Any]:
         "loss": round(got["loss"][-1], 4),
         "num_batches": got["num_batches"],
         "peak_rss_bytes": got["peak_rss_bytes"],
+        "received_bytes_per_epoch": got.get("received_bytes_per_epoch"),
         "wall_seconds": round(wall, 1),
     }
 
@@ -231,7 +237,8 @@ def main() -> None:
     p.add_argument("--model", default="graphsage-trim", help="(with --rank) the user's model")
     p.add_argument("--models", default="graphsage-trim,bipartite",
                    help="user models: graphsage, graphsage-trim, bipartite, hop-trimmed "
-                   "(PyG's GraphSAGE in gnnsys.models.pyg_user.HopTrimmed)")  # fmt: skip
+                   "(PyG's GraphSAGE in gnnsys.models.pyg_user.HopTrimmed), hop-trimmed-owner "
+                   "(on layer0=owner batches: partial sums in agg0)")  # fmt: skip
     p.add_argument("--parts", default="1,2")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--epochs", type=int, default=3)
