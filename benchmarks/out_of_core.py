@@ -23,7 +23,13 @@ Usage (root)::
 
 ``--limit`` defaults to half the graph's size (CSR + features, float32); ``--limit-of-log2 24``
 uses the limit of the 2**24 graph at a smaller size, so the growth with size is visible under
-one fixed limit.
+one fixed limit. ``--runs capped,uncapped`` (default) trains each size twice in one sitting,
+under the limit and with the machine's memory (the second on the first's store), so the capped
+epoch is compared with its own uncapped run. Each line also has ``train_seeds``, the epoch's
+seconds per seed and evaluation's per node, ``balance`` (``node`` and ``edge`` of the
+partition, ``work``: the ranks' sampled edges, max over mean, with every figure of the run's
+``metrics.jsonl`` ``balance`` under ``ranks``) and ``seq_read_seconds``, the time to read the
+store's files once in order from a dropped page cache on the same disk.
 """
 
 from __future__ import annotations
@@ -251,13 +257,15 @@ def _last_json(path: Path) -> dict[str, Any]:
     return {}
 
 
-def bench_size(args: argparse.Namespace, log2: int) -> dict[str, Any]:
+def bench_size(args: argparse.Namespace, log2: int, capped: bool = True) -> dict[str, Any]:
     n = 1 << log2
     gbytes = graph_bytes(n, args.avg_degree, args.features)
     limit = (
         args.limit
         or graph_bytes(1 << (args.limit_of_log2 or log2), args.avg_degree, args.features) // 2
     )
+    if not capped:  # the same job with the machine's memory (the cgroup still measures it)
+        limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     work = Path(args.work) / f"2p{log2}"
     reuse = args.reuse_parquet and (work / "parquet" / "gnnsys.json").is_file()
     built = work / "build.json"  # the export and partition steps' record, kept for --reuse-store
@@ -278,6 +286,7 @@ def bench_size(args: argparse.Namespace, log2: int) -> dict[str, Any]:
         "avg_degree_drawn": args.avg_degree,
         "graph_bytes": gbytes,
         "cgroup_limit_bytes": limit,
+        "capped": capped,
         "parts": args.parts,
         "method": args.method,
         "completed": False,
@@ -383,6 +392,7 @@ def bench_size(args: argparse.Namespace, log2: int) -> dict[str, Any]:
                 _train_stages(record, work / "run", sampler)
         else:
             record["completed"] = not args.build_only  # completed means trained and evaluated
+    _figures(record, work / "store")
     record["disk_bytes"] = {
         d.name: sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
         for d in work.iterdir()
@@ -391,6 +401,36 @@ def bench_size(args: argparse.Namespace, log2: int) -> dict[str, Any]:
     if not (args.keep or args.build_only):
         shutil.rmtree(work, ignore_errors=True)
     return record
+
+
+def seq_read_seconds(store: Path, block: int = 1 << 20) -> float | None:
+    """Seconds to read every file of ``store`` once, in order, from a dropped page cache."""
+    if not store.is_dir() or not drop_page_cache():
+        return None
+    start = time.perf_counter()
+    for path in sorted(f for f in store.rglob("*") if f.is_file()):
+        with path.open("rb", buffering=0) as fh:
+            while fh.read(block):
+                pass
+    return round(time.perf_counter() - start, 3)
+
+
+def _figures(record: dict[str, Any], store: Path) -> None:
+    """Train seeds, time per seed, node/edge/work balance and the store's sequential read."""
+    summary, sec = record.get("partition_summary", {}), record.get("train_seconds", {})
+    seeds = sum(int(r.get("seeds", 0)) for r in record.get("ranks", ()))
+    record["train_seeds"] = seeds or None
+    if seeds and sec:
+        record["epoch_seconds_per_seed"] = float(sec["total"]) / seeds
+        record["eval_seconds_per_node"] = float(sec.get("eval", 0.0)) / record["num_nodes"]
+    work = record.get("rank_balance", {})
+    record["balance"] = {
+        "node": summary.get("node_balance"),
+        "edge": summary.get("edge_balance"),
+        "work": work.get("sampled_edges"),  # max over mean of the ranks' sampled edges
+        "ranks": work,
+    }
+    record["seq_read_seconds"] = seq_read_seconds(store)
 
 
 def _stage(sampler: Sampler, start: float, end: float) -> dict[str, Any]:
@@ -412,6 +452,7 @@ def _train_stages(record: dict[str, Any], run: Path, sampler: Sampler) -> None:
     eval_s, epoch_s = float(sec.get("eval", 0.0)), float(sec["total"])
     record["train_seconds"] = sec
     record["test_acc"] = line.get("test_acc")
+    record["ranks"], record["rank_balance"] = line.get("ranks", []), line.get("balance", {})
     windows = {"evaluation": (end - eval_s, end), "epoch": (end - eval_s - epoch_s, end - eval_s)}
     for stage, (s, e) in windows.items():
         record["stages"][stage] = _stage(sampler, s, e)
@@ -536,6 +577,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="export and partition only, keep WORK (a later --reuse-store run trains on it)",
     )
+    p.add_argument(
+        "--runs",
+        default="capped,uncapped",
+        help="runs per size, in order: capped (the cgroup limit) and/or uncapped (the machine's "
+        "memory), each one JSON line with 'capped'; a later run trains on the first one's store",
+    )
     p.add_argument("--out", help="append the JSON lines here too")
     p.add_argument(
         "--table", nargs="+", metavar="JSONL", help="print a markdown table, run nothing"
@@ -546,13 +593,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     # SIGTERM as Ctrl-C: the group's ``with`` exits, killing what it started (no strays).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    runs = [c == "capped" for c in args.runs.split(",")]
     for log2 in args.log2_nodes:
-        record = bench_size(args, log2)
-        line = json.dumps(record)
-        print(line, flush=True)
-        if args.out:
-            with open(args.out, "a") as fh:
-                fh.write(line + "\n")
+        for k, capped in enumerate(runs):
+            later = argparse.Namespace(**vars(args))
+            if k < len(runs) - 1:  # the next run of the size trains on this run's store
+                later.keep = True
+            if k > 0:
+                later.reuse_store = True
+            record = bench_size(later, log2, capped)
+            line = json.dumps(record)
+            print(line, flush=True)
+            if args.out:
+                with open(args.out, "a") as fh:
+                    fh.write(line + "\n")
     return 0
 
 
