@@ -52,8 +52,9 @@ from tests.train.run_configs import sbm_run
 
 pytestmark = pytest.mark.usefixtures("shared_stores")  # runs share their stores (conftest)
 
-_TIMING = ("seconds", "peak_rss_bytes", "threads", "bytes_by_type")
-"""History fields that are timings or that only the typed runtime reports."""
+_TIMING = ("seconds", "peak_rss_bytes", "threads", "bytes_by_type", "ranks", "balance")
+"""History fields that are timings or that the node runtime's record predates (``ranks`` and
+``balance`` carry each rank's compute and sync seconds)."""
 _KNOWN = ()
 """History fields that still differ (none). Within ``cache``, ``capacity_bytes`` does: the node
 cache reports its budget, a typed cache the whole rows of its type's share (less than a row
