@@ -250,11 +250,12 @@ def _sampled(model: Any, loader: DistNeighborLoader, embeddings: dict[str, Any])
     outs = []
     for batch in loader:
         if loader.typed:
+            from gnnsys.distributed.to_hetero import embedding_rows
+
             x_dict = dict(batch.x_dict)
             for t, table in embeddings.items():  # featureless types: the given rows
                 if t in batch.node_types and t not in x_dict:
-                    rows = table(batch[t].n_id) if isinstance(table, torch.nn.Module) else None
-                    x_dict[t] = rows if rows is not None else table[batch[t].n_id]
+                    x_dict[t] = embedding_rows(table, batch[t].n_id)
             y = model(x_dict, batch.edge_index_dict)[loader.input_type]
             size = int(batch[loader.input_type].batch_size)
         else:
@@ -274,11 +275,7 @@ def _layerwise(model: Any, loader: DistNeighborLoader, layers: Path, timeout_s: 
         outs.append(per_layer(0, batch.x, batch.edge_index, int(batch.batch_size)))
     h = torch.cat(outs)
     for layer in range(1, int(model.num_layers)):
-        path = layers / f"layer{layer - 1}-part{rank:05d}.npy"
-        tmp = path.with_name(f".{path.name}.tmp")
-        with tmp.open("wb") as f:
-            np.save(f, h.numpy(), allow_pickle=False)
-        os.replace(tmp, path)
+        path = save_rows(layers / f"layer{layer - 1}-part{rank:05d}.npy", h)
         _barrier(f"layer {layer - 1}'s rows", timeout_s)
         tables = [
             np.load(layers / f"layer{layer - 1}-part{p:05d}.npy", mmap_mode="r", allow_pickle=False)
@@ -311,6 +308,15 @@ def _per_layer(model: Any) -> Any:
         return layers[layer].apply_layer(x, edge_index, size)
 
     return run
+
+
+def save_rows(path: Path, rows: Tensor) -> Path:
+    """One rank's rows of a layer as ``path`` (``.npy``, no pickle), written atomically."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("wb") as f:
+        np.save(f, rows.numpy(), allow_pickle=False)
+    os.replace(tmp, path)
+    return path
 
 
 def _rows(tables: list[np.ndarray], book: Any, gid: np.ndarray, width: int) -> Tensor:

@@ -21,7 +21,6 @@ Not here: ``jk`` modes and ``lin`` (``jk=None`` only), edge features and weights
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,11 +173,15 @@ def _layer0_rows(batch: Any, embeddings: dict[str, Any]) -> Rows:
                 f"node type {t!r} has no features: pass embeddings={{{t!r}: ...}} (the "
                 "nn.Embedding or [N, F] rows your model was trained with)"
             )
-        table = embeddings[t]
-        out = table(n_id) if isinstance(table, nn.Module) else table[n_id]
-        return torch.as_tensor(out, dtype=torch.float32)
+        return embedding_rows(embeddings[t], n_id)
 
     return rows
+
+
+def embedding_rows(table: Any, n_id: Tensor) -> Tensor:
+    """Rows ``n_id`` of a featureless type's ``nn.Embedding`` or ``[N_t, F]`` tensor, float32."""
+    out = table(n_id) if isinstance(table, nn.Module) else table[n_id]
+    return torch.as_tensor(out, dtype=torch.float32)
 
 
 def typed_layerwise(
@@ -249,15 +252,12 @@ def _save(
     h: dict[str, Tensor], layer: int, rank: int, names: dict[str, int], at: Path
 ) -> list[Path]:
     """This rank's rows of every type of one layer, each written atomically."""
-    paths = []
-    for t, rows in h.items():
-        path = at / f"layer{layer}-type{names[t]}-part{rank:05d}.npy"
-        tmp = path.with_name(f".{path.name}.tmp")
-        with tmp.open("wb") as f:
-            np.save(f, rows.numpy(), allow_pickle=False)
-        os.replace(tmp, path)
-        paths.append(path)
-    return paths
+    from gnnsys.distributed.inference import save_rows
+
+    return [
+        save_rows(at / f"layer{layer}-type{names[t]}-part{rank:05d}.npy", rows)
+        for t, rows in h.items()
+    ]
 
 
 def _load(at: Path, layer: int, type_number: int, part: int) -> np.ndarray:
