@@ -6,7 +6,8 @@ owned rows: :func:`destination_runs` bounds each run's in-edges (``EvalConfig.ch
 budget (``EvalConfig.halo_mb``). A layer that is not linear in its inputs (GAT, R-GCN) gets each
 run's inputs cut (:func:`cut_run`), under a budget with only the halo rows the run reads
 (:func:`with_run_halo`). :func:`one_hop` gives each type's 1-hop halo and each relation's block
-over ``[owned ; 1-hop halo]``.
+over ``[owned ; 1-hop halo]``. A linear layer's run sums its in-edges out of the owned and the
+halo rows as two tables (:func:`two_table_sum`), so neither is copied into one.
 
 Shape legend: ``M_t`` owned nodes of type ``t``, ``H_t`` 1-hop halo nodes of type ``t``.
 """
@@ -19,22 +20,35 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from gnnsys.kernels import aggregate
 from gnnsys.store.hetero_shard import HeteroShard
 from gnnsys.train.evaluate import EvalConfig
 from gnnsys.types import Block
 
-__all__ = ["budget_runs", "cut_run", "destination_runs", "one_hop", "with_run_halo"]
+__all__ = [
+    "budget_runs",
+    "cut_run",
+    "destination_runs",
+    "one_hop",
+    "RUN_ROWS",
+    "two_table_sum",
+    "with_run_halo",
+]
 
 EdgeType = tuple[str, str, str]
+
+RUN_ROWS = 1 << 14
+"""Destinations per evaluation run at most: ``[RUN_ROWS, 128]`` float32 temporaries are 8 MiB."""
 
 
 def destination_runs(
     blocks: dict[EdgeType, Block], owned: dict[str, int], config: EvalConfig
 ) -> dict[str, list[tuple[int, int]]]:
-    """Per destination type, runs of owned rows of at most ``config.chunk_edges`` in-edges.
+    """Per destination type, runs of at most ``RUN_ROWS`` owned rows and ``chunk_edges`` in-edges.
 
     In-edges of every relation count; a run has at least one row. Runs bound a layer's
-    temporaries (its gathered messages) as the homogeneous evaluator's chunks do.
+    temporaries: its gathered messages, and its ``[rows, H]`` sums, projections and outputs
+    (a run of every owned row of a sparse part held four ``[M, H]`` of them at once).
     """
     out: dict[str, list[tuple[int, int]]] = {}
     for t, m in owned.items():
@@ -47,7 +61,7 @@ def destination_runs(
         while first < m:
             base = int(ends[first - 1]) if first else 0
             stop = int(np.searchsorted(ends, base + config.chunk_edges, side="right"))
-            stop = max(stop, first + 1)
+            stop = min(max(stop, first + 1), first + RUN_ROWS)
             runs.append((first, stop))
             first = stop
         out[t] = runs or [(0, 0)]
@@ -171,7 +185,7 @@ def cut_run(
             num_src=block.num_src + shift,
             num_dst=m,
             rowptr=block.rowptr[first : stop + 1] - lo,
-            col=block.col[lo:hi] + shift,
+            col=block.col[lo:hi].long() + shift,  # int64: the layers index with it
             e_id=block.e_id[lo:hi],
             src_in_degree=degree,
         )
@@ -195,9 +209,7 @@ def one_hop(shard: HeteroShard) -> tuple[dict[str, np.ndarray], dict[EdgeType, B
     blocks = {}
     for et, rel in shard.relations.items():
         src, m = et[0], owned[et[0]]
-        col = np.asarray(rel.indices_local, dtype=np.int64).copy()
-        halo = col >= m
-        col[halo] = m + np.searchsorted(needed[src], col[halo] - m)
+        col = _relabelled(rel.indices_local, m, needed[src])
         blocks[et] = Block(
             num_src=m + int(needed[src].shape[0]),
             num_dst=owned[et[2]],
@@ -206,3 +218,43 @@ def one_hop(shard: HeteroShard) -> tuple[dict[str, np.ndarray], dict[EdgeType, B
             e_id=torch.from_numpy(np.asarray(rel.e_id, dtype=np.int64)),
         )
     return halo_lid, blocks
+
+
+def _relabelled(local_E: np.ndarray, m: int, needed_H: np.ndarray) -> np.ndarray:
+    """``local_E`` over ``[owned ; 1-hop halo]``: int32 where it fits, a chunk at a time.
+
+    The shard's k-hop halo positions become positions in ``needed_H`` (ascending). A part
+    holding most of a skewed graph's edges holds ``E * 4`` bytes, not two ``[E]`` int64 copies.
+    """
+    num_src = m + int(needed_H.shape[0])
+    out = np.empty(local_E.shape[0], dtype=np.int32 if num_src < 2**31 else np.int64)
+    step = 1 << 22
+    for lo in range(0, int(local_E.shape[0]), step):
+        col = np.array(local_E[lo : lo + step], dtype=np.int64)
+        halo = col >= m
+        col[halo] = m + np.searchsorted(needed_H, col[halo] - m)
+        out[lo : lo + step] = col
+    return out
+
+
+def two_table_sum(own_MF: Tensor, halo_HF: Tensor, rowptr: Tensor, col: Tensor) -> Tensor:
+    """``[D, F]`` neighbour sums of a run's destinations over ``[own ; halo]`` sources.
+
+    ``col`` indexes ``[own ; halo]`` (``M = len(own)``); the edges split by where their source
+    lives into two kernel calls, one over each table, so the two are never concatenated (a
+    copy of the owned rows, ``M * F * 4`` bytes per layer, is what that would cost).
+    """
+    m, num_dst = int(own_MF.shape[0]), int(rowptr.shape[0]) - 1
+    col = col.to(torch.int64)
+    is_own = col < m
+    if bool(is_own.all()):
+        return aggregate(own_MF, rowptr, col, "sum")
+    dst_E = torch.repeat_interleave(torch.arange(num_dst), torch.diff(rowptr.to(torch.int64)))
+    out: Tensor | None = None
+    for keep_E, table, offset in ((is_own, own_MF, 0), (~is_own, halo_HF, m)):
+        ptr = torch.zeros(num_dst + 1, dtype=torch.int64)
+        torch.cumsum(torch.bincount(dst_E[keep_E], minlength=num_dst), 0, out=ptr[1:])
+        part = aggregate(table, ptr, col[keep_E] - offset, "sum")
+        out = part if out is None else out.add_(part)
+    assert out is not None
+    return out

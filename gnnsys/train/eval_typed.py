@@ -27,8 +27,9 @@ halo cache without changing it (``peek``: a layer-0 halo row the cache holds is 
 counts as a cache hit), so training's traffic figures are unchanged by it.
 
 A linear layer (SAGE mean/sum, GCN per relation) reduces each relation's in-edges of a run of
-destinations straight out of the source type's ``[M_t + H_t, F]`` rows and combines the sums
-with the run's own rows (``forward_from_agg``), so no run copies a table; GAT and R-GCN get
+destinations straight out of the source type's owned ``[M_t, F]`` and halo ``[H_t, F]`` rows,
+two tables never concatenated (``eval_runs.two_table_sum``), and combines the sums with the
+run's own rows (``forward_from_agg``), so no run copies a table; GAT and R-GCN get
 each run's inputs cut, a relation from a type to itself then reading a copy of the type's rows
 after the run's (``eval_runs.cut_run``).
 
@@ -59,7 +60,6 @@ from torch import Tensor, nn
 
 from gnnsys.cache import HaloCache
 from gnnsys.cache.codecs import Codec, make_codec
-from gnnsys.kernels import aggregate
 from gnnsys.models.hetero import HeteroGCNLayer, HeteroSAGELayer
 from gnnsys.models.layers import GCNLayer
 from gnnsys.store.hetero_shard import HeteroShard
@@ -85,6 +85,7 @@ from gnnsys.train.eval_runs import (
     cut_run,
     destination_runs,
     one_hop,
+    two_table_sum,
     with_run_halo,
 )
 from gnnsys.train.evaluate import EvalConfig, RankEval
@@ -241,10 +242,16 @@ class TypedShardEvaluator:
         runs under a halo budget get each run's inputs cut (``eval_runs.cut_run``).
         """
         budget = self._budget_rows(layer, present)
-        x_dict = {t: self._rows(layer, t, with_halo=budget is None) for t in present}
         linear = budget is None and self.config.in_place
         reduce = linear_reduce(self.layers[layer]) if linear else None
-        sources = None if reduce is None else self._sources(x_dict, reduce)
+        if reduce is None:  # the cut path reads one [M_t + H_t, F] table per type
+            x_dict = {t: self._rows(layer, t, with_halo=budget is None) for t in present}
+            sources = None
+        else:  # owned and halo rows stay two tables
+            x_dict = {t: self._rows(layer, t, with_halo=False) for t in present}
+            halo = {t: self._halo_rows(layer, t, int(x_dict[t].shape[1])) for t in present}
+            sources = self._sources(x_dict, halo, reduce)
+            del halo
         done: dict[int, Tensor] = {}
         for node_type, spans in self.spans.items():
             number = self.table(layer + 1, node_type)
@@ -280,28 +287,32 @@ class TypedShardEvaluator:
 
         return rows
 
-    def _sources(self, x_dict: dict[str, Tensor], reduce: str) -> dict[EdgeType, Tensor]:
-        """What each relation reduces: its source type's rows.
+    def _sources(
+        self, own: dict[str, Tensor], halo: dict[str, Tensor], reduce: str
+    ) -> dict[EdgeType, tuple[Tensor, Tensor]]:
+        """What each relation reduces: its source type's owned and halo rows.
 
         For GCN they are scaled once per layer by ``(1 + in-degree) ** -0.5`` of the relation
         (``GCNLayer.aggregate``'s weights).
         """
         out = {}
         for et, block in self.blocks.items():
-            if et[0] not in x_dict:
+            if et[0] not in own:
                 continue
-            x = x_dict[et[0]]
+            x, h = own[et[0]], halo[et[0]]
             if reduce == "gcn":
                 assert block.src_in_degree is not None  # fetched at construction for GCN
-                x = x * GCNLayer.src_scale(block).to(x.dtype)[:, None]
-            out[et] = x
+                s_S = GCNLayer.src_scale(block).to(x.dtype)[:, None]
+                m = int(x.shape[0])
+                x, h = x * s_S[:m], h * s_S[m:]
+            out[et] = (x, h)
         return out
 
     def _linear_run(
         self,
         layer: int,
         x_dict: dict[str, Tensor],
-        sources: dict[EdgeType, Tensor],
+        sources: dict[EdgeType, tuple[Tensor, Tensor]],
         reduce: str,
         node_type: str,
         first: int,
@@ -322,7 +333,9 @@ class TypedShardEvaluator:
                 continue
             lo, hi = int(block.rowptr[first]), int(block.rowptr[stop])
             rowptr, col = block.rowptr[first : stop + 1] - lo, block.col[lo:hi]
-            agg[et] = aggregate(sources[et], rowptr, col, "sum" if reduce == "gcn" else reduce)
+            agg[et] = two_table_sum(*sources[et], rowptr, col)
+            if reduce == "mean":  # a row without in-edges stays 0
+                agg[et].div_(torch.diff(rowptr).clamp_(min=1).to(agg[et].dtype)[:, None])
             degree = block.src_in_degree  # GCN's: the destinations' own, for the self loop
             blocks[et] = Block(
                 num_src=m, num_dst=m, rowptr=rowptr, col=col[:0], e_id=block.e_id[:0],
@@ -413,6 +426,13 @@ class TypedShardEvaluator:
         out = torch.empty(m + lid_H.shape[0], int(own_MF.shape[1]), dtype=torch.float32)
         out[:m] = own_MF
         self._fill_remote(out[m:], layer, node_type, lid_H)
+        return out
+
+    def _halo_rows(self, layer: int, node_type: str, width: int) -> Tensor:
+        """``[H_t, F]``: the 1-hop halo rows of table ``layer``, from the cache and owners."""
+        lid_H = self.halo_lid[node_type]
+        out = torch.empty(lid_H.shape[0], width, dtype=torch.float32)
+        self._fill_remote(out, layer, node_type, lid_H)
         return out
 
     @property
