@@ -66,8 +66,8 @@ def _gnnsys(*argv: str) -> float:
 
 def _labels(name: str, args: list[str], root: str) -> tuple[np.ndarray, np.ndarray]:
     """Labels and test mask of the scored nodes (the labelled type on a typed graph)."""
-    from gnnsys.commands.partition import parse_kv
     from gnnsys.datasets import is_heterogeneous, load, load_hetero
+    from gnnsys.options import parse_kv
 
     params = parse_kv([args[i + 1] for i, a in enumerate(args) if a == "-D"])
     if is_heterogeneous(args[0], root):

@@ -19,8 +19,9 @@ import time
 
 import numpy as np
 
-from gnnsys.commands.partition import Measured, load_graph
+from gnnsys.datasets.by_name import load_graph
 from gnnsys.partitioners import partition
+from gnnsys.partitioners.measure import Measured
 from gnnsys.partitioners.metrics import edge_cut
 from gnnsys.types import Graph, coo_to_csr
 

@@ -21,13 +21,19 @@ from typing import Any
 __all__ = ["run_link_traffic"]
 
 
-def run_link_traffic(args: argparse.Namespace, runs: Any, configs: list[Any], out: Path) -> int:
-    """Replay every configuration and write the bytes table; returns the exit code 0."""
-    from gnnsys.commands.bench_comm import BASELINE, _atomic_write, _fields
+def run_link_traffic(
+    args: argparse.Namespace, runs: Any, configs: list[Any], out: Path, *, baseline: tuple[Any, ...]
+) -> int:
+    """Replay every configuration and write the bytes table; returns the exit code 0.
+
+    ``configs`` are ``bench_comm.CommConfig``; ``baseline`` the key of the row the
+    reductions are relative to.
+    """
+    from gnnsys.store.diskio import atomic_write
 
     seeds = [int(v) for v in args.seeds.split(",") if v]
-    rows = [{**_fields(c), **runs.traffic(c, seeds)} for c in configs]
-    base = next(r for r in rows if tuple(_fields_key(r)) == BASELINE)
+    rows = [{**c.fields(), **runs.traffic(c, seeds)} for c in configs]
+    base = next(r for r in rows if tuple(_fields_key(r)) == baseline)
     for r in rows:
         r["bytes_reduction"] = base["remote_feature_bytes_per_epoch"] / max(
             r["remote_feature_bytes_per_epoch"], 1.0
@@ -42,8 +48,9 @@ def run_link_traffic(args: argparse.Namespace, runs: Any, configs: list[Any], ou
         "batch_size": args.batch_size,
         "epochs": args.epochs,
     }
-    _atomic_write(out / "results.jsonl", "".join(json.dumps(setting | r) + "\n" for r in rows))
-    _atomic_write(out / "results.md", _markdown(rows, setting))
+    lines = "".join(json.dumps(setting | r) + "\n" for r in rows)
+    atomic_write(out / "results.jsonl", lines.encode())
+    atomic_write(out / "results.md", _markdown(rows, setting).encode())
     for r in rows:
         print(json.dumps(setting | r))
     return 0

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gnnsys.commands.partition import GraphSource
+    from gnnsys.partitioners.measure import GraphSource
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,6 @@ def disk_graph(args: argparse.Namespace) -> Iterator[GraphSource]:
         ValueError: The dataset is not ``parquet:DIR``, the budget is unreadable or too small,
             or ``--method metis`` would need more than the budget.
     """
-    from gnnsys.commands.partition import GraphSource, Measured
     from gnnsys.datasets.parquet import open_parquet, parquet_dir
     from gnnsys.out_of_core.disk_graph import build_disk_graph, disk_graph_bytes, open_disk_graph
     from gnnsys.out_of_core.parts import ray_parts_writer
@@ -51,6 +50,7 @@ def disk_graph(args: argparse.Namespace) -> Iterator[GraphSource]:
         start_ray,
         stop_ray,
     )
+    from gnnsys.partitioners.measure import GraphSource, Measured
 
     budget = parse_bytes(args.memory_budget)
     family, _, variant = args.dataset.partition(":")

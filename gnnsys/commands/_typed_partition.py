@@ -15,7 +15,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from gnnsys.commands.partition import GraphSource, Measured, parse_kv
+from gnnsys.options import parse_kv
+from gnnsys.partitioners.measure import GraphSource, Measured
 
 __all__ = ["TypedBench", "TypedSteps"]
 
@@ -121,8 +122,8 @@ def _simulate(
     graph: Any, part_N: Any, num_parts: int, fanouts: tuple[int, ...], args: argparse.Namespace
 ) -> dict[str, int]:
     """``simulate_remote_fetches`` with the typed sampler, every relation at ``fanouts``."""
-    from gnnsys.commands.bench_partition import simulate_remote_fetches
     from gnnsys.sampler.hetero import HeteroNeighborSampler, csr_sources
+    from gnnsys.sampler.remote_fetches import simulate_remote_fetches
 
     config = HeteroNeighborSampler.Config(fanouts={et: fanouts for et in graph.edge_types})
     sampler = HeteroNeighborSampler(config, sources=csr_sources(graph), node_types=graph.node_types)
@@ -223,10 +224,9 @@ class TypedBench:
         self, graph: Any, method: str, num_parts: int, args: argparse.Namespace
     ) -> dict[str, Any]:
         """Assign, measure and score one ``(method, parts)`` row."""
-        from gnnsys.commands.bench_partition import fanouts_of
         from gnnsys.partitioners import compute_hetero_metrics, partition_hetero
 
-        fanouts = fanouts_of(args)
+        fanouts = tuple(int(f) for f in args.fanouts.split(","))  # every relation's
         homo, directed = self._graphs(graph)
         with Measured() as m:
             assignment = partition_hetero(graph, method, num_parts, args.seed, homogeneous=homo)

@@ -40,8 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from gnnsys.commands._link import add_link_args, apply_link_args, link_split_of
-from gnnsys.commands.partition import add_dataset_args, parse_kv
+from gnnsys.commands.partition import add_dataset_args
 from gnnsys.commands.train import add_cache_tuning_args, cache_tuning
+from gnnsys.options import parse_kv
+from gnnsys.store.diskio import atomic_write
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +71,13 @@ class CommConfig:
     def key(self) -> tuple[str, float, str, str]:
         """``(policy, ratio, codec, aggregate_at)``."""
         return (self.policy, self.ratio, self.codec, self.aggregate_at)
+
+    def fields(self) -> dict[str, Any]:
+        """The configuration's columns of a results row."""
+        return {
+            "policy": self.policy, "ratio": self.ratio, "codec": self.codec,
+            "aggregate_at": self.aggregate_at,
+        }  # fmt: skip
 
 
 def add_parser(kinds: Any) -> None:
@@ -333,9 +342,9 @@ def run(args: argparse.Namespace) -> int:
     if args.task == "link":
         from gnnsys.commands._bench_link import run_link_traffic
 
-        return run_link_traffic(args, runs, configs, out)
+        return run_link_traffic(args, runs, configs, out, baseline=BASELINE)
     rows = {
-        c.key: {**_fields(c), **runs.traffic(c, seeds)}
+        c.key: {**c.fields(), **runs.traffic(c, seeds)}
         for c in tqdm(configs, desc="traffic", unit="config")
     }
     all_acc_seeds = sorted(set(acc_seeds) | set(_ints(args.confirm_seeds)))
@@ -347,15 +356,11 @@ def run(args: argparse.Namespace) -> int:
         if best is not None:
             targets.append(CommConfig(best["policy"], best["ratio"], best["codec"], placement))
         for c in targets:
-            row = {**_fields(c), **runs.traffic(c, seeds)}
+            row = {**c.fields(), **runs.traffic(c, seeds)}
             rows[c.key] = _with_accuracy(row, runs.accuracy(c, acc_seeds), "trained")
     final = _finish(list(rows.values()))
     _write(final, args, out)
     return 0
-
-
-def _fields(c: CommConfig) -> dict[str, Any]:
-    return {"policy": c.policy, "ratio": c.ratio, "codec": c.codec, "aggregate_at": c.aggregate_at}
 
 
 def _attach_codec_accuracy(
@@ -414,19 +419,13 @@ def _write(rows: list[dict[str, Any]], args: argparse.Namespace, out: Path) -> N
         "model": args.model,
     }
     lines = "".join(json.dumps(setting | r) + "\n" for r in rows)
-    _atomic_write(out / "results.jsonl", lines)
-    _atomic_write(out / "results.md", markdown(rows, setting))
+    atomic_write(out / "results.jsonl", lines.encode())
+    atomic_write(out / "results.md", markdown(rows, setting).encode())
     write_plots(rows, out)
     for r in rows:
         if r["baseline"] or r["best"]:
             print(json.dumps(setting | r))
     print(f"wrote {out / 'results.jsonl'}, {out / 'results.md'} and plots")
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 def markdown(rows: list[dict[str, Any]], setting: dict[str, Any]) -> str:

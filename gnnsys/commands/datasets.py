@@ -69,8 +69,8 @@ def graph_summary(graph: Any) -> dict[str, Any]:
 
 def run_info(args: argparse.Namespace) -> int:
     """Load the dataset and print its summary."""
-    from gnnsys.commands.partition import parse_kv
     from gnnsys.datasets import load
+    from gnnsys.options import parse_kv
 
     start = time.perf_counter()
     try:

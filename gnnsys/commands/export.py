@@ -68,7 +68,8 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def _export(args: argparse.Namespace, progress: Callable[[int, int], None]) -> Path:
-    from gnnsys.commands.partition import load_graph, parse_kv
+    from gnnsys.datasets.by_name import load_graph
+    from gnnsys.options import parse_kv
 
     params = parse_kv(args.dataset_param)
     if args.num_nodes is not None:

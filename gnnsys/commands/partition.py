@@ -1,7 +1,8 @@
 """``gnnsys partition DATASET --parts P --method NAME --out DIR``: split a graph and store it.
 
-Also home of the helpers the partition benchmark shares: dataset loading (a registry name or an
-``.npz`` CSR file), ``KEY=VALUE`` option parsing, and ``Measured`` (wall time + peak RSS).
+The library it calls: ``gnnsys.datasets.by_name.load_graph`` (a registry name or an ``.npz``
+CSR file), ``gnnsys.options.parse_kv`` (``KEY=VALUE``) and ``gnnsys.partitioners.measure``
+(``Measured``: wall time + peak RSS; ``GraphSource``).
 """
 
 from __future__ import annotations
@@ -10,15 +11,13 @@ import argparse
 import contextlib
 import json
 import logging
-import threading
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-import numpy as np
+from gnnsys.datasets.by_name import load_graph
+from gnnsys.options import parse_kv
+from gnnsys.partitioners.measure import GraphSource, Measured, stage_costs
 
 logger = logging.getLogger(__name__)
 
@@ -88,126 +87,6 @@ def add_dataset_args(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="dataset option, e.g. -D num_nodes=2400000 for synthetic graphs",
     )
-
-
-def parse_kv(items: list[str]) -> dict[str, Any]:
-    """``["a=1", "b=x,y"]`` -> ``{"a": 1, "b": ("x", "y")}`` (JSON scalars, comma tuples).
-
-    Raises:
-        ValueError: An item without ``=``.
-    """
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"option {item!r} is not KEY=VALUE; write e.g. seed=1 or passes=3")
-        values = [_scalar(v) for v in raw.split(",")] if "," in raw else None
-        out[key] = tuple(values) if values is not None else _scalar(raw)
-    return out
-
-
-def _scalar(raw: str) -> Any:
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
-        return raw
-
-
-def load_graph(name: str, root: str | None, params: dict[str, Any]) -> Any:
-    """Load a registry dataset, or an ``.npz`` CSR file when ``name`` is an existing path."""
-    from gnnsys.types import Graph
-
-    path = Path(name)
-    if path.suffix == ".npz" and path.is_file():
-        from gnnsys.datasets.base import open_npz, reading
-
-        with reading(str(path)), open_npz(path) as z:
-            if "indptr" not in z.files or "indices" not in z.files:
-                raise ValueError(f"{path} lacks indptr/indices; save a CSR with np.savez")
-            keys = ("x", "y", "train_mask", "val_mask", "test_mask")
-            fields = {k: z[k] for k in keys if k in z.files}
-            indptr = z["indptr"].astype(np.int64)
-            indices = z["indices"]
-            if indices.dtype == np.int64 and indptr.shape[0] - 1 < 2**31:
-                indices = indices.astype(np.int32)
-        return Graph(
-            indptr=indptr, indices=indices, num_nodes=indptr.shape[0] - 1, name=path.stem, **fields
-        )
-    from gnnsys.datasets import load
-
-    return load(name, root=root, **params)
-
-
-class Measured:
-    """Context manager measuring wall time and the process's peak RSS inside the block.
-
-    RSS is sampled every 20 ms by a thread (psutil). Native code that holds the GIL (pymetis)
-    stalls that thread, so the process's lifetime peak (``getrusage``) is used too whenever it
-    rose inside the block, since that new peak must have been reached inside it.
-    """
-
-    def __init__(self, interval_s: float = 0.02) -> None:
-        self.interval_s = interval_s
-        self.seconds = 0.0
-        self.peak_rss_bytes = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._start = 0.0
-        self._maxrss_before = 0
-        self.started_at = self.ended_at = 0.0
-        """Unix times the block started and ended (to line up samples of other processes)."""
-
-    def _poll(self) -> None:
-        import psutil
-
-        proc = psutil.Process()
-        while True:
-            self.peak_rss_bytes = max(self.peak_rss_bytes, int(proc.memory_info().rss))
-            if self._stop.wait(self.interval_s):
-                return
-
-    def __enter__(self) -> Measured:
-        self._maxrss_before = _lifetime_peak_rss()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-        self._thread.start()
-        self._start = time.perf_counter()
-        self.started_at = time.time()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.seconds = time.perf_counter() - self._start
-        self.ended_at = time.time()
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        lifetime = _lifetime_peak_rss()
-        if lifetime > self._maxrss_before:
-            self.peak_rss_bytes = max(self.peak_rss_bytes, lifetime)
-
-
-def stage_costs(load_m: Measured, assign_m: Measured, write_m: Measured) -> dict[str, Any]:
-    """Seconds of each stage, the peak RSS over all three and the assignment's own peak."""
-    return {
-        "load_seconds": round(load_m.seconds, 3),
-        "assign_seconds": round(assign_m.seconds, 3),
-        "write_seconds": round(write_m.seconds, 3),
-        "peak_rss_bytes": max(
-            load_m.peak_rss_bytes, assign_m.peak_rss_bytes, write_m.peak_rss_bytes
-        ),
-        "assign_peak_rss_bytes": assign_m.peak_rss_bytes,
-    }
-
-
-def _lifetime_peak_rss() -> int:
-    """Peak RSS of this process so far, in bytes (``ru_maxrss`` is KiB on Linux)."""
-    import resource
-
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 def partitioner_options(method: str, balance: str | None, options: list[str]) -> dict[str, Any]:
@@ -281,19 +160,6 @@ def graph_kind(args: argparse.Namespace) -> Any:
     if is_heterogeneous(args.dataset, args.root):
         return _typed_partition.TypedSteps()
     return GraphSteps()
-
-
-@dataclass(frozen=True, slots=True)
-class GraphSource:
-    """The graph to partition and how it got here."""
-
-    graph: Any
-    load: Measured
-    """Time and peak RSS of loading (or building) it."""
-    extra: dict[str, Any] = field(default_factory=dict)
-    """Summary fields of the way it was loaded (out of core: the budget and its plan)."""
-    parts_writer: Any = None
-    """``write_partitions``'s ``parts_writer`` (out of core: one Ray Data task per part)."""
 
 
 @contextlib.contextmanager

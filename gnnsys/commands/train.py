@@ -355,7 +355,7 @@ def build_config(args: argparse.Namespace) -> Any:
     def pick(**kw: Any) -> dict[str, Any]:
         return {k: v for k, v in kw.items() if v is not None}
 
-    from gnnsys.commands.partition import parse_kv
+    from gnnsys.options import parse_kv
 
     params = dict(cfg.data.dataset_params) | pick(num_nodes=args.num_nodes)
     params |= parse_kv(getattr(args, "dataset_param", []) or [])

@@ -39,20 +39,15 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
-from torch import distributed as dist
 
+from gnnsys.distributed.layer_files import barrier, owner_rows, save_rows
 from gnnsys.distributed.loader import DistNeighborLoader, _group
-from gnnsys.distributed.metrics import DEFAULT_TIMEOUT_S, _wait
+from gnnsys.distributed.metrics import DEFAULT_TIMEOUT_S
 
 __all__ = ["inference"]
 
 METHODS = ("auto", "layerwise", "sampled")
 LAYERS = ".layers"
-
-
-def _barrier(what: str, timeout_s: float) -> None:
-    """Every rank arrives, or this raises after ``timeout_s`` naming ``what``."""
-    _wait(dist.all_reduce(torch.zeros(1), async_op=True), f"inference: {what}", timeout_s)
 
 
 def _is_layerwise(model: Any) -> bool:
@@ -175,7 +170,7 @@ def inference(
         _write(kind, loader, rows, staging, model, timeout_s)
         if rank == 0:
             _publish(out, staging, kind, world, loader, method, model, store)
-        _barrier("the published directory", timeout_s)
+        barrier("the published directory", timeout_s)
     except BaseException:
         if rank == 0:
             shutil.rmtree(staging, ignore_errors=True)
@@ -191,7 +186,7 @@ def _staging(out: Path, rank: int, overwrite: bool, timeout_s: float) -> Path:
 
         staging_dir(out, overwrite=overwrite)
         (staging / LAYERS).mkdir()
-    _barrier("the staging directory", timeout_s)
+    barrier("the staging directory", timeout_s)
     return staging
 
 
@@ -276,17 +271,17 @@ def _layerwise(model: Any, loader: DistNeighborLoader, layers: Path, timeout_s: 
     h = torch.cat(outs)
     for layer in range(1, int(model.num_layers)):
         path = save_rows(layers / f"layer{layer - 1}-part{rank:05d}.npy", h)
-        _barrier(f"layer {layer - 1}'s rows", timeout_s)
+        barrier(f"layer {layer - 1}'s rows", timeout_s)
         tables = [
             np.load(layers / f"layer{layer - 1}-part{p:05d}.npy", mmap_mode="r", allow_pickle=False)
             for p in range(loader.world_size)
         ]
         outs = []
         for n_id, edge_index, size in subgraphs:
-            x = _rows(tables, book, n_id.numpy(), int(h.shape[1]))
+            x = owner_rows(tables, book, n_id.numpy(), int(h.shape[1]))
             outs.append(per_layer(layer, x, edge_index, size))
         h = torch.cat(outs)
-        _barrier(f"layer {layer}", timeout_s)  # every rank has read layer - 1's files
+        barrier(f"layer {layer}", timeout_s)  # every rank has read layer - 1's files
         path.unlink()
     return h
 
@@ -310,27 +305,6 @@ def _per_layer(model: Any) -> Any:
     return run
 
 
-def save_rows(path: Path, rows: Tensor) -> Path:
-    """One rank's rows of a layer as ``path`` (``.npy``, no pickle), written atomically."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("wb") as f:
-        np.save(f, rows.numpy(), allow_pickle=False)
-    os.replace(tmp, path)
-    return path
-
-
-def _rows(tables: list[np.ndarray], book: Any, gid: np.ndarray, width: int) -> Tensor:
-    """``[N, H]`` rows of ``gid`` from their owners' layer tables."""
-    part = np.asarray(book.part_N[gid], dtype=np.int64)
-    pos = np.asarray(book.lid_N[gid], dtype=np.int64)
-    x = np.empty((gid.shape[0], width), dtype=np.float32)
-    for p, table in enumerate(tables):
-        sel = np.flatnonzero(part == p)
-        if sel.size:
-            x[sel] = table[pos[sel]]
-    return torch.from_numpy(x)
-
-
 def _write(
     kind: str, loader: DistNeighborLoader, rows: Tensor, staging: Path, model: Any,
     timeout_s: float,
@@ -349,7 +323,7 @@ def _write(
     part = write_part(request, loader.rank, [OutputRows(node_type, ids, rows.numpy())])
     entry = staging / f".part-{loader.rank:05d}.json"
     entry.write_text(json.dumps(asdict(part)))
-    _barrier("every part written", timeout_s)
+    barrier("every part written", timeout_s)
 
 
 def _publish(

@@ -30,6 +30,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from gnnsys.distributed.layer_files import barrier, owner_rows, save_rows
+
 __all__ = ["HeteroPlan", "plan_of", "typed_layerwise"]
 
 EdgeType = tuple[str, str, str]
@@ -192,8 +194,6 @@ def typed_layerwise(
 
     ``loader_of(t)``: the ``DistNeighborLoader`` of every owned node of type ``t`` (1 hop).
     """
-    from gnnsys.distributed.inference import _barrier
-
     embeddings = embeddings or {}
     loaders = {t: loader_of(t) for t in plan.types(0)}
     first = next(iter(loaders.values()))
@@ -214,7 +214,7 @@ def typed_layerwise(
     names = {t: k for k, t in enumerate(sorted(books))}
     for i in range(1, plan.num_layers):
         paths = _save(h, i - 1, rank, names, layers)
-        _barrier(f"layer {i - 1}'s rows", timeout_s)
+        barrier(f"layer {i - 1}'s rows", timeout_s)
         tables = {t: [_load(layers, i - 1, names[t], p) for p in range(world)] for t in h}
         rows = _table_rows(tables, books, i - 1)
         wanted = plan.types(i)
@@ -222,7 +222,7 @@ def typed_layerwise(
         if missing:
             raise ValueError(f"layer {i} gives rows to {missing}, which layer 0 does not")
         h = {t: torch.cat([_layer(model, plan, i, t, s, rows) for s in subs[t]]) for t in wanted}
-        _barrier(f"layer {i}", timeout_s)  # every rank has read layer i - 1's files
+        barrier(f"layer {i}", timeout_s)  # every rank has read layer i - 1's files
         del tables
         for path in paths:
             path.unlink()
@@ -236,14 +236,13 @@ def typed_layerwise(
 
 def _table_rows(tables: dict[str, list[np.ndarray]], books: dict[str, Any], layer: int) -> Rows:
     """Rows of layer ``layer``'s tables (every rank's file) for any ids of a type."""
-    from gnnsys.distributed.inference import _rows
 
     def rows(t: str, n_id: Tensor) -> Tensor:
         if t not in tables:
             raise ValueError(
                 f"layer {layer} gives node type {t!r} no rows; the next layer reads them"
             )
-        return _rows(tables[t], books[t], n_id.numpy(), int(tables[t][0].shape[1]))
+        return owner_rows(tables[t], books[t], n_id.numpy(), int(tables[t][0].shape[1]))
 
     return rows
 
@@ -252,8 +251,6 @@ def _save(
     h: dict[str, Tensor], layer: int, rank: int, names: dict[str, int], at: Path
 ) -> list[Path]:
     """This rank's rows of every type of one layer, each written atomically."""
-    from gnnsys.distributed.inference import save_rows
-
     return [
         save_rows(at / f"layer{layer}-type{names[t]}-part{rank:05d}.npy", rows)
         for t, rows in h.items()

@@ -11,7 +11,7 @@ Definitions (every edge is a directed in-edge ``u -> v`` of the CSR):
 - remote-fetch upper bound: ``sum_p`` of the k-hop halo of ``p``'s *train* nodes, i.e. the
   distinct remote nodes one epoch of k-layer training can ever touch. Sampling with fanouts
   touches fewer per batch but may touch a node in several batches; the bench command
-  simulates that (``gnnsys.commands.bench_partition``).
+  simulates that (``gnnsys.sampler.remote_fetches``).
 
 Shape legend: ``N`` nodes, ``E`` edges, ``P`` parts.
 """

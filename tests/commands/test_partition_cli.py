@@ -138,8 +138,8 @@ def test_bench_partition_no_sample_reports_the_halo_bound(graph_npz: Path, tmp_p
 
 def test_remote_fetch_simulation_counts_sampled_nodes_owned_elsewhere(tiny_graph: Graph) -> None:
     """One epoch by hand: every part's train seeds in batches, the NeighborSampler's nodes."""
-    from gnnsys.commands.bench_partition import simulate_remote_fetches
     from gnnsys.sampler import CSRNeighborSource, NeighborSampler, batch_seed
+    from gnnsys.sampler.remote_fetches import simulate_remote_fetches
 
     part_N = (np.arange(tiny_graph.num_nodes) % 3).astype(np.int64)
     train = np.arange(tiny_graph.num_nodes) % 2 == 0
