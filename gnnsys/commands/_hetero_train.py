@@ -70,10 +70,14 @@ def check_kind(args: argparse.Namespace, dataset: str) -> bool:
 
 def _refuse_typed_flags(args: argparse.Namespace) -> None:
     """The flags that only a typed graph gives a meaning, on a homogeneous dataset."""
-    if args.model == "rgcn":
+    from gnnsys.models.registry import REGISTRY
+
+    kind = REGISTRY.get(args.model)
+    if kind is not None and not kind.one_type:
+        offered = ", ".join(n for n, k in REGISTRY.items() if k.one_type)
         raise ValueError(
-            "--model rgcn takes a heterogeneous dataset (e.g. synthetic:mag); choose sage, gcn "
-            "or gat for this one"
+            f"--model {args.model} takes a heterogeneous dataset (e.g. synthetic:mag); choose "
+            f"{offered} for this one"
         )
     if getattr(args, "embedding_dim", None) is not None:
         raise ValueError("--embedding-dim applies to heterogeneous datasets only; drop it")

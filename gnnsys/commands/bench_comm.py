@@ -42,6 +42,7 @@ from typing import Any
 from gnnsys.commands._link import add_link_args, apply_link_args, link_split_of
 from gnnsys.commands.partition import add_dataset_args
 from gnnsys.commands.train import add_cache_tuning_args, cache_tuning
+from gnnsys.models.registry import REGISTRY
 from gnnsys.options import parse_kv
 from gnnsys.store.diskio import atomic_write
 
@@ -49,6 +50,7 @@ logger = logging.getLogger(__name__)
 
 FEATURE_KEYS = ("feature_request", "feature_response", "partial_request", "partial_response")
 BASELINE = ("none", 0.0, "fp32", "requester")
+ONE_TYPE_MODELS = tuple(n for n, k in REGISTRY.items() if k.one_type)
 MAX_RATIO = 0.25  # the acceptance's "cache ratio <= 0.25"
 MAX_ACC_DROP_PT = 0.5
 
@@ -101,7 +103,7 @@ def add_parser(kinds: Any) -> None:
     p.add_argument("--confirm-seeds", default="0,1,2", help="seeds of baseline and best")
     p.add_argument("--fanouts", default="15,10", help="sampler fanouts, seed hop first")
     p.add_argument("--batch-size", type=int, default=1024, help="seeds per batch per worker")
-    p.add_argument("--model", default="sage", choices=("sage", "gcn", "gat"))
+    p.add_argument("--model", default="sage", choices=ONE_TYPE_MODELS)
     p.add_argument("--lr", type=float, default=0.003)
     add_cache_tuning_args(p)  # --presample-epochs and the adaptive knobs, for every config
     add_link_args(p)  # --task link: bytes per epoch only (gnnsys.commands._bench_link)

@@ -1,9 +1,10 @@
 """Stage 8, models: single-device GNNs over ``Block`` lists, built on ``gnnsys.kernels``.
 
-``MODELS`` maps a name to a class constructed as ``cls(in_dim, hidden_dim, out_dim, num_layers,
-dropout)``; every model has ``forward(x_NF, blocks)``, ``forward_layer(i, x_src, block)`` and
-``num_layers``. ``ModelConfig`` is the run setting (name, width, dropout) and ``build_model``
-the one place that turns it into a model. ``sparse_embedding`` holds the owner-side tables of
+``REGISTRY`` (``gnnsys.models.registry``) is the one table of the built-in models: each name's
+typed builder (what the runtime trains), PyG export class and single-process ``BlockModel``
+(``forward(x_NF, blocks)``, ``forward_layer(i, x_src, block)``, ``num_layers``).
+``ModelConfig`` is the run setting (name, width, dropout) and ``build_model`` builds its
+single-process model. ``sparse_embedding`` holds the owner-side tables of
 learnable embeddings for featureless node types and their sparse optimizers (``sparse_optim``).
 """
 
@@ -15,6 +16,7 @@ from gnnsys.models.gat import GAT, GATLayer
 from gnnsys.models.gcn import GCN
 from gnnsys.models.layers import GCNLayer, SAGELayer
 from gnnsys.models.link import DECODERS, LinkModel, build_decoder
+from gnnsys.models.registry import REGISTRY, ModelKind
 from gnnsys.models.sage import SAGE
 from gnnsys.models.sparse_embedding import (
     EmbeddingConfig,
@@ -33,7 +35,7 @@ __all__ = [
     "DECODERS",
     "GAT",
     "GCN",
-    "MODELS",
+    "REGISTRY",
     "SAGE",
     "SPARSE_OPTIMIZERS",
     "BlockModel",
@@ -44,6 +46,7 @@ __all__ = [
     "LinkModel",
     "LocalEmbeddingGroup",
     "ModelConfig",
+    "ModelKind",
     "SAGELayer",
     "SparseAdagrad",
     "SparseAdam",
@@ -56,6 +59,3 @@ __all__ = [
     "leaf_grads",
     "split_grad",
 ]
-
-MODELS: dict[str, type[BlockModel]] = {"sage": SAGE, "gcn": GCN, "gat": GAT}
-"""Model registry: name -> class."""

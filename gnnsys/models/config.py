@@ -7,7 +7,6 @@ flat-gradient allreduce), never inside.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from gnnsys.models.base import BlockModel
 
@@ -19,7 +18,8 @@ class ModelConfig:
     """Which model and how wide; the layer count follows the sampler's fanouts."""
 
     name: str = "sage"
-    """Registry name in ``gnnsys.models.MODELS``: ``sage``, ``gcn`` or ``gat``; or a PyG
+    """Built-in name in ``gnnsys.models.registry.REGISTRY`` (``sage``, ``gcn``, ``gat``;
+    ``rgcn`` on typed graphs); or a PyG
     ``BasicGNN`` class (``GraphSAGE``, ``GIN``, ...) or ``package.module:factory``
     (``gnnsys.models.pyg_user``) (``--model``)."""
     hidden: int = 256
@@ -30,14 +30,14 @@ class ModelConfig:
     """A PyG model's keyword arguments as ``(key, text)`` (``--model-arg KEY=VALUE``)."""
 
     def __post_init__(self) -> None:
-        from gnnsys.models import MODELS
         from gnnsys.models.pyg_user import check_user_model, is_user_model
+        from gnnsys.models.registry import REGISTRY
 
         if is_user_model(self.name):
             check_user_model(self.name)
-        elif self.name not in MODELS:
+        elif self.name not in REGISTRY:
             raise ValueError(
-                f"model name={self.name!r}; choose one of {sorted(MODELS)}, a PyG BasicGNN "
+                f"model name={self.name!r}; choose one of {sorted(REGISTRY)}, a PyG BasicGNN "
                 "(GraphSAGE, GCN, GAT, GIN, EdgeCNN) or package.module:factory"
             )
         elif self.args:
@@ -50,10 +50,10 @@ class ModelConfig:
     @property
     def uses_in_degree(self) -> bool:
         """The model normalises by whole-graph in-degrees (GCN; see ``BlockModel``)."""
-        from gnnsys.models import MODELS
+        from gnnsys.models.registry import REGISTRY
 
-        cls = MODELS.get(self.name)  # a PyG model normalises inside its blocks
-        return bool(cls is not None and cls.uses_in_degree)
+        kind = REGISTRY.get(self.name)  # a PyG model normalises inside its blocks
+        return bool(kind is not None and kind.uses_in_degree)
 
     @property
     def is_pyg(self) -> bool:
@@ -66,9 +66,20 @@ class ModelConfig:
 def build_model(
     config: ModelConfig, num_features: int, num_classes: int, num_layers: int
 ) -> BlockModel:
-    """Build ``config.name`` with ``num_layers`` layers mapping ``F`` features to ``C`` logits."""
-    from gnnsys.models import MODELS
+    """Build ``config.name`` with ``num_layers`` layers mapping ``F`` features to ``C`` logits.
 
-    cls: Any = MODELS[config.name]  # every registered model takes (F, H, C, layers, dropout)
-    model: BlockModel = cls(num_features, config.hidden, num_classes, num_layers, config.dropout)
+    The single-process ``BlockModel`` of the in-memory reference runs (``REGISTRY[name].block``).
+
+    Raises:
+        ValueError: A model without one (``rgcn``, PyG models).
+    """
+    from gnnsys.models.registry import REGISTRY
+
+    kind = REGISTRY.get(config.name)
+    if kind is None or kind.block is None:
+        with_block = sorted(n for n, k in REGISTRY.items() if k.block is not None)
+        raise ValueError(f"model {config.name!r} has no single-process model; use {with_block}")
+    model: BlockModel = kind.block(
+        num_features, config.hidden, num_classes, num_layers, config.dropout
+    )
     return model

@@ -48,6 +48,8 @@ import torch
 import xxhash
 from torch import Tensor, nn
 
+from gnnsys.models.registry import REGISTRY
+
 __all__ = [
     "FORMAT",
     "PYG_MODELS",
@@ -63,7 +65,7 @@ __all__ = [
 FORMAT = 1
 """Version of ``model.json``."""
 
-PYG_MODELS = {"sage": "GraphSAGE", "gcn": "GCN", "gat": "GAT"}
+PYG_MODELS = {n: k.pyg_class for n, k in REGISTRY.items() if k.pyg_class is not None}
 """gnnsys model name -> the ``torch_geometric.nn.models`` class it exports to."""
 
 MODEL_FILE, SPEC_FILE = "model.pt", "model.json"

@@ -38,6 +38,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from gnnsys.models.registry import REGISTRY
 from gnnsys.types import Block
 
 __all__ = [
@@ -53,7 +54,7 @@ __all__ = [
     "user_model_state",
 ]
 
-BUILTIN = ("sage", "gcn", "gat", "rgcn")
+BUILTIN = tuple(REGISTRY)
 """gnnsys's own models (``--model`` names that are not PyG classes)."""
 
 JK_CARRY = ("cat", "max", "lstm")

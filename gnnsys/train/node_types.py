@@ -14,11 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["HETERO_MODELS", "HeteroConfig", "parse_relation_fanouts"]
-
-HETERO_MODELS = ("sage", "gat", "rgcn", "gcn")
-"""Typed models: ``HeteroSAGE`` (default), ``HeteroGAT``, ``RGCN`` and ``HeteroGCN`` (relations
-from a type to itself only; ``gnnsys.models.hetero``, ``gnnsys.models.gat``)."""
+__all__ = ["HeteroConfig", "parse_relation_fanouts"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -42,10 +38,10 @@ class HeteroConfig:
     """Learning rate of the embeddings; 0: the trainer's ``lr``."""
 
     def __post_init__(self) -> None:
-        if self.model not in HETERO_MODELS:
-            raise ValueError(
-                f"heterogeneous model {self.model!r}; choose one of {list(HETERO_MODELS)}"
-            )
+        from gnnsys.models.registry import REGISTRY
+
+        if self.model not in REGISTRY:
+            raise ValueError(f"heterogeneous model {self.model!r}; choose one of {list(REGISTRY)}")
         if self.embedding_optimizer not in ("sparse_adam", "sparse_adagrad"):
             raise ValueError(
                 f"embedding_optimizer={self.embedding_optimizer!r}; choose sparse_adam or "

@@ -148,8 +148,7 @@ def build_typed_model(spec: WorkerSpec, layout: TypedLayout | None = None) -> nn
 
 
 def _encoder(spec: WorkerSpec, layout: TypedLayout) -> nn.Module:
-    from gnnsys.models.gat import HeteroGAT
-    from gnnsys.models.hetero import RGCN, HeteroGCN, HeteroSAGE
+    from gnnsys.models.registry import build_typed_model
 
     edge_types, in_dims = list(layout.fanouts), layout.in_dims
     layers = len(next(iter(layout.fanouts.values())))
@@ -157,16 +156,8 @@ def _encoder(spec: WorkerSpec, layout: TypedLayout) -> nn.Module:
     torch.manual_seed(spec.trainer.seed)
     if spec.model.is_pyg:
         return _pyg_encoder(spec, layout, layers)
-    if layout.hetero.model == "rgcn":
-        widths = set(in_dims.values())
-        if len(widths) != 1:
-            raise ValueError(f"rgcn needs one input width for every type, got {in_dims}")
-        return RGCN(widths.pop(), hidden, classes, edge_types, layers, dropout)
-    if layout.hetero.model == "gat":
-        return HeteroGAT(in_dims, hidden, classes, edge_types, layers, dropout)
-    if layout.hetero.model == "gcn":
-        return HeteroGCN(in_dims, hidden, classes, edge_types, layers, dropout)
-    return HeteroSAGE(in_dims, hidden, classes, edge_types, layers, dropout)
+    name = layout.hetero.model
+    return build_typed_model(name, in_dims, hidden, classes, edge_types, layers, dropout)
 
 
 def _pyg_encoder(spec: WorkerSpec, layout: TypedLayout, layers: int) -> nn.Module:

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from gnnsys.models import GAT, GCN, MODELS, SAGE
+from gnnsys.models import GAT, GCN, REGISTRY, SAGE
 from gnnsys.types import Block, Graph
 
 
@@ -47,7 +47,9 @@ def sample_blocks(
 def test_forward_on_blocks_shapes_and_grads(tiny_graph: Graph, name: str) -> None:
     assert tiny_graph.x is not None
     torch.manual_seed(0)
-    model = MODELS[name](16, 32, 4, 2, 0.5)
+    block = REGISTRY[name].block
+    assert block is not None
+    model = block(16, 32, 4, 2, 0.5)
     seeds = torch.arange(0, 1000, 50)
     n_id, blocks = sample_blocks(tiny_graph, seeds, 2)
     out = model(torch.from_numpy(tiny_graph.x)[n_id], blocks)
