@@ -11,9 +11,11 @@ import pytest
 import gnnsys
 
 PKG = Path(gnnsys.__file__).parent
-BASE = {"types", "errors"}
+BASE = {"types", "errors", "prefetch"}  # prefetch: stage-neutral threads (Prefetcher)
 STAGES = ["datasets", "partitioners", "store", "sampler", "cache", "loader"]
-ALLOWED: dict[str, set[str]] = {"types": {"errors"}, "errors": set(), "kernels": set(BASE)}
+ALLOWED: dict[str, set[str]] = {
+    "types": {"errors"}, "errors": set(), "prefetch": set(), "kernels": set(BASE),
+}  # fmt: skip
 for i, stage in enumerate(STAGES):
     ALLOWED[stage] = BASE | set(STAGES[:i])
 ALLOWED["cache"] |= {"kernels"}

@@ -28,8 +28,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from gnnsys.prefetch import Prefetcher
 from gnnsys.sampler.base import Sampler
-from gnnsys.sampler.stages import Prefetcher
 
 __all__ = [
     "ADMISSION_POLICIES",

@@ -16,7 +16,7 @@ sampler over the part's in-edges, halo in-edges and halo feature rows read from 
 shard (``ShardOwner`` over the mapped store, ``--owner-reads local``: one machine or a shared
 file system), through the halo cache under its byte budget and the run's codec (rows reach the
 model decoded), counted in a ledger; batches are prepared ``prefetch`` ahead on stage threads
-(``gnnsys.sampler.stages.Prefetcher``). No rank waits for another to read halo rows: nothing
+(``gnnsys.prefetch.Prefetcher``). No rank waits for another to read halo rows: nothing
 but the length agreement at construction is a collective.
 
 DDP safety: the batch schedule is ``gnnsys train``'s (``gnnsys.train.schedule``). At
@@ -455,7 +455,7 @@ class DistNeighborLoader:
     def __iter__(self) -> Iterator[Any]:
         """One epoch of ``len(self)`` batches; each call starts the next epoch."""
         from gnnsys.loader.base_loader import _Delivered
-        from gnnsys.sampler.stages import Prefetcher
+        from gnnsys.prefetch import Prefetcher
         from gnnsys.train.schedule import batch_seed_for
 
         epoch, self.epoch = self.epoch, self.epoch + 1

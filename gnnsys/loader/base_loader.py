@@ -27,8 +27,8 @@ import torch
 from torch import Tensor
 
 from gnnsys.loader.graph_view import GraphView
+from gnnsys.prefetch import Prefetcher
 from gnnsys.sampler import batch_seed
-from gnnsys.sampler.stages import Prefetcher
 
 __all__ = [
     "BatchLoader",

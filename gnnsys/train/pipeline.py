@@ -40,7 +40,7 @@ from typing import Any
 
 from torch import Tensor
 
-from gnnsys.sampler.stages import Prefetcher
+from gnnsys.prefetch import Prefetcher
 from gnnsys.train.device import StepInputs
 
 __all__ = ["STAGES", "PreparedBatch", "Prefetcher", "StageClock"]

@@ -8,7 +8,7 @@ import traceback
 
 import pytest
 
-from gnnsys.sampler.stages import Prefetcher
+from gnnsys.prefetch import Prefetcher
 
 
 def _prefetch_threads() -> list[threading.Thread]:

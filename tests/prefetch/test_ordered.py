@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gnnsys.sampler.ordered import OrderedMap
+from gnnsys.prefetch.ordered import OrderedMap
 
 
 def _alive(name: str) -> list[threading.Thread]:

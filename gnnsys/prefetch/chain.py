@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Generic, TypeVar, cast
 
-from gnnsys.sampler.ordered import OrderedMap
+from gnnsys.prefetch.ordered import OrderedMap
 
 __all__ = ["Prefetcher"]
 
