@@ -16,7 +16,7 @@ id (``e_id``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 import torch
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from torch_geometric.data import Data
 
 __all__ = [
+    "EdgeType",
     "ONE_RELATION",
     "ONE_TYPE",
     "Assignment",
@@ -38,10 +39,13 @@ __all__ = [
     "SampledSubgraph",
 ]
 
+EdgeType: TypeAlias = tuple[str, str, str]
+"""A relation ``(source type, name, destination type)``, as PyG's ``EdgeType``."""
+
 ONE_TYPE = "node"
 """The node type of a homogeneous graph: a homogeneous graph is the one-type case everywhere
 (the store files it under this name; the typed sampler and runtime key it by it)."""
-ONE_RELATION = (ONE_TYPE, "to", ONE_TYPE)
+ONE_RELATION: EdgeType = (ONE_TYPE, "to", ONE_TYPE)
 """The one relation of a homogeneous graph (``node__to__node`` in a store)."""
 
 _FEATURE_DTYPES = (np.float32, np.float16)

@@ -24,20 +24,17 @@ a relation, ``F_t`` feature width of type ``t``, ``G`` nodes of all types togeth
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from gnnsys.types import Graph
+from gnnsys.types import EdgeType, Graph
 
 if TYPE_CHECKING:
     from torch_geometric.data import HeteroData
 
-__all__ = ["EdgeType", "HeteroGraph", "NodeSet", "Relation", "relation_from_coo"]
-
-EdgeType: TypeAlias = tuple[str, str, str]
-"""``(src node type, relation name, dst node type)``."""
+__all__ = ["HeteroGraph", "NodeSet", "Relation", "relation_from_coo"]
 
 _NODE_KEYS = ("x", "y", "train_mask", "val_mask", "test_mask")
 

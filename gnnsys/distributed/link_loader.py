@@ -37,9 +37,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnnsys.distributed.loader import DistNeighborLoader, EdgeType
+from gnnsys.distributed.loader import DistNeighborLoader
 from gnnsys.distributed.metrics import DEFAULT_TIMEOUT_S
-from gnnsys.types import ONE_RELATION
+from gnnsys.types import ONE_RELATION, EdgeType
 
 __all__ = ["DistLinkNeighborLoader"]
 

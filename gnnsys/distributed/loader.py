@@ -77,11 +77,10 @@ from torch import Tensor
 from torch import distributed as dist
 
 from gnnsys.distributed.metrics import DEFAULT_TIMEOUT_S, _check_group, all_gather_counts
-from gnnsys.types import ONE_TYPE
+from gnnsys.types import ONE_TYPE, EdgeType
 
 __all__ = ["DistNeighborLoader"]
 
-EdgeType = tuple[str, str, str]
 
 SPLITS = ("train", "val", "test")
 """Split names ``input_nodes`` may give (``'val'``, or ``('paper', 'val')`` on a typed store):

@@ -31,10 +31,10 @@ import torch
 from torch import Tensor, nn
 
 from gnnsys.distributed.layer_files import barrier, owner_rows, save_rows
+from gnnsys.types import EdgeType
 
 __all__ = ["HeteroPlan", "plan_of", "typed_layerwise"]
 
-EdgeType = tuple[str, str, str]
 
 AGGRS: dict[Any, str] = {
     torch.add: "sum", torch.div: "mean", torch.max: "max", torch.min: "min", torch.mul: "mul",

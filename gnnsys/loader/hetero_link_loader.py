@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from gnnsys.datasets.hetero import EdgeType, HeteroGraph
+from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.loader.base_loader import Sampling
 from gnnsys.loader.hetero_loader import (
     HeteroGraphView,
@@ -40,6 +40,7 @@ from gnnsys.loader.hetero_loader import (
     typed_subgraph_type,
 )
 from gnnsys.loader.link_inputs import LinkInputs, edge_input
+from gnnsys.types import EdgeType
 
 __all__ = ["TypedLinkSeeds", "is_hetero_link"]
 

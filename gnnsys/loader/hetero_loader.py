@@ -44,13 +44,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from gnnsys.datasets.hetero import EdgeType, HeteroGraph
+from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.loader.base_loader import Sampling, input_gid, mask_ids, per_input
 from gnnsys.loader.pyg_sampler import induced_edges
 from gnnsys.sampler.candidates import check_strategy, time_sorted
 from gnnsys.sampler.csr_source import CSRNeighborSource
 from gnnsys.sampler.extended import ExtendedSampler
 from gnnsys.sampler.hetero import HeteroNeighborSampler, csr_sources
+from gnnsys.types import EdgeType
 
 __all__ = [
     "HeteroGraphView",

@@ -48,7 +48,7 @@ from torch import Tensor, nn
 
 from gnnsys.kernels import aggregate
 from gnnsys.models.layers import GCNLayer, SAGELayer
-from gnnsys.types import Block
+from gnnsys.types import Block, EdgeType
 
 __all__ = [
     "RGCN",
@@ -61,7 +61,6 @@ __all__ = [
     "TypedBlocks",
 ]
 
-EdgeType = tuple[str, str, str]
 TypedBlocks = dict[EdgeType, Block]
 """One layer's blocks, keyed by edge type."""
 

@@ -18,9 +18,9 @@ from typing import Any
 
 from torch import nn
 
-__all__ = ["REGISTRY", "ModelKind", "build_typed_model"]
+from gnnsys.types import EdgeType
 
-EdgeType = tuple[str, str, str]
+__all__ = ["REGISTRY", "ModelKind", "build_typed_model"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,7 +44,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnnsys.datasets.hetero import EdgeType
 from gnnsys.sampler.candidates import (
     CandidateDraw,
     KeyIds,
@@ -63,7 +62,7 @@ from gnnsys.sampler.hetero import (
 )
 from gnnsys.sampler.hetero import assemble as assemble_hetero
 from gnnsys.sampler.relabel import Piece
-from gnnsys.types import ONE_RELATION, ONE_TYPE, SampledSubgraph
+from gnnsys.types import ONE_RELATION, ONE_TYPE, EdgeType, SampledSubgraph
 
 __all__ = ["ExtendedSampler"]
 

@@ -43,14 +43,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnnsys.datasets.hetero import EdgeType, HeteroGraph
+from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.sampler.base import NeighborSource, prefix_blocks
 from gnnsys.sampler.csr_source import CSRNeighborSource
 from gnnsys.sampler.degree import DegreeSource
 from gnnsys.sampler.draw import batch_seed
 from gnnsys.sampler.neighbor import FanoutEngine
 from gnnsys.sampler.relabel import Piece
-from gnnsys.types import ONE_RELATION, Block
+from gnnsys.types import ONE_RELATION, Block, EdgeType
 
 __all__ = [
     "HeteroNeighborSampler",

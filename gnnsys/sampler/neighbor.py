@@ -46,12 +46,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnnsys.datasets.hetero import EdgeType
 from gnnsys.prefetch.ordered import OrderedMap
 from gnnsys.sampler.base import NeighborSource, prefix_blocks
 from gnnsys.sampler.degree import DegreeSource, with_in_degree
 from gnnsys.sampler.relabel import ChunkPool, LocalIds, Piece
-from gnnsys.types import ONE_RELATION, ONE_TYPE, SampledSubgraph
+from gnnsys.types import ONE_RELATION, ONE_TYPE, EdgeType, SampledSubgraph
 
 __all__ = ["FanoutEngine", "NeighborSampler", "Sampled"]
 

@@ -39,7 +39,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gnnsys.datasets.hetero import EdgeType
 from gnnsys.errors import PartitionStoreError
 from gnnsys.store.layout import (
     FORMAT,
@@ -53,6 +52,7 @@ from gnnsys.store.layout import (
     rel_file,
     type_file,
 )
+from gnnsys.types import EdgeType
 
 __all__ = [
     "REL_ARRAYS",

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gnnsys.datasets.hetero import EdgeType, HeteroGraph
+from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.partitioners.base import csr_positions
 from gnnsys.partitioners.halo import halo_of_part
 from gnnsys.store.layout import SHARD_DATA
-from gnnsys.types import Graph, PartitionShard
+from gnnsys.types import EdgeType, Graph, PartitionShard
 
 __all__ = ["HeteroShard", "RelationShard", "TypeShard", "build_hetero_shard"]
 

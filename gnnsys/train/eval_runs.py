@@ -23,7 +23,7 @@ from torch import Tensor
 from gnnsys.kernels import aggregate
 from gnnsys.store.hetero_shard import HeteroShard
 from gnnsys.train.evaluate import EvalConfig
-from gnnsys.types import Block
+from gnnsys.types import Block, EdgeType
 
 __all__ = [
     "budget_runs",
@@ -35,7 +35,6 @@ __all__ = [
     "with_run_halo",
 ]
 
-EdgeType = tuple[str, str, str]
 
 RUN_ROWS = 1 << 14
 """Destinations per evaluation run at most: ``[RUN_ROWS, 128]`` float32 temporaries are 8 MiB."""

@@ -93,11 +93,9 @@ from gnnsys.train.metrics import split_counts
 from gnnsys.train.remote.degrees import fetch_degrees
 from gnnsys.train.remote.ledger import TypedLedger
 from gnnsys.train.remote.peers import PeerClient
-from gnnsys.types import Block
+from gnnsys.types import Block, EdgeType
 
 __all__ = ["TypeInput", "TypedShardEvaluator"]
-
-EdgeType = tuple[str, str, str]
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -17,13 +17,12 @@ import torch
 from torch import Tensor
 
 from gnnsys.cache import CacheCounters, SplitRows
-from gnnsys.datasets.hetero import EdgeType
 from gnnsys.models import GCNLayer
 from gnnsys.sampler.hetero import HeteroNeighborSampler, HeteroSampledSubgraph
 from gnnsys.train.layer0.fused import decoded_roots, fused_sum
 from gnnsys.train.layer0.owner_sums import FirstLayerAggregator
 from gnnsys.train.remote.features import RoutedFeatureSource
-from gnnsys.types import Block
+from gnnsys.types import Block, EdgeType
 
 __all__ = ["BoundSampler", "FusedType", "TypedInputs"]
 

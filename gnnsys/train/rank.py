@@ -32,7 +32,6 @@ from torch import nn
 from gnnsys.cache.admission import make_policy, presample_counts, tie_break
 from gnnsys.cache.codecs import Codec, TypedCodecConfig
 from gnnsys.cache.typed import TypeDemand, TypedHaloCache, split_budget
-from gnnsys.datasets.hetero import EdgeType
 from gnnsys.models import LinkModel, build_decoder
 from gnnsys.models.hetero import check_gcn_relations
 from gnnsys.models.sparse_embedding import EmbeddingConfig
@@ -59,7 +58,7 @@ from gnnsys.train.remote.peers import PeerClient
 from gnnsys.train.remote.routed import RoutedNeighborSource
 from gnnsys.train.trainer import Trainer
 from gnnsys.train.worker import WorkerSpec, grad_sync, owner_client, peak_rss
-from gnnsys.types import ONE_TYPE, PartitionBook
+from gnnsys.types import ONE_TYPE, EdgeType, PartitionBook
 
 __all__ = [
     "TypedRank",

@@ -32,7 +32,6 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional
 
-from gnnsys.datasets.hetero import EdgeType
 from gnnsys.models.sparse_embedding import SparseGrad, coalesce
 from gnnsys.train.device import StepDevice, StepInputs, to_host
 from gnnsys.train.embedding import OwnedEmbeddings
@@ -49,7 +48,7 @@ from gnnsys.train.schedule import (
     epoch_batches,
     sampled_edges,
 )
-from gnnsys.types import PartitionBook
+from gnnsys.types import EdgeType, PartitionBook
 
 __all__ = ["Trainer"]
 

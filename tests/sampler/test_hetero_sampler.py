@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from gnnsys.datasets.hetero import EdgeType, HeteroGraph
+from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.datasets.mag import synthetic_mag
 from gnnsys.sampler.hetero import HeteroNeighborSampler, HeteroSampledSubgraph, csr_sources
+from gnnsys.types import EdgeType
 
 WRITES: EdgeType = ("author", "writes", "paper")
 CITES: EdgeType = ("paper", "cites", "paper")

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from gnnsys.cache.codecs import Codec, EncodedRows
-from gnnsys.datasets.hetero import EdgeType, HeteroGraph
+from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.datasets.mag import synthetic_mag
 from gnnsys.partitioners import partition, partition_hetero
 from gnnsys.store import write_hetero_partitions, write_partitions
 from gnnsys.train.remote.client import SampleArrays
 from gnnsys.train.remote.server import LocalOwnerClient as RuntimeClient
 from gnnsys.train.remote.server import ShardOwner
-from gnnsys.types import ONE_TYPE, Graph
+from gnnsys.types import ONE_TYPE, EdgeType, Graph
 
 
 @pytest.fixture(scope="session")

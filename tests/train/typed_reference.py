@@ -9,9 +9,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from gnnsys.types import Block
-
-EdgeType = tuple[str, str, str]
+from gnnsys.types import (
+    Block,
+    EdgeType,  # noqa: E402  (placeholder)
+)
 
 
 @torch.no_grad()

@@ -33,13 +33,13 @@ import torch
 from torch import Tensor
 from torch.nn import functional
 
-from gnnsys.datasets.hetero import EdgeType
 from gnnsys.models import LinkModel
 from gnnsys.train.device import StepInputs
 from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.pipeline import PreparedBatch, StageClock
 from gnnsys.train.schedule import mix_seed
 from gnnsys.train.trainer import Trainer
+from gnnsys.types import EdgeType
 
 __all__ = ["LinkBatch", "LinkTrainer", "link_batch", "link_loss", "link_step_result"]
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.errors import RemoteCallTimeoutError
+from gnnsys.types import EdgeType
 
 __all__ = [
     "DelayedOwnerClient",
@@ -26,7 +27,6 @@ __all__ = [
     "get_within",
 ]
 
-EdgeType = tuple[str, str, str]
 """``(src, rel, dst)`` of a typed store's relation."""
 
 SampleArrays = tuple[np.ndarray, np.ndarray, np.ndarray]

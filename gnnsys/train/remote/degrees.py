@@ -30,11 +30,11 @@ from gnnsys.sampler.degree import DegreeTable
 from gnnsys.train.remote.client import OwnerClient
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.routed import group_by_owner
+from gnnsys.types import EdgeType
 
 if TYPE_CHECKING:
     from gnnsys.store.hetero_shard import HeteroShard
 
-EdgeType = tuple[str, str, str]
 
 __all__ = ["RoutedDegreeSource", "fetch_degrees"]
 

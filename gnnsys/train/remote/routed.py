@@ -23,9 +23,9 @@ from torch import Tensor
 
 from gnnsys.sampler.base import NeighborSource
 from gnnsys.sampler.csr_source import NO_EDGE_ID
-from gnnsys.train.remote.client import EdgeType, OwnerClient, SampleArrays
+from gnnsys.train.remote.client import OwnerClient, SampleArrays
 from gnnsys.train.remote.ledger import Ledger
-from gnnsys.types import NeighborSample
+from gnnsys.types import EdgeType, NeighborSample
 
 __all__ = ["RoutedNeighborSource", "group_by_owner", "message_pieces"]
 

@@ -15,9 +15,9 @@ import torch
 from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.sampler.csr_source import CSRNeighborSource
 from gnnsys.store.pages import ReadAhead, read_ahead_dense
-from gnnsys.train.remote.client import NO_EDGE_IDS, EdgeType, SampleArrays
+from gnnsys.train.remote.client import NO_EDGE_IDS, SampleArrays
 from gnnsys.train.threads import use_actor_threads
-from gnnsys.types import PartitionBook
+from gnnsys.types import EdgeType, PartitionBook
 
 __all__ = ["LocalOwnerClient", "ShardOwner"]
 
