@@ -30,7 +30,7 @@ from gnnsys.store.source import DataConfig
 from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.run import worker_template
-from gnnsys.train.evaluate import SPLITS, EvalConfig, combine_evals
+from gnnsys.train.eval.evaluate import SPLITS, EvalConfig, combine_evals
 
 CODECS = ("fp32", "fp16", "bf16", "int8", "int4")
 

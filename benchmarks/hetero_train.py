@@ -5,7 +5,7 @@ Two kinds of measurement on heterogeneous stores written beforehand by ``gnnsys 
 
 - ``--mode train``: ``gnnsys train``'s code path (``gnnsys.train.control.run.train`` on Ray, or
   ``train_local`` with ``--executor local``) for ``--epochs`` epochs with exact sharded
-  evaluation after each (``gnnsys.train.eval_typed``); prints one ``hetero_epoch`` line per
+  evaluation after each (``gnnsys.train.eval.sharded``); prints one ``hetero_epoch`` line per
   epoch (loss, accuracies, epoch and evaluation seconds, training bytes by node type and
   category, peak RSS per worker) and a ``hetero_train`` summary (test accuracy at the best
   validation epoch);

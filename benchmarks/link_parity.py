@@ -52,7 +52,7 @@ from gnnsys.store.source import DataConfig  # noqa: E402
 from gnnsys.train.control.cluster_config import ClusterConfig  # noqa: E402
 from gnnsys.train.control.coordinator import Coordinator  # noqa: E402
 from gnnsys.train.control.run import train_local  # noqa: E402
-from gnnsys.train.evaluate import EvalConfig  # noqa: E402
+from gnnsys.train.eval.evaluate import EvalConfig  # noqa: E402
 from gnnsys.train.link.config import LinkConfig  # noqa: E402
 from gnnsys.train.trainer import Trainer  # noqa: E402
 

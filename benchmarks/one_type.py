@@ -34,7 +34,7 @@ from gnnsys.models import ModelConfig
 from gnnsys.sampler import NeighborSampler
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.run import train_local
-from gnnsys.train.evaluate import EvalConfig
+from gnnsys.train.eval.evaluate import EvalConfig
 from gnnsys.train.node_types import HeteroConfig
 from gnnsys.train.trainer import Trainer
 

@@ -39,7 +39,7 @@ import torch
 
 from gnnsys.sampler.csr_source import CSRNeighborSource
 from gnnsys.store.pages import ReadAhead, glibc
-from gnnsys.train.eval_memory import LayerTables, table_rows
+from gnnsys.train.eval.memory import LayerTables, table_rows
 
 _WIDTH = 128
 _MADV_PAGEOUT = getattr(mmap, "MADV_PAGEOUT", 21)  # Linux >= 5.4; Python 3.11 lacks the name

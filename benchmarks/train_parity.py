@@ -38,7 +38,7 @@ from gnnsys.sampler import NeighborSampler
 from gnnsys.store import write_partitions
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.run import train
-from gnnsys.train.evaluate import full_block
+from gnnsys.train.eval.evaluate import full_block
 from gnnsys.train.in_memory import one_type_trainer
 from gnnsys.train.schedule import steps_per_epoch
 from gnnsys.train.trainer import Trainer

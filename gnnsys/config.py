@@ -28,7 +28,7 @@ from gnnsys.store.source import DataConfig
 from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.failure import FailurePolicy
-from gnnsys.train.evaluate import EvalConfig
+from gnnsys.train.eval.evaluate import EvalConfig
 from gnnsys.train.layer0.base import FirstLayerConfig
 from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.node_types import HeteroConfig

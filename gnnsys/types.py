@@ -463,7 +463,7 @@ class Block:
         num_dst: ``M``, destination nodes (``M <= N``).
         rowptr: ``[M + 1]`` int64, the in-edges of each destination.
         col: ``[E]`` int64 local source index in ``[0, N)`` (int32 in exact evaluation's
-            whole-shard blocks, ``gnnsys.train.eval_runs.one_hop``).
+            whole-shard blocks, ``gnnsys.train.eval.runs.one_hop``).
         e_id: ``[E]`` int64 global edge ids.
         src_in_degree: ``[N]`` int64 in-degree of every source node in the whole graph, or
             ``None``. GCN normalises by it when present (as PyG's ``GCNConv`` does on the full

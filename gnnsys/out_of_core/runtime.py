@@ -165,7 +165,7 @@ def _call(
     """
     import pyarrow as pa
 
-    from gnnsys.train.evaluate import release_free_memory
+    from gnnsys.train.eval.evaluate import release_free_memory
 
     try:
         return fn(item, **kwargs)

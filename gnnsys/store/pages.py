@@ -112,7 +112,7 @@ def glibc() -> ctypes.CDLL | None:
     """The C library (glibc, loaded once, ``madvise`` typed), or ``None`` where there is none.
 
     The one handle of the package: the page hints here and the heap calls of
-    ``gnnsys.train.eval_memory`` go through it; without glibc they are all no-ops.
+    ``gnnsys.train.eval.memory`` go through it; without glibc they are all no-ops.
     """
     global _LIBC
     if _LIBC is None:

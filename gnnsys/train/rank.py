@@ -42,8 +42,8 @@ from gnnsys.store.hetero_shard import HeteroShard
 from gnnsys.store.info import StoreInfo, store_info
 from gnnsys.train.device import rank_device
 from gnnsys.train.embedding import OwnedEmbeddings, embedding_client
-from gnnsys.train.eval_typed import TypedShardEvaluator, TypeInput
-from gnnsys.train.evaluate import RankEval
+from gnnsys.train.eval.evaluate import RankEval
+from gnnsys.train.eval.sharded import TypedShardEvaluator, TypeInput
 from gnnsys.train.inputs import BoundSampler, TypedInputs
 from gnnsys.train.layer0.base import Placement
 from gnnsys.train.layer0.owner_sums import FirstLayerAggregator
@@ -523,7 +523,7 @@ class TypedRank:
         raise ValueError(f"rank {self.spec.rank}: typed runs serve no degrees")
 
     def eval_layer(self, layer: int) -> None:
-        """One step of the sharded exact evaluation (``gnnsys.train.eval_typed``)."""
+        """One step of the sharded exact evaluation (``gnnsys.train.eval.sharded``)."""
         if layer == 0 or self._typed_eval is None:
             self._typed_eval = TypedShardEvaluator(
                 self.spec.eval,

@@ -37,7 +37,7 @@ from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.models import ModelConfig
 from gnnsys.outputs import OutputRequest, OutputRows, PartFile, write_part
 from gnnsys.train.device import DevicePlan
-from gnnsys.train.evaluate import EvalConfig, RankEval, eval_ticks
+from gnnsys.train.eval.evaluate import EvalConfig, RankEval, eval_ticks
 from gnnsys.train.layer0.base import FirstLayerConfig
 from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.remote.client import DelayedOwnerClient, OwnerClient, RayOwnerClient
@@ -424,7 +424,7 @@ class TrainWorker:
         state = self.trainer.state()
         return RankState(model=state["model"], optimizer=state["optimizer"], rng=state["rng"])
 
-    # ---- sharded evaluation (gnnsys.train.evaluate) -------------------------------------------
+    # ---- sharded evaluation (gnnsys.train.eval) ------------------------------------------------
     def set_peers(self, peers: list[Any]) -> None:
         """Actor handles of every rank (Ray executor), for evaluation's rank-to-rank rows."""
         self.peers = RayPeerClient(peers, self.spec.deadline_s)

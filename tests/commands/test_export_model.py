@@ -21,7 +21,7 @@ from gnnsys.store.info import store_info
 from gnnsys.train.control.checkpoint import load_checkpoint
 from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.run import train_local, worker_template
-from gnnsys.train.evaluate import SPLITS
+from gnnsys.train.eval.evaluate import SPLITS
 from gnnsys.train.link.config import LinkConfig
 from tests.train.run_configs import sbm_run
 

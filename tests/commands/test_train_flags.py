@@ -49,15 +49,15 @@ BAD = [
     (
         "--eval-spill-mb",
         "-1",
-        "gnnsys/train/evaluate.py",
+        "gnnsys/train/eval/evaluate.py",
         "EvalConfig",
         "eval spill_mb=-1.0; choose >= 0 (0: tables in memory)",
     ),
-    ("--eval-spill-mb", "nan", "gnnsys/train/evaluate.py", "EvalConfig", "eval spill_mb=nan"),
+    ("--eval-spill-mb", "nan", "gnnsys/train/eval/evaluate.py", "EvalConfig", "eval spill_mb=nan"),
     (
         "--eval-block-mb",
         "-2",
-        "gnnsys/train/evaluate.py",
+        "gnnsys/train/eval/evaluate.py",
         "EvalConfig",
         "eval block_mb=-2.0; choose >= 0 (0: off)",
     ),

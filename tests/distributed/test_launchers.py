@@ -60,6 +60,7 @@ def _ray_example():
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # two Ray Train runs, ~57 s on 2 cores: with --all (torchrun's test runs in CI)
 @pytest.mark.timeout(400)
 def test_ray_train_restarts_a_killed_rank_and_ends_as_a_fault_free_run(
     ray_session, store2: Path, tmp_path: Path

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnsys.train.evaluate import full_block
+from gnnsys.train.eval.evaluate import full_block
 from gnnsys.train.in_memory import one_type_trainer
 from gnnsys.train.schedule import (
     BatchPlan,

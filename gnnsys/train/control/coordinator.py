@@ -32,7 +32,7 @@ from gnnsys.train.control.group import GroupFactory, GroupFailure, WorkerGroup
 from gnnsys.train.control.recorder import EpochMetrics, Recorder, epoch_metrics
 from gnnsys.train.control.resources import Resources
 from gnnsys.train.control.tensorboard import check_tensorboard
-from gnnsys.train.evaluate import EvalConfig, EvalResult, combine_evals
+from gnnsys.train.eval.evaluate import EvalConfig, EvalResult, combine_evals
 from gnnsys.train.worker import WorkerEpochReport
 
 __all__ = ["Coordinator", "State"]

@@ -18,7 +18,7 @@ from typing import Protocol
 from gnnsys.outputs import OutputRequest, PartFile
 from gnnsys.train.control.checkpoint import Checkpoint
 from gnnsys.train.control.failure import Blame, FailureKind, blame
-from gnnsys.train.evaluate import RankEval
+from gnnsys.train.eval.evaluate import RankEval
 from gnnsys.train.worker import RankState, WorkerEpochReport
 
 __all__ = ["EVAL_LAYER_LOG", "GroupFactory", "GroupFailure", "WorkerGroup"]

@@ -32,7 +32,7 @@ from gnnsys.store import load_books
 from gnnsys.train.control.checkpoint import Checkpoint
 from gnnsys.train.control.failure import FailureKind
 from gnnsys.train.control.group import EVAL_LAYER_LOG, GroupFailure
-from gnnsys.train.evaluate import RankEval
+from gnnsys.train.eval.evaluate import RankEval
 from gnnsys.train.rank import TypedRank
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.peers import LocalPeerClient

@@ -38,7 +38,7 @@ from gnnsys.train.control.checkpoint import Checkpoint
 from gnnsys.train.control.failure import FailureKind
 from gnnsys.train.control.group import EVAL_LAYER_LOG, GroupFailure
 from gnnsys.train.control.resources import Resources
-from gnnsys.train.evaluate import RankEval
+from gnnsys.train.eval.evaluate import RankEval
 from gnnsys.train.rank import TypedRank
 from gnnsys.train.remote.server import ShardOwner
 from gnnsys.train.schedule import steps_per_epoch

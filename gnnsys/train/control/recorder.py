@@ -26,7 +26,7 @@ from gnnsys.train.control.checkpoint import (
     save_checkpoint,
 )
 from gnnsys.train.control.tensorboard import TensorBoardSink
-from gnnsys.train.evaluate import EvalResult
+from gnnsys.train.eval.evaluate import EvalResult
 from gnnsys.train.metrics import is_metric_key
 from gnnsys.train.pipeline import STAGES
 from gnnsys.train.remote.ledger import CATEGORIES, LedgerSnapshot

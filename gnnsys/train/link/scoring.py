@@ -1,6 +1,6 @@
 """Sharded exact link evaluation: each rank ranks its own held-out links against their negatives.
 
-After the layer-wise evaluation (``gnnsys.train.evaluate``) every rank holds the exact
+After the layer-wise evaluation (``gnnsys.train.eval.evaluate``) every rank holds the exact
 full-neighbourhood embeddings of the nodes it owns (the encoder's last table, message passing
 over training links only). Then, per rank::
 
@@ -29,7 +29,7 @@ from torch import Tensor
 
 from gnnsys.models import LinkModel
 from gnnsys.store import ShardLinks
-from gnnsys.train.evaluate import RankEval
+from gnnsys.train.eval.evaluate import RankEval
 from gnnsys.train.metrics import link_ranks, link_sums
 
 __all__ = ["HELD_OUT", "score_links", "split_ranks"]

@@ -4,7 +4,7 @@ Two kinds of rows are served by the peer trainers, not by the shard owners:
 
 * during evaluation, the rows a rank needs for layer ``l >= 1`` are embeddings its peers
   computed a moment ago (``serve_rows``; a table is a layer input, and for typed graphs a
-  layer input of one node type: ``gnnsys.train.eval_typed``);
+  layer input of one node type: ``gnnsys.train.eval.sharded``);
 * during training on a graph with featureless node types, the learnable embedding rows that a
   peer owns (``serve_embedding``, answered once the owner has applied the requester's step:
   ``gnnsys.train.embedding``).

@@ -17,7 +17,7 @@ from gnnsys.train.control.coordinator import Coordinator, State
 from gnnsys.train.control.failure import FailureKind, FailurePolicy
 from gnnsys.train.control.group import GroupFailure
 from gnnsys.train.control.recorder import EpochMetrics, Recorder
-from gnnsys.train.evaluate import EvalConfig, RankEval
+from gnnsys.train.eval.evaluate import EvalConfig, RankEval
 from gnnsys.train.remote.ledger import LedgerSnapshot
 from gnnsys.train.schedule import EpochStats
 from gnnsys.train.worker import RankState, WorkerEpochReport

@@ -18,7 +18,7 @@ import pytest
 
 from gnnsys.config import RunConfig
 from gnnsys.train.control.run import train
-from gnnsys.train.evaluate import EvalConfig
+from gnnsys.train.eval.evaluate import EvalConfig
 from gnnsys.train.worker import FaultSpec
 from tests.train.run_configs import sbm_run
 

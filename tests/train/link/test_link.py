@@ -27,7 +27,7 @@ from gnnsys.store.source import DataConfig
 from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.run import worker_template
-from gnnsys.train.evaluate import EvalConfig, combine_evals, full_block, full_graph_logits
+from gnnsys.train.eval.evaluate import EvalConfig, combine_evals, full_block, full_graph_logits
 from gnnsys.train.in_memory import one_type_link_trainer, one_type_model
 from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.link.scoring import split_ranks

@@ -35,7 +35,7 @@ from gnnsys.store.source import DataConfig
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.run import train_local, worker_template
-from gnnsys.train.evaluate import combine_evals
+from gnnsys.train.eval.evaluate import combine_evals
 from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.metrics import link_metrics, link_ranks, link_sums
 from gnnsys.train.node_types import HeteroConfig

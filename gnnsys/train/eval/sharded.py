@@ -1,6 +1,6 @@
 """Sharded exact evaluation keyed by node type: every rank computes its own nodes' outputs.
 
-The layer-wise inference of ``gnnsys.train.evaluate``, with one table per node type. The group
+The layer-wise inference of ``gnnsys.train.eval.evaluate``, with one table per node type. The group
 runs one layer on every rank, waits for all, then the next::
 
     for l in range(L):
@@ -28,18 +28,18 @@ counts as a cache hit), so training's traffic figures are unchanged by it.
 
 A linear layer (SAGE mean/sum, GCN per relation) reduces each relation's in-edges of a run of
 destinations straight out of the source type's owned ``[M_t, F]`` and halo ``[H_t, F]`` rows,
-two tables never concatenated (``eval_runs.two_table_sum``), and combines the sums with the
+two tables never concatenated (``eval.runs.two_table_sum``), and combines the sums with the
 run's own rows (``forward_from_agg``), so no run copies a table; GAT and R-GCN get
 each run's inputs cut, a relation from a type to itself then reading a copy of the type's rows
-after the run's (``eval_runs.cut_run``).
+after the run's (``eval.runs.cut_run``).
 
-Tables are ``LayerTables`` (``gnnsys.train.eval_memory``): a type's table larger than
+Tables are ``LayerTables`` (``gnnsys.train.eval.memory``): a type's table larger than
 ``EvalConfig.spill_mb`` lives in an unlinked file map (page cache); rows of any ids are read
-through ``gnnsys.train.eval_rows``. ``EvalConfig.halo_mb`` bounds the halo rows held at once:
+through ``gnnsys.train.eval.rows``. ``EvalConfig.halo_mb`` bounds the halo rows held at once:
 each destination type's rows run in pieces whose distinct halo rows fit it, each fetching only
-those (``eval_runs.budget_runs``, ``eval_runs.with_run_halo``); ``EvalConfig.block_mb`` runs
+those (``eval.runs.budget_runs``, ``eval.runs.with_run_halo``); ``EvalConfig.block_mb`` runs
 SAGE and GCN layers source-blocked, and narrow SAGE layers projected
-(``gnnsys.train.eval_blocked``). A rank holds its relation blocks, one run's (or one layer's)
+(``gnnsys.train.eval.blocked``). A rank holds its relation blocks, one run's (or one layer's)
 halo rows and two layers of its own nodes' outputs.
 
 Shape legend: ``M_t`` owned nodes of type ``t``, ``H_t`` 1-hop halo nodes of type ``t``, ``N_t``
@@ -64,13 +64,14 @@ from gnnsys.models.hetero import HeteroGCNLayer, HeteroSAGELayer
 from gnnsys.models.layers import GCNLayer
 from gnnsys.store.hetero_shard import HeteroShard
 from gnnsys.train.device import StepDevice
-from gnnsys.train.eval_blocked import (
+from gnnsys.train.eval.blocked import (
     TypedRelationInput,
     blocked_typed_outputs,
     linear_reduce,
     typed_blocked,
 )
-from gnnsys.train.eval_memory import (
+from gnnsys.train.eval.evaluate import EvalConfig, RankEval
+from gnnsys.train.eval.memory import (
     EVAL_MMAP_THRESHOLD,
     TRAIN_MMAP_THRESHOLD,
     LayerTables,
@@ -79,8 +80,8 @@ from gnnsys.train.eval_memory import (
     set_mmap_threshold,
     willneed_rows,
 )
-from gnnsys.train.eval_rows import Book, fill_cached, fill_remote, rows_of, table_number
-from gnnsys.train.eval_runs import (
+from gnnsys.train.eval.rows import Book, fill_cached, fill_remote, rows_of, table_number
+from gnnsys.train.eval.runs import (
     budget_runs,
     cut_run,
     destination_runs,
@@ -88,7 +89,6 @@ from gnnsys.train.eval_runs import (
     two_table_sum,
     with_run_halo,
 )
-from gnnsys.train.evaluate import EvalConfig, RankEval
 from gnnsys.train.metrics import split_counts
 from gnnsys.train.remote.degrees import fetch_degrees
 from gnnsys.train.remote.ledger import TypedLedger
@@ -237,7 +237,7 @@ class TypedShardEvaluator:
 
         A linear layer (SAGE mean/sum, GCN) reduces each relation straight out of the whole
         source rows and combines a run's own rows (``_linear_run``); others (GAT, R-GCN) and
-        runs under a halo budget get each run's inputs cut (``eval_runs.cut_run``).
+        runs under a halo budget get each run's inputs cut (``eval.runs.cut_run``).
         """
         budget = self._budget_rows(layer, present)
         linear = budget is None and self.config.in_place

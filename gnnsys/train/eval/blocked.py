@@ -1,6 +1,6 @@
 """Source-blocked exact evaluation: linear layers over tables larger than memory.
 
-The default evaluation path (``gnnsys.train.eval_typed``: each relation reduced straight out of
+The default evaluation path (``gnnsys.train.eval.sharded``: each relation reduced straight out of
 the source rows) sums each destination's neighbours in in-edge order: one random row read per
 edge. When the layer input (the shard's
 memory-mapped features, a spilled table) does not fit in the page cache a run has, every one of
@@ -36,7 +36,7 @@ from torch import Tensor
 from gnnsys.kernels import aggregate
 from gnnsys.models.hetero import HeteroGCNLayer, HeteroSAGELayer
 from gnnsys.models.layers import GCNLayer
-from gnnsys.train.eval_memory import eval_tick
+from gnnsys.train.eval.memory import eval_tick
 from gnnsys.types import Block
 
 __all__ = [

@@ -16,13 +16,13 @@ the rows of its halo owned there, encoded with ``Config.codec`` (fp32 by default
 serve from their own table while they compute the next one, so nothing waits on anything but
 the previous layer. No process holds more than its shard block, its halo rows and two
 activations of its own nodes (in unlinked memory-mapped files, i.e. page cache, when larger than
-``EvalConfig.spill_mb``; ``gnnsys.train.eval_memory``); the driver holds only the summed counts.
+``EvalConfig.spill_mb``; ``gnnsys.train.eval.memory``); the driver holds only the summed counts.
 
 Exactness: a rank's block has every in-edge of its nodes, and GCN normalises with the in-degrees
 of the whole graph (``Block.src_in_degree``; a halo node's comes from its owner once), so the
 logits equal :func:`full_graph_logits` on the assembled graph (tested to 1e-5 at P = 1, 2, 4).
 
-The evaluator is ``gnnsys.train.eval_typed.TypedShardEvaluator`` (one table per layer and node
+The evaluator is ``gnnsys.train.eval.sharded.TypedShardEvaluator`` (one table per layer and node
 type; a homogeneous graph is its one-type case). This module holds its settings
 (:class:`EvalConfig`), a rank's report (:class:`RankEval`), the driver's sum of the reports
 (:func:`combine_evals`) and the single-process reference (:func:`full_graph_logits`).
@@ -42,7 +42,7 @@ from torch import Tensor, nn
 
 from gnnsys.cache.codecs import CODECS
 from gnnsys.models import BlockModel
-from gnnsys.train.eval_memory import (
+from gnnsys.train.eval.memory import (
     eval_ticks,
     release_free_memory,
 )
@@ -63,10 +63,10 @@ __all__ = [
     "EvalResult",
     "RankEval",
     "combine_evals",
-    "eval_ticks",  # the worker's progress while it evaluates (defined in eval_memory)
+    "eval_ticks",  # the worker's progress while it evaluates (defined in eval.memory)
     "full_block",
     "full_graph_logits",
-    "release_free_memory",  # gnnsys.out_of_core.runtime's import (defined in eval_memory)
+    "release_free_memory",  # gnnsys.out_of_core.runtime's import (defined in eval.memory)
 ]
 
 SPLITS = ("train", "val", "test")
@@ -110,10 +110,10 @@ class EvalConfig:
     """Layer output tables of more than this many MiB (``M * H * 4`` bytes) live in shared
     memory maps of unlinked temporary files in ``TMPDIR`` (``--eval-spill-mb``): page cache,
     which the kernel writes back and evicts under memory pressure, instead of anonymous memory.
-    0 (default) keeps every table in memory. Same values either way (``eval_memory``)."""
+    0 (default) keeps every table in memory. Same values either way (``eval.memory``)."""
 
     block_mb: float = 0.0
-    """Source-blocked evaluation (``--eval-block-mb``, ``eval_blocked``) for tables larger than
+    """Source-blocked evaluation (``--eval-block-mb``, ``eval.blocked``) for tables larger than
     memory: SAGE mean/sum and GCN layers sum neighbours for spans of nodes whose sums fit this
     many MiB, reading sources in ascending blocks (``halo_mb`` unused). Same outputs up to float
     rounding. 0 (default): off."""
@@ -287,7 +287,7 @@ def full_graph_logits(model: nn.Module, block: Block, x_NF: Tensor) -> Tensor:
     """Layer-wise inference over one whole-graph block: the single-process reference.
 
     Costs one ``[N, H]`` activation per layer; used by tests and small-graph tools, never by
-    the runtime (which evaluates sharded, ``gnnsys.train.eval_typed.TypedShardEvaluator``).
+    the runtime (which evaluates sharded, ``gnnsys.train.eval.sharded.TypedShardEvaluator``).
     """
     model.eval()
     layered = cast(BlockModel, model)

@@ -1,6 +1,6 @@
 """Runs of destinations in the typed exact evaluation, and each run's cut inputs.
 
-``gnnsys.train.eval_typed`` computes a layer's outputs of one destination type in runs of its
+``gnnsys.train.eval.sharded`` computes a layer's outputs of one destination type in runs of its
 owned rows: :func:`destination_runs` bounds each run's in-edges (``EvalConfig.chunk_edges``),
 :func:`budget_runs` cuts them further so that no run reads more distinct halo rows than a halo
 budget (``EvalConfig.halo_mb``). A layer that is not linear in its inputs (GAT, R-GCN) gets each
@@ -22,7 +22,7 @@ from torch import Tensor
 
 from gnnsys.kernels import aggregate
 from gnnsys.store.hetero_shard import HeteroShard
-from gnnsys.train.evaluate import EvalConfig
+from gnnsys.train.eval.evaluate import EvalConfig
 from gnnsys.types import Block, EdgeType
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Sharded exact evaluation of typed graphs (``gnnsys.train.eval_typed``).
+"""Sharded exact evaluation of typed graphs (``gnnsys.train.eval.sharded``).
 
 Claims, on a small ``synthetic:mag`` (scale 0.002, reverse relations: 4 node types, 3 of them
 featureless with learnable rows) written as 1, 2 and 4 random parts:
@@ -37,7 +37,7 @@ from gnnsys.store.source import DataConfig
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.run import worker_template
-from gnnsys.train.evaluate import combine_evals
+from gnnsys.train.eval.evaluate import combine_evals
 from gnnsys.train.metrics import accuracy, confusion_matrix
 from gnnsys.train.node_types import HeteroConfig
 from gnnsys.train.trainer import Trainer
@@ -196,7 +196,8 @@ def test_source_blocked_layers_equal_a_whole_graph_forward(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """0.01 MiB spans: a few dozen destination rows each, sources in blocks of a few rows."""
-    from gnnsys.train import eval_blocked, eval_typed
+    from gnnsys.train.eval import blocked as eval_blocked
+    from gnnsys.train.eval import sharded as eval_typed
 
     spans: list[int] = []
 
@@ -215,7 +216,7 @@ def test_projected_layers_equal_a_whole_graph_forward(
     mag: HeteroGraph, stores: dict[int, Path], parts: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """1 MiB spans: layer 0 (128 -> 16 wide) runs projected, relation by relation."""
-    from gnnsys.train import eval_blocked
+    from gnnsys.train.eval import blocked as eval_blocked
 
     calls: list[str] = []
     projected = eval_blocked.projected_typed_outputs

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from gnnsys.kernels import aggregate
-from gnnsys.train import eval_runs
-from gnnsys.train.evaluate import EvalConfig
+from gnnsys.train.eval import runs as eval_runs
+from gnnsys.train.eval.evaluate import EvalConfig
 from gnnsys.types import Block
 
 ET = ("node", "to", "node")

@@ -23,12 +23,14 @@ from gnnsys.sampler import NeighborSampler
 from gnnsys.store import write_partitions
 from gnnsys.store.info import store_info
 from gnnsys.store.source import DataConfig
-from gnnsys.train import eval_blocked, eval_memory, eval_typed
 from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.run import worker_template
 from gnnsys.train.device import DevicePlan
-from gnnsys.train.evaluate import (
+from gnnsys.train.eval import blocked as eval_blocked
+from gnnsys.train.eval import memory as eval_memory
+from gnnsys.train.eval import sharded as eval_typed
+from gnnsys.train.eval.evaluate import (
     SPLITS,
     EvalConfig,
     RankEval,

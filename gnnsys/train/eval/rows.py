@@ -1,6 +1,6 @@
 """Rows of the sharded exact evaluation, for graphs of one node type or many.
 
-The evaluator (``gnnsys.train.eval_typed.TypedShardEvaluator``) keeps one table per layer and
+The evaluator (``gnnsys.train.eval.sharded.TypedShardEvaluator``) keeps one table per layer and
 node type and reads rows here:
 
 - **table numbers** (what a peer is asked for): ``layer * T + type index`` for ``T`` node types,
@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from gnnsys.cache.codecs import Codec
-from gnnsys.train.eval_memory import eval_tick, table_rows
+from gnnsys.train.eval.memory import eval_tick, table_rows
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.routed import group_by_owner, message_pieces
 
