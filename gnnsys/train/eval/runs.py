@@ -1,13 +1,14 @@
 """Runs of destinations in the typed exact evaluation, and each run's cut inputs.
 
 ``gnnsys.train.eval.sharded`` computes a layer's outputs of one destination type in runs of its
-owned rows: :func:`destination_runs` bounds each run's in-edges (``EvalConfig.chunk_edges``),
-:func:`budget_runs` cuts them further so that no run reads more distinct halo rows than a halo
-budget (``EvalConfig.halo_mb``). A layer that is not linear in its inputs (GAT, R-GCN) gets each
-run's inputs cut (:func:`cut_run`), under a budget with only the halo rows the run reads
-(:func:`with_run_halo`). :func:`one_hop` gives each type's 1-hop halo and each relation's block
-over ``[owned ; 1-hop halo]``. A linear layer's run sums its in-edges out of the owned and the
-halo rows as two tables (:func:`two_table_sum`), so neither is copied into one.
+owned rows: :func:`destination_runs` bounds each run's rows (``RUN_ROWS``) and in-edges
+(``EvalConfig.chunk_edges``), :func:`budget_runs` cuts them further so that no run reads more
+distinct halo rows than a halo budget (``EvalConfig.halo_mb``). A layer that is not linear in
+its inputs (GAT, R-GCN) gets each run's inputs cut (:func:`cut_run`), under a budget with only
+the halo rows the run reads (:func:`with_run_halo`). :func:`one_hop` gives each type's 1-hop
+halo and each relation's block over ``[owned ; 1-hop halo]``. A linear layer's run sums its
+in-edges out of the owned and the halo rows as two tables (:func:`two_table_sum`), so neither
+is copied into one.
 
 Shape legend: ``M_t`` owned nodes of type ``t``, ``H_t`` 1-hop halo nodes of type ``t``.
 """
@@ -21,6 +22,7 @@ import torch
 from torch import Tensor
 
 from gnnsys.kernels import aggregate
+from gnnsys.kernels.csr import dst_of_edges
 from gnnsys.store.hetero_shard import HeteroShard
 from gnnsys.train.eval.evaluate import EvalConfig
 from gnnsys.types import Block, EdgeType
@@ -248,7 +250,7 @@ def two_table_sum(own_MF: Tensor, halo_HF: Tensor, rowptr: Tensor, col: Tensor) 
     is_own = col < m
     if bool(is_own.all()):
         return aggregate(own_MF, rowptr, col, "sum")
-    dst_E = torch.repeat_interleave(torch.arange(num_dst), torch.diff(rowptr.to(torch.int64)))
+    dst_E = dst_of_edges(rowptr)
     out: Tensor | None = None
     for keep_E, table, offset in ((is_own, own_MF, 0), (~is_own, halo_HF, m)):
         ptr = torch.zeros(num_dst + 1, dtype=torch.int64)

@@ -67,6 +67,7 @@ from gnnsys.train.device import StepDevice
 from gnnsys.train.eval.blocked import (
     TypedRelationInput,
     blocked_typed_outputs,
+    divide_by_degree,
     linear_reduce,
     typed_blocked,
 )
@@ -332,8 +333,8 @@ class TypedShardEvaluator:
             lo, hi = int(block.rowptr[first]), int(block.rowptr[stop])
             rowptr, col = block.rowptr[first : stop + 1] - lo, block.col[lo:hi]
             agg[et] = two_table_sum(*sources[et], rowptr, col)
-            if reduce == "mean":  # a row without in-edges stays 0
-                agg[et].div_(torch.diff(rowptr).clamp_(min=1).to(agg[et].dtype)[:, None])
+            if reduce == "mean":
+                divide_by_degree(agg[et], rowptr.numpy())
             degree = block.src_in_degree  # GCN's: the destinations' own, for the self loop
             blocks[et] = Block(
                 num_src=m, num_dst=m, rowptr=rowptr, col=col[:0], e_id=block.e_id[:0],
