@@ -199,6 +199,7 @@ def test_cache_never_changes_what_the_model_sees(tmp_path: Path) -> None:
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # 15 s; remote owner reads also run in CI in test_liveness's evaluation test
 @pytest.mark.timeout(240)
 def test_owner_reads_local_equals_remote(ray_session: Any, tmp_path: Path) -> None:
     from gnnsys.train.control.checkpoint import load_checkpoint
