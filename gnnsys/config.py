@@ -80,6 +80,31 @@ class RunConfig:
         out: RunConfig = _decode(cls, obj)
         return out
 
+    def to_toml(self, header: str = "") -> str:
+        """The settings as a TOML document, every set key (``RUN_DIR/config.toml``).
+
+        ``RunConfig.from_toml`` of the text gives this config back; ``gnnsys train --config``
+        reads it (see ``gnnsys.run_file``).
+        """
+        from gnnsys import run_file
+
+        return run_file.dump(self, header)
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike[str], base: RunConfig | None = None) -> RunConfig:
+        """``base`` (default: ``RunConfig()``) with the tables and keys of the TOML file applied.
+
+        Raises:
+            ValueError: The file is unreadable or not TOML, or has an unknown table or key, a
+                value of the wrong type or one its stage's config refuses; each names the
+                file, the key's path (``[trainer] batch_size``) and what it takes.
+        """
+        from gnnsys import run_file
+
+        table = run_file.read(path)
+        out: RunConfig = run_file.apply_table(base or cls(), table, (), str(path))
+        return out
+
     @classmethod
     def from_run_dir(cls, run_dir: str | os.PathLike[str]) -> RunConfig:
         """The config a run trained with: ``summary.json``'s (resolved), else ``run.json``'s.

@@ -24,8 +24,9 @@ __all__ = [
 
 NOT_FOR_HETERO: dict[str, str] = {}
 """Flags (argparse dest -> how to name it) refused for heterogeneous runs (none at present:
-``--num-nodes`` sizes ``synthetic:mag`` too; ``--task link`` without ``--target-edge`` and
-``--model gcn`` are refused with their reasons below)."""
+``--num-nodes`` sizes ``synthetic:mag`` too; ``--task link`` without ``--target-edge`` is
+refused with its reason below; ``--model gcn`` runs where every relation leads from a type to
+itself, checked by ``models.hetero.check_gcn_relations``)."""
 
 
 def add_hetero_args(p: argparse.ArgumentParser) -> None:
@@ -46,25 +47,36 @@ def add_hetero_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def is_hetero_run(args: argparse.Namespace, dataset: str) -> bool:
-    """Whether ``gnnsys train`` got a heterogeneous dataset or store."""
+def is_hetero_run(data: Any) -> bool:
+    """Whether ``gnnsys train`` got a heterogeneous dataset or store (``data``: a DataConfig)."""
     from gnnsys.datasets import is_heterogeneous
     from gnnsys.store import is_hetero_store
 
-    if args.store is not None:
-        return is_hetero_store(args.store)
-    return is_heterogeneous(dataset, args.root)
+    if data.store is not None:
+        return is_hetero_store(data.store)
+    return is_heterogeneous(data.dataset, data.root)
 
 
-def check_kind(args: argparse.Namespace, dataset: str) -> bool:
+def check_kind(args: argparse.Namespace, data: Any, typed_settings: bool = False) -> bool:
     """Whether the run is heterogeneous; refuses the heterogeneous-only flags otherwise.
 
+    Args:
+        args: The parsed ``gnnsys train`` flags.
+        data: The run's ``DataConfig`` (flags over the ``--config`` file over the preset).
+        typed_settings: The ``--config`` file has a ``[hetero]`` table.
+
     Raises:
-        ValueError: ``--model rgcn`` or ``--embedding-dim`` on a homogeneous dataset.
+        ValueError: ``--model rgcn``, ``--embedding-dim`` or a ``[hetero]`` table on a
+            homogeneous dataset.
     """
-    hetero = is_hetero_run(args, dataset)
+    hetero = is_hetero_run(data)
     if not hetero:
         _refuse_typed_flags(args)
+        if typed_settings:
+            raise ValueError(
+                f"--config {args.config}: table [hetero] applies to heterogeneous datasets "
+                f"only, and {data.store or data.dataset} has one node type: drop the table"
+            )
     return hetero
 
 
@@ -101,15 +113,10 @@ def _refuse_flags(args: argparse.Namespace) -> None:
         given.append(
             f"--model {args.model} (a PyG model runs on a homogeneous graph here; for typed "
             "graphs use to_hetero(your model) in your own loop on "
-            "gnnsys.distributed.DistNeighborLoader, or --model sage|gat|rgcn)"
+            "gnnsys.distributed.DistNeighborLoader, or --model sage|gcn|gat|rgcn)"
         )
     if getattr(args, "model_arg", None):
         given.append("--model-arg (for a PyG --model on a homogeneous graph)")
-    if args.model == "gcn":
-        given.append(
-            "--model gcn (GCN normalises over one node set; a relation joins two types, and "
-            "PyG's GCNConv cannot run on it either: use sage, gat or rgcn)"
-        )
     if given:
         raise ValueError("options that do not apply to heterogeneous training: " + "; ".join(given))
 
@@ -123,7 +130,8 @@ def build_hetero_config(args: argparse.Namespace, cfg: Any) -> Any:
     """``cfg`` (the homogeneous ``build_config`` result) turned into a heterogeneous run.
 
     ``--fanouts`` may be one list or ``src__rel__dst=...`` entries; ``--codec`` one name or
-    ``type=name`` pairs; ``--model sage|gat|rgcn``; ``-D key=value`` go to the dataset.
+    ``type=name`` pairs; ``--model`` any name of ``models.registry.REGISTRY``; ``-D key=value``
+    go to the dataset.
 
     Raises:
         ValueError: A flag that does not apply (named), or a malformed value.
@@ -131,7 +139,9 @@ def build_hetero_config(args: argparse.Namespace, cfg: Any) -> Any:
     from gnnsys.train.node_types import HeteroConfig, parse_relation_fanouts
 
     _refuse_flags(args)
-    hetero = HeteroConfig(model=args.model if args.model in ("rgcn", "gat") else "sage")
+    hetero = cfg.hetero or HeteroConfig()  # a --config file's [hetero], else the defaults
+    if args.model is not None:
+        hetero = replace(hetero, model=args.model)
     sampler = cfg.sampler
     if args.fanouts is not None:
         default, named = parse_relation_fanouts(args.fanouts)

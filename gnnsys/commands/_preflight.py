@@ -24,7 +24,7 @@ from typing import Any
 log = logging.getLogger("gnnsys.commands.train")
 
 _POSITIVE_INT = ("parts", "hidden", "batch_size", "epochs", "num_nodes", "threads")
-_NON_NEGATIVE_INT = ("max_restarts", "seed", "prefetch")
+_NON_NEGATIVE_INT = ("max_restarts", "seed")  # --prefetch: Trainer.Config checks it
 _POSITIVE_FLOAT = ("lr", "deadline", "heartbeat_timeout", "startup_deadline")
 _ALIASES = {
     "epochs": "loop.epochs",

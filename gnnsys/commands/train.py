@@ -28,12 +28,16 @@ _EXAMPLES = """examples:
 
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
     """``--model`` (gnnsys's or any PyG ``BasicGNN``) and ``--model-arg``."""
+    from gnnsys.models.registry import REGISTRY
+
+    one_type = ", ".join(name for name, kind in REGISTRY.items() if kind.one_type)
     p.add_argument(
         "--model",
         metavar="NAME",
-        help="sage (default), gcn, gat; heterogeneous datasets: sage, gat (per relation) or "
-        "rgcn. Homogeneous graphs also take any PyG BasicGNN by its class name (GraphSAGE, GCN, "
-        "GAT, GIN, EdgeCNN, ...) or package.module:factory returning one",
+        help=f"{one_type} (default sage); heterogeneous datasets: {', '.join(REGISTRY)} (per "
+        "relation; gcn where every relation leads from a type to itself). Homogeneous graphs "
+        "also take any PyG BasicGNN by its class name (GraphSAGE, GCN, GAT, GIN, EdgeCNN, ...) "
+        "or package.module:factory returning one",
     )
     p.add_argument(
         "--model-arg",
@@ -58,6 +62,13 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("dataset", nargs="?", help="dataset name (default: the preset's)")
     p.add_argument("--preset", default="default", help="named config in gnnsys.presets")
+    p.add_argument(
+        "--config",
+        metavar="RUN.TOML",
+        help="read the settings from a TOML file, one table per stage ([trainer] batch_size = "
+        "512, [sampler] fanouts = [15, 10], ...; see docs/training.md), over the preset; "
+        "flags override it. Every run writes RUN_DIR/config.toml, which repeats it",
+    )
     p.add_argument("--root", help="dataset directory")
     p.add_argument("--store", help="existing partition store (skips partitioning)")
     p.add_argument("--parts", type=int, help="P: partitions = workers")
@@ -350,7 +361,10 @@ def build_config(args: argparse.Namespace) -> Any:
 
     if args.preset not in PRESETS:
         raise ValueError(f"unknown preset {args.preset!r}; choose one of {sorted(PRESETS)}")
-    cfg = apply_link_args(args, PRESETS[args.preset]())
+    cfg = PRESETS[args.preset]()
+    if getattr(args, "config", None) is not None:
+        cfg = type(cfg).from_toml(args.config, cfg)
+    cfg = apply_link_args(args, cfg)
 
     def pick(**kw: Any) -> dict[str, Any]:
         return {k: v for k, v in kw.items() if v is not None}
@@ -367,7 +381,7 @@ def build_config(args: argparse.Namespace) -> Any:
     )
     from gnnsys.commands import _hetero_train
 
-    hetero = _hetero_train.check_kind(args, data.dataset)
+    hetero = _hetero_train.check_kind(args, data, cfg.hetero is not None)
     fanouts = None if args.fanouts is None or hetero else _parse_fanouts(args.fanouts)
     model_name = None if hetero else args.model
     codec_name = None if hetero else args.codec
@@ -393,8 +407,8 @@ def build_config(args: argparse.Namespace) -> Any:
         ),
         loop=replace(
             cfg.loop,
-            resume=args.resume,
-            progress=not args.no_progress and sys.stderr.isatty(),
+            resume=cfg.loop.resume or args.resume,
+            progress=cfg.loop.progress and not args.no_progress and sys.stderr.isatty(),
             **pick(epochs=args.epochs, deadline_s=args.deadline),
             **pick(heartbeat_s=args.heartbeat_timeout, startup_deadline_s=args.startup_deadline),
             **pick(tensorboard=args.tensorboard),

@@ -109,8 +109,10 @@ class Trainer:
         (``--prefetch``; 0: the synchronous step). Results are identical at every depth."""
 
         def __post_init__(self) -> None:
-            if not self.lr > 0:
+            if not (math.isfinite(self.lr) and self.lr > 0):
                 raise ValueError(f"lr={self.lr}; choose a positive learning rate")
+            if self.seed < 0:
+                raise ValueError(f"seed={self.seed}; choose a seed >= 0")
             if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
                 raise ValueError(
                     f"weight_decay={self.weight_decay}; choose a finite value >= 0, e.g. 5e-4"
@@ -119,7 +121,8 @@ class Trainer:
                 raise ValueError(f"batch_size={self.batch_size}; choose batch_size >= 1")
             if self.prefetch < 0:
                 raise ValueError(
-                    f"prefetch={self.prefetch}; choose 0 (synchronous) or more batches ahead"
+                    f"prefetch={self.prefetch} (--prefetch); choose 0 (synchronous) or more "
+                    "batches ahead"
                 )
             if self.schedule not in SCHEDULES:
                 raise ValueError(

@@ -125,7 +125,7 @@ def _outcome(run_dir: Path) -> tuple[list[Any], dict[str, torch.Tensor]]:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("parts", [1, 2, 4])
+@pytest.mark.parametrize("parts", [1, 2, pytest.param(4, marks=pytest.mark.slow)])  # 4: --all
 def test_runs_are_bit_identical_at_every_prefetch_depth(tmp_path: Path, parts: int) -> None:
     ref_history, ref_weights = None, None
     for depth in (0, 1, 2, 4):

@@ -395,21 +395,28 @@ def test_rank_that_raises_aborts_naming_it(stores: dict[int, Path], tmp_path: Pa
 
 
 # ---- CLI ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("flags", "named"),
-    [
-        (["--model", "gcn"], "--model gcn"),
-    ],
-)
 def test_cli_names_options_that_do_not_apply(
-    flags: list[str], named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from gnnsys.cli import main
 
-    code = main(["train", "synthetic:mag", "--out", str(tmp_path), *flags])
+    code = main(["train", "synthetic:mag", "--out", str(tmp_path), "--model", "GIN"])
     assert code == 2
     err = capsys.readouterr().err
-    assert "do not apply to heterogeneous" in err and named in err
+    assert "do not apply to heterogeneous" in err and "--model GIN (a PyG model" in err
+
+
+def test_cli_gcn_on_a_typed_graph_names_the_relation_that_joins_two_types(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI passes ``--model gcn`` to the typed runtime, whose check names the relation."""
+    from gnnsys.cli import main
+
+    argv = ["train", "synthetic:mag", "-D", "scale=0.002", "--executor", "local", "--out"]
+    assert main([*argv, str(tmp_path), "--model", "gcn", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "model gcn needs every relation to lead from a node type to itself" in err
+    assert "joins two types" in err and "do not apply" not in err
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -105,7 +106,7 @@ class Coordinator:
                 raise ValueError(f"epochs={self.epochs}; choose epochs >= 1")
             for name in ("deadline_s", "heartbeat_s", "startup_deadline_s"):
                 value = getattr(self, name)
-                if value is not None and not value > 0:
+                if value is not None and not (math.isfinite(value) and value > 0):
                     raise ValueError(f"{name}={value}; choose a positive value")
             if self.heartbeat_s is not None and self.heartbeat_s > self.deadline_s:
                 raise ValueError(

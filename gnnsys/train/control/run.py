@@ -212,6 +212,30 @@ def _check_identity(
         for notice in check_resume(run_path, identity, allowed):
             log.info("%s", notice)
     write_identity(run_path, identity)
+    write_settings(config, run_path)
+
+
+SETTINGS_NAME = "config.toml"
+"""``RUN_DIR/config.toml``: the run's settings, read back by ``gnnsys train --config``."""
+
+
+def write_settings(config: RunConfig, run_path: Path) -> Path:
+    """Write ``run_path/config.toml`` atomically: every setting of ``config``, not resuming.
+
+    ``gnnsys train --config RUN_DIR/config.toml --out NEW_DIR`` repeats the run (``--resume``
+    continues it; the file itself never asks for a resume).
+    """
+    from gnnsys import __version__
+    from gnnsys.store.diskio import atomic_write
+
+    fresh = replace(config, loop=replace(config.loop, resume=False))
+    text = fresh.to_toml(
+        f"The settings of the gnnsys train run in {run_path}, written by gnnsys "
+        f"{__version__}.\nRepeat the run: gnnsys train --config {run_path / SETTINGS_NAME} "
+        "--out NEW_DIR\nFlags given beside --config override the file; keys left out keep "
+        "the preset's value."
+    )
+    return atomic_write(run_path / SETTINGS_NAME, text.encode())
 
 
 def _check_task(config: RunConfig, store: Path) -> None:

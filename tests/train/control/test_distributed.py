@@ -76,13 +76,13 @@ def _feature_traffic(
 
 @pytest.mark.timeout(180)
 def test_four_workers_train_and_ledger_is_exact(ray_session: Any, tmp_path: Path) -> None:
-    cfg = _config(parts=4, epochs=3)
+    cfg = _config(parts=4, epochs=2)
     result = train(cfg, tmp_path)
     history = _metrics(tmp_path)
-    assert [m["epoch"] for m in history] == [0, 1, 2]
+    assert [m["epoch"] for m in history] == [0, 1]
     assert history[-1]["loss"] < history[0]["loss"]
-    assert result.summary["final"]["epoch"] == 2
-    for epoch in (0, 2):
+    assert result.summary["final"]["epoch"] == 1
+    for epoch in (0, 1):
         m = history[epoch]
         req, resp, msgs = _feature_traffic(tmp_path, cfg, epoch, m["num_batches"])
         assert m["bytes"]["feature_request"] == req
@@ -168,12 +168,17 @@ def test_killed_worker_is_restarted_from_checkpoint(ray_session: Any, tmp_path: 
 
 
 @pytest.mark.timeout(120)
-def test_worker_that_raises_fails_the_job_with_its_rank(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "executor",
+    # Ray's copy runs with --all; in CI a Ray rank's failure is test_liveness's freeze-epoch
+    ["local", pytest.param("ray", marks=pytest.mark.slow)],
+)
+def test_worker_that_raises_fails_the_job_with_its_rank(tmp_path: Path, executor: str) -> None:
     cmd = [
         sys.executable, "-m", "gnnsys", "train", "synthetic:sbm", "--num-nodes", "1000",
         "--parts", "2", "--partitioner", "random", "--fanouts", "5,5", "--hidden", "16",
         "--epochs", "2", "--deadline", "30", "--out", str(tmp_path), "--batch-size", "16",
-        "--inject-fault", "raise:1:0:1",
+        "--inject-fault", "raise:1:0:1", "--executor", executor,
     ]  # fmt: skip
     start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=110)

@@ -118,7 +118,7 @@ def _config(parts: int, store: Path | None = None, et: tuple = CITES) -> RunConf
     )
 
 
-@pytest.mark.parametrize("parts", [1, 2])
+@pytest.mark.parametrize("parts", [pytest.param(1, marks=pytest.mark.slow), 2])  # 1: --all
 def test_link_training_runs_end_to_end(parts: int, tmp_path: Path) -> None:
     result = train_local(_config(parts), tmp_path)
     lines = result.history
