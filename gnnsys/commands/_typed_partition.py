@@ -4,7 +4,7 @@
 heterogeneous dataset (``synthetic:mag``, or any ``ogb:`` folder in OGB's heterogeneous
 layout: ``datasets.is_heterogeneous``) gets these steps where the kind really differs: every
 node type is assigned at once (``partition_hetero``), the store is the typed one
-(``gnnsys.store.hetero_layout``), and the figures are per node type (balance, halo, k-hop
+(``gnnsys.store.manifest``), and the figures are per node type (balance, halo, k-hop
 remote-fetch bound, simulated remote fetches) and per relation (edge cut, communication volume).
 """
 

@@ -20,7 +20,8 @@ import numpy as np
 
 from gnnsys.out_of_core.disk_graph import open_disk_graph
 from gnnsys.out_of_core.runtime import Plan, run_tasks
-from gnnsys.store.layout import NODE_LID, NODE_TO_PART, FileEntry, PartEntry
+from gnnsys.store.layout import NODE_LID, NODE_TO_PART, FileEntry
+from gnnsys.store.manifest import PartEntry
 from gnnsys.store.writer import PartsWriter, ProgressFn, write_part
 from gnnsys.types import PartitionBook
 

@@ -22,8 +22,8 @@ import torch
 from torch import Tensor
 
 from gnnsys.sampler.draw import draw_key, draw_positions
-from gnnsys.store.hetero_shard import HeteroShard
 from gnnsys.store.pages import ReadAhead
+from gnnsys.store.shard import HeteroShard
 from gnnsys.types import Graph, NeighborSample
 
 __all__ = ["NO_EDGE_ID", "CSRNeighborSource"]

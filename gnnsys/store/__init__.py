@@ -7,16 +7,15 @@ everything; ``load_books`` gives the book of every node type; ``assemble_hetero`
 A homogeneous store also reads as ``load_shard`` (the one-type ``PartitionShard`` view),
 ``load_book``, ``read_manifest`` and ``load_partition`` (all of it, plus the cross-shard edge-id
 check). Writers: ``write_partitions`` (homogeneous, streaming) and ``write_hetero_partitions``.
-Layout: ``gnnsys.store.layout``; the manifest record: ``gnnsys.store.hetero_layout``.
+Layout: ``gnnsys.store.layout``; the manifest record: ``gnnsys.store.manifest``.
 """
 
 from __future__ import annotations
 
-from gnnsys.store.hetero_layout import HeteroManifest
-from gnnsys.store.hetero_shard import HeteroShard
 from gnnsys.store.hetero_writer import write_hetero_partitions
-from gnnsys.store.layout import FORMAT_VERSION, FileEntry, Manifest, PartEntry
+from gnnsys.store.layout import FORMAT_VERSION, FileEntry
 from gnnsys.store.links import ShardLinks, has_links, load_links
+from gnnsys.store.manifest import Manifest, PartEntry, StoreManifest
 from gnnsys.store.reader import (
     assemble_hetero,
     is_hetero_store,
@@ -30,13 +29,13 @@ from gnnsys.store.reader import (
     read_store_manifest,
     verify,
 )
-from gnnsys.store.shard import build_shard
+from gnnsys.store.shard import HeteroShard, build_shard
 from gnnsys.store.writer import graph_fingerprint, write_partitions
 
 __all__ = [
     "FORMAT_VERSION",
     "FileEntry",
-    "HeteroManifest",
+    "StoreManifest",
     "HeteroShard",
     "Manifest",
     "PartEntry",

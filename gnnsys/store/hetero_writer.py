@@ -5,7 +5,7 @@ temporary sibling, each file gets a sha256 and an xxh3_128 from one read, the ma
 written last, then one rename publishes the directory; a crash never leaves a half-written
 store under the target name. Feature rows are gathered in row chunks into memory-mapped
 ``.npy`` files, so the extra memory is one part's index arrays plus one chunk of rows.
-Layout: ``gnnsys.store.hetero_layout``.
+Layout: ``gnnsys.store.manifest``.
 """
 
 from __future__ import annotations
@@ -21,20 +21,20 @@ import numpy as np
 
 from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.datasets.link_split import TypedLinkSplit
-from gnnsys.store.hetero_layout import (
+from gnnsys.store.layout import MANIFEST, NODE_TO_PART, FileEntry, shard_file
+from gnnsys.store.links import links_of_part
+from gnnsys.store.manifest import (
     REL_ARRAYS,
     TYPE_ARRAYS,
-    HeteroManifest,
-    HeteroPartEntry,
+    PartCounts,
     RelationEntry,
+    StoreManifest,
     TypeEntry,
     check_name,
     rel_file,
     type_file,
 )
-from gnnsys.store.hetero_shard import HeteroShard, build_hetero_shard, data_arrays
-from gnnsys.store.layout import MANIFEST, NODE_TO_PART, FileEntry, shard_file
-from gnnsys.store.links import links_of_part
+from gnnsys.store.shard import HeteroShard, build_hetero_shard, data_arrays
 from gnnsys.store.writer import ProgressFn, _save, _save_rows, package_version, staged
 from gnnsys.types import Assignment
 
@@ -60,7 +60,7 @@ def hetero_fingerprint(graph: HeteroGraph) -> str:
 
 def _write_part(
     tmp: Path, graph: HeteroGraph, shard: HeteroShard
-) -> tuple[dict[str, FileEntry], HeteroPartEntry]:
+) -> tuple[dict[str, FileEntry], PartCounts]:
     part, files = shard.part, {}
     for node_type, nodes in shard.nodes.items():
         (tmp / type_file(part, node_type, "x")).parent.mkdir(parents=True)
@@ -75,7 +75,7 @@ def _write_part(
         for name in REL_ARRAYS:
             rel = rel_file(part, edge_type, name)
             files[rel] = _save(tmp, rel, getattr(edges, name))
-    summary = HeteroPartEntry(
+    summary = PartCounts(
         num_owned={t: s.num_owned for t, s in shard.nodes.items()},
         num_halo={t: int(s.halo_lid.shape[0]) for t, s in shard.nodes.items()},
         num_edges={"__".join(et): int(r.indptr[-1]) for et, r in shard.relations.items()},
@@ -92,7 +92,7 @@ def write_hetero_partitions(
     overwrite: bool = False,
     progress: ProgressFn | None = None,
     links: TypedLinkSplit | None = None,
-) -> HeteroManifest:
+) -> StoreManifest:
     """Write the heterogeneous partition directory of ``assignment`` at ``root``.
 
     Args:
@@ -181,8 +181,8 @@ def _manifest(
     assignment: Assignment,
     num_hops: int,
     files: dict[str, FileEntry],
-    parts: tuple[HeteroPartEntry, ...],
-) -> HeteroManifest:
+    parts: tuple[PartCounts, ...],
+) -> StoreManifest:
     offsets = graph.node_offsets()
     types = tuple(
         TypeEntry(
@@ -197,7 +197,7 @@ def _manifest(
         RelationEntry(edge_type=et, num_edges=r.num_edges, indices_dtype=r.indices.dtype.str)
         for et, r in graph.relations.items()
     )
-    return HeteroManifest(
+    return StoreManifest(
         dataset=graph.name,
         fingerprint=hetero_fingerprint(graph),
         num_parts=assignment.num_parts,

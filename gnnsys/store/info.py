@@ -75,8 +75,8 @@ def part_array(
 
     ``node_type``: the array of that node type in a typed store.
     """
-    from gnnsys.store.hetero_layout import type_file
     from gnnsys.store.layout import shard_file
+    from gnnsys.store.manifest import type_file
 
     rel = shard_file(part, name) if node_type is None else type_file(part, node_type, name)
     path = store / rel

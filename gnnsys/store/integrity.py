@@ -34,12 +34,12 @@ import numpy as np
 import xxhash
 
 from gnnsys.errors import PartitionStoreError
-from gnnsys.store.hetero_layout import REL_ARRAYS as _REL_ARRAYS
-from gnnsys.store.hetero_layout import HeteroManifest
-from gnnsys.store.layout import FileEntry, Manifest, rel_file, type_file
+from gnnsys.store.layout import FileEntry, rel_file, type_file
+from gnnsys.store.manifest import REL_ARRAYS as _REL_ARRAYS
+from gnnsys.store.manifest import Manifest, StoreManifest
 
 if TYPE_CHECKING:
-    from gnnsys.store.hetero_shard import HeteroShard, RelationShard, TypeShard
+    from gnnsys.store.shard import HeteroShard, RelationShard, TypeShard
 
 __all__ = [
     "check_book",
@@ -161,7 +161,7 @@ _BOOK_BLOCK = _CHUNK
 checking it costs no O(N) memory."""
 
 
-def check_book(root: Path, manifest: HeteroManifest, part_N: np.ndarray) -> None:
+def check_book(root: Path, manifest: StoreManifest, part_N: np.ndarray) -> None:
     """Part ids in range and per-part node counts (all types) equal to the manifest summary.
 
     Raises:
@@ -182,7 +182,7 @@ def check_book(root: Path, manifest: HeteroManifest, part_N: np.ndarray) -> None
 
 
 def check_lids(
-    root: Path, manifest: Manifest | HeteroManifest, part_N: np.ndarray, lid_N: np.ndarray
+    root: Path, manifest: Manifest | StoreManifest, part_N: np.ndarray, lid_N: np.ndarray
 ) -> None:
     """``lid_N`` is ``[N]`` int64 and equals the lids ``part_N`` implies.
 
@@ -215,7 +215,7 @@ def check_lids(
             )
 
 
-def check_sizes(root: Path, manifest: HeteroManifest, shard: HeteroShard) -> None:
+def check_sizes(root: Path, manifest: StoreManifest, shard: HeteroShard) -> None:
     """Cheap structural checks: every array 1-D, sizes agree with each other and the manifest.
 
     Run on every load, checked or not (no pass over the data).
@@ -250,7 +250,7 @@ def check_sizes(root: Path, manifest: HeteroManifest, shard: HeteroShard) -> Non
 
 
 def check_shard(
-    root: Path, manifest: HeteroManifest, shard: HeteroShard, part_N: np.ndarray
+    root: Path, manifest: StoreManifest, shard: HeteroShard, part_N: np.ndarray
 ) -> None:
     """Semantic checks of one shard, per node type and relation, against ``node_to_part``.
 
@@ -266,7 +266,7 @@ def check_shard(
 
 
 def _check_type(
-    root: Path, manifest: HeteroManifest, part: int, nodes: TypeShard, part_N: np.ndarray
+    root: Path, manifest: StoreManifest, part: int, nodes: TypeShard, part_N: np.ndarray
 ) -> None:
     def path(name: str) -> Path:
         return root / type_file(part, nodes.node_type, name)
@@ -352,7 +352,7 @@ def _check_labels(y: np.ndarray, num_classes: int | None, path: Path) -> None:
     _check_range(y, -1, max(hi, 0), path, "label (-1 = unlabeled)")
 
 
-def check_edge_ids(root: Path, manifest: HeteroManifest, shards: list[HeteroShard]) -> None:
+def check_edge_ids(root: Path, manifest: StoreManifest, shards: list[HeteroShard]) -> None:
     """Per relation, every shard's ``e_id`` is exactly its owned nodes' positions in the CSR.
 
     The relation's ``indptr`` follows from every shard's degrees, so node ``v``'s in-edges must

@@ -1,4 +1,4 @@
-"""On-disk layout of a partition directory and its manifest (``FORMAT_VERSION`` 3).
+"""On-disk layout of a partition directory (``FORMAT_VERSION`` 3): names, paths, checksums.
 
 One format for every graph: a homogeneous graph is one node type and one relation.
 
@@ -36,14 +36,15 @@ every load) and a sha256 (checked by ``verify``); the manifest's ``checksum`` is
 its canonical JSON without that key, so a hand-edited or bit-flipped manifest is refused. A
 reader refuses a manifest whose format, version or keys it does not know, naming the fix:
 directories of earlier formats (homogeneous 1 and 2, heterogeneous ``gnnsys-hetero`` 1) are
-re-created with ``gnnsys partition``.
+re-created with ``gnnsys partition``. The manifest's record, ``StoreManifest``, and its one-type
+view ``Manifest`` live in ``gnnsys.store.manifest``, which reads this module (never the other way).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gnnsys.errors import PartitionStoreError
@@ -88,7 +89,7 @@ SHARED_FIELDS = (
     "gnnsys_version",
 )
 """The plain fields of a manifest, the same in a homogeneous ``Manifest`` and the one schema's
-record (``gnnsys.store.hetero_layout.HeteroManifest``)."""
+record (``gnnsys.store.manifest.StoreManifest``)."""
 
 _TYPE_NAMES = {
     "owned_gid": "owned_lid",
@@ -143,125 +144,6 @@ class FileEntry:
     sha256: str
     xxh3: str | None = None
     """xxh3_128 hex digest of the whole file (every format-3 manifest has one)."""
-
-
-@dataclass(frozen=True, slots=True)
-class PartEntry:
-    """Manifest summary of one part."""
-
-    num_owned: int
-    num_edges: int
-    num_halo: int
-
-
-@dataclass(frozen=True, slots=True)
-class Manifest:
-    """Contents of ``manifest.json``: what was partitioned, how, and every file's checksum."""
-
-    format_version: int
-    dataset: str
-    fingerprint: str
-    """sha256 prefix of the graph's CSR: ties a store to the exact graph it came from."""
-    num_nodes: int
-    num_edges: int
-    num_parts: int
-    num_hops: int
-    strategy: str
-    params: dict[str, Any]
-    seed: int
-    gnnsys_version: str
-    files: dict[str, FileEntry] = field(default_factory=dict)
-    """Relative path -> entry, for every file except ``manifest.json`` itself."""
-    parts: tuple[PartEntry, ...] = ()
-    num_classes: int | None = None
-    """Classes of ``y`` (0 without labels; ``None``: not checked)."""
-
-    def to_json(self) -> dict[str, Any]:
-        """The exact ``manifest.json`` content: the one schema, kind ``homogeneous``."""
-        out: dict[str, Any] = self.typed().to_json()
-        return out
-
-    def typed(self) -> Any:
-        """This manifest as the one schema's record (a ``HeteroManifest`` of one type)."""
-        from gnnsys.store.hetero_layout import (
-            HeteroManifest,
-            HeteroPartEntry,
-            RelationEntry,
-            TypeEntry,
-        )
-
-        data = {}
-        for key in SHARD_DATA:  # every part stores each listed array: part 0 names them
-            entry = self.files.get(shard_file(0, key))
-            if entry is not None:
-                data[key] = (entry.dtype, tuple(entry.shape[1:]))
-        rel = "__".join(ONE_RELATION)
-        return HeteroManifest(
-            kind="homogeneous",
-            **{k: getattr(self, k) for k in SHARED_FIELDS},
-            num_classes=0 if self.num_classes is None else self.num_classes,
-            node_types=(TypeEntry(ONE_TYPE, self.num_nodes, 0, data),),
-            relations=(RelationEntry(ONE_RELATION, self.num_edges, "<i8"),),
-            parts=tuple(
-                HeteroPartEntry({ONE_TYPE: p.num_owned}, {ONE_TYPE: p.num_halo}, {rel: p.num_edges})
-                for p in self.parts
-            ),
-            files=self.files,
-        )
-
-    @classmethod
-    def from_json(cls, obj: Any, path: str) -> Manifest:
-        """Validate and convert parsed ``manifest.json`` content of a homogeneous store.
-
-        Raises:
-            PartitionStoreError: Another format or version, a typed store, missing or unknown
-                keys, fields of the wrong type or a wrong manifest checksum; the message names
-                ``path`` and the fix.
-        """
-        from gnnsys.store.hetero_layout import HeteroManifest
-
-        one = HeteroManifest.from_json(obj, path)
-        if one.kind != "homogeneous":
-            raise PartitionStoreError(
-                f"{path}: a heterogeneous partition directory; read it with "
-                "gnnsys.store.read_shard (or assemble_hetero)",
-                path,
-            )
-        rel = "__".join(ONE_RELATION)
-        if [t.name for t in one.node_types] != [ONE_TYPE] or [
-            r.edge_type for r in one.relations
-        ] != [ONE_RELATION]:
-            raise PartitionStoreError(
-                f"{path}: a homogeneous manifest must list one node type {ONE_TYPE!r} and one "
-                f"relation {rel!r}; {_FIX}",
-                path,
-            )
-        try:
-            parts = tuple(
-                PartEntry(p.num_owned[ONE_TYPE], p.num_edges[rel], p.num_halo[ONE_TYPE])
-                for p in one.parts
-            )
-        except KeyError as err:
-            raise PartitionStoreError(f"{path}: a part entry lacks {err}; {_FIX}", path) from err
-        manifest = cls(
-            format_version=FORMAT_VERSION,
-            **{k: getattr(one, k) for k in SHARED_FIELDS},
-            num_nodes=one.node_types[0].num_nodes,
-            num_edges=one.relations[0].num_edges,
-            files=one.files,
-            parts=parts,
-            num_classes=one.num_classes,
-        )
-        owned, edges = (
-            sum(getattr(p, k) for p in manifest.parts) for k in ("num_owned", "num_edges")
-        )
-        if (owned, edges) != (manifest.num_nodes, manifest.num_edges):
-            raise PartitionStoreError(
-                f"{path}: parts own {owned} nodes and {edges} in-edges but the manifest has "
-                f"num_nodes={manifest.num_nodes}, num_edges={manifest.num_edges}; {_FIX}",
-                path,
-            )
-        return manifest
 
 
 def manifest_checksum(obj: dict[str, Any]) -> str:

@@ -25,8 +25,6 @@ import numpy as np
 
 from gnnsys.datasets.hetero import HeteroGraph, NodeSet, Relation
 from gnnsys.errors import PartitionStoreError
-from gnnsys.store.hetero_layout import REL_ARRAYS, TYPE_ARRAYS, HeteroManifest
-from gnnsys.store.hetero_shard import HeteroShard, RelationShard, TypeShard
 from gnnsys.store.integrity import (
     check_book,
     check_edge_ids,
@@ -39,8 +37,10 @@ from gnnsys.store.integrity import (
     shard_checked,
     shard_key,
 )
-from gnnsys.store.layout import MANIFEST, NODE_LID, NODE_TO_PART, Manifest, rel_file, type_file
+from gnnsys.store.layout import MANIFEST, NODE_LID, NODE_TO_PART, rel_file, type_file
+from gnnsys.store.manifest import REL_ARRAYS, TYPE_ARRAYS, Manifest, StoreManifest
 from gnnsys.store.pages import advise_random, release_pages
+from gnnsys.store.shard import HeteroShard, RelationShard, TypeShard
 from gnnsys.types import PartitionBook, PartitionShard
 
 __all__ = [
@@ -119,7 +119,7 @@ def read_json(root: str | os.PathLike[str]) -> object:
 
 def load_array(
     root: Path,
-    manifest: Manifest | HeteroManifest,
+    manifest: Manifest | StoreManifest,
     rel: str,
     *,
     mmap: bool = True,
@@ -173,7 +173,7 @@ def is_hetero_store(root: str | os.PathLike[str]) -> bool:
     return isinstance(obj, dict) and obj.get("kind") == "typed"
 
 
-def read_store_manifest(root: str | os.PathLike[str]) -> Manifest | HeteroManifest:
+def read_store_manifest(root: str | os.PathLike[str]) -> Manifest | StoreManifest:
     """The manifest of a store of either kind (its kind is read from the file).
 
     Raises:
@@ -182,7 +182,7 @@ def read_store_manifest(root: str | os.PathLike[str]) -> Manifest | HeteroManife
     return read_hetero_manifest(root) if is_hetero_store(root) else read_manifest(root)
 
 
-def read_hetero_manifest(root: str | os.PathLike[str]) -> HeteroManifest:
+def read_hetero_manifest(root: str | os.PathLike[str]) -> StoreManifest:
     """Parse and validate ``root/manifest.json`` of a store of either kind (the one schema).
 
     A homogeneous store's is one type ``node`` and one relation ``node__to__node``.
@@ -191,7 +191,7 @@ def read_hetero_manifest(root: str | os.PathLike[str]) -> HeteroManifest:
         PartitionStoreError: Missing directory or manifest, invalid JSON, another format or
             version, unknown keys, or a wrong manifest checksum.
     """
-    return HeteroManifest.from_json(read_json(root), str(Path(root) / MANIFEST))
+    return StoreManifest.from_json(read_json(root), str(Path(root) / MANIFEST))
 
 
 def load_books(root: str | os.PathLike[str]) -> dict[str | None, PartitionBook]:
@@ -289,7 +289,7 @@ def load_shard(
 
 
 def _read_shard(
-    root: Path, manifest: HeteroManifest, part: int, *, mmap: bool, verify: bool
+    root: Path, manifest: StoreManifest, part: int, *, mmap: bool, verify: bool
 ) -> HeteroShard:
     if isinstance(part, bool) or not isinstance(part, int | np.integer):
         raise TypeError(f"part={part!r}; pass an int part id")
@@ -386,7 +386,7 @@ def _check_part_ids(arr: np.ndarray, num_parts: int, path: Path) -> None:
 
 def _read_all(
     root: str | os.PathLike[str], *, verify: bool = True
-) -> tuple[HeteroManifest, list[HeteroShard]]:
+) -> tuple[StoreManifest, list[HeteroShard]]:
     """The manifest and every shard, plus the cross-shard edge-id check per relation."""
     root = Path(root)
     manifest = read_hetero_manifest(root)
@@ -437,7 +437,7 @@ def assemble_hetero(
     return HeteroGraph(nodes, relations, name=manifest.dataset, num_classes_hint=hint)
 
 
-def verify(root: str | os.PathLike[str]) -> HeteroManifest:
+def verify(root: str | os.PathLike[str]) -> StoreManifest:
     """Check everything in a store of either kind: every file, the book, every shard and edge id.
 
     The manifest; every file's shape, dtype, sha256 and xxh3; the book (and a homogeneous

@@ -51,10 +51,9 @@ from gnnsys.store.layout import (
     SHARD_ARRAYS,
     SHARD_DATA,
     FileEntry,
-    Manifest,
-    PartEntry,
     shard_file,
 )
+from gnnsys.store.manifest import Manifest, PartEntry
 from gnnsys.store.shard import local_index
 from gnnsys.types import Assignment, Graph, PartitionBook
 

@@ -38,8 +38,8 @@ from gnnsys.models.sparse_embedding import EmbeddingConfig
 from gnnsys.outputs import OutputRows
 from gnnsys.sampler import CSRNeighborSource, DegreeTable
 from gnnsys.sampler.hetero import HeteroNeighborSampler
-from gnnsys.store.hetero_shard import HeteroShard
 from gnnsys.store.info import StoreInfo, store_info
+from gnnsys.store.shard import HeteroShard
 from gnnsys.train.device import rank_device
 from gnnsys.train.embedding import OwnedEmbeddings, embedding_client
 from gnnsys.train.eval.evaluate import RankEval

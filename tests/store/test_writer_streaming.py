@@ -27,8 +27,9 @@ from gnnsys.partitioners.halo import khop_reach
 from gnnsys.partitioners.metrics import edge_cut
 from gnnsys.store import build_shard, write_partitions
 from gnnsys.store import writer as writer_mod
-from gnnsys.store.layout import SHARD_ARRAYS, SHARD_DATA, FileEntry, PartEntry, shard_file
+from gnnsys.store.layout import SHARD_ARRAYS, SHARD_DATA, FileEntry, shard_file
 from gnnsys.store.links import links_of_part
+from gnnsys.store.manifest import PartEntry
 from gnnsys.types import Assignment, Graph, PartitionBook
 
 T = TypeVar("T")

@@ -105,7 +105,7 @@ def prepare_store(
         seed: Partitioner seed.
         run_dir: Run directory (the new store goes to ``run_dir/store``).
         reuse: Keep an existing ``run_dir/store`` with ``num_parts`` parts (used by ``--resume``).
-        hetero: The dataset and store are heterogeneous (``gnnsys.store.hetero_layout``).
+        hetero: The dataset and store are heterogeneous (``gnnsys.store.manifest``).
 
     Raises:
         ValueError: The given store has a different number of parts.

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from gnnsys.kernels import aggregate
 from gnnsys.kernels.csr import dst_of_edges
-from gnnsys.store.hetero_shard import HeteroShard
+from gnnsys.store.shard import HeteroShard
 from gnnsys.train.eval.evaluate import EvalConfig
 from gnnsys.types import Block, EdgeType
 

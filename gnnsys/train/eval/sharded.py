@@ -62,7 +62,7 @@ from gnnsys.cache import HaloCache
 from gnnsys.cache.codecs import Codec, make_codec
 from gnnsys.models.hetero import HeteroGCNLayer, HeteroSAGELayer
 from gnnsys.models.layers import GCNLayer
-from gnnsys.store.hetero_shard import HeteroShard
+from gnnsys.store.shard import HeteroShard
 from gnnsys.train.device import StepDevice
 from gnnsys.train.eval.blocked import (
     TypedRelationInput,

@@ -33,7 +33,7 @@ from gnnsys.train.remote.routed import group_by_owner
 from gnnsys.types import EdgeType
 
 if TYPE_CHECKING:
-    from gnnsys.store.hetero_shard import HeteroShard
+    from gnnsys.store.shard import HeteroShard
 
 
 __all__ = ["RoutedDegreeSource", "fetch_degrees"]

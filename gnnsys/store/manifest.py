@@ -1,11 +1,14 @@
-"""The manifest of a partition directory of either kind, and a typed store's layout.
+"""The one manifest of every partition directory (``StoreManifest``) and its one-type view.
 
-``gnnsys.store.layout`` has the format; a homogeneous store is its one-type case.
+``gnnsys.store.layout`` has the format's names and paths; a homogeneous store is the one-type
+case: ``StoreManifest`` of kind ``homogeneous`` with type ``node`` and relation
+``node__to__node``, which ``Manifest`` (``num_nodes``, ``num_edges``, ``PartEntry`` counts) views
+as plain fields for the homogeneous writer and readers.
 
 ::
 
     DIR/
-    ├── manifest.json                 # HeteroManifest: types, relations, widths, counts, every
+    ├── manifest.json                 # StoreManifest: types, relations, widths, counts, every
     │                                 #   file's shape/dtype/sha256/xxh3, its own checksum
     ├── node_to_part.npy              # [G] int32 owner of every global id (offset[t] + lid)
     └── part-<p>/
@@ -44,21 +47,25 @@ from gnnsys.store.layout import (
     FORMAT,
     FORMAT_VERSION,
     KINDS,
+    SHARD_DATA,
     SHARED_FIELDS,
     FileEntry,
     _check_keys,
     _strict_int,
     manifest_checksum,
     rel_file,
+    shard_file,
     type_file,
 )
-from gnnsys.types import EdgeType
+from gnnsys.types import ONE_RELATION, ONE_TYPE, EdgeType
 
 __all__ = [
     "REL_ARRAYS",
     "TYPE_ARRAYS",
-    "HeteroManifest",
-    "HeteroPartEntry",
+    "Manifest",
+    "PartCounts",
+    "PartEntry",
+    "StoreManifest",
     "RelationEntry",
     "TypeEntry",
     "check_name",
@@ -105,7 +112,7 @@ class RelationEntry:
 
 
 @dataclass(frozen=True, slots=True)
-class HeteroPartEntry:
+class PartCounts:
     """Per-part counts: owned and halo nodes per type, in-edges per relation."""
 
     num_owned: dict[str, int]
@@ -115,7 +122,7 @@ class HeteroPartEntry:
 
 
 @dataclass(frozen=True, slots=True)
-class HeteroManifest:
+class StoreManifest:
     """Contents of a store's ``manifest.json``, of either kind (the one schema).
 
     A homogeneous store's is one type ``node`` and one relation ``node__to__node``
@@ -133,7 +140,7 @@ class HeteroManifest:
     num_classes: int
     node_types: tuple[TypeEntry, ...]
     relations: tuple[RelationEntry, ...]
-    parts: tuple[HeteroPartEntry, ...]
+    parts: tuple[PartCounts, ...]
     files: dict[str, FileEntry] = field(default_factory=dict)
     kind: str = "typed"
     """``"typed"`` (a heterogeneous graph's store) or ``"homogeneous"`` (one type)."""
@@ -192,7 +199,7 @@ class HeteroManifest:
         return out
 
     @classmethod
-    def from_json(cls, obj: Any, path: str) -> HeteroManifest:
+    def from_json(cls, obj: Any, path: str) -> StoreManifest:
         """Validate and convert parsed ``manifest.json`` content.
 
         Raises:
@@ -285,7 +292,7 @@ def _counts(obj: Any, what: str) -> dict[str, int]:
     return {str(k): _strict_int(v, f"{what}[{k!r}]") for k, v in obj.items()}
 
 
-def _parse(obj: dict[str, Any]) -> HeteroManifest:
+def _parse(obj: dict[str, Any]) -> StoreManifest:
     scalars = {k: obj[k] for k in _SCALARS}
     for key in ("num_parts", "num_hops", "seed", "num_classes"):
         scalars[key] = _strict_int(scalars[key], key)
@@ -312,7 +319,7 @@ def _parse(obj: dict[str, Any]) -> HeteroManifest:
         for r in obj["relations"]
     )
     parts = tuple(
-        HeteroPartEntry(
+        PartCounts(
             _counts(p["num_owned"], "num_owned"),
             _counts(p["num_halo"], "num_halo"),
             _counts(p["num_edges"], "num_edges"),
@@ -323,8 +330,118 @@ def _parse(obj: dict[str, Any]) -> HeteroManifest:
     link = obj.get("link_edge_type")
     if link is not None and not (isinstance(link, list) and len(link) == 3):
         raise TypeError(f"link_edge_type is {link!r}, expected [src, rel, dst]")
-    return HeteroManifest(
+    return StoreManifest(
         **scalars, node_types=types, relations=relations, parts=parts, files=files,
         kind=str(obj["kind"]),
         link_edge_type=None if link is None else (str(link[0]), str(link[1]), str(link[2])),
     )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class PartEntry:
+    """Manifest summary of one part."""
+
+    num_owned: int
+    num_edges: int
+    num_halo: int
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """Contents of ``manifest.json``: what was partitioned, how, and every file's checksum."""
+
+    format_version: int
+    dataset: str
+    fingerprint: str
+    """sha256 prefix of the graph's CSR: ties a store to the exact graph it came from."""
+    num_nodes: int
+    num_edges: int
+    num_parts: int
+    num_hops: int
+    strategy: str
+    params: dict[str, Any]
+    seed: int
+    gnnsys_version: str
+    files: dict[str, FileEntry] = field(default_factory=dict)
+    """Relative path -> entry, for every file except ``manifest.json`` itself."""
+    parts: tuple[PartEntry, ...] = ()
+    num_classes: int | None = None
+    """Classes of ``y`` (0 without labels; ``None``: not checked)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The exact ``manifest.json`` content: the one schema, kind ``homogeneous``."""
+        out: dict[str, Any] = self.typed().to_json()
+        return out
+
+    def typed(self) -> Any:
+        """This manifest as the one schema's record (a ``StoreManifest`` of one type)."""
+        data = {}
+        for key in SHARD_DATA:  # every part stores each listed array: part 0 names them
+            entry = self.files.get(shard_file(0, key))
+            if entry is not None:
+                data[key] = (entry.dtype, tuple(entry.shape[1:]))
+        rel = "__".join(ONE_RELATION)
+        return StoreManifest(
+            kind="homogeneous",
+            **{k: getattr(self, k) for k in SHARED_FIELDS},
+            num_classes=0 if self.num_classes is None else self.num_classes,
+            node_types=(TypeEntry(ONE_TYPE, self.num_nodes, 0, data),),
+            relations=(RelationEntry(ONE_RELATION, self.num_edges, "<i8"),),
+            parts=tuple(
+                PartCounts({ONE_TYPE: p.num_owned}, {ONE_TYPE: p.num_halo}, {rel: p.num_edges})
+                for p in self.parts
+            ),
+            files=self.files,
+        )
+
+    @classmethod
+    def from_json(cls, obj: Any, path: str) -> Manifest:
+        """Validate and convert parsed ``manifest.json`` content of a homogeneous store.
+
+        Raises:
+            PartitionStoreError: Another format or version, a typed store, missing or unknown
+                keys, fields of the wrong type or a wrong manifest checksum; the message names
+                ``path`` and the fix.
+        """
+        one = StoreManifest.from_json(obj, path)
+        if one.kind != "homogeneous":
+            raise PartitionStoreError(
+                f"{path}: a heterogeneous partition directory; read it with "
+                "gnnsys.store.read_shard (or assemble_hetero)",
+                path,
+            )
+        rel = "__".join(ONE_RELATION)
+        if [t.name for t in one.node_types] != [ONE_TYPE] or [
+            r.edge_type for r in one.relations
+        ] != [ONE_RELATION]:
+            raise PartitionStoreError(
+                f"{path}: a homogeneous manifest must list one node type {ONE_TYPE!r} and one "
+                f"relation {rel!r}; {_FIX}",
+                path,
+            )
+        try:
+            parts = tuple(
+                PartEntry(p.num_owned[ONE_TYPE], p.num_edges[rel], p.num_halo[ONE_TYPE])
+                for p in one.parts
+            )
+        except KeyError as err:
+            raise PartitionStoreError(f"{path}: a part entry lacks {err}; {_FIX}", path) from err
+        manifest = cls(
+            format_version=FORMAT_VERSION,
+            **{k: getattr(one, k) for k in SHARED_FIELDS},
+            num_nodes=one.node_types[0].num_nodes,
+            num_edges=one.relations[0].num_edges,
+            files=one.files,
+            parts=parts,
+            num_classes=one.num_classes,
+        )
+        owned, edges = (
+            sum(getattr(p, k) for p in manifest.parts) for k in ("num_owned", "num_edges")
+        )
+        if (owned, edges) != (manifest.num_nodes, manifest.num_edges):
+            raise PartitionStoreError(
+                f"{path}: parts own {owned} nodes and {edges} in-edges but the manifest has "
+                f"num_nodes={manifest.num_nodes}, num_edges={manifest.num_edges}; {_FIX}",
+                path,
+            )
+        return manifest
