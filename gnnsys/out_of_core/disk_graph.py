@@ -116,7 +116,7 @@ def build_disk_graph(
         ValueError: ``out`` exists and ``overwrite`` is false, or the budget is too small.
         DiskError: A write failed (full disk, no permission).
     """
-    from gnnsys.store.writer import staged
+    from gnnsys.store.npy_files import staged
 
     out = Path(out)
     if out.exists() and not overwrite:
@@ -287,7 +287,7 @@ def _join(tmp: Path, ranges: list[tuple[int, int]], num_nodes: int, num_edges: i
 
 def _header(fh: Any, dtype: np.dtype, shape: tuple[int, ...]) -> int:
     """Write a ``.npy`` header as ``np.save`` would; returns its length in bytes."""
-    from gnnsys.store.writer import write_npy_header
+    from gnnsys.store.npy_files import write_npy_header
 
     write_npy_header(fh, shape, dtype)
     return int(fh.tell())

@@ -12,7 +12,6 @@ Layout: ``gnnsys.store.layout``; the manifest record: ``gnnsys.store.manifest``.
 
 from __future__ import annotations
 
-from gnnsys.store.hetero_writer import write_hetero_partitions
 from gnnsys.store.layout import FORMAT_VERSION, FileEntry
 from gnnsys.store.links import ShardLinks, has_links, load_links
 from gnnsys.store.manifest import Manifest, PartEntry, StoreManifest
@@ -30,7 +29,7 @@ from gnnsys.store.reader import (
     verify,
 )
 from gnnsys.store.shard import HeteroShard, build_shard
-from gnnsys.store.writer import graph_fingerprint, write_partitions
+from gnnsys.store.writer import graph_fingerprint, write_hetero_partitions, write_partitions
 
 __all__ = [
     "FORMAT_VERSION",

@@ -1,4 +1,11 @@
-"""``write_partitions``: save a (Graph, Assignment) as a partition directory, atomically.
+"""The store writer: save a graph and its ``Assignment`` as a partition directory, atomically.
+
+``write_partitions`` writes a ``Graph`` (one type, streamed in bounded memory, below);
+``write_hetero_partitions`` a ``HeteroGraph``, whose nodes are numbered per type (the one real
+difference: owned and halo ids are type-local, one folder per type and relation), its rows
+gathered in chunks, its shards built whole per part (``store.shard.build_hetero_shard``). Both
+write the one format (``gnnsys.store.layout``) and the one manifest record
+(``gnnsys.store.manifest``) through the same files and staging (``gnnsys.store.npy_files``).
 
 Everything is written into a hidden temporary sibling of the target, checksummed, and only
 then renamed into place, so a crash never leaves a half-written directory under the target
@@ -7,7 +14,7 @@ from one read of the file.
 
 **Memory.** The writer never holds the graph's edges: a shard's edge files (``indices_gid``,
 ``indices_local``, ``e_id``) are gathered and appended a block of whole owned rows at a time
-(at most ``_EDGES_PER_BLOCK`` edges), and feature rows ``_ROWS_PER_CHUNK`` at a time, both
+(at most ``_EDGES_PER_BLOCK`` edges), and feature rows a chunk at a time (``npy_files``), both
 with plain ``write`` calls after the ``.npy`` header. What it builds whole is O(N): the book,
 each part's ``owned_gid``, ``indptr`` and halo (``halo_of_part`` reads edges in blocks too).
 So its peak extra memory is O(N) plus one block, and a graph whose ``indices`` and ``x`` are
@@ -29,20 +36,16 @@ import hashlib
 import json
 import logging
 import os
-import shutil
-import uuid
-from collections.abc import Callable, Iterator
-from importlib.metadata import PackageNotFoundError, version
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gnnsys.errors import GnnsysError
 from gnnsys.partitioners.base import csr_positions, row_blocks
 from gnnsys.partitioners.halo import halo_of_part
-from gnnsys.store.diskio import check_free, disk_error
-from gnnsys.store.integrity import file_digests
+from gnnsys.store.diskio import check_free
 from gnnsys.store.layout import (
     FORMAT_VERSION,
     MANIFEST,
@@ -53,16 +56,37 @@ from gnnsys.store.layout import (
     FileEntry,
     shard_file,
 )
-from gnnsys.store.manifest import Manifest, PartEntry
-from gnnsys.store.shard import local_index
+from gnnsys.store.links import links_of_part
+from gnnsys.store.manifest import (
+    REL_ARRAYS,
+    TYPE_ARRAYS,
+    Manifest,
+    PartCounts,
+    PartEntry,
+    RelationEntry,
+    StoreManifest,
+    TypeEntry,
+    check_name,
+    rel_file,
+    type_file,
+)
+from gnnsys.store.npy_files import (
+    file_entry,
+    package_version,
+    save_array,
+    save_rows,
+    staged,
+    write_npy_header,
+)
+from gnnsys.store.shard import HeteroShard, build_hetero_shard, data_arrays, local_index
 from gnnsys.types import Assignment, Graph, PartitionBook
 
 if TYPE_CHECKING:
-    from gnnsys.datasets.link_split import LinkSplit
+    from gnnsys.datasets.hetero import HeteroGraph
+    from gnnsys.datasets.link_split import LinkSplit, TypedLinkSplit
 
 logger = logging.getLogger(__name__)
 
-_ROWS_PER_CHUNK = 1 << 16  # feature rows gathered per write; bounds the writer's extra memory
 _EDGES_PER_BLOCK = 1 << 20  # owned in-edges per block of the edge files: ~80 B each of scratch
 _EDGE_FILES = ("indices_gid", "indices_local", "e_id")  # the [E_p] int64 arrays of a shard
 _HASH_BLOCK = 1 << 24  # bytes read per sha256 update
@@ -82,15 +106,6 @@ them as Ray Data tasks that map the graph themselves). Given to ``write_partitio
 """
 
 
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in 16 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(_HASH_BLOCK):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def graph_fingerprint(graph: Graph) -> str:
     """First 16 hex digits of sha256 over ``N``, ``indptr`` and ``indices`` (dtype included)."""
     digest = hashlib.sha256(f"{graph.num_nodes}:{graph.indices.dtype.str}".encode())
@@ -100,45 +115,6 @@ def graph_fingerprint(graph: Graph) -> str:
             # array copies one block.
             digest.update(np.ascontiguousarray(arr[lo : lo + _HASH_BLOCK]).data)
     return digest.hexdigest()[:16]
-
-
-def _entry(path: Path, arr_shape: tuple[int, ...], dtype: np.dtype) -> FileEntry:
-    sha, fast = file_digests(path)
-    return FileEntry(tuple(int(d) for d in arr_shape), np.dtype(dtype).str, sha, fast)
-
-
-def _save(root: Path, rel: str, arr: np.ndarray) -> FileEntry:
-    path = root / rel
-    np.save(path, np.ascontiguousarray(arr), allow_pickle=False)
-    return _entry(path, arr.shape, arr.dtype)
-
-
-def _save_rows(root: Path, rel: str, src: np.ndarray, rows: np.ndarray) -> FileEntry:
-    """Write ``src[rows]`` as a ``.npy``, gathered and written ``_ROWS_PER_CHUNK`` rows at a time.
-
-    The bytes are those ``np.lib.format.open_memmap`` wrote before (same header, same rows), but
-    through ``write``: a full disk is then an ``OSError``, not a SIGBUS on a mapped page.
-    """
-    path = root / rel
-    shape = (rows.shape[0], *src.shape[1:])
-    if rows.shape[0] == 0:
-        return _save(root, rel, np.zeros(shape, dtype=src.dtype))
-    with open(path, "wb") as fh:
-        write_npy_header(fh, shape, src.dtype)
-        for lo in range(0, rows.shape[0], _ROWS_PER_CHUNK):
-            chunk = np.ascontiguousarray(src[rows[lo : lo + _ROWS_PER_CHUNK]])  # one chunk copy
-            fh.write(chunk.reshape(-1).view(np.uint8).data)
-    return _entry(path, shape, src.dtype)
-
-
-def write_npy_header(fh: BinaryIO, shape: tuple[int, ...], dtype: np.dtype) -> None:
-    """The ``.npy`` header ``np.save`` writes for a C-order array of ``shape`` and ``dtype``."""
-    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
-    try:
-        np.lib.format.write_array_header_1_0(fh, header)
-    except ValueError:  # a header over 64 KiB needs format 2.0 (as np.save would pick)
-        fh.seek(0)
-        np.lib.format.write_array_header_2_0(fh, header)
 
 
 def _save_edges(
@@ -170,7 +146,7 @@ def _save_edges(
             for fh, arr in zip(handles, (gid_E, lid_E, pos_E), strict=True):
                 fh.write(arr.data)
     return {
-        shard_file(part, key): _entry(path, shape, int64)
+        shard_file(part, key): file_entry(path, shape, int64)
         for key, path in zip(_EDGE_FILES, paths, strict=True)
     }
 
@@ -218,18 +194,18 @@ def _write_part(
         "halo_gid": halo_gid,
         "halo_part": book.part_N[halo_gid].astype(np.int32),
     }
-    files = {shard_file(part, k): _save(tmp, shard_file(part, k), a) for k, a in whole.items()}
+    files = {shard_file(part, k): save_array(tmp, shard_file(part, k), a) for k, a in whole.items()}
     files |= _save_edges(tmp, graph, book, part, owned_gid, halo_gid)  # the manifest sorts paths
     for key in SHARD_DATA:
         value = getattr(graph, key)
         if value is not None:
             rel = shard_file(part, key)
-            files[rel] = _save_rows(tmp, rel, value, owned_gid)
+            files[rel] = save_rows(tmp, rel, value, owned_gid)
     if links is not None:
         from gnnsys.store.links import links_of_part
 
         for key, arr in links_of_part(links, book.part_N, part).items():
-            files[shard_file(part, key)] = _save(tmp, shard_file(part, key), arr)
+            files[shard_file(part, key)] = save_array(tmp, shard_file(part, key), arr)
     summary = PartEntry(int(owned_gid.shape[0]), int(indptr[-1]), int(halo_gid.shape[0]))
     return files, summary
 
@@ -285,8 +261,8 @@ def write_partitions(
     book = PartitionBook.from_assignment(assignment.part_N, assignment.num_parts)
     with staged(root, needed=needed) as tmp:
         files = {
-            NODE_TO_PART: _save(tmp, NODE_TO_PART, assignment.part_N),
-            NODE_LID: _save(tmp, NODE_LID, book.lid_N),
+            NODE_TO_PART: save_array(tmp, NODE_TO_PART, assignment.part_N),
+            NODE_LID: save_array(tmp, NODE_LID, book.lid_N),
         }
         if parts_writer is not None:
             written = parts_writer(tmp, book, num_hops, progress)
@@ -328,59 +304,6 @@ def _check_links(graph: Graph, links: LinkSplit | None) -> None:
         )
 
 
-@contextlib.contextmanager
-def staged(root: Path, *, needed: int | None = None) -> Iterator[Path]:
-    """A fresh directory beside ``root`` to write a store into.
-
-    When the block ends it replaces ``root`` (:func:`_replace`); if the block raises, it is
-    removed and ``root`` is left as it was, so a failed write leaves nothing half-written.
-
-    Args:
-        root: The store directory to create or replace.
-        needed: Bytes the store needs, when known (named in a disk error).
-
-    Raises:
-        DiskError: An ``OSError`` of the block, or of creating or renaming the directory
-            (raised after the directory is removed, so the free space it names is current).
-    """
-    tmp = root.parent / f".{root.name}.tmp-{uuid.uuid4().hex[:12]}"
-    try:
-        tmp.mkdir(parents=True)
-    except OSError as err:
-        raise disk_error(err, root, needed=needed) from err
-    try:
-        yield tmp
-        _replace(tmp, root)
-    except BaseException as err:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(err, OSError) and not isinstance(err, GnnsysError):
-            raise disk_error(err, root, needed=needed) from err
-        raise
-
-
-def package_version() -> str:
-    """The installed gnnsys version written into manifests."""
-    try:
-        return version("gnnsys")
-    except PackageNotFoundError:  # a source tree that was never installed
-        return "0.0.0+unknown"
-
-
-def _replace(tmp: Path, root: Path) -> None:
-    """Rename ``tmp`` to ``root``; an existing ``root`` is renamed aside first, then deleted."""
-    if not root.exists():
-        os.rename(tmp, root)
-        return
-    trash = root.parent / f".{root.name}.old-{uuid.uuid4().hex[:12]}"
-    os.rename(root, trash)
-    try:
-        os.rename(tmp, root)
-    except OSError:
-        os.rename(trash, root)  # put the old store back: a failed replace changes nothing
-        raise
-    shutil.rmtree(trash, ignore_errors=True)
-
-
 def _manifest(
     graph: Graph,
     assignment: Assignment,
@@ -403,4 +326,173 @@ def _manifest(
         files=files,
         parts=parts,
         num_classes=graph.num_classes,
+    )
+
+
+def hetero_fingerprint(graph: HeteroGraph) -> str:
+    """First 16 hex digits of sha256 over the type counts and every relation's CSR."""
+    counts = ",".join(f"{t}={graph.num_nodes(t)}" for t in graph.node_types)
+    digest = hashlib.sha256(counts.encode())
+    for edge_type, rel in graph.relations.items():
+        digest.update(f"|{'__'.join(edge_type)}:{rel.indices.dtype.str}".encode())
+        for arr in (rel.indptr, rel.indices):
+            flat = np.ascontiguousarray(arr)
+            for lo in range(0, flat.shape[0], _HASH_BLOCK):
+                digest.update(flat[lo : lo + _HASH_BLOCK].tobytes())  # copies one block
+    return digest.hexdigest()[:16]
+
+
+def _write_part_of_types(
+    tmp: Path, graph: HeteroGraph, shard: HeteroShard
+) -> tuple[dict[str, FileEntry], PartCounts]:
+    part, files = shard.part, {}
+    for node_type, nodes in shard.nodes.items():
+        (tmp / type_file(part, node_type, "x")).parent.mkdir(parents=True)
+        for name in TYPE_ARRAYS:
+            rel = type_file(part, node_type, name)
+            files[rel] = save_array(tmp, rel, getattr(nodes, name))
+        for name, value in data_arrays(graph, node_type).items():
+            rel = type_file(part, node_type, name)
+            files[rel] = save_rows(tmp, rel, value, nodes.owned_lid)
+    for edge_type, edges in shard.relations.items():
+        (tmp / rel_file(part, edge_type, "e_id")).parent.mkdir(parents=True)
+        for name in REL_ARRAYS:
+            rel = rel_file(part, edge_type, name)
+            files[rel] = save_array(tmp, rel, getattr(edges, name))
+    summary = PartCounts(
+        num_owned={t: s.num_owned for t, s in shard.nodes.items()},
+        num_halo={t: int(s.halo_lid.shape[0]) for t, s in shard.nodes.items()},
+        num_edges={"__".join(et): int(r.indptr[-1]) for et, r in shard.relations.items()},
+    )
+    return files, summary
+
+
+def write_hetero_partitions(
+    graph: HeteroGraph,
+    assignment: Assignment,
+    root: str | os.PathLike[str],
+    *,
+    num_hops: int = 2,
+    overwrite: bool = False,
+    progress: ProgressFn | None = None,
+    links: TypedLinkSplit | None = None,
+) -> StoreManifest:
+    """Write the heterogeneous partition directory of ``assignment`` at ``root``.
+
+    Args:
+        graph: The partitioned graph.
+        assignment: Its assignment over global ids (``gnnsys.partitioners.partition_hetero``).
+        root: Target directory; must not exist unless ``overwrite``.
+        num_hops: ``k`` of each part's k-hop halo (the number of GNN layers).
+        overwrite: Replace an existing directory (still atomically: rename, then delete).
+        progress: Called with each part id once that part is written.
+        links: A link split of one relation (``graph`` is its training graph): each part also
+            gets the links whose source it owns (``gnnsys.store.links.LINK_DATA``), and the
+            manifest names the relation (``link_edge_type``).
+
+    Returns:
+        The manifest written.
+
+    Raises:
+        ValueError: The assignment does not cover the graph's ``G`` nodes, ``num_hops < 1``,
+            a type or relation name that cannot name a folder, or ``root`` exists and
+            ``overwrite`` is false.
+    """
+    root = Path(root)
+    _check_graph_of_types(graph, assignment, root, num_hops, overwrite)
+    directed = graph.to_homogeneous()[0]
+    with staged(root) as tmp:
+        files = {NODE_TO_PART: save_array(tmp, NODE_TO_PART, assignment.part_N)}
+        parts = []
+        for part in range(assignment.num_parts):
+            shard = build_hetero_shard(
+                graph,
+                assignment.part_N,
+                assignment.num_parts,
+                part,
+                num_hops,
+                directed,
+                with_data=False,
+            )
+            part_files, summary = _write_part_of_types(tmp, graph, shard)
+            files |= part_files
+            if links is not None:
+                files |= _write_links_of_types(tmp, graph, assignment, links, part)
+            parts.append(summary)
+            if progress is not None:
+                progress(part)
+        manifest = _manifest_of_types(graph, assignment, num_hops, files, tuple(parts))
+        if links is not None:
+            manifest = replace(manifest, link_edge_type=links.edge_type)
+        (tmp / MANIFEST).write_text(json.dumps(manifest.to_json(), indent=1) + "\n")
+    logger.info("wrote %d parts of %s to %s", assignment.num_parts, graph.name, root)
+    return manifest
+
+
+def _write_links_of_types(
+    tmp: Path, graph: HeteroGraph, assignment: Assignment, links: TypedLinkSplit, part: int
+) -> dict[str, FileEntry]:
+    """Part ``part``'s link arrays: the links whose source node (of the source type) it owns."""
+    src = links.edge_type[0]
+    offset = graph.node_offsets()[src]
+    part_N = assignment.part_N[offset : offset + graph.num_nodes(src)]
+    return {
+        shard_file(part, key): save_array(tmp, shard_file(part, key), arr)
+        for key, arr in links_of_part(links, part_N, part).items()
+    }
+
+
+def _check_graph_of_types(
+    graph: HeteroGraph, assignment: Assignment, root: Path, num_hops: int, overwrite: bool
+) -> None:
+    if assignment.part_N.shape[0] != graph.num_nodes():
+        raise ValueError(
+            f"assignment covers {assignment.part_N.shape[0]} nodes but {graph.name!r} has "
+            f"{graph.num_nodes()} (all types); partition it with partition_hetero"
+        )
+    if num_hops < 1:
+        raise ValueError(f"num_hops={num_hops}; choose num_hops >= 1 (the number of GNN layers)")
+    for node_type in graph.node_types:
+        check_name(node_type, "node type")
+    for edge_type in graph.edge_types:
+        check_name(edge_type[1], "relation")
+    if root.exists() and not overwrite:
+        raise ValueError(f"{root} already exists; choose another directory or overwrite it")
+
+
+def _manifest_of_types(
+    graph: HeteroGraph,
+    assignment: Assignment,
+    num_hops: int,
+    files: dict[str, FileEntry],
+    parts: tuple[PartCounts, ...],
+) -> StoreManifest:
+    offsets = graph.node_offsets()
+    types = tuple(
+        TypeEntry(
+            name=t,
+            num_nodes=graph.num_nodes(t),
+            offset=offsets[t],
+            data={k: (v.dtype.str, tuple(v.shape[1:])) for k, v in data_arrays(graph, t).items()},
+        )
+        for t in graph.node_types
+    )
+    relations = tuple(
+        RelationEntry(edge_type=et, num_edges=r.num_edges, indices_dtype=r.indices.dtype.str)
+        for et, r in graph.relations.items()
+    )
+    return StoreManifest(
+        dataset=graph.name,
+        fingerprint=hetero_fingerprint(graph),
+        num_parts=assignment.num_parts,
+        num_hops=num_hops,
+        strategy=assignment.method,
+        params=dict(assignment.params),
+        seed=assignment.seed,
+        gnnsys_version=package_version(),
+        num_classes=graph.num_classes,
+        node_types=types,
+        relations=relations,
+        parts=parts,
+        files=files,
     )

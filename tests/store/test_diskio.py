@@ -22,7 +22,7 @@ import gnnsys.store.writer as writer_mod
 from gnnsys.datasets.synthetic import sbm
 from gnnsys.errors import DiskError, GnnsysError
 from gnnsys.partitioners import partition
-from gnnsys.store import load_partition, write_partitions
+from gnnsys.store import load_partition, npy_files, write_partitions
 from gnnsys.types import Graph
 from tests.tmpfs import mount_tmpfs
 
@@ -95,7 +95,7 @@ def test_store_precheck_writes_nothing(
 def test_store_write_error_removes_staged_dir(
     code: int, tiny_graph: Graph, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = writer_mod._save_rows
+    real = writer_mod.save_rows
     calls = []
 
     def fail_second(*args: object) -> object:
@@ -104,7 +104,7 @@ def test_store_write_error_removes_staged_dir(
             raise OSError(code, "injected")
         return real(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(writer_mod, "_save_rows", fail_second)
+    monkeypatch.setattr(writer_mod, "save_rows", fail_second)
     root = tmp_path / "out"
     with pytest.raises(DiskError) as info:
         write_partitions(tiny_graph, partition(tiny_graph, "range", 2), root)
@@ -122,7 +122,7 @@ def test_failed_overwrite_keeps_old_store(
     def full(*args: object) -> object:
         raise OSError(errno.ENOSPC, "injected")
 
-    monkeypatch.setattr(writer_mod, "_save_rows", full)
+    monkeypatch.setattr(writer_mod, "save_rows", full)
     with pytest.raises(DiskError, match="no space left"):
         write_partitions(tiny_graph, partition(tiny_graph, "random", 2), root, overwrite=True)
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
@@ -131,7 +131,7 @@ def test_failed_overwrite_keeps_old_store(
 
 def test_save_rows_matches_np_save(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The chunked writer's file is byte for byte ``np.save`` of the gathered rows."""
-    monkeypatch.setattr(writer_mod, "_ROWS_PER_CHUNK", 7)
+    monkeypatch.setattr(npy_files, "_ROWS_PER_CHUNK", 7)
     rng = np.random.default_rng(0)
     rows = rng.permutation(50)[:33]
     for src in (
@@ -139,7 +139,7 @@ def test_save_rows_matches_np_save(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         rng.integers(0, 4, 50),
         rng.random(50) > 0.5,
     ):
-        writer_mod._save_rows(tmp_path, "a.npy", src, rows)
+        npy_files.save_rows(tmp_path, "a.npy", src, rows)
         np.save(tmp_path / "b.npy", src[rows])
         assert (tmp_path / "a.npy").read_bytes() == (tmp_path / "b.npy").read_bytes()
 

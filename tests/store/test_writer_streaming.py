@@ -57,17 +57,17 @@ def _whole_part(
     for folder in ("x", "indptr"):
         (tmp / shard_file(part, folder)).parent.mkdir(parents=True)
     files = {
-        shard_file(part, k): writer_mod._save(tmp, shard_file(part, k), getattr(shard, k))
+        shard_file(part, k): writer_mod.save_array(tmp, shard_file(part, k), getattr(shard, k))
         for k in SHARD_ARRAYS
     }
     for key in SHARD_DATA:
         value = getattr(graph, key)
         if value is not None:
             rel = shard_file(part, key)
-            files[rel] = writer_mod._save(tmp, rel, np.asarray(value[shard.owned_gid]))
+            files[rel] = writer_mod.save_array(tmp, rel, np.asarray(value[shard.owned_gid]))
     if links is not None:
         for key, arr in links_of_part(links, book.part_N, part).items():
-            files[shard_file(part, key)] = writer_mod._save(tmp, shard_file(part, key), arr)
+            files[shard_file(part, key)] = writer_mod.save_array(tmp, shard_file(part, key), arr)
     summary = PartEntry(shard.num_owned, int(shard.indptr[-1]), int(shard.halo_gid.shape[0]))
     return files, summary
 
