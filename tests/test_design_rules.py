@@ -276,7 +276,7 @@ def test_train_tests_mirror_the_train_rooms() -> None:
 # ---- branches on the graph's kind ----------------------------------------------------------------
 KIND_BRANCHES: dict[str, tuple[int, str]] = {
     # module -> (most branches on the graph's kind, why the kind is a real parameter there)
-    "commands/_hetero_train.py": (1, "the one place that refuses flags for typed runs"),
+    "commands/_train_types.py": (1, "the one place that refuses flags for typed runs"),
     "commands/train.py": (5, "the CLI's switch from flags to a RunConfig of either kind"),
     "commands/_preflight.py": (
         2,
@@ -287,7 +287,7 @@ KIND_BRANCHES: dict[str, tuple[int, str]] = {
     "datasets/__init__.py": (3, "the dataset's kind is read from its files"),
     "datasets/ogb.py": (1, "OGB's two folder layouts"),
     "store/reader.py": (2, "a store's kind is read from its manifest"),
-    "partitioners/hetero.py": (1, "users pass a HeteroGraph or PyG's HeteroData"),
+    "partitioners/per_type.py": (1, "users pass a HeteroGraph or PyG's HeteroData"),
     "loader/node_loader.py": (1, "PyG's NeighborLoader takes Data or HeteroData"),
     "loader/link_loader.py": (1, "PyG's LinkNeighborLoader takes Data or HeteroData"),
     "loader/hetero_loader.py": (7, "PyG's loaders take Data or HeteroData"),

@@ -42,7 +42,7 @@ from gnnsys.cache.codecs import (
 from gnnsys.cache.config import CacheConfig
 from gnnsys.cache.fetcher import FetchStats, HaloFetcher, LocalFeatureSource
 from gnnsys.cache.halo_cache import INDEX_BYTES_PER_ROW, CacheStats, EncodedLookup, HaloCache
-from gnnsys.cache.typed import (
+from gnnsys.cache.per_type import (
     BudgetSplit,
     TypedCacheCounters,
     TypedCacheStats,

@@ -3,7 +3,7 @@
 The run names a budget relative to what each worker owns (``--cache-ratio``) or in MiB
 (``--cache-mb``); :meth:`CacheConfig.halo_config` turns it into the byte budget of one worker's
 ``HaloCache.Config``; :meth:`CacheConfig.budget_bytes` is the bare byte budget, which a
-heterogeneous worker splits over its node types (``gnnsys.cache.typed``). Without a policy or a
+heterogeneous worker splits over its node types (``gnnsys.cache.per_type``). Without a policy or a
 budget the cache has capacity 0: every halo row is fetched from its owner, and no scores are
 computed (no presample dry run).
 """
@@ -90,7 +90,7 @@ class CacheConfig:
         """One worker's cache byte budget: ``mb`` MiB, else ``ratio`` x its own feature bytes.
 
         0 when disabled. A heterogeneous worker splits this one budget over its node types
-        (``gnnsys.cache.typed.split_budget``), with ``owned_feature_bytes`` summed over them.
+        (``gnnsys.cache.per_type.split_budget``), with ``owned_feature_bytes`` summed over them.
 
         Args:
             owned_feature_bytes: The worker's own feature rows as float32 (``M_own * F * 4``,

@@ -242,7 +242,7 @@ TYPED_GRID = {
     "models": ("sage", "gat"),
 }
 """What a heterogeneous dataset's grid can hold: the typed models are HeteroSAGE and HeteroGAT
-(``gnnsys.commands._hetero_train.NOT_FOR_HETERO`` has the reasons); ``binary`` is dropped (its
+(``gnnsys.commands._train_types.NOT_FOR_HETERO`` has the reasons); ``binary`` is dropped (its
 0/1 check reads one feature table)."""
 
 

@@ -93,12 +93,12 @@ def warm_up(methods: list[str]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run every row, then write the JSONL, the markdown table and the plots."""
-    from gnnsys.commands import _typed_partition
+    from gnnsys.commands import _partition_types
     from gnnsys.datasets import is_heterogeneous
 
     # the kind, read from the files:
     bench = (
-        _typed_partition.TypedBench() if is_heterogeneous(args.dataset, args.root) else GraphBench()
+        _partition_types.TypedBench() if is_heterogeneous(args.dataset, args.root) else GraphBench()
     )
     parts = [int(p) for p in args.parts.split(",")]
     names = (args.methods or bench.default_methods).split(",")
@@ -175,7 +175,7 @@ def write_plots(rows: list[dict[str, Any]], out: Path) -> None:
 
 
 class GraphBench:
-    """``run``'s steps for a ``Graph`` (the typed ones: ``_typed_partition.TypedBench``)."""
+    """``run``'s steps for a ``Graph`` (the typed ones: ``_partition_types.TypedBench``)."""
 
     default_methods = DEFAULT_METHODS
     methods = staticmethod(available)

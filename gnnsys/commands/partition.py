@@ -154,11 +154,11 @@ def run(args: argparse.Namespace) -> int:
 
 def graph_kind(args: argparse.Namespace) -> Any:
     """The steps of ``run`` for the dataset's kind, read from its files."""
-    from gnnsys.commands import _typed_partition
+    from gnnsys.commands import _partition_types
     from gnnsys.datasets import is_heterogeneous
 
     if is_heterogeneous(args.dataset, args.root):
-        return _typed_partition.TypedSteps()
+        return _partition_types.TypedSteps()
     return GraphSteps()
 
 
@@ -204,7 +204,7 @@ def _summary(
 
 
 class GraphSteps:
-    """``run``'s steps for a ``Graph`` (the typed ones: ``_typed_partition.TypedSteps``)."""
+    """``run``'s steps for a ``Graph`` (the typed ones: ``_partition_types.TypedSteps``)."""
 
     source = staticmethod(_graph_of)  # in memory, or built on disk out of core
     summary = staticmethod(_summary)  # cut and balance

@@ -9,8 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gnnsys.commands._hetero_train import add_hetero_args
 from gnnsys.commands._link import add_link_args, apply_link_args, print_link_table
+from gnnsys.commands._train_types import add_hetero_args
 from gnnsys.models.pyg_user import parse_model_args
 
 if TYPE_CHECKING:
@@ -379,9 +379,9 @@ def build_config(args: argparse.Namespace) -> Any:
         **pick(partitioner=args.partitioner, feature_norm=args.feature_norm),
         dataset_params=tuple(sorted(params.items())),
     )
-    from gnnsys.commands import _hetero_train
+    from gnnsys.commands import _train_types
 
-    hetero = _hetero_train.check_kind(args, data, cfg.hetero is not None)
+    hetero = _train_types.check_kind(args, data, cfg.hetero is not None)
     fanouts = None if args.fanouts is None or hetero else _parse_fanouts(args.fanouts)
     model_name = None if hetero else args.model
     codec_name = None if hetero else args.codec
@@ -432,7 +432,7 @@ def build_config(args: argparse.Namespace) -> Any:
             fused_dequant=cfg.layer0.fused_dequant and not args.decode_halo,
         ),
     )
-    return _hetero_train.build_hetero_config(args, cfg) if hetero else cfg
+    return _train_types.build_hetero_config(args, cfg) if hetero else cfg
 
 
 def _parse_fanouts(text: str) -> tuple[int, ...]:
@@ -512,7 +512,7 @@ def run(args: argparse.Namespace) -> int:
     link = result.summary["config"].get("link") is not None
     (print_link_table if link else print_table)(result.history)
     if config.hetero is not None:
-        from gnnsys.commands._hetero_train import print_type_bytes
+        from gnnsys.commands._train_types import print_type_bytes
 
         print_type_bytes(result.history)
     best, metric = result.summary["best"], result.summary["metric"]

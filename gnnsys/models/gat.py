@@ -5,7 +5,7 @@ Attention weights depend on both endpoints, so this aggregation is not linear in
 sizes). Shape legend: ``N`` source nodes, ``M`` destination nodes (the first ``M`` sources), ``E``
 block edges plus ``M`` self loops, ``K`` heads, ``C`` channels per head.
 
-``HeteroGATLayer``/``HeteroGAT`` are GAT over typed blocks (``gnnsys.models.hetero`` describes
+``HeteroGATLayer``/``HeteroGAT`` are GAT over typed blocks (``gnnsys.models.relational`` describes
 them): one ``GATConv`` per relation, summed; a relation from a type to itself is a ``GATLayer``.
 """
 
@@ -17,7 +17,7 @@ from torch.nn import functional
 
 from gnnsys.kernels.csr import dst_of_edges
 from gnnsys.models.base import BlockModel, check_dims, layer_dims
-from gnnsys.models.hetero import (
+from gnnsys.models.relational import (
     EdgeType,
     TypedBlocks,
     _key,

@@ -46,13 +46,13 @@ class ModelKind:
 
 
 def _sage(*args: Any) -> nn.Module:
-    from gnnsys.models.hetero import HeteroSAGE
+    from gnnsys.models.relational import HeteroSAGE
 
     return HeteroSAGE(*args)
 
 
 def _gcn(*args: Any) -> nn.Module:
-    from gnnsys.models.hetero import HeteroGCN
+    from gnnsys.models.relational import HeteroGCN
 
     return HeteroGCN(*args)
 
@@ -66,7 +66,7 @@ def _gat(*args: Any) -> nn.Module:
 def _rgcn(
     in_dims: dict[str, int], hidden: int, classes: int, edge_types: list[EdgeType], *rest: Any
 ) -> nn.Module:
-    from gnnsys.models.hetero import RGCN
+    from gnnsys.models.relational import RGCN
 
     widths = set(in_dims.values())
     if len(widths) != 1:

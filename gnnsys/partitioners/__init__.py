@@ -11,10 +11,10 @@ from typing import Any
 from gnnsys.partitioners.base import Partitioner
 from gnnsys.partitioners.external import KaHIP, MtKaHyPar
 from gnnsys.partitioners.halo import halo_of_part, khop_reach
-from gnnsys.partitioners.hetero import HETERO_METHODS, partition_graph, partition_hetero
-from gnnsys.partitioners.hetero_metrics import HeteroPartitionMetrics, compute_hetero_metrics
 from gnnsys.partitioners.metis import HAS_METIS, Metis
 from gnnsys.partitioners.metrics import PartitionMetrics, compute_metrics
+from gnnsys.partitioners.per_type import HETERO_METHODS, partition_graph, partition_hetero
+from gnnsys.partitioners.per_type_metrics import HeteroPartitionMetrics, compute_hetero_metrics
 from gnnsys.partitioners.simple import Hash, Random, Range
 from gnnsys.partitioners.streaming import Fennel, Ldg
 from gnnsys.types import Assignment, Graph

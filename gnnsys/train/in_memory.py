@@ -16,9 +16,9 @@ import torch
 from torch import Tensor, nn
 
 from gnnsys.models import LinkModel, build_decoder
-from gnnsys.models.hetero import HeteroGCN, HeteroSAGE
+from gnnsys.models.relational import HeteroGCN, HeteroSAGE
 from gnnsys.sampler import CSRNeighborSource
-from gnnsys.sampler.hetero import HeteroNeighborSampler
+from gnnsys.sampler.relational import HeteroNeighborSampler
 from gnnsys.train.inputs import BoundSampler, TypedInputs
 from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.link.trainer import LinkTrainer

@@ -31,13 +31,13 @@ from torch import nn
 
 from gnnsys.cache.admission import make_policy, presample_counts, tie_break
 from gnnsys.cache.codecs import Codec, TypedCodecConfig
-from gnnsys.cache.typed import TypeDemand, TypedHaloCache, split_budget
+from gnnsys.cache.per_type import TypeDemand, TypedHaloCache, split_budget
 from gnnsys.models import LinkModel, build_decoder
-from gnnsys.models.hetero import check_gcn_relations
+from gnnsys.models.relational import check_gcn_relations
 from gnnsys.models.sparse_embedding import EmbeddingConfig
 from gnnsys.outputs import OutputRows
 from gnnsys.sampler import CSRNeighborSource, DegreeTable
-from gnnsys.sampler.hetero import HeteroNeighborSampler
+from gnnsys.sampler.relational import HeteroNeighborSampler
 from gnnsys.store.info import StoreInfo, store_info
 from gnnsys.store.shard import HeteroShard
 from gnnsys.train.device import rank_device
@@ -205,7 +205,7 @@ def typed_cache(
     seeds: torch.Tensor | None = None,
     device: torch.device | str = "cpu",
 ) -> TypedHaloCache:
-    """The featured types' halo caches under one byte budget (``gnnsys.cache.typed``).
+    """The featured types' halo caches under one byte budget (``gnnsys.cache.per_type``).
 
     The budget is ``cache.budget_bytes`` of the part's own feature rows over every featured
     type; ``split_budget`` shares it by bytes saved per budget byte, each type's rows scored
@@ -337,7 +337,7 @@ def build_sources(
     relation_sources: dict[EdgeType, Any] = {}
     degrees: dict[EdgeType, Any] = {}  # a model that normalises by in-degrees (GCN)
     if spec.topology == "replicated":  # every relation's whole CSR, read once from the store
-        from gnnsys.sampler.hetero import csr_sources
+        from gnnsys.sampler.relational import csr_sources
         from gnnsys.store import assemble_hetero
 
         graph = assemble_hetero(spec.store, with_data=False)

@@ -352,8 +352,8 @@ def flat_grad(p: Tensor) -> Tensor:
 def train_mag(num_owners: int, steps: int = 3) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
     """2 ranks train HeteroSAGE + owner-held embeddings; returns (model state, tables)."""
     from gnnsys.datasets.mag import synthetic_mag
-    from gnnsys.models.hetero import HeteroSAGE
-    from gnnsys.sampler.hetero import HeteroNeighborSampler, csr_sources
+    from gnnsys.models.relational import HeteroSAGE
+    from gnnsys.sampler.relational import HeteroNeighborSampler, csr_sources
 
     graph = synthetic_mag(0.003, seed=2, num_features=16, num_classes=5, reverse=True)
     config = EmbeddingConfig(dim=16, lr=0.05, seed=4)

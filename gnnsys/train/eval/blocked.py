@@ -34,8 +34,8 @@ import torch
 from torch import Tensor
 
 from gnnsys.kernels import aggregate
-from gnnsys.models.hetero import HeteroGCNLayer, HeteroSAGELayer
 from gnnsys.models.layers import GCNLayer
+from gnnsys.models.relational import HeteroGCNLayer, HeteroSAGELayer
 from gnnsys.train.eval.memory import eval_tick
 from gnnsys.types import Block
 

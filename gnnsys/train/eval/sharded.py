@@ -60,8 +60,8 @@ from torch import Tensor, nn
 
 from gnnsys.cache import HaloCache
 from gnnsys.cache.codecs import Codec, make_codec
-from gnnsys.models.hetero import HeteroGCNLayer, HeteroSAGELayer
 from gnnsys.models.layers import GCNLayer
+from gnnsys.models.relational import HeteroGCNLayer, HeteroSAGELayer
 from gnnsys.store.shard import HeteroShard
 from gnnsys.train.device import StepDevice
 from gnnsys.train.eval.blocked import (

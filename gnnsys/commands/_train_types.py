@@ -26,7 +26,7 @@ NOT_FOR_HETERO: dict[str, str] = {}
 """Flags (argparse dest -> how to name it) refused for heterogeneous runs (none at present:
 ``--num-nodes`` sizes ``synthetic:mag`` too; ``--task link`` without ``--target-edge`` is
 refused with its reason below; ``--model gcn`` runs where every relation leads from a type to
-itself, checked by ``models.hetero.check_gcn_relations``)."""
+itself, checked by ``models.relational.check_gcn_relations``)."""
 
 
 def add_hetero_args(p: argparse.ArgumentParser) -> None:

@@ -16,8 +16,8 @@ Two kinds of measurement on heterogeneous stores written beforehand by ``gnnsys 
 Use a per-rank batch of ``B / P`` at ``P`` parts to keep the global batch (and the number of
 steps per epoch) of the 1-part run.
 
-    python benchmarks/hetero_train.py --store DIR --parts 4 --batch-size 256 --epochs 3
-    python benchmarks/hetero_train.py --store DIR --parts 4 --mode bytes --codec paper=int8 \\
+    python benchmarks/train_types.py --store DIR --parts 4 --batch-size 256 --epochs 3
+    python benchmarks/train_types.py --store DIR --parts 4 --mode bytes --codec paper=int8 \\
         --cache-ratio 0.5
 """
 

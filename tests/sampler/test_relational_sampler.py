@@ -10,7 +10,7 @@ import torch
 
 from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.datasets.mag import synthetic_mag
-from gnnsys.sampler.hetero import HeteroNeighborSampler, HeteroSampledSubgraph, csr_sources
+from gnnsys.sampler.relational import HeteroNeighborSampler, HeteroSampledSubgraph, csr_sources
 from gnnsys.types import EdgeType
 
 WRITES: EdgeType = ("author", "writes", "paper")

@@ -12,7 +12,7 @@ from torch_geometric.nn import GCNConv, HeteroConv, RGCNConv, SAGEConv
 from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.datasets.mag import synthetic_mag
 from gnnsys.models import GCN
-from gnnsys.models.hetero import (
+from gnnsys.models.relational import (
     HeteroGCN,
     HeteroGCNLayer,
     HeteroSAGE,
@@ -20,7 +20,7 @@ from gnnsys.models.hetero import (
     RGCNLayer,
     TypedBlocks,
 )
-from gnnsys.sampler.hetero import HeteroNeighborSampler, csr_sources
+from gnnsys.sampler.relational import HeteroNeighborSampler, csr_sources
 from gnnsys.types import Block
 
 WIDTHS = {"paper": 12, "author": 6, "institution": 5, "field_of_study": 7}

@@ -23,7 +23,7 @@ import numpy as np
 from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.partitioners.base import sorted_unique
 from gnnsys.partitioners.halo import halo_of_part
-from gnnsys.partitioners.hetero import hetero_train_mask
+from gnnsys.partitioners.per_type import hetero_train_mask
 from gnnsys.types import Assignment, EdgeType, Graph
 
 __all__ = [

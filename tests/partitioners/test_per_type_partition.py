@@ -16,7 +16,7 @@ from gnnsys.partitioners import (
     partition_graph,
     partition_hetero,
 )
-from gnnsys.partitioners.hetero_metrics import type_balance
+from gnnsys.partitioners.per_type_metrics import type_balance
 
 
 @pytest.fixture(scope="module")
