@@ -277,7 +277,7 @@ def test_train_tests_mirror_the_train_rooms() -> None:
 KIND_BRANCHES: dict[str, tuple[int, str]] = {
     # module -> (most branches on the graph's kind, why the kind is a real parameter there)
     "commands/_train_types.py": (1, "the one place that refuses flags for typed runs"),
-    "commands/train.py": (5, "the CLI's switch from flags to a RunConfig of either kind"),
+    "commands/train.py": (4, "the CLI's switch from flags to a RunConfig of either kind"),
     "commands/_preflight.py": (
         2,
         "a store's kind is read from its manifest, a dataset's from its files",

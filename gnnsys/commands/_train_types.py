@@ -129,9 +129,9 @@ def _given(args: argparse.Namespace, dest: str) -> bool:
 def build_hetero_config(args: argparse.Namespace, cfg: Any) -> Any:
     """``cfg`` (the homogeneous ``build_config`` result) turned into a heterogeneous run.
 
-    ``--fanouts`` may be one list or ``src__rel__dst=...`` entries; ``--codec`` one name or
-    ``type=name`` pairs; ``--model`` any name of ``models.registry.REGISTRY``; ``-D key=value``
-    go to the dataset.
+    ``--fanouts`` may be one list or ``src__rel__dst=...`` entries; ``--model`` any name of
+    ``models.registry.REGISTRY``; ``-D key=value`` go to the dataset (``--codec``'s
+    ``type=name`` pairs reach ``CodecConfig`` as every flag does).
 
     Raises:
         ValueError: A flag that does not apply (named), or a malformed value.
@@ -148,12 +148,9 @@ def build_hetero_config(args: argparse.Namespace, cfg: Any) -> Any:
         hetero = replace(hetero, fanouts=named)
         if default:
             sampler = replace(sampler, fanouts=default)
-    codec = cfg.codec
-    if args.codec is not None:  # one name or a per-type spec, checked by CodecConfig
-        codec = replace(codec, name=args.codec)
     if getattr(args, "embedding_dim", None) is not None:
         hetero = replace(hetero, embedding_dim=args.embedding_dim)
-    return replace(cfg, sampler=sampler, codec=codec, hetero=hetero)
+    return replace(cfg, sampler=sampler, hetero=hetero)
 
 
 def print_type_bytes(history: list[dict[str, Any]]) -> None:

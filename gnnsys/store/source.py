@@ -24,7 +24,8 @@ class DataConfig:
     root: str | None = None
     """Data directory of the dataset (default: ``$GNNSYS_DATA``, then ``../shared/datasets``)."""
     store: str | None = None
-    """An existing partition store; ``None`` partitions into ``RUN_DIR/store``."""
+    """An existing partition store (``gnnsys partition``), whose parts must equal ``parts``;
+    ``None``: partition the dataset into ``RUN_DIR/store``."""
     partitioner: str = "metis"
     """Strategy in ``gnnsys.partitioners.PARTITIONERS`` used when partitioning here."""
     dataset_params: tuple[tuple[str, Any], ...] = ()

@@ -36,8 +36,10 @@ class CodecConfig:
     """How remote feature rows are encoded by their owners (``--codec``, ``--wire``)."""
 
     name: str = "fp32"
-    """Codec in ``gnnsys.cache.codecs.CODECS`` (``fp32``: plain float rows). ``auto`` picks the
-    smallest codec that is exact on the features, else ``lossy``; see :meth:`resolve`."""
+    """Codec of remote feature rows, in ``gnnsys.cache.codecs.CODECS``: ``fp32`` (plain float
+    rows), ``fp16``, ``bf16``, ``int8``, ``int4``, ``binary``, or ``auto``: the smallest codec
+    that is exact on the features, else ``lossy`` (:meth:`resolve`). A typed run also takes
+    ``type=name`` pairs, e.g. ``paper=int8,author=fp16``."""
     lossy: str = "int8"
     """What ``auto`` picks when no lossless codec fits the features."""
     wire: str | None = None

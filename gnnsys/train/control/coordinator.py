@@ -78,7 +78,8 @@ class Coordinator:
         epochs: int = 3
         """Epochs to train (a resumed run continues up to this count)."""
         deadline_s: float = 120.0
-        """Deadline of every remote call, and longest time without a finished batch."""
+        """Deadline of every remote call, and longest time without a finished batch or, in an
+        evaluation layer, without an evaluation step."""
         heartbeat_s: float | None = None
         """Longest silence of a process (trainer or shard owner) before it counts as frozen:
         the group then kills it and restarts like after a death. ``None``: 10 s, or half the
