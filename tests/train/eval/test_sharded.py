@@ -163,7 +163,10 @@ def test_spilled_tables_give_the_same_logits(mag: HeteroGraph, stores: dict[int,
         assert np.array_equal(a, b)
 
 
-@pytest.mark.parametrize("model", ["sage", "rgcn"])
+@pytest.mark.parametrize(  # sage's runs: test_source_blocked_layers_equal_a_whole_graph_forward;
+    "model",
+    [pytest.param("sage", marks=pytest.mark.slow), "rgcn"],  # sage here: --all
+)
 def test_a_halo_budget_gives_the_same_logits(
     mag: HeteroGraph, stores: dict[int, Path], model: str
 ) -> None:
