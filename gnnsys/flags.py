@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import enum
 import functools
 import inspect
 import re
@@ -30,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gnnsys.run_file import _dataclass_of, _hints
+from gnnsys.run_file import dataclass_of, field_types
 
 __all__ = ["FieldFlag", "add_flags", "apply_flags", "field_doc", "field_flags"]
 
@@ -124,15 +125,14 @@ def field_flags(root: Any, table: Mapping[str, str]) -> tuple[FieldFlag, ...]:
 
 def _help(doc: str, flag: str) -> str:
     """A field's docstring as a flag's help: no mention of the flag itself, ``None`` as unset."""
-    for own in (f" ({flag})", f" ({flag};", f"; {flag})", f", {flag})"):
-        doc = doc.replace(own, {" (": "", " ((": " (", "; ": ")", ", ": ")"}.get(own[:2], ""))
-    doc = doc.replace(f"({flag}; ", "(").replace(f"({flag})", "")
+    own = re.escape(flag)
+    doc = re.sub(rf"\s*\({own}\)", "", doc)  # "width H (--hidden)" -> "width H"
+    doc = re.sub(rf"\({own};\s*", "(", doc)  # "(--prefetch; 0: ...)" -> "(0: ...)"
+    doc = re.sub(rf"[;,]\s*{own}\)", ")", doc)  # "(L2 penalty; --weight-decay)" -> "(L2 penalty)"
     return re.sub(r"\bNone\b", "unset", doc).rstrip(".")
 
 
 def _is_enum(kind: Any) -> bool:
-    import enum
-
     return isinstance(kind, type) and issubclass(kind, enum.Enum)
 
 
@@ -140,7 +140,7 @@ def _field(root: Any, path: tuple[str, ...]) -> tuple[Any, Any, Any]:
     """The config that holds the field at ``path``, the field's default value and its type."""
     owner = root
     for i, name in enumerate(path):
-        hints = _hints(type(owner))
+        hints = field_types(type(owner))
         if name not in hints:
             raise ValueError(f"{'.'.join(path)}: {type(owner).__name__} has no field {name!r}")
         if i == len(path) - 1:
@@ -150,7 +150,7 @@ def _field(root: Any, path: tuple[str, ...]) -> tuple[Any, Any, Any]:
                 kind = next(a for a in args if a is not type(None))
             return owner, getattr(owner, name), kind
         sub = getattr(owner, name)
-        owner = sub if sub is not None else _dataclass_of(hints[name])()  # type: ignore[misc]
+        owner = sub if sub is not None else dataclass_of(hints[name])()  # type: ignore[misc]
     raise ValueError("an empty field path")
 
 
@@ -183,9 +183,9 @@ def _set(config: Any, path: tuple[str, ...], value: Any) -> Any:
     """``config`` with the field at ``path`` replaced, every config on the way rebuilt."""
     name = path[0]
     if len(path) > 1:
-        hints = _hints(type(config))
+        hints = field_types(type(config))
         current = getattr(config, name)
         if current is None:
-            current = _dataclass_of(hints[name])()  # type: ignore[misc]
+            current = dataclass_of(hints[name])()  # type: ignore[misc]
         value = _set(current, path[1:], value)
     return dataclasses.replace(config, **{name: value})

@@ -28,7 +28,7 @@ import types
 import typing
 from typing import Any
 
-__all__ = ["apply_table", "dump", "read"]
+__all__ = ["apply_table", "dataclass_of", "dump", "field_types", "read"]
 
 _BARE = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -54,7 +54,8 @@ def read(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ValueError(f"{path}: not a TOML file: {err}") from err
 
 
-def _hints(kind: type) -> dict[str, Any]:
+def field_types(kind: type) -> dict[str, Any]:
+    """The resolved type of every field of the dataclass ``kind``."""
     module = vars(sys.modules[kind.__module__])
     return typing.get_type_hints(kind, globalns=module, localns=dict(vars(kind)))
 
@@ -68,7 +69,7 @@ def _where(path: tuple[str, ...]) -> str:
     return f"[{'.'.join(path[:-1])}] {path[-1]}" if len(path) > 1 else f"[{path[0]}]"
 
 
-def _dataclass_of(kind: Any) -> type | None:
+def dataclass_of(kind: Any) -> type | None:
     """The dataclass of ``kind`` or of ``kind | None``; ``None`` for other types."""
     for k in (kind, *typing.get_args(kind)):
         if dataclasses.is_dataclass(k) and isinstance(k, type):
@@ -93,7 +94,7 @@ def apply_table(base: Any, table: Any, path: tuple[str, ...], source: str) -> An
     where = f"table {_where(path)}" if path else "the file"
     if not isinstance(table, dict):
         raise ValueError(f"{source}: {where} must be a table, got {table!r}")
-    names, hints = _fields(kind), _hints(kind)
+    names, hints = _fields(kind), field_types(kind)
     unknown = sorted(set(table) - set(names))
     if unknown:
         what, listed = ("key", "keys") if path else ("table", "tables")
@@ -105,7 +106,7 @@ def apply_table(base: Any, table: Any, path: tuple[str, ...], source: str) -> An
         if name not in table:
             continue
         here = (*path, name)
-        sub = _dataclass_of(hints[name])
+        sub = dataclass_of(hints[name])
         current = getattr(base, name)
         if sub is not None:
             value = apply_table(sub() if current is None else current, table[name], here, source)
@@ -197,7 +198,7 @@ def dump(config: Any, header: str = "") -> str:
 
 def _table(section: Any, path: tuple[str, ...], lines: list[str]) -> None:
     """Append ``[path]`` and its keys, then its sub-tables, to ``lines``."""
-    hints = _hints(type(section))
+    hints = field_types(type(section))
     lines += ["", f"[{'.'.join(path)}]"]
     subtables = []
     for name in _fields(type(section)):

@@ -32,6 +32,7 @@ def test_a_flags_help_is_its_fields_docstring_with_its_toml_key_and_default() ->
     assert doc.startswith("Batches prepared (sampled, fetched) ahead of the step")
     assert flag.help.startswith("Batches prepared (sampled, fetched) ahead of the step")
     assert "--prefetch" not in flag.help  # the field's mention of its own flag is dropped
+    assert "on producer threads (0: the synchronous step)." in flag.help
     assert flag.help.endswith("([trainer] prefetch, default 2)")
     assert (flag.kind, flag.dest) == (int, "prefetch")
     [off] = field_flags(RunConfig(), {"--decode-halo": "!layer0.fused_dequant"})
