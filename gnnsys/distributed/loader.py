@@ -16,8 +16,10 @@ sampler over the part's in-edges, halo in-edges and halo feature rows read from 
 shard (``ShardOwner`` over the mapped store, ``--owner-reads local``: one machine or a shared
 file system), through the halo cache under its byte budget and the run's codec (rows reach the
 model decoded), counted in a ledger; batches are prepared ``prefetch`` ahead on stage threads
-(``gnnsys.prefetch.Prefetcher``). No rank waits for another to read halo rows: nothing
-but the length agreement at construction is a collective.
+(``gnnsys.prefetch.Prefetcher``). The batches form in ``gnnsys.distributed.batches``, where
+``gnnsys train``'s trainer forms its own: with the same settings on the same store, a user's
+loop and ``gnnsys train`` step on the very same batches (tested). No rank waits for another to
+read halo rows: nothing but the length agreement at construction is a collective.
 
 DDP safety: the batch schedule is ``gnnsys train``'s (``gnnsys.train.schedule``). At
 construction the ranks exchange their seed counts (one ``all_gather``, bounded by
@@ -431,43 +433,24 @@ class DistNeighborLoader:
         """The next ``iter(loader)`` runs epoch ``epoch`` (its order and sampling)."""
         self.epoch = int(epoch)
 
-    def _positions(self, epoch: int) -> list[Tensor]:
-        """Positions into this rank's seeds for every batch of ``epoch``.
-
-        Shuffled: the rank's share of one global order (``item_keys``, the same on every
-        rank); with the ``global`` schedule the batches are global windows of it as well.
-        """
-        from gnnsys.train.schedule import global_windows, item_keys
-
-        num, count = self._num_items(), self._num_batches
-        if not self.shuffle:
-            order = torch.arange(num)
-        else:
-            keys = item_keys(self._item_ids(), seed=self.seed, epoch=epoch)
-            if not self.drop_last and self.schedule == "global":
-                return global_windows(keys, count)
-            order = torch.from_numpy(np.argsort(keys, kind="stable").astype(np.int64))
-        if self.drop_last:
-            return list(order[: count * self.batch_size].view(count, self.batch_size))
-        return list(torch.tensor_split(order, count))
-
     def __iter__(self) -> Iterator[Any]:
-        """One epoch of ``len(self)`` batches; each call starts the next epoch."""
+        """One epoch of ``len(self)`` batches; each call starts the next epoch.
+
+        The epoch's positions and stages are ``gnnsys train``'s (``gnnsys.distributed.batches``):
+        the sample stage, then the fetch stage that joins rows into ``Data``/``HeteroData``.
+        """
+        from gnnsys.distributed.batches import epoch_feed, epoch_positions
         from gnnsys.loader.base_loader import _Delivered
-        from gnnsys.prefetch import Prefetcher
-        from gnnsys.train.schedule import batch_seed_for
 
         epoch, self.epoch = self.epoch, self.epoch + 1
-        chunks = self._positions(epoch)
-
-        def sample(b: int) -> tuple[Tensor, Any, Any]:
-            pos = chunks[b]
-            if not pos.numel():
-                return pos, None, None
-            return (pos, *self._sample(pos, batch_seed_for(self.seed, self.rank, epoch, b)))
-
-        feed: Prefetcher[Any] = Prefetcher(
-            sample, len(chunks), self.prefetch, then=(self._batch,),
+        positions = epoch_positions(
+            self._item_ids(), self._num_batches, seed=self.seed, epoch=epoch,
+            shuffle=self.shuffle, schedule=self.schedule,
+            batch_size=self.batch_size if self.drop_last else None,
+        )  # fmt: skip
+        feed = epoch_feed(
+            positions, self._sample, seed=self.seed, rank=self.rank, epoch=epoch,
+            prefetch=self.prefetch, then=(self._batch,),
             workers=1 if self.prefetch == 0 else max(1, self.num_workers),
             name=f"gnnsys-distloader-{self.rank}",
         )  # fmt: skip
@@ -498,9 +481,9 @@ class DistNeighborLoader:
             seeds.y = self.seed_y[pos]
         return batch
 
-    def _batch(self, item: tuple[Tensor, Any, Any]) -> Any:
+    def _batch(self, item: Any) -> Any:
         """The fetch stage: rows through cache and codec, joined into ``Data``/``HeteroData``."""
-        pos, extra, sub = item
+        pos, extra, sub = item.pos_B, item.extra, item.sub
         if sub is None:
             empty = self._empty()
             if self.layer0 != "rows":  # the opt-in's field too, with no rows

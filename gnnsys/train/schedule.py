@@ -1,12 +1,14 @@
 """The batch schedule of a run and the records its ranks exchange: seeds, steps, gradients.
 
 Batch schedule: the coordinator fixes ``num_batches`` for every rank (so the allreduce in each
-step has a partner on every rank and never hangs); rank ``r`` splits a seeded permutation of its
-own train seeds into that many near-equal batches (``torch.tensor_split``), so every seed is seen
-exactly once per epoch without padding or truncation. ``num_batches`` comes from every rank's
-:class:`BatchPlan` (:func:`steps_per_epoch`): with the ``global`` schedule (default) it is the
-1-part run's count for the global batch ``batch_size * P``, so a rank with more seeds takes
-bigger batches and P parts take the same steps as one part however unequal the parts' seeds;
+step has a partner on every rank and never hangs); rank ``r`` takes its share of one global
+order of the graph's train items (:func:`item_keys`, :func:`global_windows`; the positions per
+batch come from ``gnnsys.distributed.batches.epoch_positions``, ``DistNeighborLoader``'s), so
+every seed is seen exactly once per epoch without padding or truncation. ``num_batches`` comes
+from every rank's :class:`BatchPlan` (:func:`steps_per_epoch`): with the ``global`` schedule
+(default) it is the 1-part run's count for the global batch ``batch_size * P``, so a rank with
+more seeds takes bigger batches and P parts take the same steps as one part however unequal
+the parts' seeds (batch ``b`` of P parts holds the very seeds of the 1-part run's batch ``b``);
 with ``max`` it is the largest rank's count, so no rank's batch exceeds ``batch_size`` (less
 memory on an unbalanced partition, but more, smaller steps than one part).
 
@@ -35,7 +37,6 @@ __all__ = [
     "GradSync",
     "LocalSync",
     "batch_seed_for",
-    "epoch_batches",
     "global_windows",
     "item_keys",
     "mix_seed",
@@ -56,29 +57,6 @@ def batch_seed_for(seed: int, rank: int, epoch: int, batch_index: int) -> int:
     Both topologies use it, so with the sampler's randomness contract they draw identical batches.
     """
     return mix_seed(seed, 0x5EED, rank, epoch, batch_index)
-
-
-def epoch_batches(
-    num_seeds: int, num_batches: int, *, seed: int, rank: int, epoch: int
-) -> list[Tensor]:
-    """Positions into a rank's train seeds for each of ``num_batches`` batches of one epoch.
-
-    Args:
-        num_seeds: Train seeds this rank owns.
-        num_batches: Batches every rank runs this epoch (same on all ranks).
-        seed: Run seed.
-        rank: This worker's rank.
-        epoch: Epoch index (0-based).
-
-    Returns:
-        ``num_batches`` int64 tensors; together a permutation of ``range(num_seeds)``. Some are
-        empty when ``num_seeds < num_batches`` (that rank then contributes zero gradients).
-    """
-    if num_batches < 1:
-        raise ValueError(f"num_batches={num_batches}; every rank needs >= 1 batch per epoch")
-    gen = torch.Generator().manual_seed(mix_seed(seed, 0xBA7C, rank, epoch))
-    perm = torch.randperm(num_seeds, generator=gen)
-    return list(torch.tensor_split(perm, num_batches))
 
 
 _GOLDEN, _MIX1, _MIX2 = (np.uint64(c) for c in

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional
 
+from gnnsys.distributed.batches import epoch_feed, epoch_positions
 from gnnsys.models.sparse_embedding import SparseGrad, coalesce
 from gnnsys.train.device import StepDevice, StepInputs, to_host
 from gnnsys.train.embedding import OwnedEmbeddings
@@ -44,8 +45,6 @@ from gnnsys.train.schedule import (
     EpochStats,
     GatherSync,
     LocalSync,
-    batch_seed_for,
-    epoch_batches,
     sampled_edges,
 )
 from gnnsys.types import EdgeType, PartitionBook
@@ -192,6 +191,10 @@ class Trainer:
         """Train items of this rank: its seed nodes."""
         return int(self.train_lid.numel())
 
+    def _item_ids(self) -> Tensor:
+        """The items' global identities, the keys of the epoch's order: the seeds' ids."""
+        return self.train_lid
+
     def train_epoch(
         self, epoch: int, num_batches: int, hook: Callable[[int], None] | None = None
     ) -> EpochStats:
@@ -225,43 +228,23 @@ class Trainer:
             peak_device_bytes=self.device.peak_bytes(),
         )
 
-    def _batches(self, epoch: int, num_batches: int) -> list[Tensor]:
-        """This rank's seed positions per batch of ``epoch`` (see ``epoch_batches``)."""
-        return epoch_batches(
-            self._num_items(),
-            num_batches,
-            seed=self.config.seed,
-            rank=self.rank,
-            epoch=epoch,
-        )
-
     def _feed(self, epoch: int, num_batches: int) -> Prefetcher[PreparedBatch]:
-        """The epoch's batches, prepared ``config.prefetch`` ahead: the one way batches form.
+        """The epoch's batches, prepared ``config.prefetch`` ahead: ``DistNeighborLoader``'s path.
 
-        Two stages (``gnnsys.train.pipeline``): sampling, then fetching and transfer, on one
-        producer thread each, or both on one (``stage_threads == 1``); the same batches in
-        the same order either way.
+        Positions and the sample stage are the loader's (``gnnsys.distributed.batches``: one
+        global order of the items, restricted to this rank); the fetch and transfer stage
+        builds the step's inputs, on a thread of its own or on the sample stage's
+        (``stage_threads == 1``): the same batches in the same order either way.
         """
-        batches = self._batches(epoch, num_batches)
-        seed, rank = self.config.seed, self.rank
-
-        def sample(b: int) -> PreparedBatch:
-            return self._sample_stage(b, batches[b], batch_seed_for(seed, rank, epoch, b))
-
-        def prepare(b: int) -> PreparedBatch:
-            return self._fetch_stage(sample(b))
-
-        if self.stage_threads == 1:
-            return Prefetcher(
-                prepare, len(batches), self.config.prefetch, name=f"gnnsys-prefetch-{rank}"
-            )
-        return Prefetcher(
-            sample,
-            len(batches),
-            self.config.prefetch,
-            then=(self._fetch_stage,),
-            name=f"gnnsys-prefetch-{rank}",
-        )
+        positions = epoch_positions(
+            self._item_ids(), num_batches, seed=self.config.seed, epoch=epoch,
+            schedule=self.config.schedule,
+        )  # fmt: skip
+        return epoch_feed(
+            positions, self._sample, seed=self.config.seed, rank=self.rank, epoch=epoch,
+            prefetch=self.config.prefetch, then=(self._fetch_stage,),
+            one_thread=self.stage_threads == 1, name=f"gnnsys-prefetch-{self.rank}",
+        )  # fmt: skip
 
     def replay_epoch(self, epoch: int, num_batches: int) -> EpochStats:
         """The data path of ``train_epoch`` without the model: sample and fetch every batch.
@@ -296,15 +279,6 @@ class Trainer:
     def _inputs_need_weights(self) -> bool:
         """Embedding rows change every step: with them, the compute loop fetches the inputs."""
         return self.embeddings is not None
-
-    def _sample_stage(self, index: int, pos_B: Tensor, batch_seed: int) -> PreparedBatch:
-        """The sample stage of one batch (nothing to sample for an empty one)."""
-        batch = PreparedBatch(index, pos_B, batch_seed)
-        if pos_B.numel():
-            t0 = time.perf_counter()
-            batch.extra, batch.sub = self._sample(pos_B, batch_seed)
-            batch.seconds["sample"] = time.perf_counter() - t0
-        return batch
 
     def _fetch_stage(self, batch: PreparedBatch) -> PreparedBatch:
         """The fetch and transfer stages: layer 0's inputs, unless they need the weights."""

@@ -181,6 +181,37 @@ def test_the_shuffle_is_global_one_part_batches_are_the_ranks_unions(
 
 
 @pytest.mark.timeout(200)
+def test_gnnsys_train_steps_on_exactly_the_loaders_batches(node_run, tmp_path, monkeypatch) -> None:
+    """One data path: ``gnnsys train`` on the store, with the loader's settings, steps on the
+    very batches ``DistNeighborLoader`` yields a user's loop: the same count per epoch and,
+    batch by batch on every rank, the same seeds and sampled nodes in the same order."""
+    from dataclasses import replace
+
+    from gnnsys.train.control.run import train_local
+    from tests.train import replay_reference as ref
+    from tests.train.run_configs import sbm_run
+
+    store, recs = node_run  # the loaders: fanouts [4, 3], batch_size 40, seed 7, shuffled
+    cfg = sbm_run(
+        num_nodes=1000, num_features=16, parts=2, fanouts=(4, 3), hidden=8, batch_size=40,
+        epochs=2, trainer={"seed": 7},
+    )  # fmt: skip
+    cfg = replace(cfg, data=replace(cfg.data, store=str(store)), eval=replace(cfg.eval, every=0))
+    with ref.recording(monkeypatch) as rec:
+        train_local(cfg, tmp_path / "run")
+    for r, record in enumerate(recs):
+        loader = [batch for e in range(2) for batch in _batches(record, "shuffled", e)]
+        steps = rec.steps[r]
+        assert len(steps) == len(loader) == 2 * int(record["shuffled/len"][0])
+        for b, (step, batch) in enumerate(zip(steps, loader, strict=True)):
+            assert step.num_items == int(batch["batch_size"][0]), (r, b)
+            if step.n_id is None:  # an empty batch: no seeds on either side
+                assert batch["n_id"].size == 0, (r, b)
+                continue
+            assert np.array_equal(step.n_id.numpy(), batch["n_id"]), (r, b)
+
+
+@pytest.mark.timeout(200)
 def test_pyg_graphsage_trains_under_ddp_on_the_batches(node_run) -> None:
     _, recs = node_run
     losses = recs[0]["train/losses"]

@@ -10,6 +10,11 @@ machine. Those are now checked against a reference computed in the same run
 and messages per stage, batch and item counts, cache counters, evaluation traffic — which
 depend on sampled ids and routing alone.
 
+The link case's traffic was rewritten once, from this runtime, when ``Trainer`` took
+``DistNeighborLoader``'s batch order (``gnnsys.distributed.batches``, issue 46): its 22 steps
+per epoch hold other links than the node runtime's per-rank permutation gave them. The node
+cases run one step per epoch, so their record still is the node runtime's.
+
 :func:`integers` is the filter, applied both to the record (once, when its floats were
 dropped) and to each run before they are compared.
 """

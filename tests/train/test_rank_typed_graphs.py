@@ -32,6 +32,7 @@ from torch.nn import functional
 from gnnsys.cache import CodecConfig
 from gnnsys.config import RunConfig
 from gnnsys.datasets.hetero import HeteroGraph
+from gnnsys.distributed.batches import epoch_positions
 from gnnsys.errors import WorkerFailedError
 from gnnsys.models import ModelConfig
 from gnnsys.models.sparse_embedding import EmbeddingConfig, LocalEmbeddingGroup, init_rows
@@ -46,7 +47,7 @@ from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.run import train_local, worker_template
 from gnnsys.train.node_types import HeteroConfig
 from gnnsys.train.rank import build_typed_model
-from gnnsys.train.schedule import batch_seed_for, epoch_batches
+from gnnsys.train.schedule import batch_seed_for
 from gnnsys.train.trainer import Trainer
 from gnnsys.train.worker import FaultSpec
 
@@ -160,9 +161,7 @@ def _reference_steps(
     num_batches = max(1, -(-sum(len(s[0]) for s in seeds) // (batch * parts)))  # global
     params = list(model.parameters())
     adam = torch.optim.Adam(params, lr=0.01)
-    schedule = [
-        epoch_batches(len(s[0]), num_batches, seed=3, rank=r, epoch=0) for r, s in enumerate(seeds)
-    ]
+    schedule = [epoch_positions(s[0], num_batches, seed=3, epoch=0) for s in seeds]
     for b in range(num_batches):
         total = torch.zeros(sum(p.numel() for p in params) + 1)  # ThreadSync: rank-order sum
         sparse: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {t: [] for t in FEATURELESS}
@@ -239,7 +238,7 @@ def _replay_bytes(mag: HeteroGraph, store: Path, parts: int, num_batches: int) -
 
     for r in range(parts):
         lid = _rank_seeds(store, r)[0]
-        for b, pos in enumerate(epoch_batches(len(lid), num_batches, seed=3, rank=r, epoch=0)):
+        for b, pos in enumerate(epoch_positions(lid, num_batches, seed=3, epoch=0)):
             if not len(pos):
                 continue
             sub = whole.sample(lid[pos], input_type="paper", seed=batch_seed_for(3, r, 0, b))

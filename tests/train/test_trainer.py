@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import torch
 
+from gnnsys.distributed.batches import epoch_positions
 from gnnsys.train.eval.evaluate import full_block
 from gnnsys.train.in_memory import one_type_trainer
 from gnnsys.train.schedule import (
     BatchPlan,
-    epoch_batches,
     global_windows,
     item_keys,
     steps_per_epoch,
@@ -18,14 +18,28 @@ from gnnsys.types import ONE_RELATION, ONE_TYPE, Graph
 
 
 @pytest.mark.parametrize(("num_seeds", "num_batches"), [(10, 3), (7, 7), (2, 5), (0, 2)])
-def test_epoch_batches_is_a_split_permutation(num_seeds: int, num_batches: int) -> None:
-    batches = epoch_batches(num_seeds, num_batches, seed=3, rank=1, epoch=2)
+@pytest.mark.parametrize("schedule", ["global", "max"])
+def test_epoch_positions_are_a_split_permutation(
+    num_seeds: int, num_batches: int, schedule: str
+) -> None:
+    ids = torch.arange(num_seeds) * 7 + 3
+    batches = epoch_positions(ids, num_batches, seed=3, epoch=2, schedule=schedule)
     assert len(batches) == num_batches
     assert sorted(torch.cat(batches).tolist()) == list(range(num_seeds))
-    sizes = [int(b.numel()) for b in batches]
-    assert max(sizes) - min(sizes) <= 1
-    again = epoch_batches(num_seeds, num_batches, seed=3, rank=1, epoch=2)
+    if schedule == "max":  # the rank's share split in turn: near-equal batches
+        sizes = [int(b.numel()) for b in batches]
+        assert max(sizes) - min(sizes) <= 1
+    again = epoch_positions(ids, num_batches, seed=3, epoch=2, schedule=schedule)
     assert all(torch.equal(a, b) for a, b in zip(batches, again, strict=True))
+
+
+def test_epoch_positions_drop_last_and_unshuffled() -> None:
+    ids = torch.arange(10)
+    full = epoch_positions(ids, 3, seed=0, epoch=0, batch_size=3)
+    assert [int(b.numel()) for b in full] == [3, 3, 3]
+    assert len(set(torch.cat(full).tolist())) == 9
+    plain = epoch_positions(ids, 2, seed=0, epoch=0, shuffle=False)
+    assert [b.tolist() for b in plain] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
 
 
 def test_global_windows_split_any_partition_into_the_one_part_batches() -> None:
@@ -43,9 +57,9 @@ def test_global_windows_split_any_partition_into_the_one_part_batches() -> None:
     assert not np.array_equal(item_keys(links, seed=5, epoch=1), keys)
 
 
-def test_epoch_batches_rejects_zero() -> None:
+def test_epoch_positions_reject_zero() -> None:
     with pytest.raises(ValueError, match="num_batches=0"):
-        epoch_batches(5, 0, seed=0, rank=0, epoch=0)
+        epoch_positions(torch.arange(5), 0, seed=0, epoch=0)
 
 
 def _trainer(graph: Graph, seed: int, device: torch.device | str = "cpu") -> Trainer:

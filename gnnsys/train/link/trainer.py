@@ -161,6 +161,10 @@ class LinkTrainer(Trainer):
         """Train items of this rank: its positive links (the gradient's weight per batch too)."""
         return int(self.train_2E.shape[1])
 
+    def _item_ids(self) -> Tensor:
+        """The links' endpoints, the keys of the epoch's order (``DistLinkNeighborLoader``'s)."""
+        return self.train_2E
+
     def batch(self, pos_B: Tensor, batch_seed: int) -> LinkBatch:
         """The :class:`LinkBatch` of the links at ``pos_B``."""
         return link_batch(

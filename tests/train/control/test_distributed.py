@@ -17,12 +17,13 @@ import torch
 
 from gnnsys.config import RunConfig
 from gnnsys.datasets.synthetic import sbm
+from gnnsys.distributed.batches import epoch_positions
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.store import load_book, load_shard
 from gnnsys.train.control.checkpoint import load_checkpoint
 from gnnsys.train.control.ray_group import actor_name
 from gnnsys.train.control.run import train, train_local
-from gnnsys.train.schedule import batch_seed_for, epoch_batches
+from gnnsys.train.schedule import batch_seed_for
 from gnnsys.train.worker import WorkerSpec
 from tests.train.run_configs import sbm_run
 
@@ -57,9 +58,7 @@ def _feature_traffic(
         shard = load_shard(store, rank)
         assert shard.train_mask is not None
         train_gid = torch.from_numpy(np.asarray(shard.owned_gid)[np.asarray(shard.train_mask)])
-        batches = epoch_batches(
-            int(train_gid.numel()), num_batches, seed=cfg.trainer.seed, rank=rank, epoch=epoch
-        )
+        batches = epoch_positions(train_gid, num_batches, seed=cfg.trainer.seed, epoch=epoch)
         for b, pos in enumerate(batches):
             if not pos.numel():
                 continue

@@ -18,6 +18,7 @@ from gnnsys.config import RunConfig
 from gnnsys.datasets import LinkSplit, LinkSplitConfig
 from gnnsys.datasets.link_split import edge_split
 from gnnsys.datasets.synthetic import sbm
+from gnnsys.distributed.batches import epoch_positions
 from gnnsys.models import LinkModel, ModelConfig, build_decoder, build_model
 from gnnsys.partitioners import partition
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
@@ -34,7 +35,7 @@ from gnnsys.train.link.scoring import split_ranks
 from gnnsys.train.link.trainer import link_batch
 from gnnsys.train.metrics import HITS_AT, link_metrics, link_ranks, link_sums
 from gnnsys.train.node_types import HeteroConfig
-from gnnsys.train.schedule import batch_seed_for, epoch_batches
+from gnnsys.train.schedule import batch_seed_for
 from gnnsys.train.trainer import Trainer
 from gnnsys.types import ONE_RELATION, ONE_TYPE
 
@@ -218,7 +219,7 @@ def test_link_feature_ledger_equals_an_independent_replay(split: LinkSplit, tmp_
     for r in reports:
         train = torch.from_numpy(load_links(store, r.rank).train_2E)
         rows, messages = 0, 0
-        batches = epoch_batches(int(train.shape[1]), num_batches, seed=0, rank=r.rank, epoch=0)
+        batches = epoch_positions(train, num_batches, seed=0, epoch=0)
         for b, pos in enumerate(batches):
             if not pos.numel():
                 continue
@@ -283,7 +284,7 @@ def test_ranks_with_unequal_batches_weigh_by_positives(split: LinkSplit) -> None
     h = initial.encoder(x, [block, block])  # the whole graph, with grad
     logits, labels = [], []
     for rank, owned_2E in owned.items():
-        pos = epoch_batches(int(owned_2E.shape[1]), 1, seed=0, rank=rank, epoch=0)[0]
+        pos = epoch_positions(owned_2E, 1, seed=0, epoch=0)[0]
         links = owned_2E[:, pos]  # the trainer's batch order (negatives pair up by position)
         batch = link_batch(
             links, ONE_RELATION, num_dst=g.num_nodes, neg_per_pos=q,
@@ -410,8 +411,9 @@ def test_full_batch_steps_equal_pyg_sageconv_on_the_same_pairs(split: LinkSplit)
     opt = torch.optim.Adam(convs.parameters(), lr=0.01)
     for epoch in range(4):
         stats = trainer.train_epoch(epoch, 1)
+        pos = epoch_positions(train, 1, seed=0, epoch=epoch)[0]  # the trainer's batch
         batch = link_batch(
-            train[:, trainer._batches(epoch, 1)[0]], ONE_RELATION, num_dst=g.num_nodes,
+            train[:, pos], ONE_RELATION, num_dst=g.num_nodes,
             neg_per_pos=1, seed=batch_seed_for(0, 0, epoch, 0),
         )  # fmt: skip
         seeds = batch.seeds[ONE_TYPE]

@@ -17,6 +17,7 @@ from gnnsys.cache.codecs import make_codec
 from gnnsys.commands.train import add_parser, build_config
 from gnnsys.config import RunConfig
 from gnnsys.datasets.synthetic import sbm
+from gnnsys.distributed.batches import epoch_positions
 from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.store import load_book, load_shard
 from gnnsys.train.control.local_group import LocalOwnerClient
@@ -25,7 +26,7 @@ from gnnsys.train.layer0.base import FirstLayerConfig, Placement
 from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.server import ShardOwner
-from gnnsys.train.schedule import batch_seed_for, epoch_batches
+from gnnsys.train.schedule import batch_seed_for
 from tests.train.run_configs import sbm_run
 
 pytestmark = pytest.mark.usefixtures("shared_stores")  # runs share their stores (conftest)
@@ -67,9 +68,7 @@ def _remote_rows(run_dir: Path, cfg: RunConfig, epoch: int, num_batches: int) ->
         shard = load_shard(store, rank)
         assert shard.train_mask is not None
         train_gid = torch.from_numpy(np.asarray(shard.owned_gid)[np.asarray(shard.train_mask)])
-        batches = epoch_batches(
-            int(train_gid.numel()), num_batches, seed=cfg.trainer.seed, rank=rank, epoch=epoch
-        )
+        batches = epoch_positions(train_gid, num_batches, seed=cfg.trainer.seed, epoch=epoch)
         for b, pos in enumerate(batches):
             if pos.numel():
                 sub = sampler.sample(
