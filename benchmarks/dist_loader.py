@@ -223,6 +223,10 @@ def accuracy(args: argparse.Namespace) -> list[dict[str, Any]]:
     summary = {
         "summary": "Cora 2 METIS parts: user loop minus gnnsys train, test accuracy",
         "mean_gap_points": round(100 * statistics.mean(gap), 2),
+        "standard_error_points": (
+            round(100 * statistics.stdev(gap) / len(gap) ** 0.5, 2) if len(gap) > 1 else None
+        ),
+        "seeds": len(gap),
         "goal": "within 0.5 points",
         "recipe": {"epochs": args.acc_epochs, "batch_per_rank": args.acc_batch},
     }

@@ -298,6 +298,7 @@ KIND_BRANCHES: dict[str, tuple[int, str]] = {
         "a typed run resolves its codec per node type; a typed store's links name their relation",
     ),
     "store/info.py": (1, "a store's kind is read from its manifest"),
+    "store/writer.py": (1, "the one writer: a graph numbered per type gets a folder per type"),
 }
 """The rule: a branch whose condition names the graph's kind (an identifier containing
 ``hetero``: ``config.hetero is None``, ``is_hetero_store(...)``, ``isinstance(x, HeteroData)``)

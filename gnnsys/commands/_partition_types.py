@@ -61,9 +61,9 @@ class TypedSteps:
         graph: Any, assignment: Any, args: argparse.Namespace, source: GraphSource, progress: Any
     ) -> Any:
         """Write the typed store; its manifest."""
-        from gnnsys.store import write_hetero_partitions
+        from gnnsys.store import write_partitions
 
-        return write_hetero_partitions(
+        return write_partitions(
             graph,
             assignment,
             args.out,

@@ -6,7 +6,8 @@ memory-mapped, each array checked before use; ``verify`` recomputes every checks
 everything; ``load_books`` gives the book of every node type; ``assemble_hetero`` the whole graph.
 A homogeneous store also reads as ``load_shard`` (the one-type ``PartitionShard`` view),
 ``load_book``, ``read_manifest`` and ``load_partition`` (all of it, plus the cross-shard edge-id
-check). Writers: ``write_partitions`` (homogeneous, streaming) and ``write_hetero_partitions``.
+check). One writer, ``write_partitions``: a ``Graph`` streamed in bounded memory, or a
+``HeteroGraph``.
 Layout: ``gnnsys.store.layout``; the manifest record: ``gnnsys.store.manifest``.
 """
 
@@ -29,7 +30,7 @@ from gnnsys.store.reader import (
     verify,
 )
 from gnnsys.store.shard import HeteroShard, build_shard
-from gnnsys.store.writer import graph_fingerprint, write_hetero_partitions, write_partitions
+from gnnsys.store.writer import graph_fingerprint, write_partitions
 
 __all__ = [
     "FORMAT_VERSION",
@@ -54,6 +55,5 @@ __all__ = [
     "read_manifest",
     "read_shard",
     "verify",
-    "write_hetero_partitions",
     "write_partitions",
 ]

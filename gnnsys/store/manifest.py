@@ -146,7 +146,7 @@ class StoreManifest:
     """``"typed"`` (a heterogeneous graph's store) or ``"homogeneous"`` (one type)."""
     link_edge_type: EdgeType | None = None
     """The relation whose links the store holds per part (``part-<p>/link_*.npy``, sources
-    owned by the part), or ``None``: written by ``write_hetero_partitions(links=...)``."""
+    owned by the part), or ``None``: written by ``write_partitions(links=...)``."""
 
     @property
     def num_nodes(self) -> int:

@@ -1,11 +1,11 @@
 """The store writer: save a graph and its ``Assignment`` as a partition directory, atomically.
 
-``write_partitions`` writes a ``Graph`` (one type, streamed in bounded memory, below);
-``write_hetero_partitions`` a ``HeteroGraph``, whose nodes are numbered per type (the one real
-difference: owned and halo ids are type-local, one folder per type and relation), its rows
-gathered in chunks, its shards built whole per part (``store.shard.build_hetero_shard``). Both
-write the one format (``gnnsys.store.layout``) and the one manifest record
-(``gnnsys.store.manifest``) through the same files and staging (``gnnsys.store.npy_files``).
+``write_partitions`` is the one entry point. A ``Graph`` (one type) is streamed in bounded
+memory (below); a ``HeteroGraph``, whose nodes are numbered per type (the one real difference:
+owned and halo ids are type-local, one folder per type and relation), has its rows gathered in
+chunks and its shards built whole per part (``store.shard.build_hetero_shard``). Both go through
+the same staging, per-part loop (``_write_parts``) and files (``gnnsys.store.npy_files``) into
+the one format (``gnnsys.store.layout``) and manifest record (``gnnsys.store.manifest``).
 
 Everything is written into a hidden temporary sibling of the target, checksummed, and only
 then renamed into place, so a crash never leaves a half-written directory under the target
@@ -39,7 +39,7 @@ import os
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -217,40 +217,83 @@ def write_part(
     return _write_part(tmp, graph, book, part, num_hops)
 
 
+Written = list[tuple[dict[str, FileEntry], Any]]
+"""Per part, in part order: the manifest entries of its files and its summary."""
+
+
+def _write_parts(
+    num_parts: int, write_one: Callable[[int], tuple[dict[str, FileEntry], Any]],
+    progress: ProgressFn | None,
+) -> Written:  # fmt: skip
+    """Every part's files, one after the other (``progress`` after each): both kinds' loop."""
+    written = []
+    for part in range(num_parts):
+        written.append(write_one(part))
+        if progress is not None:
+            progress(part)
+    return written
+
+
+@overload
 def write_partitions(
-    graph: Graph,
+    graph: Graph, assignment: Assignment, root: str | os.PathLike[str], *, num_hops: int = 2,
+    overwrite: bool = False, progress: ProgressFn | None = None, links: LinkSplit | None = None,
+    parts_writer: PartsWriter | None = None,
+) -> PartitionBook: ...  # fmt: skip
+
+
+@overload
+def write_partitions(
+    graph: HeteroGraph, assignment: Assignment, root: str | os.PathLike[str], *,
+    num_hops: int = 2, overwrite: bool = False, progress: ProgressFn | None = None,
+    links: TypedLinkSplit | None = None, parts_writer: None = None,
+) -> StoreManifest: ...  # fmt: skip
+
+
+def write_partitions(
+    graph: Graph | HeteroGraph,
     assignment: Assignment,
     root: str | os.PathLike[str],
     *,
     num_hops: int = 2,
     overwrite: bool = False,
     progress: ProgressFn | None = None,
-    links: LinkSplit | None = None,
+    links: Any = None,
     parts_writer: PartsWriter | None = None,
-) -> PartitionBook:
+) -> PartitionBook | StoreManifest:
     """Write the partition directory of ``assignment`` at ``root`` (layout in ``layout.py``).
 
     Args:
-        graph: The partitioned graph.
-        assignment: Its assignment (``gnnsys.partitioners.partition``).
+        graph: The partitioned graph: a ``Graph`` (one node type) or a ``HeteroGraph``
+            (nodes numbered per type; ``assignment`` over its global ids).
+        assignment: Its assignment (``gnnsys.partitioners.partition`` / ``partition_hetero``).
         root: Target directory; must not exist unless ``overwrite``.
         num_hops: ``k`` of each shard's k-hop halo (the number of GNN layers).
         overwrite: Replace an existing directory (still atomically: rename, then delete).
         progress: Called with each part id once that part is written.
         links: A link-prediction split of ``graph`` (``graph`` is its training graph): each
-            part also stores the links whose source it owns (``gnnsys.store.links``).
+            part also stores the links whose source it owns (``gnnsys.store.links``); on a
+            ``HeteroGraph`` a ``TypedLinkSplit`` of one relation, named in the manifest.
         parts_writer: Writes the part folders instead of this process, one after the other
-            (see :data:`PartsWriter`); the files are the same. Not with ``links``.
+            (see :data:`PartsWriter`); the files are the same. Not with ``links``; one type.
 
     Returns:
-        The ``PartitionBook`` (gid -> part, lid) of the written directory.
+        The ``PartitionBook`` (gid -> part, lid) of a one-type store; the manifest written of
+        a ``HeteroGraph``'s.
 
     Raises:
-        ValueError: The assignment does not match the graph, ``num_hops < 1``, or ``root``
-            exists and ``overwrite`` is false.
+        ValueError: The assignment does not match the graph, ``num_hops < 1``, a type or
+            relation name that cannot name a folder, or ``root`` exists and ``overwrite`` is
+            false.
         DiskError: Less free space than the store needs, or a write failed (full disk,
             read-only file system, no permission); nothing is left behind.
     """
+    from gnnsys.datasets.hetero import HeteroGraph
+
+    if isinstance(graph, HeteroGraph):  # numbered per type: one folder per type and relation
+        if parts_writer is not None:
+            raise ValueError("write_partitions: parts_writer= writes one-type graphs only")
+        return _write_types(graph, assignment, Path(root), num_hops, overwrite, progress, links)
     root = Path(root)
     _check_args(graph, assignment, root, num_hops, overwrite)
     _check_links(graph, links)
@@ -267,11 +310,11 @@ def write_partitions(
         if parts_writer is not None:
             written = parts_writer(tmp, book, num_hops, progress)
         else:
-            written = []
-            for part in range(assignment.num_parts):
-                written.append(_write_part(tmp, graph, book, part, num_hops, links))
-                if progress is not None:
-                    progress(part)
+            written = _write_parts(
+                assignment.num_parts,
+                lambda part: _write_part(tmp, graph, book, part, num_hops, links),
+                progress,
+            )
         parts = []
         for part_files, summary in written:
             files |= part_files
@@ -367,60 +410,35 @@ def _write_part_of_types(
     return files, summary
 
 
-def write_hetero_partitions(
+def _write_types(
     graph: HeteroGraph,
     assignment: Assignment,
-    root: str | os.PathLike[str],
-    *,
-    num_hops: int = 2,
-    overwrite: bool = False,
-    progress: ProgressFn | None = None,
-    links: TypedLinkSplit | None = None,
+    root: Path,
+    num_hops: int,
+    overwrite: bool,
+    progress: ProgressFn | None,
+    links: TypedLinkSplit | None,
 ) -> StoreManifest:
-    """Write the heterogeneous partition directory of ``assignment`` at ``root``.
-
-    Args:
-        graph: The partitioned graph.
-        assignment: Its assignment over global ids (``gnnsys.partitioners.partition_hetero``).
-        root: Target directory; must not exist unless ``overwrite``.
-        num_hops: ``k`` of each part's k-hop halo (the number of GNN layers).
-        overwrite: Replace an existing directory (still atomically: rename, then delete).
-        progress: Called with each part id once that part is written.
-        links: A link split of one relation (``graph`` is its training graph): each part also
-            gets the links whose source it owns (``gnnsys.store.links.LINK_DATA``), and the
-            manifest names the relation (``link_edge_type``).
-
-    Returns:
-        The manifest written.
-
-    Raises:
-        ValueError: The assignment does not cover the graph's ``G`` nodes, ``num_hops < 1``,
-            a type or relation name that cannot name a folder, or ``root`` exists and
-            ``overwrite`` is false.
-    """
-    root = Path(root)
+    """``write_partitions`` of a ``HeteroGraph``: each part's shard built whole, then saved."""
     _check_graph_of_types(graph, assignment, root, num_hops, overwrite)
     directed = graph.to_homogeneous()[0]
+
+    def write_one(part: int) -> tuple[dict[str, FileEntry], PartCounts]:
+        shard = build_hetero_shard(
+            graph, assignment.part_N, assignment.num_parts, part, num_hops, directed,
+            with_data=False,
+        )  # fmt: skip
+        part_files, summary = _write_part_of_types(tmp, graph, shard)
+        if links is not None:
+            part_files |= _write_links_of_types(tmp, graph, assignment, links, part)
+        return part_files, summary
+
     with staged(root) as tmp:
         files = {NODE_TO_PART: save_array(tmp, NODE_TO_PART, assignment.part_N)}
         parts = []
-        for part in range(assignment.num_parts):
-            shard = build_hetero_shard(
-                graph,
-                assignment.part_N,
-                assignment.num_parts,
-                part,
-                num_hops,
-                directed,
-                with_data=False,
-            )
-            part_files, summary = _write_part_of_types(tmp, graph, shard)
+        for part_files, summary in _write_parts(assignment.num_parts, write_one, progress):
             files |= part_files
-            if links is not None:
-                files |= _write_links_of_types(tmp, graph, assignment, links, part)
             parts.append(summary)
-            if progress is not None:
-                progress(part)
         manifest = _manifest_of_types(graph, assignment, num_hops, files, tuple(parts))
         if links is not None:
             manifest = replace(manifest, link_edge_type=links.edge_type)

@@ -220,11 +220,11 @@ def test_typed_store_goes_through_the_same_checks(
     """A heterogeneous store: the same preflight verifies its part count and every checksum."""
     from gnnsys.datasets.mag import synthetic_mag
     from gnnsys.partitioners import partition_hetero
-    from gnnsys.store import write_hetero_partitions
+    from gnnsys.store import write_partitions
 
     mag = synthetic_mag(scale=0.002, seed=0)
     root = tmp_path / "typed"
-    write_hetero_partitions(mag, partition_hetero(mag, "random", 2, 0), root, num_hops=2)
+    write_partitions(mag, partition_hetero(mag, "random", 2, 0), root, num_hops=2)
     assert _train("--store", str(root), "--parts", "3", "--out", str(tmp_path / "a")) == 2
     assert "has 2 parts but --parts=3" in _one_error_line(capsys)
     victim = next(p for p in sorted((root / "part-1").rglob("*.npy")) if p.stat().st_size > 256)

@@ -132,11 +132,11 @@ def test_bad_to_hetero_inference_names_the_fix(group, tmp_path) -> None:
     from gnnsys.datasets.mag import synthetic_mag
     from gnnsys.distributed import inference
     from gnnsys.partitioners import partition_hetero
-    from gnnsys.store import write_hetero_partitions
+    from gnnsys.store import write_partitions
 
     mag = synthetic_mag(0.002, reverse=True)
     store = tmp_path / "store"
-    write_hetero_partitions(mag, partition_hetero(mag, "random", 1, 0), store, num_hops=1)
+    write_partitions(mag, partition_hetero(mag, "random", 1, 0), store, num_hops=1)
     meta = (list(mag.nodes), [tuple(et) for et in mag.relations])
     kw = {"input_type": "paper"}
     with pytest.raises(TypeError, match=r"to_hetero\(BasicGNN\) model; Linear is not one"):

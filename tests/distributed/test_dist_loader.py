@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from gnnsys.partitioners import partition, partition_hetero
-from gnnsys.store import assemble_hetero, load_books, write_hetero_partitions, write_partitions
+from gnnsys.store import assemble_hetero, load_books, write_partitions
 from gnnsys.train.schedule import batch_seed_for
 from gnnsys.types import ONE_TYPE
 
@@ -229,7 +229,7 @@ def typed_run(tmp_path: Path, scenario: str):
 
     mag = synthetic_mag(0.002, reverse=True)
     store = tmp_path / "store"
-    write_hetero_partitions(mag, partition_hetero(mag, "random", 2, 0), store, num_hops=2)
+    write_partitions(mag, partition_hetero(mag, "random", 2, 0), store, num_hops=2)
     return mag, store, run_ranks(store, tmp_path, scenario)
 
 

@@ -65,11 +65,11 @@ def test_a_homogeneous_store_refuses_a_node_type(group, stores) -> None:
 def test_a_typed_store_refuses_data_style_arguments(group, tmp_path) -> None:
     from gnnsys.datasets.mag import synthetic_mag
     from gnnsys.partitioners import partition_hetero
-    from gnnsys.store import write_hetero_partitions
+    from gnnsys.store import write_partitions
 
     mag = synthetic_mag(0.002, reverse=True)
     store = tmp_path / "typed"
-    write_hetero_partitions(mag, partition_hetero(mag, "random", 1, 0), store, num_hops=2)
+    write_partitions(mag, partition_hetero(mag, "random", 1, 0), store, num_hops=2)
     with pytest.raises(TypeError, match=r"typed store \(node types .*'paper'.*input_nodes='type'"):
         DistNeighborLoader(store, [2, 2], input_nodes=torch.arange(5))
     with pytest.raises(ValueError, match="node type 'papers'; the store's types"):

@@ -18,7 +18,7 @@ from gnnsys.store import (
     load_shard,
     read_shard,
     verify,
-    write_hetero_partitions,
+    write_partitions,
 )
 from gnnsys.store.integrity import clear_caches
 
@@ -32,7 +32,7 @@ def mag() -> HeteroGraph:
 def store(tmp_path: Path, mag: HeteroGraph) -> Path:
     clear_caches()
     root = tmp_path / "st"
-    write_hetero_partitions(mag, partition_hetero(mag, "metis", 3), root, num_hops=2)
+    write_partitions(mag, partition_hetero(mag, "metis", 3), root, num_hops=2)
     return root
 
 
@@ -55,7 +55,7 @@ def assert_same_graph(a: HeteroGraph, b: HeteroGraph) -> None:
 @pytest.mark.parametrize("method", ["metis", "fennel", "hash"])
 def test_round_trip_is_exact(tmp_path: Path, mag: HeteroGraph, method: str) -> None:
     root = tmp_path / method
-    write_hetero_partitions(mag, partition_hetero(mag, method, 4), root, num_hops=1)
+    write_partitions(mag, partition_hetero(mag, method, 4), root, num_hops=1)
     assert verify(root).num_nodes == mag.num_nodes()
     assert_same_graph(mag, assemble_hetero(root))
 
@@ -178,7 +178,7 @@ def test_a_homogeneous_store_reads_as_its_one_type(tmp_path: Path) -> None:
 def test_writer_errors(tmp_path: Path, mag: HeteroGraph, store: Path) -> None:
     a = partition_hetero(mag, "random", 2)
     with pytest.raises(ValueError, match="already exists"):
-        write_hetero_partitions(mag, a, store)
+        write_partitions(mag, a, store)
     with pytest.raises(ValueError, match="num_hops"):
-        write_hetero_partitions(mag, a, tmp_path / "x", num_hops=0)
+        write_partitions(mag, a, tmp_path / "x", num_hops=0)
     assert not any(p.name.startswith(".") for p in tmp_path.iterdir())

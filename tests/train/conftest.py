@@ -12,7 +12,7 @@ from gnnsys.cache.codecs import Codec, EncodedRows
 from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.datasets.mag import synthetic_mag
 from gnnsys.partitioners import partition, partition_hetero
-from gnnsys.store import write_hetero_partitions, write_partitions
+from gnnsys.store import write_partitions
 from gnnsys.train.remote.client import SampleArrays
 from gnnsys.train.remote.server import LocalOwnerClient as RuntimeClient
 from gnnsys.train.remote.server import ShardOwner
@@ -31,7 +31,7 @@ def stores(mag: HeteroGraph, tmp_path_factory: pytest.TempPathFactory) -> dict[i
     out = {}
     for parts in (1, 2, 4):
         root = tmp_path_factory.mktemp(f"mag{parts}") / "store"
-        write_hetero_partitions(mag, partition_hetero(mag, "random", parts, 0), root, num_hops=2)
+        write_partitions(mag, partition_hetero(mag, "random", parts, 0), root, num_hops=2)
         out[parts] = root
     return out
 

@@ -266,7 +266,7 @@ def _write_hetero_store(
     from gnnsys.datasets import load_hetero
     from gnnsys.datasets.transforms import typed_feature_norm
     from gnnsys.partitioners import partition_hetero
-    from gnnsys.store import write_hetero_partitions
+    from gnnsys.store import write_partitions
 
     graph = load_hetero(spec.dataset, root=spec.root, **dict(spec.dataset_params))
     graph = typed_feature_norm(graph, spec.feature_norm)  # the rows, before any split
@@ -291,7 +291,5 @@ def _write_hetero_store(
         spec.partitioner,
     )
     assignment = partition_hetero(graph, spec.partitioner, num_parts, seed)
-    write_hetero_partitions(
-        graph, assignment, target, num_hops=num_hops, overwrite=True, links=links
-    )
+    write_partitions(graph, assignment, target, num_hops=num_hops, overwrite=True, links=links)
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux

@@ -28,7 +28,7 @@ from gnnsys.datasets.link_split import LinkSplitConfig, TypedLinkSplit, typed_ed
 from gnnsys.models import ModelConfig
 from gnnsys.partitioners import partition_hetero
 from gnnsys.sampler import NeighborSampler
-from gnnsys.store import write_hetero_partitions
+from gnnsys.store import write_partitions
 from gnnsys.store.info import store_info
 from gnnsys.store.links import load_typed_links
 from gnnsys.store.source import DataConfig
@@ -86,7 +86,7 @@ def test_held_out_links_and_reverses_leave_the_graph(mag: HeteroGraph, et: tuple
 def test_store_gives_each_part_its_sources_links(mag: HeteroGraph, tmp_path: Path) -> None:
     split = _split(mag, WRITES)
     assignment = partition_hetero(split.graph, "random", 3, 0)
-    write_hetero_partitions(split.graph, assignment, tmp_path / "s", num_hops=2, links=split)
+    write_partitions(split.graph, assignment, tmp_path / "s", num_hops=2, links=split)
     offset = mag.node_offsets()["author"]
     got = []
     for part in range(3):
@@ -135,7 +135,7 @@ def test_exact_link_evaluation_equals_a_whole_graph_ranking(
 ) -> None:
     split = _split(mag, CITES)
     store = tmp_path / "s"
-    write_hetero_partitions(
+    write_partitions(
         split.graph, partition_hetero(split.graph, "random", 2, 0), store, num_hops=2, links=split
     )
     template = worker_template(_config(2, store), store, store_info(store), "partitioned")
