@@ -113,15 +113,15 @@ def run_one(scale: float, modes: list[str]) -> dict[str, float]:
     import torch
 
     from gnnsys.datasets.mag import synthetic_mag
-    from gnnsys.sampler.relational import HeteroNeighborSampler, csr_sources
+    from gnnsys.sampler.relational import RelationalSampler, csr_sources
 
     import_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB
     start = time.perf_counter()
     graph = synthetic_mag(scale, reverse=True)
     build_s = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB
-    config = HeteroNeighborSampler.Config(fanouts={et: (15, 10) for et in graph.edge_types})
-    sampler = HeteroNeighborSampler(config, sources=csr_sources(graph), node_types=graph.node_types)
+    config = RelationalSampler.Config(fanouts={et: (15, 10) for et in graph.edge_types})
+    sampler = RelationalSampler(config, sources=csr_sources(graph), node_types=graph.node_types)
     order = torch.randperm(graph.num_nodes("paper"), generator=torch.Generator().manual_seed(0))
     seeds_per_s, edges_per_s = _rate(sampler.sample, order)
     torch.set_num_threads(1)

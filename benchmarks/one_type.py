@@ -1,6 +1,6 @@
 """The typed runtime on a homogeneous store against the node runtime: epoch time, same batches.
 
-Issue 23 folds the node runtime (``NodeRank``) into the typed one (``TypedRank``), whose
+Issue 23 folds the node runtime (``NodeRank``) into the typed one (``RankRuntime``), whose
 one-type case trains bit-identically (``tests/train/hetero/test_one_type.py``). This measures
 what the fold would cost in speed: the same store, the same config, the in-process executor,
 run through each runtime in alternating rounds. Per run it reports the median epoch after the
@@ -35,7 +35,7 @@ from gnnsys.sampler import NeighborSampler
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.run import train_local
 from gnnsys.train.eval.evaluate import EvalConfig
-from gnnsys.train.node_types import HeteroConfig
+from gnnsys.train.node_types import NodeTypesConfig
 from gnnsys.train.trainer import Trainer
 
 GNNSYS = [sys.executable, "-m", "gnnsys"]
@@ -67,7 +67,7 @@ def config(store: Path, parts: int, epochs: int, evaluate: bool = False) -> RunC
 def run(cfg: RunConfig, out: Path, runtime: str) -> dict[str, Any]:
     """One run; its median epoch after the first."""
     if runtime == "typed":
-        cfg = replace(cfg, hetero=HeteroConfig(input_type="node"))
+        cfg = replace(cfg, hetero=NodeTypesConfig(input_type="node"))
     result = train_local(cfg, out)
     lines = result.history[1:] if len(result.history) > 1 else result.history
     mid = sorted(lines, key=lambda m: m["seconds"]["total"])[(len(lines) - 1) // 2]

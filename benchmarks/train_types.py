@@ -39,7 +39,7 @@ from gnnsys.sampler import NeighborSampler
 from gnnsys.store import read_hetero_manifest
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.coordinator import Coordinator
-from gnnsys.train.node_types import HeteroConfig
+from gnnsys.train.node_types import NodeTypesConfig
 from gnnsys.train.trainer import Trainer
 
 
@@ -58,7 +58,7 @@ def _config(args: argparse.Namespace) -> RunConfig:
         loop=Coordinator.Config(epochs=args.epochs, progress=False, deadline_s=args.deadline),
         codec=replace(base.codec, name=args.codec),
         cache=cache,
-        hetero=HeteroConfig(model=args.model),
+        hetero=NodeTypesConfig(model=args.model),
         eval=replace(base.eval, test_at_end=False),
     )
 

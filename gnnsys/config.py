@@ -31,7 +31,7 @@ from gnnsys.train.control.failure import FailurePolicy
 from gnnsys.train.eval.evaluate import EvalConfig
 from gnnsys.train.layer0.base import FirstLayerConfig
 from gnnsys.train.link.config import LinkConfig
-from gnnsys.train.node_types import HeteroConfig
+from gnnsys.train.node_types import NodeTypesConfig
 from gnnsys.train.trainer import Trainer
 
 __all__ = ["RunConfig"]
@@ -58,7 +58,7 @@ class RunConfig:
     link: LinkConfig | None = None
     """The link-prediction task (``--task link``; its split is ``data.link_split``); ``None``
     trains node classification."""
-    hetero: HeteroConfig | None = None
+    hetero: NodeTypesConfig | None = None
     """A heterogeneous dataset or store (``gnnsys train synthetic:mag``): typed owners and
     trainers, per-relation fanouts, per-type codecs, learnable embeddings; ``None`` for
     homogeneous graphs."""

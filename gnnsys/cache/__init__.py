@@ -5,7 +5,7 @@
 ``codecs`` (``CODECS``), and ``HaloFetcher`` that fills misses from a ``FeatureSource``.
 The run settings of this stage are ``CacheConfig`` (budget, policy, adaptive knobs) and
 ``CodecConfig`` (codec, ``auto`` fallback, wire stage). Heterogeneous graphs: per-type codecs
-(``TypedCodecConfig``) and per-type caches under one budget (``TypedHaloCache``, ``typed``).
+(``PerTypeCodecConfig``) and per-type caches under one budget (``PerTypeHaloCache``, ``typed``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from gnnsys.cache.codecs import (
     Codec,
     CodecConfig,
     EncodedRows,
-    TypedCodecConfig,
+    PerTypeCodecConfig,
     make_codec,
 )
 from gnnsys.cache.config import CacheConfig
@@ -44,11 +44,11 @@ from gnnsys.cache.fetcher import FetchStats, HaloFetcher, LocalFeatureSource
 from gnnsys.cache.halo_cache import INDEX_BYTES_PER_ROW, CacheStats, EncodedLookup, HaloCache
 from gnnsys.cache.per_type import (
     BudgetSplit,
-    TypedCacheCounters,
-    TypedCacheStats,
+    PerTypeCacheCounters,
+    PerTypeCacheStats,
+    PerTypeHaloCache,
+    PerTypeHaloFetcher,
     TypeDemand,
-    TypedHaloCache,
-    TypedHaloFetcher,
     split_budget,
 )
 
@@ -79,11 +79,11 @@ __all__ = [
     "SplitRows",
     "StaticAdmission",
     "TypeDemand",
-    "TypedCacheCounters",
-    "TypedCacheStats",
-    "TypedCodecConfig",
-    "TypedHaloCache",
-    "TypedHaloFetcher",
+    "PerTypeCacheCounters",
+    "PerTypeCacheStats",
+    "PerTypeCodecConfig",
+    "PerTypeHaloCache",
+    "PerTypeHaloFetcher",
     "degree_scores",
     "inclusion_scores",
     "make_codec",

@@ -3,22 +3,22 @@
 API (what a heterogeneous worker wires; every id is in its node type's id space, the one its
 admission policy's ``score_N`` indexes, e.g. type-local ids)::
 
-    codecs = TypedCodecConfig.parse("paper=int8,*=fp16", node_types).resolve(x_by_type).codecs()
+    codecs = PerTypeCodecConfig.parse("paper=int8,*=fp16", node_types).resolve(x_by_type).codecs()
     budget = cache_config.budget_bytes(owned_feature_bytes=sum_t(M_own_t * F_t * 4))
     demand = {t: TypeDemand.of(score_N[t], codecs[t], feature_dims[t]) for t in scored_types}
     split = split_budget(budget, demand)                             # pure -> BudgetSplit
-    cache = TypedHaloCache.build(split, feature_dims=feature_dims, codecs=codecs,
+    cache = PerTypeHaloCache.build(split, feature_dims=feature_dims, codecs=codecs,
                                  policies={t: policy_t for t in scored_types})
     cache.of(t) -> HaloCache;  cache.node_types;  cache.budget_bytes;  cache.capacity_bytes
     cache.lookup(t, gid) / lookup_encoded / peek / contains / would_admit / insert(t, gid, rows)
-    cache.stats -> TypedCacheStats (.by_type[t]: CacheStats, .total);  cache.reset_stats()
-    fetcher = TypedHaloFetcher(cache, sources={t: FeatureSource}, wire=None)
+    cache.stats -> PerTypeCacheStats (.by_type[t]: CacheStats, .total);  cache.reset_stats()
+    fetcher = PerTypeHaloFetcher(cache, sources={t: FeatureSource}, wire=None)
     fetcher.of(t) -> HaloFetcher;  fetcher.gather(t, gid) / gather_encoded(t, gid)
     fetcher.warm_up() -> {t: rows stored}
-    fetcher.counters() -> TypedCacheCounters (.by_type[t]: CacheCounters, .total,
+    fetcher.counters() -> PerTypeCacheCounters (.by_type[t]: CacheCounters, .total,
                                               .since(before), + over ranks, .to_json())
 
-"No cache" is ``TypedHaloCache.disabled(feature_dims=, codecs=)``: every type at capacity 0.
+"No cache" is ``PerTypeHaloCache.disabled(feature_dims=, codecs=)``: every type at capacity 0.
 
 **How the budget is split** (:func:`split_budget`, pure, decided once before epoch 0). A row of
 type ``t`` with score ``s`` (expected fetches per epoch: the policy's presample count, or its
@@ -57,10 +57,10 @@ from gnnsys.types import CacheLookup
 __all__ = [
     "BudgetSplit",
     "TypeDemand",
-    "TypedCacheCounters",
-    "TypedCacheStats",
-    "TypedHaloCache",
-    "TypedHaloFetcher",
+    "PerTypeCacheCounters",
+    "PerTypeCacheStats",
+    "PerTypeHaloCache",
+    "PerTypeHaloFetcher",
     "split_budget",
 ]
 
@@ -164,7 +164,7 @@ def split_budget(budget_bytes: int, demand: Mapping[str, TypeDemand]) -> BudgetS
 
 # ---- records ----------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
-class TypedCacheStats:
+class PerTypeCacheStats:
     """``CacheStats`` of every node type's cache, and their field-wise total.
 
     Attributes:
@@ -182,7 +182,7 @@ class TypedCacheStats:
 
 
 @dataclass(frozen=True, slots=True)
-class TypedCacheCounters:
+class PerTypeCacheCounters:
     """A worker's ``CacheCounters`` per node type: bytes per epoch by node type.
 
     Attributes:
@@ -199,18 +199,18 @@ class TypedCacheCounters:
             total = total + counters
         return total
 
-    def since(self, before: TypedCacheCounters) -> TypedCacheCounters:
+    def since(self, before: PerTypeCacheCounters) -> PerTypeCacheCounters:
         """Per type, counts accrued since ``before`` and levels as now (one epoch's report)."""
         empty = CacheCounters()
-        return TypedCacheCounters(
+        return PerTypeCacheCounters(
             {t: c.since(before.by_type.get(t, empty)) for t, c in self.by_type.items()}
         )
 
-    def __add__(self, other: TypedCacheCounters) -> TypedCacheCounters:
+    def __add__(self, other: PerTypeCacheCounters) -> PerTypeCacheCounters:
         """Per type sum (over ranks); a type only one side has keeps its counters."""
         empty = CacheCounters()
         types = list(self.by_type) + [t for t in other.by_type if t not in self.by_type]
-        return TypedCacheCounters(
+        return PerTypeCacheCounters(
             {t: self.by_type.get(t, empty) + other.by_type.get(t, empty) for t in types}
         )
 
@@ -223,7 +223,7 @@ class TypedCacheCounters:
 
 
 # ---- the caches -------------------------------------------------------------------------------
-class TypedHaloCache:
+class PerTypeHaloCache:
     """A worker's halo caches, one ``HaloCache`` per node type, under one byte budget.
 
     Build with :meth:`build` (from a :class:`BudgetSplit`) or :meth:`disabled`.
@@ -238,7 +238,7 @@ class TypedHaloCache:
 
     def __init__(self, caches: Mapping[str, HaloCache], *, budget_bytes: int) -> None:
         if not caches:
-            raise ValueError("TypedHaloCache needs a cache for at least one node type")
+            raise ValueError("PerTypeHaloCache needs a cache for at least one node type")
         used = sum(c.config.capacity_bytes for c in caches.values())
         if used > budget_bytes:
             raise ValueError(
@@ -257,13 +257,13 @@ class TypedHaloCache:
         codecs: Mapping[str, Codec],
         policies: Mapping[str, AdmissionPolicy] | None = None,
         device: torch.device | str = "cpu",
-    ) -> TypedHaloCache:
+    ) -> PerTypeHaloCache:
         """One cache per type of ``feature_dims``, sized by ``split``, rows in ``codecs[t]``.
 
         Args:
             split: From :func:`split_budget`; types it does not list get capacity 0.
             feature_dims: Node type -> ``F_t`` (the types with halo rows, in the graph's order).
-            codecs: Node type -> its concrete codec (``TypedCodecConfig.codecs()``).
+            codecs: Node type -> its concrete codec (``PerTypeCodecConfig.codecs()``).
             policies: Node type -> its admission policy (``NoAdmission`` for types left out).
             device: Where every type's slots live (``HaloCache``'s ``device``).
 
@@ -295,7 +295,7 @@ class TypedHaloCache:
         feature_dims: Mapping[str, int],
         codecs: Mapping[str, Codec],
         device: torch.device | str = "cpu",
-    ) -> TypedHaloCache:
+    ) -> PerTypeHaloCache:
         """Every type at capacity 0, policy ``none``: each halo row is fetched, none kept."""
         empty = split_budget(0, {})
         return cls.build(empty, feature_dims=feature_dims, codecs=codecs, device=device)
@@ -348,9 +348,9 @@ class TypedHaloCache:
 
     # ---- accounting ---------------------------------------------------------------------------
     @property
-    def stats(self) -> TypedCacheStats:
+    def stats(self) -> PerTypeCacheStats:
         """Every type's ``CacheStats`` and their total."""
-        return TypedCacheStats({t: c.stats for t, c in self._caches.items()})
+        return PerTypeCacheStats({t: c.stats for t, c in self._caches.items()})
 
     def reset_stats(self) -> None:
         """Zero every type's counters (contents stay)."""
@@ -387,7 +387,7 @@ def _check_share(node_type: str, split: BudgetSplit, cache: HaloCache) -> None:
 
 
 # ---- the fetchers -----------------------------------------------------------------------------
-class TypedHaloFetcher:
+class PerTypeHaloFetcher:
     """Cache-backed halo fetch per node type: one ``HaloFetcher`` per type of ``cache``.
 
     Args:
@@ -402,7 +402,7 @@ class TypedHaloFetcher:
 
     def __init__(
         self,
-        cache: TypedHaloCache,
+        cache: PerTypeHaloCache,
         sources: Mapping[str, FeatureSource],
         *,
         wire: str | None = None,
@@ -436,6 +436,6 @@ class TypedHaloFetcher:
         """Node type -> its fetch ledger."""
         return {t: f.stats for t, f in self._fetchers.items()}
 
-    def counters(self) -> TypedCacheCounters:
+    def counters(self) -> PerTypeCacheCounters:
         """Per type fetch counts so far plus the caches' current levels."""
-        return TypedCacheCounters({t: f.counters() for t, f in self._fetchers.items()})
+        return PerTypeCacheCounters({t: f.counters() for t, f in self._fetchers.items()})

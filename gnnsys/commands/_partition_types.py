@@ -122,11 +122,11 @@ def _simulate(
     graph: Any, part_N: Any, num_parts: int, fanouts: tuple[int, ...], args: argparse.Namespace
 ) -> dict[str, int]:
     """``simulate_remote_fetches`` with the typed sampler, every relation at ``fanouts``."""
-    from gnnsys.sampler.relational import HeteroNeighborSampler, csr_sources
+    from gnnsys.sampler.relational import RelationalSampler, csr_sources
     from gnnsys.sampler.remote_fetches import simulate_remote_fetches
 
-    config = HeteroNeighborSampler.Config(fanouts={et: fanouts for et in graph.edge_types})
-    sampler = HeteroNeighborSampler(config, sources=csr_sources(graph), node_types=graph.node_types)
+    config = RelationalSampler.Config(fanouts={et: fanouts for et in graph.edge_types})
+    sampler = RelationalSampler(config, sources=csr_sources(graph), node_types=graph.node_types)
     offsets = graph.node_offsets()
     owner_of = {t: part_N[offsets[t] : offsets[t] + s.num_nodes] for t, s in graph.nodes.items()}
     train_of = {t: s.train_mask for t, s in graph.nodes.items()}
@@ -182,7 +182,7 @@ class TypedBench:
     Each row reports its time, peak RSS, balance per node type, edge cut per relation, halo per
     node type, the k-hop remote-fetch bound per type and the **simulated remote fetches per
     epoch per type** (each part's train seeds of every type with a train mask, batched and
-    sampled with ``HeteroNeighborSampler``, counting sampled nodes another part owns).
+    sampled with ``RelationalSampler``, counting sampled nodes another part owns).
     """
 
     default_methods = "random,hash,metis,ldg,fennel"

@@ -136,10 +136,10 @@ def build_hetero_config(args: argparse.Namespace, cfg: Any) -> Any:
     Raises:
         ValueError: A flag that does not apply (named), or a malformed value.
     """
-    from gnnsys.train.node_types import HeteroConfig, parse_relation_fanouts
+    from gnnsys.train.node_types import NodeTypesConfig, parse_relation_fanouts
 
     _refuse_flags(args)
-    hetero = cfg.hetero or HeteroConfig()  # a --config file's [hetero], else the defaults
+    hetero = cfg.hetero or NodeTypesConfig()  # a --config file's [hetero], else the defaults
     if args.model is not None:
         hetero = replace(hetero, model=args.model)
     sampler = cfg.sampler

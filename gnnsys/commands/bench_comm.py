@@ -138,13 +138,13 @@ def grid(policies: list[str], ratios: list[float], codecs: list[str]) -> list[Co
 
 
 def base_config(args: argparse.Namespace, store: Path, typed: bool = False) -> Any:
-    """The ``RunConfig`` every configuration derives from (``typed``: a HeteroSAGE/GAT run)."""
+    """The ``RunConfig`` every configuration derives from (``typed``: a RelationalSAGE/GAT run)."""
     from gnnsys.config import RunConfig
     from gnnsys.sampler import NeighborSampler
-    from gnnsys.train.node_types import HeteroConfig
+    from gnnsys.train.node_types import NodeTypesConfig
 
     cfg = apply_link_args(args, RunConfig())
-    cfg = replace(cfg, hetero=HeteroConfig(model=args.model) if typed else None)
+    cfg = replace(cfg, hetero=NodeTypesConfig(model=args.model) if typed else None)
     return replace(
         cfg,
         data=replace(cfg.data, dataset=args.dataset, root=args.root, store=str(store)),
@@ -241,9 +241,9 @@ TYPED_GRID = {
     "codecs": ("fp32", "fp16", "bf16", "int8", "int4"),
     "models": ("sage", "gat"),
 }
-"""What a heterogeneous dataset's grid can hold: the typed models are HeteroSAGE and HeteroGAT
-(``gnnsys.commands._train_types.NOT_FOR_HETERO`` has the reasons); ``binary`` is dropped (its
-0/1 check reads one feature table)."""
+"""What a heterogeneous dataset's grid can hold: the typed models are RelationalSAGE and
+RelationalGAT (``gnnsys.commands._train_types.NOT_FOR_HETERO`` has the reasons); ``binary`` is
+dropped (its 0/1 check reads one feature table)."""
 
 
 def typed_args(args: argparse.Namespace) -> argparse.Namespace:

@@ -3,7 +3,7 @@
 Reads the run's newest intact checkpoint (checksummed) and its identity, and writes
 ``DIR/model.pt`` + ``DIR/model.json`` (``gnnsys.models.pyg``). Load it with
 ``gnnsys.models.pyg.load_pyg(DIR).model``: a ``torch_geometric.nn.models.GraphSAGE``/``GCN``/
-``GAT`` with the run's weights, or for a typed ``HeteroSAGE`` run ``to_hetero(GraphSAGE)``
+``GAT`` with the run's weights, or for a typed ``RelationalSAGE`` run ``to_hetero(GraphSAGE)``
 over the store's node and edge types, with the learned rows of featureless types in
 ``load_pyg(DIR).embeddings``.
 """

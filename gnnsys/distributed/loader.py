@@ -294,9 +294,9 @@ class DistNeighborLoader:
         from gnnsys.cache.codecs import CodecConfig
         from gnnsys.models import ModelConfig
         from gnnsys.sampler import NeighborSampler
-        from gnnsys.train.node_types import HeteroConfig
-        from gnnsys.train.rank import TypedLayout, build_sources
-        from gnnsys.train.remote.ledger import TypedLedger
+        from gnnsys.train.node_types import NodeTypesConfig
+        from gnnsys.train.rank import RankLayout, build_sources
+        from gnnsys.train.remote.ledger import PerTypeLedger
         from gnnsys.train.remote.server import LocalOwnerClient, ShardOwner
         from gnnsys.train.trainer import Trainer
         from gnnsys.train.worker import WorkerSpec
@@ -317,7 +317,7 @@ class DistNeighborLoader:
         featured = (
             self.input_type if self.input_type in dims else min(dims, default=self.input_type)
         )
-        hetero = HeteroConfig(model="sage", input_type=featured) if self.typed else None
+        hetero = NodeTypesConfig(model="sage", input_type=featured) if self.typed else None
         spec = WorkerSpec(
             rank=self.rank, world_size=self.world_size, store=str(self.store),
             topology="partitioned",
@@ -329,8 +329,8 @@ class DistNeighborLoader:
             codec=codec, cache=cache, owner_reads="local", hetero=hetero,
             layer0=_first_layer(self.layer0, codec),
         )  # fmt: skip
-        layout = replace(TypedLayout.of(spec, info, need_labels=False), fanouts=per_relation)
-        ledger = TypedLedger(list(self.shard.nodes))
+        layout = replace(RankLayout.of(spec, info, need_labels=False), fanouts=per_relation)
+        ledger = PerTypeLedger(list(self.shard.nodes))
         owners = [
             ShardOwner(str(self.store), p, own_threads=False, books=self._raw_books)
             for p in range(self.world_size)
@@ -549,7 +549,7 @@ class DistNeighborLoader:
 
 
 class _EmptySub:
-    """The fields of a ``HeteroSampledSubgraph`` that the join reads, for a batch without seeds."""
+    """The fields of a ``RelationalSubgraph`` that the join reads, for a batch without seeds."""
 
     def __init__(self, **fields: Any) -> None:
         self.__dict__.update(fields)

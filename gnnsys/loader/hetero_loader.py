@@ -21,7 +21,7 @@ destination), ``e_id`` and ``num_sampled_edges``; on the input type ``input_id``
 ``filter_custom_hetero_store`` (stores), so every node- and edge-level attribute is sliced as
 PyG slices it and ``to_hetero`` models run unchanged.
 
-Plain fanouts run on ``HeteroNeighborSampler`` (the distributed runtime's sampler, identical
+Plain fanouts run on ``RelationalSampler`` (the distributed runtime's sampler, identical
 batches); ``disjoint``, ``weight_attr`` and ``time_attr``/``input_time`` run on
 ``ExtendedSampler``, with PyG's rules: ``time_attr`` names a node-level attribute (on some
 node types) or an edge-level one (on some relations), never both; types or relations without it
@@ -50,7 +50,7 @@ from gnnsys.loader.pyg_sampler import induced_edges
 from gnnsys.sampler.candidates import check_strategy, time_sorted
 from gnnsys.sampler.csr_source import CSRNeighborSource
 from gnnsys.sampler.extended import ExtendedSampler
-from gnnsys.sampler.relational import HeteroNeighborSampler, csr_sources
+from gnnsys.sampler.relational import RelationalSampler, csr_sources
 from gnnsys.types import EdgeType
 
 __all__ = [
@@ -309,7 +309,7 @@ def join_hetero(view: HeteroGraphView, out: Any, custom_cls: Any = None) -> Any:
 
 
 def hetero_output(sub: Any, metadata: Any = None) -> Any:
-    """PyG's ``HeteroSamplerOutput`` of a ``HeteroSampledSubgraph``."""
+    """PyG's ``HeteroSamplerOutput`` of a ``RelationalSubgraph``."""
     from torch_geometric.sampler import HeteroSamplerOutput
 
     return HeteroSamplerOutput(
@@ -376,9 +376,7 @@ def typed_subgraph(out: Any, kind: str, view: HeteroGraphView) -> Any:
     return out
 
 
-def typed_sampler(
-    view: HeteroGraphView, sampling: Sampling
-) -> HeteroNeighborSampler | ExtendedSampler:
+def typed_sampler(view: HeteroGraphView, sampling: Sampling) -> RelationalSampler | ExtendedSampler:
     """The fast typed sampler for plain fanouts, else the extended one (PyG's attribute rules).
 
     Raises:
@@ -390,8 +388,8 @@ def typed_sampler(
     time_attr, weight_attr = sampling.time_attr, sampling.weight_attr
     if not (disjoint or time_attr or weight_attr):
         check_strategy(sampling.temporal_strategy)  # accepted, as in PyG; nothing is temporal
-        return HeteroNeighborSampler(
-            HeteroNeighborSampler.Config(fanouts=fanouts, replace=replace),
+        return RelationalSampler(
+            RelationalSampler.Config(fanouts=fanouts, replace=replace),
             sources=view.sources, node_types=list(view.num_nodes),
         )  # fmt: skip
     node_time = edge_time = weight = None
@@ -432,7 +430,7 @@ def typed_sampler(
 
 
 def _check_seeds_have_time(
-    sampler: HeteroNeighborSampler | ExtendedSampler, input_type: str, time_attr: Any
+    sampler: RelationalSampler | ExtendedSampler, input_type: str, time_attr: Any
 ) -> None:
     """Fail now, not at the first batch, when temporal seeds have no time.
 

@@ -5,8 +5,9 @@ Attention weights depend on both endpoints, so this aggregation is not linear in
 sizes). Shape legend: ``N`` source nodes, ``M`` destination nodes (the first ``M`` sources), ``E``
 block edges plus ``M`` self loops, ``K`` heads, ``C`` channels per head.
 
-``HeteroGATLayer``/``HeteroGAT`` are GAT over typed blocks (``gnnsys.models.relational`` describes
-them): one ``GATConv`` per relation, summed; a relation from a type to itself is a ``GATLayer``.
+``RelationalGATLayer``/``RelationalGAT`` are GAT over typed blocks (``gnnsys.models.relational``
+describes them): one ``GATConv`` per relation, summed; a relation from a type to itself is a
+``GATLayer``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from gnnsys.models.relational import (
 )
 from gnnsys.types import Block
 
-__all__ = ["GAT", "GATLayer", "HeteroGAT", "HeteroGATLayer"]
+__all__ = ["GAT", "GATLayer", "RelationalGAT", "RelationalGATLayer"]
 
 
 class GATLayer(nn.Module):
@@ -171,7 +172,7 @@ class _SelfGAT(GATLayer):
         return super().forward(x_src, block)
 
 
-class HeteroGATLayer(nn.Module):
+class RelationalGATLayer(nn.Module):
     """One ``GATConv`` per relation, summed per destination type (PyG's ``HeteroConv``).
 
     A relation from a type to itself gets the homogeneous form (``_SelfGAT``), one between two
@@ -215,8 +216,8 @@ class HeteroGATLayer(nn.Module):
         return _sum_relations(self.convs, self.edge_types, x_dict, blocks)
 
 
-class HeteroGAT(_RelationStack):
-    """``HeteroGATLayer`` stack with ReLU and dropout between layers.
+class RelationalGAT(_RelationStack):
+    """``RelationalGATLayer`` stack with ReLU and dropout between layers.
 
     Hidden layers concatenate ``heads`` heads, the last averages one (as ``gnnsys.models.GAT``).
 
@@ -254,4 +255,4 @@ class HeteroGAT(_RelationStack):
     ) -> nn.Module:
         """Hidden layers: ``heads`` heads of ``width // heads`` concatenated; the last: one."""
         k = 1 if last else self.heads
-        return HeteroGATLayer(in_dims, width // k, edge_types, k, not last, self.dropout)
+        return RelationalGATLayer(in_dims, width // k, edge_types, k, not last, self.dropout)

@@ -20,11 +20,11 @@ at most one, so on a graph that already has self loops the two differ; gnnsys's 
 none). ReLU between layers and dropout are PyG's defaults too. Inference on a whole graph then
 gives the logits of gnnsys's exact evaluation (tested to 1e-5).
 
-A typed run's ``HeteroSAGE`` (one ``SAGEConv`` per relation, summed per destination type) is
+A typed run's ``RelationalSAGE`` (one ``SAGEConv`` per relation, summed per destination type) is
 ``to_hetero(GraphSAGE((-1, -1), H, L, C), metadata, aggr="sum")`` over the store's node and
 edge types; the learned rows of its featureless types (held per rank in the checkpoint) are
 assembled into one ``[N_t, D]`` table per type, which the user passes in ``x_dict``
-(:attr:`PygExport.embeddings`). ``HeteroGAT`` and ``RGCN`` have no export (refused, named).
+(:attr:`PygExport.embeddings`). ``RelationalGAT`` and ``RGCN`` have no export (refused, named).
 
 A link-prediction run exports its encoder this way (``out_channels`` is the embedding width)
 and its decoder (``dot`` or ``mlp``, ``gnnsys.models.link``) beside it.
@@ -119,14 +119,14 @@ def typed_pyg_spec(
     dropout: float,
     metadata: tuple[list[str], list[tuple[str, str, str]]],
 ) -> dict[str, Any]:
-    """The spec of a typed ``HeteroSAGE``: ``to_hetero(GraphSAGE((-1, -1), ...), aggr="sum")``.
+    """The spec of a typed ``RelationalSAGE``: ``to_hetero(GraphSAGE((-1, -1), ...), aggr="sum")``.
 
-    ``HeteroSAGELayer`` is one ``SAGEConv`` per relation summed per destination type, which is
+    ``RelationalSAGELayer`` is one ``SAGEConv`` per relation summed per destination type, which is
     what ``to_hetero`` makes of a ``GraphSAGE`` with ``aggr="sum"`` (:func:`pyg_state` renames
     the relation keys to ``to_hetero``'s).
 
     Args:
-        name: The typed model (``HeteroConfig.model``).
+        name: The typed model (``NodeTypesConfig.model``).
         state: Its state dict (``layers.i.convs.<key>.*``).
         dropout: Its dropout.
         metadata: ``(node types, edge types)``, PyG's ``HeteroData.metadata()``.
@@ -137,11 +137,11 @@ def typed_pyg_spec(
     if name != "sage":
         raise ValueError(
             f"heterogeneous model {name!r} has no to_hetero export; exportable: sage "
-            "(HeteroSAGE = to_hetero(GraphSAGE, aggr='sum'))"
+            "(RelationalSAGE = to_hetero(GraphSAGE, aggr='sum'))"
         )
     lin = sorted(k for k in state if k.startswith("layers.") and k.endswith(".lin_l.weight"))
     if not lin:
-        raise ValueError("the state dict has no layers.*.lin_l.weight; is it a HeteroSAGE's?")
+        raise ValueError("the state dict has no layers.*.lin_l.weight; is it a RelationalSAGE's?")
     num_layers = len({k.split(".")[1] for k in lin})
     first = state[next(k for k in lin if k.startswith("layers.0."))]
     last = state[next(k for k in lin if k.startswith(f"layers.{num_layers - 1}."))]

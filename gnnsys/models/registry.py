@@ -5,7 +5,7 @@ Each entry says how the runtime builds the model over a graph's node types and r
 ``gnnsys export-model`` writes it as, whether the CLI offers it on one type's graph
 (``rgcn`` is typed only), whether it normalises by whole-graph in-degrees, and the
 single-process ``BlockModel`` class of the in-memory reference runs. The CLI's refusals,
-``ModelConfig``'s and ``HeteroConfig``'s checks, the runtime (``gnnsys.train.rank``), the
+``ModelConfig``'s and ``NodeTypesConfig``'s checks, the runtime (``gnnsys.train.rank``), the
 export (``gnnsys.models.pyg``) and the PyG model check (``gnnsys.models.pyg_user``) all read
 :data:`REGISTRY`: adding a model is one entry here.
 """
@@ -46,21 +46,21 @@ class ModelKind:
 
 
 def _sage(*args: Any) -> nn.Module:
-    from gnnsys.models.relational import HeteroSAGE
+    from gnnsys.models.relational import RelationalSAGE
 
-    return HeteroSAGE(*args)
+    return RelationalSAGE(*args)
 
 
 def _gcn(*args: Any) -> nn.Module:
-    from gnnsys.models.relational import HeteroGCN
+    from gnnsys.models.relational import RelationalGCN
 
-    return HeteroGCN(*args)
+    return RelationalGCN(*args)
 
 
 def _gat(*args: Any) -> nn.Module:
-    from gnnsys.models.gat import HeteroGAT
+    from gnnsys.models.gat import RelationalGAT
 
-    return HeteroGAT(*args)
+    return RelationalGAT(*args)
 
 
 def _rgcn(

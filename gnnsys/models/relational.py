@@ -1,15 +1,15 @@
 """Heterogeneous GNN layers over typed blocks: heterogeneous SAGE and R-GCN (single device).
 
-A *typed block* layer is a dict ``edge type -> Block`` (``HeteroSampledSubgraph.blocks[l]``):
+A *typed block* layer is a dict ``edge type -> Block`` (``RelationalSubgraph.blocks[l]``):
 the block of ``(src, rel, dst)`` has rows for the first ``num_dst`` nodes of ``dst`` and ``col``
 indexes the first ``num_src`` nodes of ``src``. Inputs are ``x_dict``: node type -> ``[N_t, F]``
 rows of that type's sampled nodes (at least ``num_src`` of every block reading it). A layer's
 output has one entry per destination type: ``[M_t, H]`` for its first ``M_t`` nodes.
 
-* ``HeteroSAGELayer`` equals PyG's ``HeteroConv({et: SAGEConv((-1, -1), H)}, aggr="sum")``:
+* ``RelationalSAGELayer`` equals PyG's ``HeteroConv({et: SAGEConv((-1, -1), H)}, aggr="sum")``:
   ``out[t]_i = sum over relations r into t of lin_l_r(mean_{j in N_r(i)} x_j) + lin_r_r(x_i)``,
   with PyG 2.8's parameter names (``convs.<src___rel___dst>.lin_l.weight``, ...).
-* ``HeteroGATLayer`` equals PyG's ``HeteroConv`` of ``GATConv`` (``aggr="sum"``), one per
+* ``RelationalGATLayer`` equals PyG's ``HeteroConv`` of ``GATConv`` (``aggr="sum"``), one per
   relation in the form the relation admits: from a type to itself, the homogeneous
   ``GATConv(F_t, C, heads=K, concat=)`` (one projection, a self loop per destination:
   ``gnnsys.models.GATLayer``, so a homogeneous graph's one relation gives ``GAT``); between two
@@ -17,7 +17,7 @@ output has one entry per destination type: ``[M_t, H]`` for its first ``M_t`` no
   (PyG's ``to_hetero`` recipe; a destination without in-edges of it gets its bias). PyG's
   parameter names (``convs.<src___rel___dst>.lin.weight`` or ``lin_src``/``lin_dst``,
   ``att_src``, ``att_dst``, ``bias``).
-* ``HeteroGCNLayer`` equals PyG's ``to_hetero`` of a GCN (``GCNConv(-1, H)`` per relation,
+* ``RelationalGCNLayer`` equals PyG's ``to_hetero`` of a GCN (``GCNConv(-1, H)`` per relation,
   summed), for graphs whose every relation leads from a type to itself: PyG's ``GCNConv``
   takes no bipartite input. Each relation normalises by its own whole-graph in-degrees
   (``Block.src_in_degree``); a homogeneous graph's one relation gives ``GCNLayer``.
@@ -53,10 +53,10 @@ from gnnsys.types import Block, EdgeType
 __all__ = [
     "RGCN",
     "EdgeType",
-    "HeteroGCN",
-    "HeteroGCNLayer",
-    "HeteroSAGE",
-    "HeteroSAGELayer",
+    "RelationalGCN",
+    "RelationalGCNLayer",
+    "RelationalSAGE",
+    "RelationalSAGELayer",
     "RGCNLayer",
     "TypedBlocks",
 ]
@@ -133,7 +133,7 @@ class _RelationSAGE(SAGELayer):
         return h_MH
 
 
-class HeteroSAGELayer(nn.Module):
+class RelationalSAGELayer(nn.Module):
     """One ``SAGEConv`` per relation, summed per destination type (PyG's ``HeteroConv``).
 
     Args:
@@ -208,7 +208,7 @@ class _RelationGCN(GCNLayer):
         return self.combine(agg_MF, x_dst, block)
 
 
-class HeteroGCNLayer(nn.Module):
+class RelationalGCNLayer(nn.Module):
     """One ``GCNConv`` per relation, summed per destination type (PyG's ``to_hetero`` of a GCN).
 
     PyG's ``GCNConv`` takes no bipartite input (pyg-team/pytorch_geometric#7637): every
@@ -322,7 +322,7 @@ def _one_relation_names(stack: nn.Module, edge_types: list[EdgeType]) -> None:
     stack.register_load_state_dict_pre_hook(load)  # type: ignore[no-untyped-call]
 
 
-class _TypedStack(nn.Module):
+class _RelationalStack(nn.Module):
     """Typed layers in order (input layer first), ReLU and dropout between them.
 
     Raises:
@@ -345,7 +345,7 @@ class _TypedStack(nn.Module):
         return _stack_forward(self.layers, x_dict, blocks, self.dropout, self.training)
 
 
-class _RelationStack(_TypedStack):
+class _RelationStack(_RelationalStack):
     """A stack of one per-relation layer class (``layer_class``), each type its own input width.
 
     Args:
@@ -393,8 +393,8 @@ class _RelationStack(_TypedStack):
         return _stack_forward(self.layers, x_dict, blocks, self.dropout, self.training, agg)
 
 
-class HeteroSAGE(_RelationStack):
-    """``HeteroSAGELayer`` stack with ReLU and dropout between layers (input layer first).
+class RelationalSAGE(_RelationStack):
+    """``RelationalSAGELayer`` stack with ReLU and dropout between layers (input layer first).
 
     Arguments as ``_RelationStack``'s.
 
@@ -402,7 +402,7 @@ class HeteroSAGE(_RelationStack):
         ValueError: ``num_layers < 1`` or dropout outside ``[0, 1)``.
     """
 
-    layer_class = HeteroSAGELayer
+    layer_class = RelationalSAGELayer
 
 
 def _stack_forward(
@@ -413,15 +413,15 @@ def _stack_forward(
     training: bool,
     first_agg: dict[EdgeType, Tensor] | None = None,
 ) -> dict[str, Tensor]:
-    """Run typed layers in order, ReLU and dropout between them (HeteroSAGE's and RGCN's).
+    """Run typed layers in order, ReLU and dropout between them (RelationalSAGE's and RGCN's).
 
-    ``first_agg``: layer 0's reductions done already (``HeteroSAGELayer.forward_from_agg``).
+    ``first_agg``: layer 0's reductions done already (``RelationalSAGELayer.forward_from_agg``).
     """
     if len(blocks) != len(layers):
         raise ValueError(f"got {len(blocks)} block layers for {len(layers)} layers")
     for i, (layer, layer_blocks) in enumerate(zip(layers, blocks, strict=True)):
         if i == 0 and first_agg:
-            linear = cast(HeteroSAGELayer | HeteroGCNLayer, layer)
+            linear = cast(RelationalSAGELayer | RelationalGCNLayer, layer)
             x_dict = linear.forward_from_agg(x_dict, layer_blocks, first_agg)
         else:
             x_dict = layer(x_dict, layer_blocks)
@@ -432,7 +432,7 @@ def _stack_forward(
     return x_dict
 
 
-class RGCN(_TypedStack):
+class RGCN(_RelationalStack):
     """``RGCNLayer`` stack with ReLU and dropout between layers (input layer first).
 
     Every node type enters with width ``in_dim`` (features, or embeddings as wide).
@@ -466,8 +466,8 @@ class RGCN(_TypedStack):
         )
 
 
-class HeteroGCN(_RelationStack):
-    """``HeteroGCNLayer`` stack with ReLU and dropout between layers (input layer first).
+class RelationalGCN(_RelationStack):
+    """``RelationalGCNLayer`` stack with ReLU and dropout between layers (input layer first).
 
     Every relation leads from a node type to itself (:func:`check_gcn_relations`); on a
     homogeneous graph it equals ``gnnsys.models.GCN`` from the same seed. Arguments as
@@ -478,6 +478,6 @@ class HeteroGCN(_RelationStack):
             node types.
     """
 
-    layer_class = HeteroGCNLayer
+    layer_class = RelationalGCNLayer
     uses_in_degree = True
     """Blocks carry each relation's whole-graph in-degrees (``Block.src_in_degree``)."""

@@ -27,7 +27,7 @@ from gnnsys.partitioners.per_type import hetero_train_mask
 from gnnsys.types import Assignment, EdgeType, Graph
 
 __all__ = [
-    "HeteroPartitionMetrics",
+    "PerTypePartitionMetrics",
     "RelationCut",
     "TypeMetrics",
     "compute_hetero_metrics",
@@ -68,7 +68,7 @@ class RelationCut:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class HeteroPartitionMetrics:
+class PerTypePartitionMetrics:
     """Quality of one heterogeneous assignment (module docstring)."""
 
     num_parts: int
@@ -149,7 +149,7 @@ def compute_hetero_metrics(
     num_hops: int = 2,
     *,
     directed: Graph | None = None,
-) -> HeteroPartitionMetrics:
+) -> PerTypePartitionMetrics:
     """Every metric of the module docstring for one assignment over global ids.
 
     Args:
@@ -186,7 +186,7 @@ def compute_hetero_metrics(
         )
     cuts = relation_cuts(graph, part_N, num_parts)
     total_cut = sum(c.edge_cut for c in cuts.values())
-    return HeteroPartitionMetrics(
+    return PerTypePartitionMetrics(
         num_parts=num_parts,
         num_hops=num_hops,
         node_types=types,

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from gnnsys.sampler.draw import draw_key, draw_positions
 from gnnsys.store.pages import ReadAhead
-from gnnsys.store.shard import HeteroShard
+from gnnsys.store.shard import Shard
 from gnnsys.types import Graph, NeighborSample
 
 __all__ = ["NO_EDGE_ID", "CSRNeighborSource"]
@@ -130,7 +130,7 @@ class CSRNeighborSource:
     @classmethod
     def from_relation(
         cls,
-        shard: HeteroShard,
+        shard: Shard,
         edge_type: tuple[str, str, str],
         lid_N: Tensor | np.ndarray,
         *,

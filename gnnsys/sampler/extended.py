@@ -1,6 +1,6 @@
 """``ExtendedSampler``: PyG's optional sampling modes (disjoint, weighted, temporal), by node type.
 
-``NeighborSampler`` / ``HeteroNeighborSampler`` (both fronts of ``FanoutEngine``) are the fast
+``NeighborSampler`` / ``RelationalSampler`` (both fronts of ``FanoutEngine``) are the fast
 path for plain fanouts (the distributed runtime's); this sampler adds PyG's other modes, over
 whole-graph ``CSRNeighborSource`` s keyed by relation. A homogeneous graph is its one-type case
 (``ExtendedSampler.over_graph``, ``sample_graph``: the ``SampledSubgraph`` layout, seeds first,
@@ -28,7 +28,7 @@ the key ``draw_key(relation_seed(seed, edge_type), hop, fanout, replace)``, so r
 a destination draw independently and a batch depends only on its seed; the one-type sampler of
 ``over_graph`` keys its one relation by the batch seed itself. Within a hop, a type's new nodes
 are numbered by first appearance over the relations in ``edge_types`` order, as in
-``HeteroNeighborSampler``. Cost per hop and relation: ``CandidateDraw``'s (``O(k)`` per frontier
+``RelationalSampler``. Cost per hop and relation: ``CandidateDraw``'s (``O(k)`` per frontier
 node on its prefix path, which needs time-sorted rows when temporal: ``candidates.time_sorted``,
 which the loaders apply; else ``O(degree)``).
 
@@ -55,8 +55,8 @@ from gnnsys.sampler.csr_source import CSRNeighborSource
 from gnnsys.sampler.draw import draw_key
 from gnnsys.sampler.relabel import Piece
 from gnnsys.sampler.relational import (
-    HeteroNeighborSampler,
-    HeteroSampledSubgraph,
+    RelationalSampler,
+    RelationalSubgraph,
     checked_seeds,
     relation_seed,
     seeds_of,
@@ -88,8 +88,8 @@ class ExtendedSampler:
     """
 
     @dataclass(frozen=True, kw_only=True, slots=True)
-    class Config(HeteroNeighborSampler.Config):
-        """``HeteroNeighborSampler``'s settings (fanouts, replacement) and the extended ones."""
+    class Config(RelationalSampler.Config):
+        """``RelationalSampler``'s settings (fanouts, replacement) and the extended ones."""
 
         disjoint: bool = False
         """Every seed grows its own tree (forced on by temporal sampling, as in PyG)."""
@@ -98,7 +98,7 @@ class ExtendedSampler:
 
         def __post_init__(self) -> None:
             """Check fanouts as the plain config does; reject unknown strategies."""
-            HeteroNeighborSampler.Config.__post_init__(self)
+            RelationalSampler.Config.__post_init__(self)
             check_strategy(self.temporal_strategy)
 
     def __init__(
@@ -239,7 +239,7 @@ class ExtendedSampler:
         input_type: str,
         seed: int,
         seed_time: Tensor | None = None,
-    ) -> HeteroSampledSubgraph:
+    ) -> RelationalSubgraph:
         """Sample the ``L``-hop typed in-neighborhood of ``seed_lid`` (of ``input_type``).
 
         Args:
@@ -262,7 +262,7 @@ class ExtendedSampler:
         *,
         seed: int,
         seed_time: Mapping[str, Tensor] | None = None,
-    ) -> HeteroSampledSubgraph:
+    ) -> RelationalSubgraph:
         """``sample`` from seeds of one or more types (PyG's seed and seed-time dicts).
 
         Seed ``i`` of every type roots tree ``i`` (pyg-lib's rule: a link's source and
@@ -278,7 +278,7 @@ class ExtendedSampler:
         seed_time: Mapping[str, Tensor] | None,
         *,
         with_edge_index: bool,
-    ) -> HeteroSampledSubgraph:
+    ) -> RelationalSubgraph:
         seeds = checked_seeds(seed_lids, self._seeds_of)
         time_B = self._tree_times(seeds, seed_time or {})
         return self._sample_hops(seeds, next(iter(seeds)), time_B, seed, with_edge_index)
@@ -324,7 +324,7 @@ class ExtendedSampler:
         time_B: np.ndarray | None,
         seed: int,
         with_edge_index: bool,
-    ) -> HeteroSampledSubgraph:
+    ) -> RelationalSubgraph:
         empty = np.zeros(0, dtype=np.int64)
         frontier = {t: (empty, empty) for t in self.num_nodes}
         for node_type, lid in seeds.items():  # each seed roots its tree

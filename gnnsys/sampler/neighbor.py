@@ -28,7 +28,7 @@ whole hop, so the batch is identical for every thread count.
 **One engine for both kinds.** ``FanoutEngine`` runs the hops over typed nodes: one table per
 node type, one fanout list and source per relation. ``NeighborSampler`` is its one-type case
 (``ONE_TYPE``, ``ONE_RELATION``, drawn with the batch seed itself);
-``gnnsys.sampler.relational.HeteroNeighborSampler`` is its typed front (each relation drawn with its
+``gnnsys.sampler.relational.RelationalSampler`` is its typed front (each relation drawn with its
 ``relation_seed``). Everything above holds per relation and per type.
 
 Shape legend: ``B`` seeds, ``N`` sampled nodes, ``E`` sampled edges, ``M`` destinations of a hop.
@@ -65,7 +65,7 @@ class NeighborSampler:
     """Implements ``Sampler``: fanout sampling of in-neighbors, hop by hop.
 
     The one-type case of ``FanoutEngine`` (one node type, one relation, keyed by the batch
-    seed); ``HeteroNeighborSampler`` is its typed front over the same engine.
+    seed); ``RelationalSampler`` is its typed front over the same engine.
 
     Args:
         config: Fanouts, replacement and threads.

@@ -1,4 +1,4 @@
-"""``HeteroNeighborSampler``: per-relation fanout sampling over typed nodes (PyG's semantics).
+"""``RelationalSampler``: per-relation fanout sampling over typed nodes (PyG's semantics).
 
 Hop ``h`` draws, for every relation ``(src, rel, dst)``, up to ``fanouts[rel][h]`` in-neighbors
 of the ``dst`` nodes first reached at hop ``h - 1`` (the seeds at hop 0); the drawn ``src``
@@ -53,8 +53,8 @@ from gnnsys.sampler.relabel import Piece
 from gnnsys.types import ONE_RELATION, Block, EdgeType
 
 __all__ = [
-    "HeteroNeighborSampler",
-    "HeteroSampledSubgraph",
+    "RelationalSampler",
+    "RelationalSubgraph",
     "assemble",
     "checked_seeds",
     "csr_sources",
@@ -83,8 +83,8 @@ def csr_sources(graph: HeteroGraph) -> dict[EdgeType, CSRNeighborSource]:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class HeteroSampledSubgraph:
-    """Output of ``HeteroNeighborSampler`` for one batch of seeds of one node type.
+class RelationalSubgraph:
+    """Output of ``RelationalSampler`` for one batch of seeds of one node type.
 
     Attributes:
         n_id: Node type -> ``[N_t]`` int64 type-local ids: seeds first (input type), then
@@ -113,7 +113,7 @@ class HeteroSampledSubgraph:
     every node's tree; ``None`` otherwise."""
 
 
-class HeteroNeighborSampler:
+class RelationalSampler:
     """Fanout sampling over typed nodes, one fanout list per relation.
 
     Args:
@@ -193,7 +193,7 @@ class HeteroNeighborSampler:
 
     def sample(
         self, seed_lid: Tensor, *, input_type: str, seed: int, with_edge_index: bool = True
-    ) -> HeteroSampledSubgraph:
+    ) -> RelationalSubgraph:
         """Sample the ``L``-hop typed in-neighborhood of ``seed_lid`` (of ``input_type``).
 
         Args:
@@ -215,7 +215,7 @@ class HeteroNeighborSampler:
         seed: int,
         seed_time: Mapping[str, Tensor] | None = None,
         with_edge_index: bool = True,
-    ) -> HeteroSampledSubgraph:
+    ) -> RelationalSubgraph:
         """``sample`` from seeds of one or more types (PyG's seed dict).
 
         A link batch has two: its source and destination types. Each type's seeds come first
@@ -252,7 +252,7 @@ def assemble(
     batch: dict[str, Tensor] | None = None,
     *,
     with_edge_index: bool = True,
-) -> HeteroSampledSubgraph:
+) -> RelationalSubgraph:
     """The typed output of per-hop pieces (the layout of the module docstring).
 
     Args:
@@ -305,7 +305,7 @@ def typed_output(
     batch: dict[str, Tensor] | None = None,
     *,
     with_edge_index: bool = True,
-) -> HeteroSampledSubgraph:
+) -> RelationalSubgraph:
     """The typed output of every hop's concatenated arrays: one prefix block per layer.
 
     ``rowptr``/``col``/``e_id`` per relation span every hop (``FanoutEngine``'s ``Sampled``);
@@ -326,7 +326,7 @@ def typed_output(
     blocks = [
         {et: layers[layer] for et, layers in per_relation.items()} for layer in range(num_hops)
     ]
-    return HeteroSampledSubgraph(
+    return RelationalSubgraph(
         n_id=n_id,
         blocks=tuple(blocks),
         input_type=input_type,
@@ -340,8 +340,8 @@ def typed_output(
 
 
 def with_typed_in_degree(
-    sub: HeteroSampledSubgraph, degrees: Mapping[EdgeType, DegreeSource]
-) -> HeteroSampledSubgraph:
+    sub: RelationalSubgraph, degrees: Mapping[EdgeType, DegreeSource]
+) -> RelationalSubgraph:
     """``sub`` with the blocks of every relation in ``degrees`` carrying ``src_in_degree``.
 
     A relation's degrees are its sources' whole-graph in-degrees in that relation (GCN's

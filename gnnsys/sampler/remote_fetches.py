@@ -25,7 +25,7 @@ def simulate_remote_fetches(
 
     Args:
         engine: The sampler's ``FanoutEngine`` (``NeighborSampler(...).engine`` for a graph,
-            ``HeteroNeighborSampler(...).engine`` for a typed one).
+            ``RelationalSampler(...).engine`` for a typed one).
         owner_of: Node type -> ``[N_t]`` part of every node.
         train_of: Node type -> ``[N_t]`` train mask; ``None``: the type has no seeds.
         num_parts: ``P``.

@@ -1,7 +1,7 @@
 """Stage 3, the on-disk partition store: ``(Graph, Assignment) <-> partition directory``.
 
 One format and one reader for both kinds (``gnnsys.store.reader``): ``read_shard`` loads a
-part's ``HeteroShard`` (per node type and relation; a homogeneous store is its one type),
+part's ``Shard`` (per node type and relation; a homogeneous store is its one type),
 memory-mapped, each array checked before use; ``verify`` recomputes every checksum and checks
 everything; ``load_books`` gives the book of every node type; ``assemble_hetero`` the whole graph.
 A homogeneous store also reads as ``load_shard`` (the one-type ``PartitionShard`` view),
@@ -29,14 +29,14 @@ from gnnsys.store.reader import (
     read_store_manifest,
     verify,
 )
-from gnnsys.store.shard import HeteroShard, build_shard
+from gnnsys.store.shard import Shard, build_shard
 from gnnsys.store.writer import graph_fingerprint, write_partitions
 
 __all__ = [
     "FORMAT_VERSION",
     "FileEntry",
     "StoreManifest",
-    "HeteroShard",
+    "Shard",
     "Manifest",
     "PartEntry",
     "ShardLinks",

@@ -39,7 +39,7 @@ from gnnsys.store.manifest import REL_ARRAYS as _REL_ARRAYS
 from gnnsys.store.manifest import Manifest, StoreManifest
 
 if TYPE_CHECKING:
-    from gnnsys.store.shard import HeteroShard, RelationShard, TypeShard
+    from gnnsys.store.shard import RelationShard, Shard, TypeShard
 
 __all__ = [
     "check_book",
@@ -215,7 +215,7 @@ def check_lids(
             )
 
 
-def check_sizes(root: Path, manifest: StoreManifest, shard: HeteroShard) -> None:
+def check_sizes(root: Path, manifest: StoreManifest, shard: Shard) -> None:
     """Cheap structural checks: every array 1-D, sizes agree with each other and the manifest.
 
     Run on every load, checked or not (no pass over the data).
@@ -249,9 +249,7 @@ def check_sizes(root: Path, manifest: StoreManifest, shard: HeteroShard) -> None
             raise _fail(path, "relation arrays disagree in size with each other or the manifest")
 
 
-def check_shard(
-    root: Path, manifest: StoreManifest, shard: HeteroShard, part_N: np.ndarray
-) -> None:
+def check_shard(root: Path, manifest: StoreManifest, shard: Shard, part_N: np.ndarray) -> None:
     """Semantic checks of one shard, per node type and relation, against ``node_to_part``.
 
     Raises:
@@ -352,7 +350,7 @@ def _check_labels(y: np.ndarray, num_classes: int | None, path: Path) -> None:
     _check_range(y, -1, max(hi, 0), path, "label (-1 = unlabeled)")
 
 
-def check_edge_ids(root: Path, manifest: StoreManifest, shards: list[HeteroShard]) -> None:
+def check_edge_ids(root: Path, manifest: StoreManifest, shards: list[Shard]) -> None:
     """Per relation, every shard's ``e_id`` is exactly its owned nodes' positions in the CSR.
 
     The relation's ``indptr`` follows from every shard's degrees, so node ``v``'s in-edges must

@@ -1,6 +1,6 @@
 """Read a partition directory of either kind: manifest, books, shards, a full check, assembly.
 
-One reader serves both kinds: ``read_shard`` gives a ``HeteroShard`` (per node type and
+One reader serves both kinds: ``read_shard`` gives a ``Shard`` (per node type and
 relation), and a homogeneous store is its one type ``node`` and relation ``node__to__node``;
 ``load_shard`` is that shard's ``PartitionShard`` view (zero copy). Reads are memory-mapped
 (``np.load(mmap_mode="r", allow_pickle=False)``): loading a shard costs page-table entries,
@@ -40,7 +40,7 @@ from gnnsys.store.integrity import (
 from gnnsys.store.layout import MANIFEST, NODE_LID, NODE_TO_PART, rel_file, type_file
 from gnnsys.store.manifest import REL_ARRAYS, TYPE_ARRAYS, Manifest, StoreManifest
 from gnnsys.store.pages import advise_random, release_pages
-from gnnsys.store.shard import HeteroShard, RelationShard, TypeShard
+from gnnsys.store.shard import RelationShard, Shard, TypeShard
 from gnnsys.types import PartitionBook, PartitionShard
 
 __all__ = [
@@ -254,7 +254,7 @@ def load_book(root: str | os.PathLike[str], *, verify: bool = True) -> Partition
 
 def read_shard(
     root: str | os.PathLike[str], part: int, *, mmap: bool = True, verify: bool = True
-) -> HeteroShard:
+) -> Shard:
     """Load part ``part`` of a store of either kind (memory-mapped unless ``mmap=False``).
 
     A homogeneous store's shard has one type ``node`` and one relation ``node__to__node``
@@ -290,7 +290,7 @@ def load_shard(
 
 def _read_shard(
     root: Path, manifest: StoreManifest, part: int, *, mmap: bool, verify: bool
-) -> HeteroShard:
+) -> Shard:
     if isinstance(part, bool) or not isinstance(part, int | np.integer):
         raise TypeError(f"part={part!r}; pass an int part id")
     if not 0 <= part < manifest.num_parts:
@@ -322,7 +322,7 @@ def _read_shard(
     for rentry in manifest.relations:
         arrays = {k: load(rel_file(part, rentry.edge_type, k)) for k in REL_ARRAYS}
         relations[rentry.edge_type] = RelationShard(edge_type=rentry.edge_type, **arrays)
-    shard = HeteroShard(part=part, num_parts=manifest.num_parts, nodes=nodes, relations=relations)
+    shard = Shard(part=part, num_parts=manifest.num_parts, nodes=nodes, relations=relations)
     check_sizes(root, manifest, shard)
     if not verify:
         for nodes_t in nodes.values():
@@ -339,7 +339,7 @@ def _read_shard(
     return shard
 
 
-def _arrays(shard: HeteroShard) -> list[np.ndarray]:
+def _arrays(shard: Shard) -> list[np.ndarray]:
     """Every array of ``shard``."""
     out = []
     for t in shard.nodes.values():
@@ -386,7 +386,7 @@ def _check_part_ids(arr: np.ndarray, num_parts: int, path: Path) -> None:
 
 def _read_all(
     root: str | os.PathLike[str], *, verify: bool = True
-) -> tuple[StoreManifest, list[HeteroShard]]:
+) -> tuple[StoreManifest, list[Shard]]:
     """The manifest and every shard, plus the cross-shard edge-id check per relation."""
     root = Path(root)
     manifest = read_hetero_manifest(root)

@@ -4,9 +4,9 @@ Per relation, the in-edges of every owned destination are kept in the relation's
 ``e_id`` their CSR positions: the sampler's randomness contract (``gnnsys.sampler.base``)
 depends on it, so that sampling a node at its owner draws what the whole-graph sampler draws.
 :func:`build_hetero_shard` builds the shard of a graph of any number of types
-(``HeteroShard``: ``TypeShard`` per node type, ``RelationShard`` per relation);
+(``Shard``: ``TypeShard`` per node type, ``RelationShard`` per relation);
 :func:`build_shard` the one-type record ``PartitionShard`` that the homogeneous writer saves,
-which ``HeteroShard.one_type`` gives back.
+which ``Shard.one_type`` gives back.
 
 Shape legend: ``N`` nodes, ``G`` nodes of all types, ``M``/``M_t`` owned nodes (of type
 ``t``), ``E`` owned in-edges (of a relation), ``H``/``H_t`` halo nodes.
@@ -25,7 +25,7 @@ from gnnsys.store.layout import SHARD_DATA
 from gnnsys.types import EdgeType, Graph, PartitionBook, PartitionShard
 
 __all__ = [
-    "HeteroShard",
+    "Shard",
     "RelationShard",
     "TypeShard",
     "build_hetero_shard",
@@ -145,7 +145,7 @@ class RelationShard:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class HeteroShard:
+class Shard:
     """Everything one part holds, per node type and relation (a store of either kind)."""
 
     part: int
@@ -198,7 +198,7 @@ def build_hetero_shard(
     directed: Graph,
     *,
     with_data: bool = True,
-) -> HeteroShard:
+) -> Shard:
     """The shard of ``part``: per type owned ids, k-hop halo and rows; per relation in-edges.
 
     Args:
@@ -228,7 +228,7 @@ def build_hetero_shard(
             data=rows if with_data else {},
         )
     relations = {et: _relation(graph, et, nodes) for et in graph.relations}
-    return HeteroShard(part=part, num_parts=num_parts, nodes=nodes, relations=relations)
+    return Shard(part=part, num_parts=num_parts, nodes=nodes, relations=relations)
 
 
 def _relation(

@@ -78,7 +78,7 @@ from gnnsys.store.npy_files import (
     staged,
     write_npy_header,
 )
-from gnnsys.store.shard import HeteroShard, build_hetero_shard, data_arrays, local_index
+from gnnsys.store.shard import Shard, build_hetero_shard, data_arrays, local_index
 from gnnsys.types import Assignment, Graph, PartitionBook
 
 if TYPE_CHECKING:
@@ -386,7 +386,7 @@ def hetero_fingerprint(graph: HeteroGraph) -> str:
 
 
 def _write_part_of_types(
-    tmp: Path, graph: HeteroGraph, shard: HeteroShard
+    tmp: Path, graph: HeteroGraph, shard: Shard
 ) -> tuple[dict[str, FileEntry], PartCounts]:
     part, files = shard.part, {}
     for node_type, nodes in shard.nodes.items():

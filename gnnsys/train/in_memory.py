@@ -1,6 +1,6 @@
 """A homogeneous graph's trainer in one process, from a ``Graph`` in memory (no store, no Ray).
 
-The runtime's ``Trainer`` over the graph's one node type, built as ``TypedRank`` builds it from
+The runtime's ``Trainer`` over the graph's one node type, built as ``RankRuntime`` builds it from
 a store: the typed sampler over the whole CSR (``ONE_RELATION``), a row source over the whole
 feature matrix and a typed model whose checkpoint names are the homogeneous model's (``SAGE``'s,
 ``GCN``'s). Tests and the accuracy-parity benchmark use it as the single-process reference.
@@ -16,10 +16,10 @@ import torch
 from torch import Tensor, nn
 
 from gnnsys.models import LinkModel, build_decoder
-from gnnsys.models.relational import HeteroGCN, HeteroSAGE
+from gnnsys.models.relational import RelationalGCN, RelationalSAGE
 from gnnsys.sampler import CSRNeighborSource
-from gnnsys.sampler.relational import HeteroNeighborSampler
-from gnnsys.train.inputs import BoundSampler, TypedInputs
+from gnnsys.sampler.relational import RelationalSampler
+from gnnsys.train.inputs import BoundSampler, PerTypeInputs
 from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.link.trainer import LinkTrainer
 from gnnsys.train.trainer import Trainer
@@ -69,23 +69,23 @@ def one_type_model(
     dropout: float = 0.5,
 ) -> nn.Module:
     """The typed encoder the runtime builds for a one-type store (``SAGE``'s or ``GCN``'s names)."""
-    stack = {"sage": HeteroSAGE, "gcn": HeteroGCN}[model]
+    stack = {"sage": RelationalSAGE, "gcn": RelationalGCN}[model]
     return stack({ONE_TYPE: num_features}, hidden, out, [ONE_RELATION], layers, dropout)
 
 
 def one_type_sampler(graph: Graph, fanouts: tuple[int, ...]) -> BoundSampler:
     """The typed sampler over the whole graph with the one type bound."""
-    sampler = HeteroNeighborSampler(
-        HeteroNeighborSampler.Config(fanouts={ONE_RELATION: fanouts}),
+    sampler = RelationalSampler(
+        RelationalSampler.Config(fanouts={ONE_RELATION: fanouts}),
         sources={ONE_RELATION: CSRNeighborSource.from_graph(graph)},
         node_types=[ONE_TYPE],
     )
     return BoundSampler(sampler, ONE_TYPE)
 
 
-def one_type_inputs(rows: Rows) -> TypedInputs:
-    """``TypedInputs`` over one featured type."""
-    return TypedInputs({ONE_TYPE: cast(Any, rows)}, {})
+def one_type_inputs(rows: Rows) -> PerTypeInputs:
+    """``PerTypeInputs`` over one featured type."""
+    return PerTypeInputs({ONE_TYPE: cast(Any, rows)}, {})
 
 
 def one_type_trainer(

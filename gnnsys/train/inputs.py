@@ -1,7 +1,7 @@
 """What the sample and fetch stages hand the step: a typed batch and its row tables.
 
-A batch is a ``HeteroSampledSubgraph`` (a homogeneous graph's is the one-type case,
-``gnnsys.types.ONE_TYPE``) drawn by the :class:`BoundSampler`; :class:`TypedInputs` turns it into
+A batch is a ``RelationalSubgraph`` (a homogeneous graph's is the one-type case,
+``gnnsys.types.ONE_TYPE``) drawn by the :class:`BoundSampler`; :class:`PerTypeInputs` turns it into
 one row table per node type: feature rows (own rows from the shard, halo rows through that
 type's cache and codec) or learnable embedding rows (``gnnsys.train.embedding``), and does layer
 0's reductions where the owners sum them or the rows stay encoded until summed.
@@ -18,18 +18,18 @@ from torch import Tensor
 
 from gnnsys.cache import CacheCounters, SplitRows
 from gnnsys.models import GCNLayer
-from gnnsys.sampler.relational import HeteroNeighborSampler, HeteroSampledSubgraph
+from gnnsys.sampler.relational import RelationalSampler, RelationalSubgraph
 from gnnsys.train.layer0.fused import decoded_roots, fused_sum
 from gnnsys.train.layer0.owner_sums import FirstLayerAggregator
 from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.types import Block, EdgeType
 
-__all__ = ["BoundSampler", "FusedType", "TypedInputs"]
+__all__ = ["BoundSampler", "FusedType", "PerTypeInputs"]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class FusedType:
-    """A fused type's layer-0 rows, fetched and still encoded (``TypedInputs.prepare_first``).
+    """A fused type's layer-0 rows, fetched and still encoded (``PerTypeInputs.prepare_first``).
 
     Attributes:
         rows: The type's sampled rows: owned ones float, halo ones encoded.
@@ -43,19 +43,19 @@ class FusedType:
 
 
 class BoundSampler:
-    """A ``HeteroNeighborSampler`` with the seed type bound: ``sample(seed_lid, seed=)``."""
+    """A ``RelationalSampler`` with the seed type bound: ``sample(seed_lid, seed=)``."""
 
-    def __init__(self, sampler: HeteroNeighborSampler, input_type: str) -> None:
+    def __init__(self, sampler: RelationalSampler, input_type: str) -> None:
         self.sampler, self.input_type = sampler, input_type
 
-    def sample(self, seed_lid: Tensor, *, seed: int) -> HeteroSampledSubgraph:
-        """``HeteroNeighborSampler.sample`` of ``seed_lid`` of the bound type."""
+    def sample(self, seed_lid: Tensor, *, seed: int) -> RelationalSubgraph:
+        """``RelationalSampler.sample`` of ``seed_lid`` of the bound type."""
         return self.sampler.sample(
             seed_lid, input_type=self.input_type, seed=seed, with_edge_index=False
         )  # the runtime reads the blocks only
 
 
-class TypedInputs:
+class PerTypeInputs:
     """Row tables of a typed batch: features of featured types, embeddings of the others.
 
     Args:
@@ -83,7 +83,7 @@ class TypedInputs:
         self.owner_sums = owner_sums or {}
         self.weighted = weighted
 
-    def fetch(self, sub: HeteroSampledSubgraph) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    def fetch(self, sub: RelationalSubgraph) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         """``(x_dict, leaves)``: every type's rows in ``n_id`` order; embedding rows as leaves.
 
         A type's ``n_id`` never repeats a node, so each source takes its distinct-request path.
@@ -99,7 +99,7 @@ class TypedInputs:
         return x_dict, leaves
 
     def fetch_first(
-        self, sub: HeteroSampledSubgraph
+        self, sub: RelationalSubgraph
     ) -> tuple[dict[str, Tensor], dict[str, Tensor], dict[EdgeType, Tensor]]:
         """``(x_dict, leaves, agg)``: :meth:`fetch`, with layer 0's reductions done for some types.
 
@@ -109,7 +109,7 @@ class TypedInputs:
         self.finish_first(x_dict, agg, pending)
         return x_dict, leaves, agg
 
-    def prepare_first(self, sub: HeteroSampledSubgraph) -> tuple[
+    def prepare_first(self, sub: RelationalSubgraph) -> tuple[
         dict[str, Tensor], dict[str, Tensor], dict[EdgeType, Tensor], dict[str, FusedType]
     ]:  # fmt: skip
         """``(x_dict, leaves, agg, pending)``: the fetch stage's half of :meth:`fetch_first`.

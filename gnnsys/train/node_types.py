@@ -1,11 +1,11 @@
-"""``HeteroConfig``: the node-type settings of a run (``RunConfig.hetero``).
+"""``NodeTypesConfig``: the node-type settings of a run (``RunConfig.hetero``).
 
 A heterogeneous dataset or store sets it; a homogeneous run leaves it ``None`` and the runtime
-takes its one type (``gnnsys.train.rank.TypedLayout.of``: ``HeteroConfig(model=<the run's
+takes its one type (``gnnsys.train.rank.RankLayout.of``: ``NodeTypesConfig(model=<the run's
 model>, input_type=ONE_TYPE)``). The run's other stage configs keep their meaning:
 ``sampler.fanouts`` is the fanout list of every relation unless ``fanouts`` names one per
 relation, ``model.hidden`` / ``model.dropout`` size the model, ``codec.name`` is one codec or a
-per-type spec (``paper=int8,*=fp16``, ``gnnsys.cache.codecs.TypedCodecConfig``),
+per-type spec (``paper=int8,*=fp16``, ``gnnsys.cache.codecs.PerTypeCodecConfig``),
 ``cache.policy`` / ``cache.ratio`` / ``cache.mb`` budget the halo feature caches, and
 ``trainer``, ``loop``, ``failure`` and ``eval`` drive the loop.
 """
@@ -14,16 +14,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["HeteroConfig", "parse_relation_fanouts"]
+__all__ = ["NodeTypesConfig", "parse_relation_fanouts"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class HeteroConfig:
+class NodeTypesConfig:
     """Model, per-relation fanouts, embeddings and evaluation of a heterogeneous run."""
 
     model: str = "sage"
-    """``sage`` (``HeteroSAGE``), ``gat`` (``HeteroGAT``), ``rgcn`` (``RGCN``; every type then
-    has one width) or ``gcn`` (``HeteroGCN``: every relation from a type to itself, as a
+    """``sage`` (``RelationalSAGE``), ``gat`` (``RelationalGAT``), ``rgcn`` (``RGCN``; every type
+    then has one width) or ``gcn`` (``RelationalGCN``: every relation from a type to itself, as a
     homogeneous graph's one relation)."""
     input_type: str = "paper"
     """The labelled node type whose train nodes are the seeds."""

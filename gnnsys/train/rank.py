@@ -1,10 +1,10 @@
-"""What one rank builds and holds, keyed by node type: ``TypedLayout`` and ``TypedRank``.
+"""What one rank builds and holds, keyed by node type: ``RankLayout`` and ``RankRuntime``.
 
 Every run is typed: a homogeneous store is the one node type ``gnnsys.types.ONE_TYPE`` with the
 one relation ``ONE_RELATION``. Per part ``p`` there are two actors: a ``ShardOwner``
 (``gnnsys.train.remote.server``: part ``p``'s per-relation in-edges and per-type feature rows)
 and a ``TrainWorker`` (rank ``p``: epoch reports, progress polls, fault injection, gloo group,
-checkpoint state), whose :class:`TypedRank` trains on part ``p``'s labelled seed-type nodes,
+checkpoint state), whose :class:`RankRuntime` trains on part ``p``'s labelled seed-type nodes,
 holds part ``p``'s embedding rows, serves them to its peers and evaluates its own nodes.
 
 Per rank and node type ``t`` (ids type-local, routed by the type's ``PartitionBook``):
@@ -30,30 +30,30 @@ import torch
 from torch import nn
 
 from gnnsys.cache.admission import make_policy, presample_counts, tie_break
-from gnnsys.cache.codecs import Codec, TypedCodecConfig
-from gnnsys.cache.per_type import TypeDemand, TypedHaloCache, split_budget
+from gnnsys.cache.codecs import Codec, PerTypeCodecConfig
+from gnnsys.cache.per_type import PerTypeHaloCache, TypeDemand, split_budget
 from gnnsys.models import LinkModel, build_decoder
 from gnnsys.models.relational import check_gcn_relations
 from gnnsys.models.sparse_embedding import EmbeddingConfig
 from gnnsys.outputs import OutputRows
 from gnnsys.sampler import CSRNeighborSource, DegreeTable
-from gnnsys.sampler.relational import HeteroNeighborSampler
+from gnnsys.sampler.relational import RelationalSampler
 from gnnsys.store.info import StoreInfo, store_info
-from gnnsys.store.shard import HeteroShard
+from gnnsys.store.shard import Shard
 from gnnsys.train.device import rank_device
 from gnnsys.train.embedding import OwnedEmbeddings, embedding_client
 from gnnsys.train.eval.evaluate import RankEval
-from gnnsys.train.eval.sharded import TypedShardEvaluator, TypeInput
-from gnnsys.train.inputs import BoundSampler, TypedInputs
+from gnnsys.train.eval.sharded import ShardEvaluator, TypeInput
+from gnnsys.train.inputs import BoundSampler, PerTypeInputs
 from gnnsys.train.layer0.base import Placement
 from gnnsys.train.layer0.owner_sums import FirstLayerAggregator
 from gnnsys.train.link.scoring import score_links
 from gnnsys.train.link.trainer import LinkTrainer
-from gnnsys.train.node_types import HeteroConfig
+from gnnsys.train.node_types import NodeTypesConfig
 from gnnsys.train.remote.client import OwnerClient
 from gnnsys.train.remote.degrees import RoutedDegreeSource
 from gnnsys.train.remote.features import RoutedFeatureSource
-from gnnsys.train.remote.ledger import TypedLedger
+from gnnsys.train.remote.ledger import PerTypeLedger
 from gnnsys.train.remote.peers import PeerClient
 from gnnsys.train.remote.routed import RoutedNeighborSource
 from gnnsys.train.trainer import Trainer
@@ -61,8 +61,8 @@ from gnnsys.train.worker import WorkerSpec, grad_sync, owner_client, peak_rss
 from gnnsys.types import ONE_TYPE, EdgeType, PartitionBook
 
 __all__ = [
-    "TypedRank",
-    "TypedLayout",
+    "RankRuntime",
+    "RankLayout",
     "build_typed_model",
     "embedding_config",
 ]
@@ -71,17 +71,17 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class TypedLayout:
+class RankLayout:
     """What a typed worker derives from its ``WorkerSpec`` and the store's manifest.
 
     Attributes:
-        hetero: The run's ``HeteroConfig`` (``spec.hetero``).
+        hetero: The run's ``NodeTypesConfig`` (``spec.hetero``).
         fanouts: Relation -> fanouts per hop (``spec.sampler.fanouts`` unless overridden).
         in_dims: Node type -> input width (features, or the embedding width).
         featured: Node types with stored features.
     """
 
-    hetero: HeteroConfig
+    hetero: NodeTypesConfig
     fanouts: dict[EdgeType, tuple[int, ...]]
     in_dims: dict[str, int]
     featured: tuple[str, ...]
@@ -89,7 +89,7 @@ class TypedLayout:
     @classmethod
     def of(
         cls, spec: WorkerSpec, info: StoreInfo | None = None, *, need_labels: bool = True
-    ) -> TypedLayout:
+    ) -> RankLayout:
         """The layout of ``spec`` over its store (``info``: the store's, read when ``None``).
 
         ``need_labels=False``: a store without labels is fine (a loader's seeds need none).
@@ -101,7 +101,7 @@ class TypedLayout:
         # a homogeneous store is its one type ``node`` and one relation (gnnsys.types)
         # a PyG model (gnnsys.models.pyg_user) runs on the one relation; ``sage``'s data path
         name = "sage" if spec.model.is_pyg else spec.model.name
-        hetero = spec.hetero or HeteroConfig(model=name, input_type=ONE_TYPE)
+        hetero = spec.hetero or NodeTypesConfig(model=name, input_type=ONE_TYPE)
         info = store_info(spec.store) if info is None else info
         dims, types = info.named_dims, info.named_types
         labelled = bool(info.num_classes) or spec.link is not None  # links need no labels
@@ -110,7 +110,7 @@ class TypedLayout:
                 f"node type {hetero.input_type!r} of {spec.store} needs features and labels to "
                 f"be the seed type; featured types: {sorted(dims)}"
             )
-        TypedCodecConfig.from_config(spec.codec, types).codecs()  # refuses unknown types
+        PerTypeCodecConfig.from_config(spec.codec, types).codecs()  # refuses unknown types
         if hetero.model == "gcn":
             check_gcn_relations(info.named_relations)
         dim = hetero.embedding_dim or dims[hetero.input_type]
@@ -122,7 +122,7 @@ class TypedLayout:
         )
 
 
-def embedding_config(spec: WorkerSpec, layout: TypedLayout) -> EmbeddingConfig:
+def embedding_config(spec: WorkerSpec, layout: RankLayout) -> EmbeddingConfig:
     """The embeddings of the featureless types (width, seed, sparse optimizer, lr)."""
     featureless = [t for t in layout.in_dims if t not in layout.featured]
     dim = layout.in_dims[featureless[0]] if featureless else 1
@@ -134,19 +134,19 @@ def embedding_config(spec: WorkerSpec, layout: TypedLayout) -> EmbeddingConfig:
     )
 
 
-def build_typed_model(spec: WorkerSpec, layout: TypedLayout | None = None) -> nn.Module:
-    """``HeteroSAGE``, ``HeteroGCN``, ``HeteroGAT`` or ``RGCN`` for the spec, same on every rank.
+def build_typed_model(spec: WorkerSpec, layout: RankLayout | None = None) -> nn.Module:
+    """``RelationalSAGE``, ``RelationalGCN``, ``RelationalGAT`` or ``RGCN`` (the same everywhere).
 
     Over one relation from a type to itself they save under ``SAGE``'s, ``GCN``'s and ``GAT``'s
     names. For a link task: that encoder plus the run's decoder (``LinkModel``).
     """
-    encoder = _encoder(spec, TypedLayout.of(spec) if layout is None else layout)
+    encoder = _encoder(spec, RankLayout.of(spec) if layout is None else layout)
     if spec.link is None:
         return encoder
     return LinkModel(cast(Any, encoder), build_decoder(spec.link.decoder, spec.num_classes))
 
 
-def _encoder(spec: WorkerSpec, layout: TypedLayout) -> nn.Module:
+def _encoder(spec: WorkerSpec, layout: RankLayout) -> nn.Module:
     from gnnsys.models.registry import build_typed_model
 
     edge_types, in_dims = list(layout.fanouts), layout.in_dims
@@ -159,7 +159,7 @@ def _encoder(spec: WorkerSpec, layout: TypedLayout) -> nn.Module:
     return build_typed_model(name, in_dims, hidden, classes, edge_types, layers, dropout)
 
 
-def _pyg_encoder(spec: WorkerSpec, layout: TypedLayout, layers: int) -> nn.Module:
+def _pyg_encoder(spec: WorkerSpec, layout: RankLayout, layers: int) -> nn.Module:
     """A PyG ``BasicGNN`` of ``--model`` over the one relation (``gnnsys.models.pyg_user``)."""
     from gnnsys.models.pyg_user import build_user_model
 
@@ -181,10 +181,10 @@ class _Sources:
     """One rank's sampler and row sources over one ledger (training, or evaluation's own)."""
 
     sampler: BoundSampler
-    inputs: TypedInputs
+    inputs: PerTypeInputs
 
 
-def _degree_score(shard: HeteroShard, node_type: str) -> torch.Tensor:
+def _degree_score(shard: Shard, node_type: str) -> torch.Tensor:
     """``[N_t]`` in-edges into the part's owned nodes from each halo node of ``node_type``."""
     nodes = shard.nodes[node_type]
     score_N = torch.zeros(nodes.num_nodes, dtype=torch.float64)
@@ -198,13 +198,13 @@ def _degree_score(shard: HeteroShard, node_type: str) -> torch.Tensor:
 
 def typed_cache(
     spec: WorkerSpec,
-    layout: TypedLayout,
-    shard: HeteroShard,
+    layout: RankLayout,
+    shard: Shard,
     codecs: dict[str, Codec],
     draw: Callable[[torch.Tensor, int], dict[str, torch.Tensor]] | None = None,
     seeds: torch.Tensor | None = None,
     device: torch.device | str = "cpu",
-) -> TypedHaloCache:
+) -> PerTypeHaloCache:
     """The featured types' halo caches under one byte budget (``gnnsys.cache.per_type``).
 
     The budget is ``cache.budget_bytes`` of the part's own feature rows over every featured
@@ -226,7 +226,7 @@ def typed_cache(
     dims = {t: layout.in_dims[t] for t in layout.featured}
     featured = {t: codecs[t] for t in layout.featured}
     if not spec.cache.enabled:
-        return TypedHaloCache.disabled(feature_dims=dims, codecs=featured, device=device)
+        return PerTypeHaloCache.disabled(feature_dims=dims, codecs=featured, device=device)
     owned_N = {}
     for t in dims:
         owned_N[t] = torch.zeros(shard.nodes[t].num_nodes, dtype=torch.bool)
@@ -248,25 +248,26 @@ def typed_cache(
         )
         for t in dims
     }
-    return TypedHaloCache.build(
+    return PerTypeHaloCache.build(
         split, feature_dims=dims, codecs=featured, policies=policies, device=device
     )
 
 
 def _first_layer(
     spec: WorkerSpec,
-    layout: TypedLayout,
+    layout: RankLayout,
     features: dict[str, RoutedFeatureSource],
     codecs: dict[str, Codec],
     books: dict[str, PartitionBook],
     client: OwnerClient,
-    ledger: TypedLedger,
+    ledger: PerTypeLedger,
 ) -> tuple[frozenset[str], dict[str, FirstLayerAggregator]]:
     """Which featured types' layer-0 reductions are fused or summed at their owners.
 
-    HeteroSAGE's and HeteroGCN's layer 0 is linear per relation (``forward_from_first_agg``):
+    RelationalSAGE's and RelationalGCN's layer 0 is linear per relation
+    (``forward_from_first_agg``):
     ``--aggregate-at owner|auto`` gives each featured type an aggregator whose owners sum its
-    remote rows; ``requester`` with an int8/int4 type sums them from their codes. HeteroGAT,
+    remote rows; ``requester`` with an int8/int4 type sums them from their codes. RelationalGAT,
     RGCN and link encoders fetch and decode every row (``owner|auto``: rank 0 says so once).
     """
     if layout.hetero.model not in ("sage", "gcn") or spec.link is not None or spec.model.is_pyg:
@@ -301,7 +302,7 @@ def _first_layer(
     return frozenset(t for t in features if codecs[t].fused_aggregate), {}
 
 
-def _dry_run_seeds(spec: WorkerSpec, shard: HeteroShard, layout: TypedLayout) -> torch.Tensor:
+def _dry_run_seeds(spec: WorkerSpec, shard: Shard, layout: RankLayout) -> torch.Tensor:
     """The cache dry run's seeds: the input type's owned train ids.
 
     All its owned ids when it has no train mask (a link run's seed type may have none).
@@ -314,12 +315,12 @@ def _dry_run_seeds(spec: WorkerSpec, shard: HeteroShard, layout: TypedLayout) ->
 
 def build_sources(
     spec: WorkerSpec,
-    layout: TypedLayout,
-    shard: HeteroShard,
+    layout: RankLayout,
+    shard: Shard,
     books: dict[str, PartitionBook],
     client: OwnerClient,
     peers: Callable[[], PeerClient],
-    ledger: TypedLedger,
+    ledger: PerTypeLedger,
     embeddings: OwnedEmbeddings | None,
     *,
     step: Callable[[], int],
@@ -354,13 +355,13 @@ def build_sources(
             degrees[et] = RoutedDegreeSource.of_relation(
                 shard, et, books[dst].part_N, client, ledger.of(dst)
             )
-    sampler = HeteroNeighborSampler(
-        HeteroNeighborSampler.Config(fanouts=layout.fanouts),
+    sampler = RelationalSampler(
+        RelationalSampler.Config(fanouts=layout.fanouts),
         sources=relation_sources,
         node_types=list(shard.nodes),
         degrees=degrees,
     )
-    codecs = TypedCodecConfig.from_config(spec.codec, list(shard.nodes)).codecs()
+    codecs = PerTypeCodecConfig.from_config(spec.codec, list(shard.nodes)).codecs()
     input_type = layout.hetero.input_type
 
     def draw(seeds: torch.Tensor, batch_seed: int) -> dict[str, torch.Tensor]:
@@ -384,7 +385,7 @@ def build_sources(
                 rank, book.part_N, book.lid_N, embeddings.local_rows(t),
                 embedding_client(peers, step), ledger.of(t), codec=codecs[t], node_type=t,
             )  # fmt: skip
-    inputs = TypedInputs(
+    inputs = PerTypeInputs(
         features,
         rows,
         *_first_layer(spec, layout, features, codecs, books, client, ledger),
@@ -393,7 +394,7 @@ def build_sources(
     return _Sources(BoundSampler(sampler, layout.hetero.input_type), inputs)
 
 
-class TypedRank:
+class RankRuntime:
     """What a rank trains, serves and evaluates, keyed by node type (``gnnsys.train.worker.Rank``).
 
     Args:
@@ -419,16 +420,16 @@ class TypedRank:
         from gnnsys.store import load_books, read_shard
 
         self.spec, self._peers = spec, peers
-        self.layout = TypedLayout.of(spec)
+        self.layout = RankLayout.of(spec)
         self.hshard = read_shard(spec.store, spec.rank)
         self.books = {ONE_TYPE if t is None else t: b for t, b in load_books(spec.store).items()}
-        self.ledger = TypedLedger(list(self.hshard.nodes))
+        self.ledger = PerTypeLedger(list(self.hshard.nodes))
         self.client = owner_client(spec, owners, client, self.books)
         self.device = rank_device(spec.device.kind, spec.rank)
         self.embeddings = self._embeddings()
         self.trainer = self._trainer(grad_sync(spec, sync, self.ledger), rng_lock)
         self.features = self.trainer.inputs
-        self._typed_eval: TypedShardEvaluator | None = None
+        self._typed_eval: ShardEvaluator | None = None
         self._eval_degrees: dict[EdgeType, torch.Tensor] = {}
 
     def _embeddings(self) -> OwnedEmbeddings | None:
@@ -439,7 +440,7 @@ class TypedRank:
             return None
         return OwnedEmbeddings(featureless, embedding_config(self.spec, self.layout))
 
-    def _sources(self, ledger: TypedLedger) -> _Sources:
+    def _sources(self, ledger: PerTypeLedger) -> _Sources:
         return build_sources(
             self.spec, self.layout, self.hshard, self.books, self.client, self._peers, ledger,
             self.embeddings, step=self._step_count, device=self.device,
@@ -491,7 +492,7 @@ class TypedRank:
     def serve_rows(self, table: int, gid: np.ndarray) -> torch.Tensor:
         """Rows of owned type-local ids ``gid`` of evaluation table ``table``.
 
-        A table is a layer input of one node type (``TypedShardEvaluator.table``).
+        A table is a layer input of one node type (``ShardEvaluator.table``).
         """
         if self._typed_eval is None:
             raise ValueError(f"rank {self.spec.rank} has not started evaluating")
@@ -525,7 +526,7 @@ class TypedRank:
     def eval_layer(self, layer: int) -> None:
         """One step of the sharded exact evaluation (``gnnsys.train.eval.sharded``)."""
         if layer == 0 or self._typed_eval is None:
-            self._typed_eval = TypedShardEvaluator(
+            self._typed_eval = ShardEvaluator(
                 self.spec.eval,
                 shard=self.hshard,
                 books=cast(dict[str, Any], self.books),
@@ -533,7 +534,7 @@ class TypedRank:
                 input_type=self.layout.hetero.input_type,
                 inputs=self._eval_inputs(),
                 peers=self._peers(),
-                ledger=TypedLedger(list(self.hshard.nodes)),  # each evaluation its own
+                ledger=PerTypeLedger(list(self.hshard.nodes)),  # each evaluation its own
                 owners=self.client,
                 degrees=self._eval_degrees,  # GCN's, fetched by the first evaluation
                 device_layers=cast(nn.ModuleList, self._encoder(self.trainer.model).layers),
@@ -550,7 +551,7 @@ class TypedRank:
 
     def _eval_inputs(self) -> dict[str, TypeInput]:
         """Layer-0 rows per type: features from the owners, embeddings from their ranks."""
-        codecs = TypedCodecConfig.from_config(self.spec.codec, list(self.hshard.nodes)).codecs()
+        codecs = PerTypeCodecConfig.from_config(self.spec.codec, list(self.hshard.nodes)).codecs()
         out = {}
         for t, nodes in self.hshard.nodes.items():
             if t in self.layout.featured:

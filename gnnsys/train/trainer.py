@@ -1,7 +1,7 @@
 """Per-worker training loop in pure torch: sample -> fetch -> forward/backward -> sync -> step.
 
 No Ray here. Distribution enters through injected handles: the :class:`BoundSampler` (whose
-per-relation sources may route to remote owners), the :class:`TypedInputs` (one row source per
+per-relation sources may route to remote owners), the :class:`PerTypeInputs` (one row source per
 node type: features through their caches and codecs, or owner-held embedding rows) and the
 :class:`GatherSync` (a gloo allreduce and all_gather, or nothing for one process). The same loop
 therefore runs single-process in tests and inside each Ray worker. Every graph is typed here: a
@@ -36,9 +36,9 @@ from gnnsys.distributed.batches import epoch_feed, epoch_positions
 from gnnsys.models.sparse_embedding import SparseGrad, coalesce
 from gnnsys.train.device import StepDevice, StepInputs, to_host
 from gnnsys.train.embedding import OwnedEmbeddings
-from gnnsys.train.inputs import BoundSampler, TypedInputs
+from gnnsys.train.inputs import BoundSampler, PerTypeInputs
 from gnnsys.train.pipeline import Prefetcher, PreparedBatch, StageClock
-from gnnsys.train.remote.ledger import TypedLedger
+from gnnsys.train.remote.ledger import PerTypeLedger
 from gnnsys.train.schedule import (
     SCHEDULES,
     BatchPlan,
@@ -57,7 +57,7 @@ def _check_handles(
     train_y: Tensor,
     embeddings: OwnedEmbeddings | None,
     books: dict[str, PartitionBook] | None,
-    ledger: TypedLedger | None,
+    ledger: PerTypeLedger | None,
 ) -> None:
     if train_lid.shape != train_y.shape:
         raise ValueError(f"train_lid {tuple(train_lid.shape)} != train_y {tuple(train_y.shape)}")
@@ -70,8 +70,8 @@ class Trainer:
 
     Args:
         config: Optimisation settings (``lr`` also drives the embeddings' SparseAdam).
-        model: A typed model (``HeteroSAGE``, ``HeteroGCN``, ``HeteroGAT``, ``RGCN``): node
-            type -> rows in, node type -> outputs out.
+        model: A typed model (``RelationalSAGE``, ``RelationalGCN``, ``RelationalGAT``,
+            ``RGCN``): node type -> rows in, node type -> outputs out.
         sampler: The typed sampler with the seed type bound.
         inputs: Per-type row sources.
         train_lid: ``[S]`` type-local ids of this rank's train nodes of the seed type.
@@ -135,12 +135,12 @@ class Trainer:
         *,
         model: nn.Module,
         sampler: BoundSampler,
-        inputs: TypedInputs,
+        inputs: PerTypeInputs,
         train_lid: Tensor,
         train_y: Tensor,
         books: dict[str, PartitionBook] | None = None,
         embeddings: OwnedEmbeddings | None = None,
-        ledger: TypedLedger | None = None,
+        ledger: PerTypeLedger | None = None,
         rank: int = 0,
         world_size: int = 1,
         sync: GatherSync | None = None,

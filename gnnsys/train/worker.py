@@ -4,7 +4,7 @@ Per part ``p`` there are two actors: an owner (``ShardOwner``, for a store of ei
 serves part ``p``'s structure and features to everyone, and a
 :class:`TrainWorker` (rank ``p``) that trains on part ``p``'s train seeds and evaluates part
 ``p``'s nodes. The shard, trainer, evaluator and the rows it serves are its :class:`Rank`,
-built by ``gnnsys.train.rank.TypedRank`` for every graph (a homogeneous graph is its
+built by ``gnnsys.train.rank.RankRuntime`` for every graph (a homogeneous graph is its
 one node type, ``gnnsys.types.ONE_TYPE``). Trainers form a
 torch.distributed gloo group for the gradient allreduce; owners stay stateless readers, so the
 group can be restarted without them.
@@ -50,7 +50,7 @@ from gnnsys.train.trainer import Trainer
 from gnnsys.types import PartitionBook
 
 if TYPE_CHECKING:
-    from gnnsys.train.node_types import HeteroConfig
+    from gnnsys.train.node_types import NodeTypesConfig
 
 __all__ = [
     "FaultSpec",
@@ -101,7 +101,7 @@ class WorkerSpec:
 
     The stages' own configs travel untouched. A heterogeneous run sets ``hetero``; its typed
     worker derives each relation's fanouts and each type's input width from ``sampler``,
-    ``model`` and the store (``gnnsys.train.rank.TypedLayout``).
+    ``model`` and the store (``gnnsys.train.rank.RankLayout``).
 
     Attributes:
         rank: This worker's rank = the part it trains on.
@@ -146,7 +146,7 @@ class WorkerSpec:
     eval: EvalConfig = field(default_factory=EvalConfig)
     link: LinkConfig | None = None
     owner_reads: str = "remote"
-    hetero: HeteroConfig | None = None
+    hetero: NodeTypesConfig | None = None
     device: DevicePlan = field(default_factory=lambda: DevicePlan("cpu"))
     attempt: int = 0
     fault: FaultSpec | None = field(default=None)
@@ -291,7 +291,7 @@ def stage_threads(spec: WorkerSpec, client: OwnerClient | None) -> int:
 class Rank(Protocol):
     """The graph side of one rank: what it trains and how it evaluates and serves rows.
 
-    ``gnnsys.train.rank.TypedRank`` builds it for every graph (a homogeneous one is its
+    ``gnnsys.train.rank.RankRuntime`` builds it for every graph (a homogeneous one is its
     one-type case); :class:`TrainWorker` is the actor around it.
     """
 
@@ -346,7 +346,7 @@ class TrainWorker:
     Args:
         spec: This rank's spec.
         owners: Owner actor handles (Ray executor); unused with ``client``.
-        rank: Builds the graph side (``TypedRank``).
+        rank: Builds the graph side (``RankRuntime``).
         client: Owner client (the in-process executor passes its own).
         sync: Makes the allreduce + all_gather for this rank's ledger (in-process executor).
         rng_lock: Serialises the random part of a step between in-process ranks.

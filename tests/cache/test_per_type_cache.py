@@ -13,12 +13,12 @@ from gnnsys.cache import (
     CacheCounters,
     HaloCache,
     LocalFeatureSource,
+    PerTypeCacheCounters,
+    PerTypeCodecConfig,
+    PerTypeHaloCache,
+    PerTypeHaloFetcher,
     StaticAdmission,
-    TypedCacheCounters,
-    TypedCodecConfig,
     TypeDemand,
-    TypedHaloCache,
-    TypedHaloFetcher,
     make_codec,
     split_budget,
 )
@@ -131,7 +131,7 @@ def world() -> tuple[dict[str, torch.Tensor], dict[str, Codec], dict[str, torch.
     gen = torch.Generator().manual_seed(0)
     x = {t: torch.randn(N, f, generator=gen) for t, f in DIMS.items()}
     x["topic"] = (x["topic"] > 0.5).float()
-    codecs = TypedCodecConfig.parse(SPEC, list(DIMS)).resolve(x).codecs()
+    codecs = PerTypeCodecConfig.parse(SPEC, list(DIMS)).resolve(x).codecs()
     score = {}
     for i, t in enumerate(DIMS):
         s = (torch.arange(N, dtype=torch.float64) * (i + 1)) % 37 + 1
@@ -140,15 +140,15 @@ def world() -> tuple[dict[str, torch.Tensor], dict[str, Codec], dict[str, torch.
     return x, codecs, score
 
 
-def build(budget: int) -> tuple[TypedHaloCache, TypedHaloFetcher, dict[str, torch.Tensor]]:
+def build(budget: int) -> tuple[PerTypeHaloCache, PerTypeHaloFetcher, dict[str, torch.Tensor]]:
     x, codecs, score = world()
     demand = {t: TypeDemand.of(score[t], codecs[t], DIMS[t]) for t in DIMS}
     policies = {t: StaticAdmission(score[t], name="presample") for t in DIMS}
     split = split_budget(budget, demand)
-    cache = TypedHaloCache.build(split, feature_dims=DIMS, codecs=codecs, policies=policies)
+    cache = PerTypeHaloCache.build(split, feature_dims=DIMS, codecs=codecs, policies=policies)
     owner = torch.arange(N) % 4
     sources = {t: LocalFeatureSource(x[t], owner, part=0) for t in DIMS}
-    return cache, TypedHaloFetcher(cache, sources), x
+    return cache, PerTypeHaloFetcher(cache, sources), x
 
 
 @pytest.mark.parametrize("budget", [0, 1, 500, 4_000, 20_000, 10**7])
@@ -158,7 +158,7 @@ def test_caches_share_one_budget_exactly(budget: int) -> None:
     assert sum(cache.capacity_bytes.values()) <= budget
     for t in DIMS:
         c = cache.of(t)
-        assert c.codec.name == TypedCodecConfig.parse(SPEC, list(DIMS)).for_type(t).name
+        assert c.codec.name == PerTypeCodecConfig.parse(SPEC, list(DIMS)).for_type(t).name
         assert c.config.capacity_bytes == c.capacity_rows * c.row_bytes  # no slack per type
     if budget == 10**7:  # everything fits: each type holds all its 150 halo candidates
         assert all(cache.of(t).capacity_rows == 150 for t in DIMS)
@@ -213,7 +213,7 @@ def test_stats_and_counters_per_type_add_up_to_the_totals() -> None:
     assert total.bytes_held <= cache.budget_bytes
     assert counters.to_json()["total"] == total.to_json()
     assert counters.to_json()["by_type"] == {t: c.to_json() for t, c in counters.by_type.items()}
-    ranks = counters + TypedCacheCounters({"paper": counters.by_type["paper"]})
+    ranks = counters + PerTypeCacheCounters({"paper": counters.by_type["paper"]})
     assert ranks.by_type["paper"].rows_requested == 2 * counters.by_type["paper"].rows_requested
     assert ranks.by_type["field"] == counters.by_type["field"]
     cache.reset_stats()
@@ -233,9 +233,9 @@ def test_warm_up_fills_each_type_from_its_policy() -> None:
 
 def test_capacity_zero_caches_nothing() -> None:
     x, codecs, _ = world()
-    cache = TypedHaloCache.disabled(feature_dims=DIMS, codecs=codecs)
+    cache = PerTypeHaloCache.disabled(feature_dims=DIMS, codecs=codecs)
     owner = torch.arange(N) % 4
-    fetcher = TypedHaloFetcher(cache, {t: LocalFeatureSource(x[t], owner, 0) for t in DIMS})
+    fetcher = PerTypeHaloFetcher(cache, {t: LocalFeatureSource(x[t], owner, 0) for t in DIMS})
     request = torch.tensor([1, 2, 3, 5, 1])
     for _ in range(2):
         for t in DIMS:
@@ -280,32 +280,34 @@ def test_build_and_lookup_errors_name_the_fix() -> None:
     demand = {"paper": TypeDemand.of(score["paper"], codecs["paper"], DIMS["paper"])}
     split = split_budget(10_000, demand)
     policy = {"paper": StaticAdmission(score["paper"], name="presample")}
-    cache = TypedHaloCache.build(split, feature_dims=DIMS, codecs=codecs, policies=policy)
+    cache = PerTypeHaloCache.build(split, feature_dims=DIMS, codecs=codecs, policies=policy)
     message = f"no halo cache for node type 'venus'; have {list(DIMS)}"
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         cache.of("venus")
     with pytest.raises(ValueError, match=re.escape("(missing: ['topic']); key it by the same")):
-        TypedHaloCache.build(
+        PerTypeHaloCache.build(
             split, feature_dims=DIMS, codecs={t: codecs[t] for t in list(DIMS)[:-1]}
         )
     with pytest.raises(ValueError, match=re.escape("split names node types ['paper'] but")):
-        TypedHaloCache.build(split, feature_dims={"author": 9}, codecs={"author": codecs["author"]})
+        PerTypeHaloCache.build(
+            split, feature_dims={"author": 9}, codecs={"author": codecs["author"]}
+        )
     message = (
         "node type 'paper' has a cache share of 138 rows but no admission policy; pass "
         "policies[type], or leave the type out of the demand"
     )
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        TypedHaloCache.build(split, feature_dims=DIMS, codecs=codecs)
+        PerTypeHaloCache.build(split, feature_dims=DIMS, codecs=codecs)
     other = dict(codecs, paper=make_codec("int8"))
     with pytest.raises(ValueError, match=re.escape("assumed 72 bytes per row but its int8 cache")):
-        TypedHaloCache.build(split, feature_dims=DIMS, codecs=other, policies=policy)
+        PerTypeHaloCache.build(split, feature_dims=DIMS, codecs=other, policies=policy)
     big = HaloCache.Config(capacity_bytes=1_000)
     over = {"paper": HaloCache(big, feature_dim=12, codec=codecs["paper"])}
     message = "node type caches hold 1000 bytes > budget_bytes=999; size them with split_budget"
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        TypedHaloCache(over, budget_bytes=999)
+        PerTypeHaloCache(over, budget_bytes=999)
     with pytest.raises(ValueError, match=re.escape("(missing: ['topic'])")):
-        TypedHaloFetcher(cache, {t: LocalFeatureSource(x[t], torch.arange(N) % 4, 0) for t in
+        PerTypeHaloFetcher(cache, {t: LocalFeatureSource(x[t], torch.arange(N) % 4, 0) for t in
                                  list(DIMS)[:-1]})  # fmt: skip
 
 

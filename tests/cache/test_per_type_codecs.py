@@ -8,14 +8,14 @@ import re
 import pytest
 import torch
 
-from gnnsys.cache import CODECS, CodecConfig, TypedCodecConfig, make_codec
+from gnnsys.cache import CODECS, CodecConfig, PerTypeCodecConfig, make_codec
 from gnnsys.cache.codecs.config import is_typed_spec, split_codec_spec
 
 TYPES = ["paper", "author", "institution", "field_of_study"]
 KNOWN = sorted(CODECS)
 
 
-def names(config: TypedCodecConfig) -> dict[str, str]:
+def names(config: PerTypeCodecConfig) -> dict[str, str]:
     return {t: config.for_type(t).name for t in config.node_types}
 
 
@@ -38,27 +38,27 @@ def names(config: TypedCodecConfig) -> dict[str, str]:
     ],
 )  # fmt: skip
 def test_parse_gives_every_type_a_codec(spec: str, expected: dict[str, str]) -> None:
-    config = TypedCodecConfig.parse(spec, TYPES)
+    config = PerTypeCodecConfig.parse(spec, TYPES)
     assert config.node_types == TYPES  # the graph's order, whatever the spec's
     assert names(config) == expected
     assert config.spec == ",".join(f"{t}={expected[t]}" for t in TYPES)
-    assert TypedCodecConfig.parse(config.spec, TYPES) == config  # the canonical spec round-trips
+    assert PerTypeCodecConfig.parse(config.spec, TYPES) == config  # the canonical spec round-trips
 
 
 def test_parse_carries_lossy_and_wire_and_from_config_reads_the_run_setting() -> None:
-    config = TypedCodecConfig.parse("paper=auto,*=int8", TYPES, lossy="int4", wire="zstd")
+    config = PerTypeCodecConfig.parse("paper=auto,*=int8", TYPES, lossy="int4", wire="zstd")
     assert all(config.for_type(t).lossy == "int4" for t in TYPES)
     assert all(config.for_type(t).wire == "zstd" for t in TYPES)
     run = CodecConfig(name="paper=auto,*=int8", lossy="int4", wire="zstd")
-    assert TypedCodecConfig.from_config(run, TYPES) == config
-    assert TypedCodecConfig.from_config(CodecConfig(), TYPES) == TypedCodecConfig.parse(
+    assert PerTypeCodecConfig.from_config(run, TYPES) == config
+    assert PerTypeCodecConfig.from_config(CodecConfig(), TYPES) == PerTypeCodecConfig.parse(
         "fp32", TYPES
     )
     assert pickle.loads(pickle.dumps(config)) == config  # travels to Ray actors
 
 
 def test_codecs_makes_one_object_per_type_in_its_codec() -> None:
-    codecs = TypedCodecConfig.parse("paper=int8,author=fp16,*=bf16", TYPES).codecs()
+    codecs = PerTypeCodecConfig.parse("paper=int8,author=fp16,*=bf16", TYPES).codecs()
     assert list(codecs) == TYPES
     assert codecs["paper"] == make_codec("int8") and codecs["author"] == make_codec("fp16")
     assert codecs["institution"] == make_codec("bf16") == codecs["field_of_study"]
@@ -96,7 +96,7 @@ SPEC_ERRORS = [
 @pytest.mark.parametrize(("spec", "message"), SPEC_ERRORS)
 def test_parse_rejects_bad_specs_naming_value_and_fix(spec: str, message: str) -> None:
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        TypedCodecConfig.parse(spec, TYPES)
+        PerTypeCodecConfig.parse(spec, TYPES)
 
 
 @pytest.mark.parametrize(("spec", "message"), [e for e in SPEC_ERRORS if "lacks" not in e[1]])
@@ -113,11 +113,11 @@ def test_codec_config_checks_spec_syntax_before_the_types_are_known(
 def test_parse_rejects_bad_node_type_lists(node_types: list[str]) -> None:
     message = f"node_types={node_types}; pass the graph's node types, each once"
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        TypedCodecConfig.parse("int8", node_types)
+        PerTypeCodecConfig.parse("int8", node_types)
 
 
 def test_for_type_names_the_known_types() -> None:
-    config = TypedCodecConfig.parse("int8", TYPES)
+    config = PerTypeCodecConfig.parse("int8", TYPES)
     message = f"node type 'venue' has no codec; known types: {TYPES}"
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         config.for_type("venue")
@@ -147,11 +147,11 @@ def test_plain_names_keep_their_meaning_and_typed_specs_stop_homogeneous_runs() 
 
 def test_record_rejects_duplicate_empty_and_nested_entries() -> None:
     with pytest.raises(ValueError, match=re.escape("lists node types ['paper'] twice")):
-        TypedCodecConfig((("paper", CodecConfig()), ("paper", CodecConfig())))
+        PerTypeCodecConfig((("paper", CodecConfig()), ("paper", CodecConfig())))
     with pytest.raises(ValueError, match="at least one node type"):
-        TypedCodecConfig(())
+        PerTypeCodecConfig(())
     with pytest.raises(ValueError, match=re.escape("node types ['paper'] hold a per-type spec")):
-        TypedCodecConfig((("paper", CodecConfig(name="paper=int8")),))
+        PerTypeCodecConfig((("paper", CodecConfig(name="paper=int8")),))
 
 
 # ---- resolution against the rows ---------------------------------------------------------------
@@ -167,7 +167,7 @@ def features() -> dict[str, torch.Tensor | None]:
 
 
 def test_resolve_picks_auto_per_type_and_fp32_for_featureless_types() -> None:
-    config = TypedCodecConfig.parse("auto", TYPES, lossy="fp16").resolve(features())
+    config = PerTypeCodecConfig.parse("auto", TYPES, lossy="fp16").resolve(features())
     assert names(config) == {
         "paper": "fp16",  # Gaussian: the lossy fallback
         "author": "binary",
@@ -178,16 +178,16 @@ def test_resolve_picks_auto_per_type_and_fp32_for_featureless_types() -> None:
     chunked = {
         t: None if x is None else (lambda x=x: [x[:10], x[10:]]) for t, x in features().items()
     }
-    assert TypedCodecConfig.parse("auto", TYPES, lossy="fp16").resolve_chunks(chunked) == config
+    assert PerTypeCodecConfig.parse("auto", TYPES, lossy="fp16").resolve_chunks(chunked) == config
     message = "codec name='auto' is unresolved; call CodecConfig.resolve(x) first"
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        TypedCodecConfig.parse("auto", TYPES).codecs()
+        PerTypeCodecConfig.parse("auto", TYPES).codecs()
 
 
 def test_resolve_treats_an_absent_type_as_featureless() -> None:
     x = features()
     del x["field_of_study"]
-    config = TypedCodecConfig.parse("paper=int8,*=auto", TYPES).resolve(x)
+    config = PerTypeCodecConfig.parse("paper=int8,*=auto", TYPES).resolve(x)
     assert config.for_type("field_of_study").name == "fp32"
 
 
@@ -204,7 +204,7 @@ RESOLVE_ERRORS = [
 
 @pytest.mark.parametrize(("spec", "message"), RESOLVE_ERRORS)
 def test_resolve_rejects_codecs_a_type_cannot_use(spec: str, message: str) -> None:
-    config = TypedCodecConfig.parse(spec, TYPES)
+    config = PerTypeCodecConfig.parse(spec, TYPES)
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         config.resolve(features())
 
@@ -218,12 +218,12 @@ def test_resolve_rejects_fp16_on_rows_it_cannot_hold() -> None:
         "e.g. paper=bf16"
     )
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        TypedCodecConfig.parse("paper=fp16", TYPES).resolve(x)
+        PerTypeCodecConfig.parse("paper=fp16", TYPES).resolve(x)
     x["paper"] = torch.tensor([[1.0, -65504.0]])  # the largest finite fp16 is fine
-    assert TypedCodecConfig.parse("paper=fp16", TYPES).resolve(x).for_type("paper").name == "fp16"
+    assert PerTypeCodecConfig.parse("paper=fp16", TYPES).resolve(x).for_type("paper").name == "fp16"
 
 
 def test_resolve_rejects_features_of_unknown_types() -> None:
     message = f"features given for node types ['venue']; known: {TYPES}"
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        TypedCodecConfig.parse("int8", TYPES).resolve({"venue": torch.zeros(1, 1)})
+        PerTypeCodecConfig.parse("int8", TYPES).resolve({"venue": torch.zeros(1, 1)})

@@ -18,7 +18,7 @@ from gnnsys.cli import main
 from gnnsys.commands.train import add_parser, build_config
 from gnnsys.config import RunConfig
 from gnnsys.train.link.config import LinkConfig
-from gnnsys.train.node_types import HeteroConfig
+from gnnsys.train.node_types import NodeTypesConfig
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -33,7 +33,7 @@ def test_every_setting_round_trips_through_toml(tmp_path: Path) -> None:
         base,
         data=replace(base.data, dataset_params=(("scale", 0.01), ("reverse", True))),
         model=replace(base.model, name="GIN", args=(("jk", "cat"), ("heads", "4"))),
-        hetero=HeteroConfig(model="gat", fanouts=(("paper__cites__paper", (10, 5)),)),
+        hetero=NodeTypesConfig(model="gat", fanouts=(("paper__cites__paper", (10, 5)),)),
         link=LinkConfig(neg_per_pos=3),
         loop=replace(base.loop, heartbeat_s=5.0),
     )

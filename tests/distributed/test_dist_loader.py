@@ -74,11 +74,11 @@ def _batches(rec: dict, tag: str, epoch: int, marker: str = "batch_size") -> lis
 
 
 def _reference(store: Path, fanouts: dict):
-    from gnnsys.sampler.relational import HeteroNeighborSampler, csr_sources
+    from gnnsys.sampler.relational import RelationalSampler, csr_sources
 
     graph = assemble_hetero(store)
-    sampler = HeteroNeighborSampler(
-        HeteroNeighborSampler.Config(fanouts=fanouts),
+    sampler = RelationalSampler(
+        RelationalSampler.Config(fanouts=fanouts),
         sources=csr_sources(graph), node_types=list(graph.node_types),
     )  # fmt: skip
     return graph, sampler

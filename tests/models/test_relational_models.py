@@ -13,14 +13,14 @@ from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.datasets.mag import synthetic_mag
 from gnnsys.models import GCN
 from gnnsys.models.relational import (
-    HeteroGCN,
-    HeteroGCNLayer,
-    HeteroSAGE,
-    HeteroSAGELayer,
+    RelationalGCN,
+    RelationalGCNLayer,
+    RelationalSAGE,
+    RelationalSAGELayer,
     RGCNLayer,
     TypedBlocks,
 )
-from gnnsys.sampler.relational import HeteroNeighborSampler, csr_sources
+from gnnsys.sampler.relational import RelationalSampler, csr_sources
 from gnnsys.types import Block
 
 WIDTHS = {"paper": 12, "author": 6, "institution": 5, "field_of_study": 7}
@@ -59,7 +59,7 @@ def test_hetero_sage_layer_equals_pyg_heteroconv(graph: HeteroGraph) -> None:
     pyg = HeteroConv(
         {et: SAGEConv((WIDTHS[et[0]], WIDTHS[et[2]]), 9) for et in graph.edge_types}, aggr="sum"
     )
-    ours = HeteroSAGELayer(WIDTHS, 9, graph.edge_types)
+    ours = RelationalSAGELayer(WIDTHS, 9, graph.edge_types)
     ours.load_state_dict(pyg.state_dict())  # strict: PyG's parameter names
     x = features(graph, WIDTHS)
     want = pyg(x, edge_index_dict(graph))
@@ -93,12 +93,12 @@ def test_rgcn_layer_equals_pyg_rgcnconv_on_the_homogeneous_graph(graph: HeteroGr
 
 def test_two_layer_model_on_sampled_blocks_equals_full_graph(graph: HeteroGraph) -> None:
     torch.manual_seed(0)
-    model = HeteroSAGE(WIDTHS, 10, 4, graph.edge_types, num_layers=2, dropout=0.0).eval()
+    model = RelationalSAGE(WIDTHS, 10, 4, graph.edge_types, num_layers=2, dropout=0.0).eval()
     x = features(graph, WIDTHS)
     full = full_blocks(graph)
     want = model(x, (full, full))["paper"]
-    config = HeteroNeighborSampler.Config(fanouts={et: (-1, -1) for et in graph.edge_types})
-    sampler = HeteroNeighborSampler(config, sources=csr_sources(graph), node_types=graph.node_types)
+    config = RelationalSampler.Config(fanouts={et: (-1, -1) for et in graph.edge_types})
+    sampler = RelationalSampler(config, sources=csr_sources(graph), node_types=graph.node_types)
     seeds = torch.tensor([0, 5, 9, 30])
     sub = sampler.sample(seeds, input_type="paper", seed=0)
     x_batch = {t: x[t][sub.n_id[t]] for t in graph.node_types}
@@ -113,7 +113,7 @@ def test_hetero_gat_layer_equals_pyg_heteroconv_of_gatconv(
 ) -> None:
     from torch_geometric.nn import GATConv
 
-    from gnnsys.models.gat import HeteroGATLayer
+    from gnnsys.models.gat import RelationalGATLayer
 
     torch.manual_seed(0)
     pyg = HeteroConv(  # a relation from a type to itself: the homogeneous form, self loops
@@ -130,7 +130,7 @@ def test_hetero_gat_layer_equals_pyg_heteroconv_of_gatconv(
     assert any(et[0] == et[2] for et in graph.edge_types)
     for p in pyg.parameters():  # PyG starts biases at zero; make them count
         torch.nn.init.normal_(p, std=0.3)
-    ours = HeteroGATLayer(WIDTHS, 4, graph.edge_types, heads, concat)
+    ours = RelationalGATLayer(WIDTHS, 4, graph.edge_types, heads, concat)
     ours.load_state_dict(pyg.state_dict())  # strict: PyG's parameter names
     x = features(graph, WIDTHS)
     want = pyg(x, edge_index_dict(graph))
@@ -146,7 +146,7 @@ def test_hetero_gcn_layer_equals_pyg_heteroconv_of_gcnconv(graph: HeteroGraph) -
     assert same
     torch.manual_seed(0)
     pyg = HeteroConv({et: GCNConv(WIDTHS[et[0]], 9) for et in same}, aggr="sum")
-    ours = HeteroGCNLayer(WIDTHS, 9, same)
+    ours = RelationalGCNLayer(WIDTHS, 9, same)
     ours.load_state_dict(pyg.state_dict())  # strict: PyG's parameter names
     x = features(graph, WIDTHS)
     want = pyg(x, {et: ei for et, ei in edge_index_dict(graph).items() if et in same})
@@ -168,7 +168,7 @@ def test_hetero_gcn_on_one_relation_is_gcn() -> None:
     torch.manual_seed(3)
     gcn = GCN(8, 16, 4, num_layers=2, dropout=0.0)
     torch.manual_seed(3)
-    typed = HeteroGCN({"node": 8}, 16, 4, [one], num_layers=2, dropout=0.0)
+    typed = RelationalGCN({"node": 8}, 16, 4, [one], num_layers=2, dropout=0.0)
     for a, b in zip(gcn.state_dict().values(), typed.state_dict().values(), strict=True):
         assert torch.equal(a, b)
     gen = torch.Generator().manual_seed(0)
@@ -187,7 +187,7 @@ def test_hetero_gcn_on_one_relation_is_gcn() -> None:
 def test_hetero_gcn_refuses_a_relation_between_two_types(graph: HeteroGraph) -> None:
     bipartite = next(et for et in graph.edge_types if et[0] != et[2])
     with pytest.raises(ValueError, match=r"joins two types.*#7637.*sage, gat or rgcn"):
-        HeteroGCN(WIDTHS, 16, 4, [bipartite])
+        RelationalGCN(WIDTHS, 16, 4, [bipartite])
 
 
 @pytest.mark.parametrize("name", ["sage", "gcn", "gat"])
@@ -195,11 +195,11 @@ def test_a_one_relation_stack_is_the_homogeneous_model(name: str) -> None:
     """One relation from a type to itself: the same weights from the same seed, saved and
     loaded under the homogeneous model's names, and the same outputs (checkpoints agree)."""
     from gnnsys.models import REGISTRY
-    from gnnsys.models.gat import HeteroGAT
+    from gnnsys.models.gat import RelationalGAT
     from gnnsys.train.eval.evaluate import full_block
     from gnnsys.types import ONE_RELATION, ONE_TYPE
 
-    typed_cls = {"sage": HeteroSAGE, "gcn": HeteroGCN, "gat": HeteroGAT}[name]
+    typed_cls = {"sage": RelationalSAGE, "gcn": RelationalGCN, "gat": RelationalGAT}[name]
     torch.manual_seed(4)
     typed = typed_cls({ONE_TYPE: 8}, 12, 3, [ONE_RELATION], 2, 0.0)
     torch.manual_seed(4)
@@ -227,5 +227,5 @@ def test_a_one_relation_stack_is_the_homogeneous_model(name: str) -> None:
 
 
 def test_a_stack_of_several_relations_keeps_the_per_relation_names(graph: HeteroGraph) -> None:
-    model = HeteroSAGE(WIDTHS, 9, 3, graph.edge_types, 2, 0.0)
+    model = RelationalSAGE(WIDTHS, 9, 3, graph.edge_types, 2, 0.0)
     assert all(".convs.<" in k for k in model.state_dict())

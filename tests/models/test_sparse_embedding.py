@@ -340,7 +340,7 @@ def test_state_dict_round_trip_continues_identically(optimizer: str, tmp_path: o
         other.load_state_dict(a.state_dict())
 
 
-# ---- end to end: HeteroSAGE on sampled typed blocks, 2 ranks --------------------------------
+# ---- end to end: RelationalSAGE on sampled typed blocks, 2 ranks --------------------------------
 FEATURELESS = ("author", "institution", "field_of_study")
 
 
@@ -350,10 +350,10 @@ def flat_grad(p: Tensor) -> Tensor:
 
 
 def train_mag(num_owners: int, steps: int = 3) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-    """2 ranks train HeteroSAGE + owner-held embeddings; returns (model state, tables)."""
+    """2 ranks train RelationalSAGE + owner-held embeddings; returns (model state, tables)."""
     from gnnsys.datasets.mag import synthetic_mag
-    from gnnsys.models.relational import HeteroSAGE
-    from gnnsys.sampler.relational import HeteroNeighborSampler, csr_sources
+    from gnnsys.models.relational import RelationalSAGE
+    from gnnsys.sampler.relational import RelationalSampler, csr_sources
 
     graph = synthetic_mag(0.003, seed=2, num_features=16, num_classes=5, reverse=True)
     config = EmbeddingConfig(dim=16, lr=0.05, seed=4)
@@ -367,12 +367,10 @@ def train_mag(num_owners: int, steps: int = 3) -> tuple[dict[str, Tensor], dict[
         for t in FEATURELESS
     }
     torch.manual_seed(0)
-    model = HeteroSAGE(dict.fromkeys(graph.node_types, 16), 8, 5, graph.edge_types, dropout=0.0)
+    model = RelationalSAGE(dict.fromkeys(graph.node_types, 16), 8, 5, graph.edge_types, dropout=0.0)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    fanouts = HeteroNeighborSampler.Config(fanouts={et: (4, 3) for et in graph.edge_types})
-    sampler = HeteroNeighborSampler(
-        fanouts, sources=csr_sources(graph), node_types=graph.node_types
-    )
+    fanouts = RelationalSampler.Config(fanouts={et: (4, 3) for et in graph.edge_types})
+    sampler = RelationalSampler(fanouts, sources=csr_sources(graph), node_types=graph.node_types)
     paper = graph.nodes["paper"]
     x_paper, y_paper = torch.from_numpy(paper.x), torch.from_numpy(paper.y)
     for step in range(steps):

@@ -17,7 +17,7 @@ from gnnsys.datasets.mag import synthetic_mag
 from gnnsys.sampler import CSRNeighborSource
 from gnnsys.sampler.candidates import time_sorted
 from gnnsys.sampler.extended import ExtendedSampler
-from gnnsys.sampler.relational import HeteroSampledSubgraph, csr_sources, relation_seed
+from gnnsys.sampler.relational import RelationalSubgraph, csr_sources, relation_seed
 from gnnsys.types import ONE_RELATION, EdgeType, SampledSubgraph
 
 
@@ -209,7 +209,7 @@ def year(graph: HeteroGraph) -> torch.Tensor:
     return torch.from_numpy(graph.nodes["paper"].attrs["year"])
 
 
-def check_trees(graph: HeteroGraph, sub: HeteroSampledSubgraph) -> None:
+def check_trees(graph: HeteroGraph, sub: RelationalSubgraph) -> None:
     """Every sampled edge exists, and joins two nodes of the same tree."""
     assert sub.batch is not None
     for et, edge_index in sub.edge_index.items():

@@ -1,4 +1,4 @@
-"""``HeteroNeighborSampler``: edges exist, per-relation fanouts, -1/0, determinism, layout."""
+"""``RelationalSampler``: edges exist, per-relation fanouts, -1/0, determinism, layout."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.datasets.mag import synthetic_mag
-from gnnsys.sampler.relational import HeteroNeighborSampler, HeteroSampledSubgraph, csr_sources
+from gnnsys.sampler.relational import RelationalSampler, RelationalSubgraph, csr_sources
 from gnnsys.types import EdgeType
 
 WRITES: EdgeType = ("author", "writes", "paper")
@@ -24,16 +24,16 @@ def graph() -> HeteroGraph:
 
 def make(
     graph: HeteroGraph, fanouts: dict[EdgeType, tuple[int, ...]], **kw: bool
-) -> HeteroNeighborSampler:
-    config = HeteroNeighborSampler.Config(fanouts=fanouts, **kw)
-    return HeteroNeighborSampler(config, sources=csr_sources(graph), node_types=graph.node_types)
+) -> RelationalSampler:
+    config = RelationalSampler.Config(fanouts=fanouts, **kw)
+    return RelationalSampler(config, sources=csr_sources(graph), node_types=graph.node_types)
 
 
 def uniform(graph: HeteroGraph, fanouts: tuple[int, ...]) -> dict[EdgeType, tuple[int, ...]]:
     return {et: fanouts for et in graph.edge_types}
 
 
-def check_edges_exist(graph: HeteroGraph, sub: HeteroSampledSubgraph) -> None:
+def check_edges_exist(graph: HeteroGraph, sub: RelationalSubgraph) -> None:
     for et, edge_index in sub.edge_index.items():
         src, _, dst = et
         rel = graph.relations[et]
@@ -141,7 +141,7 @@ def test_seeds_of_another_type_and_errors(graph: HeteroGraph) -> None:
     with pytest.raises(ValueError, match="input_type"):
         sampler.sample(torch.tensor([1]), input_type="venue", seed=0)
     with pytest.raises(ValueError, match="hops must be the same"):
-        HeteroNeighborSampler.Config(fanouts={WRITES: (1,), CITES: (1, 1)})
+        RelationalSampler.Config(fanouts={WRITES: (1,), CITES: (1, 1)})
     # the tables were reset after the error: the next batch is unaffected
     again = sampler.sample(torch.tensor([4, 1]), input_type="author", seed=0)
     assert torch.equal(again.n_id["paper"], sub.n_id["paper"])
@@ -151,7 +151,7 @@ def test_concurrent_calls_match_sequential(graph: HeteroGraph) -> None:
     sampler = make(graph, uniform(graph, (5, 3)))
     batches = [torch.arange(i * 20, i * 20 + 20) for i in range(6)]
     expected = [sampler.sample(b, input_type="paper", seed=i) for i, b in enumerate(batches)]
-    got: list[HeteroSampledSubgraph | None] = [None] * len(batches)
+    got: list[RelationalSubgraph | None] = [None] * len(batches)
 
     def run(i: int) -> None:
         got[i] = sampler.sample(batches[i], input_type="paper", seed=i)
@@ -167,7 +167,7 @@ def test_concurrent_calls_match_sequential(graph: HeteroGraph) -> None:
             assert torch.equal(want.edge_index[et], have.edge_index[et])
 
 
-def _fields(sub: HeteroSampledSubgraph) -> list[torch.Tensor]:
+def _fields(sub: RelationalSubgraph) -> list[torch.Tensor]:
     out = [sub.n_id[t] for t in sorted(sub.n_id)]
     for blocks in sub.blocks:
         for et in sorted(blocks):
@@ -221,9 +221,9 @@ def test_serial_sources_get_one_call_per_relation_and_hop(
             return self.inner.sample_neighbors(*args, **kw)  # type: ignore[attr-defined]
 
     fanouts = uniform(graph, (4, 2))
-    config = HeteroNeighborSampler.Config(fanouts=fanouts)
+    config = RelationalSampler.Config(fanouts=fanouts)
     sources = {et: Serial(et, s) for et, s in csr_sources(graph).items()}
-    serial = HeteroNeighborSampler(config, sources=sources, node_types=graph.node_types)
+    serial = RelationalSampler(config, sources=sources, node_types=graph.node_types)
     serial.engine.num_threads = 2
     got = serial.sample(torch.arange(300), input_type="paper", seed=5)
     want = make(graph, fanouts).sample(torch.arange(300), input_type="paper", seed=5)

@@ -105,8 +105,8 @@ def rank_sources(
     from gnnsys.models import ModelConfig
     from gnnsys.sampler import NeighborSampler
     from gnnsys.store import load_book, load_books, read_shard
-    from gnnsys.train.rank import TypedLayout, build_sources
-    from gnnsys.train.remote.ledger import TypedLedger
+    from gnnsys.train.rank import RankLayout, build_sources
+    from gnnsys.train.remote.ledger import PerTypeLedger
     from gnnsys.train.trainer import Trainer
     from gnnsys.train.worker import WorkerSpec
 
@@ -119,11 +119,11 @@ def rank_sources(
     })  # fmt: skip
     shard = read_shard(store, part)
     books = {ONE_TYPE if t is None else t: b for t, b in load_books(store).items()}
-    ledger = TypedLedger(list(shard.nodes))
+    ledger = PerTypeLedger(list(shard.nodes))
     if client is None:
         client = RuntimeClient([ShardOwner(str(store), p) for p in range(num_parts)])
     sources = build_sources(
-        spec, TypedLayout.of(spec), shard, books, client, cast(Any, None), ledger, None,
+        spec, RankLayout.of(spec), shard, books, client, cast(Any, None), ledger, None,
         step=lambda: 0,
     )  # fmt: skip
     return sources, ledger, shard

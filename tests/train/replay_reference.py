@@ -1,6 +1,6 @@
 """An independent reference for a one-type run: plain PyG layers replaying the run's batches.
 
-A homogeneous store trains through the typed runtime (``TypedRank``, ``Trainer``) as its one
+A homogeneous store trains through the typed runtime (``RankRuntime``, ``Trainer``) as its one
 node type. What that must compute is plain GraphSAGE / GCN / GAT on the sampled blocks with
 Adam and the gradient of the mean loss over every rank's seeds of a step. This module records
 what the runtime did that is not floating point — each rank's sampled blocks and node ids,

@@ -1,7 +1,7 @@
 """A homogeneous store trains as the typed runtime's one-type case: plain PyG on the same batches.
 
 A homogeneous store is one node type ``node`` and one relation ``node__to__node``; every run
-of one goes through ``TypedRank``. Each case here is held to two things.
+of one goes through ``RankRuntime``. Each case here is held to two things.
 
 **What it computes**, against an independent reference built in the same test run
 (``replay_reference``): the run's sampled blocks, labels and dropout masks are recorded, and
@@ -45,7 +45,7 @@ from gnnsys.train.control.checkpoint import load_checkpoint
 from gnnsys.train.control.run import train_local
 from gnnsys.train.layer0.base import FirstLayerConfig, Placement
 from gnnsys.train.link.config import LinkConfig
-from gnnsys.train.node_types import HeteroConfig
+from gnnsys.train.node_types import NodeTypesConfig
 from tests.train import replay_reference as ref
 from tests.train.one_type_golden import GOLDEN, integers
 from tests.train.run_configs import sbm_run
@@ -116,7 +116,9 @@ def _cases() -> dict[str, RunConfig]:
 
 
 def _typed(cfg: RunConfig, store: Path) -> RunConfig:
-    hetero = HeteroConfig(model=cfg.model.name, input_type="node")  # sage, gcn or gat per relation
+    hetero = NodeTypesConfig(
+        model=cfg.model.name, input_type="node"
+    )  # sage, gcn or gat per relation
     return replace(cfg, hetero=hetero, data=replace(cfg.data, store=str(store)))
 
 
@@ -224,7 +226,7 @@ def _assert_link_metrics(line: dict[str, Any], h: torch.Tensor, split: Any) -> N
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("case", ["p2", "gcn", "gat"])
 def test_a_typed_config_on_one_type_is_the_same_run(case: str, tmp_path: Path) -> None:
-    """Naming the one type (``hetero=HeteroConfig(input_type="node")``) changes nothing."""
+    """Naming the one type (``hetero=NodeTypesConfig(input_type="node")``) changes nothing."""
     cfg = _cases()[case]
     plain = train_local(cfg, tmp_path / "plain")
     typed = train_local(_typed(cfg, tmp_path / "plain" / "store"), tmp_path / "typed")

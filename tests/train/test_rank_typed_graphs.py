@@ -37,7 +37,7 @@ from gnnsys.errors import WorkerFailedError
 from gnnsys.models import ModelConfig
 from gnnsys.models.sparse_embedding import EmbeddingConfig, LocalEmbeddingGroup, init_rows
 from gnnsys.sampler import NeighborSampler
-from gnnsys.sampler.relational import HeteroNeighborSampler, csr_sources
+from gnnsys.sampler.relational import RelationalSampler, csr_sources
 from gnnsys.store import read_shard
 from gnnsys.store.info import store_info
 from gnnsys.store.source import DataConfig
@@ -45,7 +45,7 @@ from gnnsys.train.control.checkpoint import load_checkpoint
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.run import train_local, worker_template
-from gnnsys.train.node_types import HeteroConfig
+from gnnsys.train.node_types import NodeTypesConfig
 from gnnsys.train.rank import build_typed_model
 from gnnsys.train.schedule import batch_seed_for
 from gnnsys.train.trainer import Trainer
@@ -67,7 +67,7 @@ def _config(store: Path, parts: int, *, epochs: int = 1, batch: int = 1024, **kw
         model=ModelConfig(hidden=16, dropout=0.0),
         trainer=Trainer.Config(lr=0.01, batch_size=batch, seed=3),
         loop=Coordinator.Config(epochs=epochs, progress=False, deadline_s=60.0, **kw),
-        hetero=HeteroConfig(),
+        hetero=NodeTypesConfig(),
     )
 
 
@@ -79,10 +79,10 @@ def _group(store: Path, parts: int, topology: str = "partitioned") -> LocalWorke
     return group
 
 
-def _whole_sampler(mag: HeteroGraph) -> HeteroNeighborSampler:
+def _whole_sampler(mag: HeteroGraph) -> RelationalSampler:
     fanouts = {et: (6, 4) for et in mag.edge_types}
-    config = HeteroNeighborSampler.Config(fanouts=fanouts)
-    return HeteroNeighborSampler(config, sources=csr_sources(mag), node_types=mag.node_types)
+    config = RelationalSampler.Config(fanouts=fanouts)
+    return RelationalSampler(config, sources=csr_sources(mag), node_types=mag.node_types)
 
 
 def _rank_seeds(store: Path, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -436,14 +436,14 @@ def test_cli_link_task_names_its_relation(
 
 
 def test_codec_auto_is_resolved_per_type(stores: dict[int, Path]) -> None:
-    from gnnsys.cache.codecs import TypedCodecConfig
+    from gnnsys.cache.codecs import PerTypeCodecConfig
     from gnnsys.train.control.run import resolved_typed_codec
 
     base = _config(stores[2], 2)
     info = store_info(stores[2])
     for spec, want in (("auto", "int4"), ("paper=auto,*=fp16", "int4"), ("paper=int8", "int8")):
         cfg = replace(base, codec=replace(base.codec, name=spec, lossy="int4"))
-        got = TypedCodecConfig.parse(
+        got = PerTypeCodecConfig.parse(
             resolved_typed_codec(cfg, stores[2], info).name, info.node_types
         )
         assert got.for_type("paper").name == want, spec  # the features fit no lossless codec

@@ -1,6 +1,6 @@
 """The single-process reference of typed exact evaluation: every node's outputs at once.
 
-``TypedShardEvaluator`` (``gnnsys.train.eval.sharded``) must equal it to float rounding.
+``ShardEvaluator`` (``gnnsys.train.eval.sharded``) must equal it to float rounding.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from gnnsys.cache.codecs.auto import AutoCodec
 from gnnsys.cache.codecs.base import Codec, EncodedRows, concat, put, take
 from gnnsys.cache.codecs.bf16 import BF16Codec
 from gnnsys.cache.codecs.binary import BinaryCodec
-from gnnsys.cache.codecs.config import WIRE_STAGES, CodecConfig, TypedCodecConfig
+from gnnsys.cache.codecs.config import WIRE_STAGES, CodecConfig, PerTypeCodecConfig
 from gnnsys.cache.codecs.fp16 import FP16Codec
 from gnnsys.cache.codecs.fp32 import CastCodec, FP32Codec
 from gnnsys.cache.codecs.int4 import Int4Codec
@@ -40,7 +40,7 @@ __all__ = [
     "CodecConfig",
     "EncodedRows",
     "FP32Codec",
-    "TypedCodecConfig",
+    "PerTypeCodecConfig",
     "WireFrame",
     "concat",
     "make_codec",

@@ -5,7 +5,7 @@ like any other, so no caller branches on "no codec". ``auto`` is resolved once, 
 from the features (:meth:`CodecConfig.resolve`) before the config reaches the workers.
 
 Heterogeneous graphs may name one codec per node type (``--codec paper=int8,author=fp16``):
-:class:`TypedCodecConfig` parses such a spec against the graph's node
+:class:`PerTypeCodecConfig` parses such a spec against the graph's node
 types. ``CodecConfig`` accepts the spec as its ``name`` (checking its syntax and codec names, so
 the CLI can carry it), but only a plain name makes a codec; a homogeneous run given a per-type
 spec stops at :meth:`CodecConfig.resolve` or :meth:`CodecConfig.make` with a message.
@@ -23,7 +23,7 @@ from gnnsys.cache.codecs.auto import AutoCodec
 from gnnsys.cache.codecs.base import Codec
 from gnnsys.cache.codecs.binary import is_binary
 
-__all__ = ["WIRE_STAGES", "CodecConfig", "TypedCodecConfig", "is_typed_spec", "split_codec_spec"]
+__all__ = ["WIRE_STAGES", "CodecConfig", "PerTypeCodecConfig", "is_typed_spec", "split_codec_spec"]
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class CodecConfig:
 
         Raises:
             ValueError: ``name`` is still ``auto`` (resolve it on the driver first), or a
-                per-type spec (``TypedCodecConfig.from_config`` makes one codec per type).
+                per-type spec (``PerTypeCodecConfig.from_config`` makes one codec per type).
         """
         from gnnsys.cache.codecs import make_codec
 
@@ -122,7 +122,7 @@ def split_codec_spec(spec: str) -> tuple[str | None, tuple[tuple[str, str], ...]
 
     Grammar: entries separated by commas; an entry is ``TYPE=NAME``, ``*=NAME`` or a bare
     ``NAME`` (both: the codec of every type not named). Spaces around parts are ignored. Node
-    types are not checked here (:meth:`TypedCodecConfig.parse` knows the graph's).
+    types are not checked here (:meth:`PerTypeCodecConfig.parse` knows the graph's).
 
     Raises:
         ValueError: An empty entry or part, an unknown codec, two defaults, or a type named
@@ -177,7 +177,7 @@ _CAST_MAX_ABS = {"fp16": 65504.0}
 
 
 @dataclass(frozen=True, slots=True)
-class TypedCodecConfig:
+class PerTypeCodecConfig:
     """One ``CodecConfig`` per node type of a heterogeneous graph (``--codec`` per type).
 
     Build it with :meth:`parse` (or :meth:`from_config`); every type of the graph has an entry,
@@ -191,10 +191,10 @@ class TypedCodecConfig:
     def __post_init__(self) -> None:
         types = [t for t, _ in self.by_type]
         if not types:
-            raise ValueError("TypedCodecConfig needs at least one node type; pass the graph's")
+            raise ValueError("PerTypeCodecConfig needs at least one node type; pass the graph's")
         dups = sorted({t for t in types if types.count(t) > 1})
         if dups:
-            raise ValueError(f"TypedCodecConfig lists node types {dups} twice; list each once")
+            raise ValueError(f"PerTypeCodecConfig lists node types {dups} twice; list each once")
         typed = [t for t, c in self.by_type if c.typed]
         if typed:
             raise ValueError(f"node types {typed} hold a per-type spec; give each one codec name")
@@ -202,7 +202,7 @@ class TypedCodecConfig:
     @classmethod
     def parse(
         cls, spec: str, node_types: Sequence[str], *, lossy: str = "int8", wire: str | None = None
-    ) -> TypedCodecConfig:
+    ) -> PerTypeCodecConfig:
         """Per-type codecs from ``spec``: ``int8`` (every type) or ``paper=int8,*=fp16``.
 
         Types the spec does not name take its default (a bare ``NAME`` or ``*=NAME``), else
@@ -237,7 +237,7 @@ class TypedCodecConfig:
         )
 
     @classmethod
-    def from_config(cls, config: CodecConfig, node_types: Sequence[str]) -> TypedCodecConfig:
+    def from_config(cls, config: CodecConfig, node_types: Sequence[str]) -> PerTypeCodecConfig:
         """:meth:`parse` of a run's ``CodecConfig`` (its ``name`` may be a per-type spec)."""
         return cls.parse(config.name, node_types, lossy=config.lossy, wire=config.wire)
 
@@ -270,13 +270,13 @@ class TypedCodecConfig:
         """
         return {t: config.make() for t, config in self.by_type}
 
-    def resolve(self, x_by_type: Mapping[str, Tensor | None]) -> TypedCodecConfig:
+    def resolve(self, x_by_type: Mapping[str, Tensor | None]) -> PerTypeCodecConfig:
         """:meth:`resolve_chunks` over whole feature matrices (``None``: a featureless type)."""
         return self.resolve_chunks(
             {t: None if x is None else _one_chunk(x) for t, x in x_by_type.items()}
         )
 
-    def resolve_chunks(self, chunks_by_type: Mapping[str, Chunks | None]) -> TypedCodecConfig:
+    def resolve_chunks(self, chunks_by_type: Mapping[str, Chunks | None]) -> PerTypeCodecConfig:
         """``auto`` resolved per type from its rows, and every type's codec checked against them.
 
         A type absent from ``chunks_by_type`` or mapped to ``None`` has no feature rows (its
@@ -303,7 +303,7 @@ class TypedCodecConfig:
                 )
             _check_rows(t, config.name, chunks, self.spec)
             out.append((t, config))
-        return TypedCodecConfig(tuple(out))
+        return PerTypeCodecConfig(tuple(out))
 
 
 def _one_chunk(x: Tensor) -> Chunks:

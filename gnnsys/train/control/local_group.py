@@ -33,7 +33,7 @@ from gnnsys.train.control.checkpoint import Checkpoint
 from gnnsys.train.control.failure import FailureKind
 from gnnsys.train.control.group import EVAL_LAYER_LOG, GroupFailure
 from gnnsys.train.eval.evaluate import RankEval
-from gnnsys.train.rank import TypedRank
+from gnnsys.train.rank import RankRuntime
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.train.remote.peers import LocalPeerClient
 from gnnsys.train.remote.server import LocalOwnerClient, ShardOwner
@@ -135,7 +135,7 @@ class LocalWorkerGroup:
                 worker = TrainWorker(
                     replace(self.template, rank=r),
                     [],
-                    rank=TypedRank,
+                    rank=RankRuntime,
                     client=client,
                     sync=_thread_sync(self._room, r),
                     rng_lock=rng_lock,

@@ -39,7 +39,7 @@ from gnnsys.train.control.failure import FailureKind
 from gnnsys.train.control.group import EVAL_LAYER_LOG, GroupFailure
 from gnnsys.train.control.resources import Resources
 from gnnsys.train.eval.evaluate import RankEval
-from gnnsys.train.rank import TypedRank
+from gnnsys.train.rank import RankRuntime
 from gnnsys.train.remote.server import ShardOwner
 from gnnsys.train.schedule import steps_per_epoch
 from gnnsys.train.worker import RankState, TrainWorker, WorkerEpochReport
@@ -221,7 +221,7 @@ class RayWorkerGroup:
                 name=actor_name("worker", r, template),
                 scheduling_strategy="SPREAD",
                 **worker_opts,
-            ).remote(replace(template, rank=r), self.owners, rank=TypedRank)
+            ).remote(replace(template, rank=r), self.owners, rank=RankRuntime)
             for r in range(world)
         ]
         actors: dict[_Key, Any] = {("rank", r): w for r, w in enumerate(self.workers)}

@@ -47,7 +47,7 @@ from gnnsys.train.control.ray_group import RayWorkerGroup
 from gnnsys.train.control.recorder import Recorder
 from gnnsys.train.control.resources import trainer_cpus
 from gnnsys.train.device import DevicePlan, plan_devices
-from gnnsys.train.rank import TypedLayout
+from gnnsys.train.rank import RankLayout
 from gnnsys.train.topology import choose_topology
 from gnnsys.train.worker import FaultSpec, WorkerSpec
 
@@ -392,11 +392,11 @@ def resolved_typed_codec(config: RunConfig, store: Path, info: StoreInfo) -> Cod
     """``config.codec`` of a typed run with ``auto`` resolved per type (a canonical spec).
 
     A featured type's ``auto`` is resolved from its rows (streamed); a featureless type's is
-    ``fp32`` (``TypedCodecConfig.resolve_chunks``).
+    ``fp32`` (``PerTypeCodecConfig.resolve_chunks``).
     """
-    from gnnsys.cache.codecs import TypedCodecConfig
+    from gnnsys.cache.codecs import PerTypeCodecConfig
 
-    typed = TypedCodecConfig.from_config(config.codec, info.named_types)
+    typed = PerTypeCodecConfig.from_config(config.codec, info.named_types)
     chunks = {t: partial(feature_chunks, store, node_type=t) for t in info.named_dims}
     resolved = typed.resolve_chunks(chunks)
     if resolved.spec != typed.spec:
@@ -416,7 +416,7 @@ def worker_template(config: RunConfig, store: Path, info: StoreInfo, topology: s
 
     Raises:
         ValueError: A typed run whose seed type has no features or labels, or whose fanouts
-            or codec name a relation or type the store lacks (``TypedLayout.of``).
+            or codec name a relation or type the store lacks (``RankLayout.of``).
     """
     # a link encoder's output is the embedding, as wide as its hidden layers
     classes = info.num_classes if config.link is None else config.model.hidden
@@ -441,7 +441,7 @@ def worker_template(config: RunConfig, store: Path, info: StoreInfo, topology: s
     )
     if not info.typed:
         return replace(spec, num_features=info.num_features)
-    layout = TypedLayout.of(spec, info)  # refuses what the typed worker could not build
+    layout = RankLayout.of(spec, info)  # refuses what the typed worker could not build
     return replace(spec, num_features=layout.in_dims[layout.hetero.input_type])
 
 

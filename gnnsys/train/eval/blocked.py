@@ -35,12 +35,12 @@ from torch import Tensor
 
 from gnnsys.kernels import aggregate
 from gnnsys.models.layers import GCNLayer
-from gnnsys.models.relational import HeteroGCNLayer, HeteroSAGELayer
+from gnnsys.models.relational import RelationalGCNLayer, RelationalSAGELayer
 from gnnsys.train.eval.memory import eval_tick
 from gnnsys.types import Block
 
 __all__ = [
-    "TypedRelationInput",
+    "RelationInput",
     "projected_typed_outputs",
     "blocked_typed_outputs",
     "linear_reduce",
@@ -170,7 +170,7 @@ def typed_blocked(module: object) -> bool:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class TypedRelationInput:
+class RelationInput:
     """One relation into the destination type of :func:`blocked_typed_outputs`.
 
     Attributes:
@@ -192,7 +192,7 @@ def blocked_typed_outputs(
     module: object,
     dst_type: str,
     own_dst: Tensor,
-    relations: dict[tuple[str, str, str], TypedRelationInput],
+    relations: dict[tuple[str, str, str], RelationInput],
     into: Callable[[int], Tensor],
     *,
     block_mb: float,
@@ -218,13 +218,13 @@ def blocked_typed_outputs(
         willneed: Read-ahead hint for rows of the owned tables (optional).
     """
     assert typed_blocked(module)
-    linear = cast(HeteroSAGELayer | HeteroGCNLayer, module)
+    linear = cast(RelationalSAGELayer | RelationalGCNLayer, module)
     gcn = linear.linear_reduce == "gcn"
     m = int(own_dst.shape[0])
     width = sum(int(r.own.shape[1]) for r in relations.values())
     span_rows = max(1, int(block_mb * 2**20) // (4 * max(width, 1)))
     block_rows = max(1, span_rows // 4)
-    sage = cast(HeteroSAGELayer, module)  # when not GCN
+    sage = cast(RelationalSAGELayer, module)  # when not GCN
     if not gcn and _typed_projects(sage, relations, block_mb):
         projected_typed_outputs(
             sage, own_dst, relations, into, block_rows=block_rows, willneed=willneed
@@ -270,8 +270,8 @@ def blocked_typed_outputs(
 
 
 def _typed_projects(
-    module: HeteroSAGELayer,
-    relations: dict[tuple[str, str, str], TypedRelationInput],
+    module: RelationalSAGELayer,
+    relations: dict[tuple[str, str, str], RelationInput],
     block_mb: float,
 ) -> bool:
     """:func:`_projects` for a typed SAGE layer, relation by relation.
@@ -292,9 +292,9 @@ def _typed_projects(
 
 @torch.no_grad()
 def projected_typed_outputs(
-    module: HeteroSAGELayer,
+    module: RelationalSAGELayer,
     own_dst: Tensor,
-    relations: dict[tuple[str, str, str], TypedRelationInput],
+    relations: dict[tuple[str, str, str], RelationInput],
     into: Callable[[int], Tensor],
     *,
     block_rows: int,

@@ -22,7 +22,7 @@ Exactness: a rank's block has every in-edge of its nodes, and GCN normalises wit
 of the whole graph (``Block.src_in_degree``; a halo node's comes from its owner once), so the
 logits equal :func:`full_graph_logits` on the assembled graph (tested to 1e-5 at P = 1, 2, 4).
 
-The evaluator is ``gnnsys.train.eval.sharded.TypedShardEvaluator`` (one table per layer and node
+The evaluator is ``gnnsys.train.eval.sharded.ShardEvaluator`` (one table per layer and node
 type; a homogeneous graph is its one-type case). This module holds its settings
 (:class:`EvalConfig`), a rank's report (:class:`RankEval`), the driver's sum of the reports
 (:func:`combine_evals`) and the single-process reference (:func:`full_graph_logits`).
@@ -287,7 +287,7 @@ def full_graph_logits(model: nn.Module, block: Block, x_NF: Tensor) -> Tensor:
     """Layer-wise inference over one whole-graph block: the single-process reference.
 
     Costs one ``[N, H]`` activation per layer; used by tests and small-graph tools, never by
-    the runtime (which evaluates sharded, ``gnnsys.train.eval.sharded.TypedShardEvaluator``).
+    the runtime (which evaluates sharded, ``gnnsys.train.eval.sharded.ShardEvaluator``).
     """
     model.eval()
     layered = cast(BlockModel, model)

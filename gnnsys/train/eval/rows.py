@@ -1,6 +1,6 @@
 """Rows of the sharded exact evaluation, for graphs of one node type or many.
 
-The evaluator (``gnnsys.train.eval.sharded.TypedShardEvaluator``) keeps one table per layer and
+The evaluator (``gnnsys.train.eval.sharded.ShardEvaluator``) keeps one table per layer and
 node type and reads rows here:
 
 - **table numbers** (what a peer is asked for): ``layer * T + type index`` for ``T`` node types,

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from gnnsys.kernels import aggregate
 from gnnsys.kernels.csr import dst_of_edges
-from gnnsys.store.shard import HeteroShard
+from gnnsys.store.shard import Shard
 from gnnsys.train.eval.evaluate import EvalConfig
 from gnnsys.types import Block, EdgeType
 
@@ -193,7 +193,7 @@ def cut_run(
     return x_span, out
 
 
-def one_hop(shard: HeteroShard) -> tuple[dict[str, np.ndarray], dict[EdgeType, Block]]:
+def one_hop(shard: Shard) -> tuple[dict[str, np.ndarray], dict[EdgeType, Block]]:
     """Each type's 1-hop halo and each relation's block over ``[owned ; 1-hop halo]``.
 
     The shard keeps the k-hop halo; evaluation needs the 1-hop one (type-local ids, ascending).

@@ -16,7 +16,7 @@ the shard (or the rank's live embedding table), halo rows from their owners in `
 rank asks each peer once per layer and type for the rows of its halo owned there, in
 ``EvalConfig.codec`` (fp32 by default), through the peer protocol every run uses
 (``PeerClient.rows_many``; a table number names a layer input and a node type,
-:meth:`TypedShardEvaluator.table`). A type that a layer gives no output (no relation into it)
+:meth:`ShardEvaluator.table`). A type that a layer gives no output (no relation into it)
 has no rows in the next layer, exactly as in the single-process forward.
 
 Exactness: a rank's relation blocks hold every in-edge of its nodes, in the relation's CSR order
@@ -61,11 +61,11 @@ from torch import Tensor, nn
 from gnnsys.cache import HaloCache
 from gnnsys.cache.codecs import Codec, make_codec
 from gnnsys.models.layers import GCNLayer
-from gnnsys.models.relational import HeteroGCNLayer, HeteroSAGELayer
-from gnnsys.store.shard import HeteroShard
+from gnnsys.models.relational import RelationalGCNLayer, RelationalSAGELayer
+from gnnsys.store.shard import Shard
 from gnnsys.train.device import StepDevice
 from gnnsys.train.eval.blocked import (
-    TypedRelationInput,
+    RelationInput,
     blocked_typed_outputs,
     divide_by_degree,
     linear_reduce,
@@ -92,11 +92,11 @@ from gnnsys.train.eval.runs import (
 )
 from gnnsys.train.metrics import split_counts
 from gnnsys.train.remote.degrees import fetch_degrees
-from gnnsys.train.remote.ledger import TypedLedger
+from gnnsys.train.remote.ledger import PerTypeLedger
 from gnnsys.train.remote.peers import PeerClient
 from gnnsys.types import Block, EdgeType
 
-__all__ = ["TypeInput", "TypedShardEvaluator"]
+__all__ = ["TypeInput", "ShardEvaluator"]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -118,14 +118,14 @@ class TypeInput:
     cache: HaloCache | None = None
 
 
-class TypedShardEvaluator:
+class ShardEvaluator:
     """The evaluation state of one rank of a typed graph; see the module docstring.
 
     Args:
         config: Evaluation settings (``codec``, ``message_mb``).
         shard: This rank's shard.
         books: Node type -> owner (``part_N``) and owner position (``lid_N``) of every id.
-        layers: The model's layers, input layer first (``HeteroSAGE.layers``, ``RGCN.layers``).
+        layers: The model's layers, input layer first (``RelationalSAGE.layers``, ``RGCN.layers``).
         input_type: The labelled type whose logits are scored.
         inputs: Node type -> its layer-0 rows.
         peers: Client of the peer ranks (rows of layers >= 1).
@@ -144,13 +144,13 @@ class TypedShardEvaluator:
         self,
         config: EvalConfig,
         *,
-        shard: HeteroShard,
+        shard: Shard,
         books: dict[str, Any],
         layers: nn.ModuleList,
         input_type: str,
         inputs: dict[str, TypeInput],
         peers: PeerClient,
-        ledger: TypedLedger,
+        ledger: PerTypeLedger,
         owners: Any = None,
         degrees: dict[EdgeType, Tensor] | None = None,
         device_layers: nn.ModuleList | None = None,
@@ -341,7 +341,7 @@ class TypedShardEvaluator:
                 src_in_degree=None if degree is None else degree[first:stop],
             )  # fmt: skip
         x_dst = {node_type: x_dict[node_type][first:stop]}
-        module = cast(HeteroSAGELayer | HeteroGCNLayer, self.device_layers[layer])
+        module = cast(RelationalSAGELayer | RelationalGCNLayer, self.device_layers[layer])
         x_dst, blocks, agg = self.step.put((x_dst, blocks, agg))  # on the host: no copies
         got = module.forward_from_agg(x_dst, blocks, agg).get(node_type)
         return None if got is None else got.to("cpu")
@@ -361,7 +361,7 @@ class TypedShardEvaluator:
 
         for node_type in self.spans:
             relations = {
-                et: TypedRelationInput(
+                et: RelationInput(
                     block, own[et[0]], halo_rows(et[0]), int(self.halo_lid[et[0]].shape[0])
                 )
                 for et, block in self.blocks.items()

@@ -1,7 +1,7 @@
 """The run's layer-0 setting: where layer 0's neighbour reduction runs, and how rows arrive.
 
 Two paths compute layer 0's reduction instead of reducing fetched float rows
-(``gnnsys.train.inputs.TypedInputs``, per featured node type): owners send partial sums
+(``gnnsys.train.inputs.PerTypeInputs``, per featured node type): owners send partial sums
 (``gnnsys.train.layer0.owner_sums.FirstLayerAggregator``), or halo rows are summed from their
 int8/int4 codes (``gnnsys.train.layer0.fused``). Both need layer 0 to be linear in its inputs
 (SAGE mean/sum, GCN). :class:`FirstLayerConfig` is the run's setting for them

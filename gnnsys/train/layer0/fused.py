@@ -8,7 +8,7 @@ byte-row ``embedding_bag`` on CPU), so they are never decoded to a float32 ``[H,
 Owned rows are floats already. Per batch::
 
     rows   = features.fetch_split(n_id)            # owned rows float, halo rows encoded
-    per relation out of the type (``TypedInputs.finish_first``), split its block-0 edges by
+    per relation out of the type (``PerTypeInputs.finish_first``), split its block-0 edges by
     the kind of their source (owned | halo), order kept:
     agg_MF = aggregate(x_own,  rowptr_own,  col_own,  "sum")
            + aggregate(q_halo, rowptr_halo, col_halo, "sum", scale=s_halo, zero=z_halo)
@@ -50,7 +50,7 @@ def fused_sum(
     """``[M, F]`` ``sum_e w[col[e]] * x[col[e]]`` of ``block``, halo rows summed from codes.
 
     ``rows`` are the block's sources split by ``fetch_split``: owned ones as floats, halo ones
-    encoded. Called per relation, with its source type's rows (``TypedInputs.finish_first``).
+    encoded. Called per relation, with its source type's rows (``PerTypeInputs.finish_first``).
     """
     num_src, num_dst = block.num_src, block.num_dst
     on = block.col.device  # the step's device: the host, or a GPU after the transfer stage

@@ -1,7 +1,7 @@
 """Layer 0 with owner-side partial aggregation in the runtime (issue 8): plan, fetch, combine.
 
 With ``FirstLayerConfig.placement`` ``owner`` or ``auto`` and a model whose first layer is linear
-in its inputs (SAGE mean, GCN), ``TypedInputs`` asks each featured type's
+in its inputs (SAGE mean, GCN), ``PerTypeInputs`` asks each featured type's
 :class:`FirstLayerAggregator` for that type's layer-0 reductions instead of fetching every
 block-0 source row of the type::
 
@@ -87,7 +87,7 @@ class FirstLayerAggregator:
         if config.placement == Placement.REQUESTER:
             raise ValueError(
                 "placement='requester' needs no FirstLayerAggregator; fetch the rows "
-                "(TypedInputs without owner_sums)"
+                "(PerTypeInputs without owner_sums)"
             )
         if num_features < 1:
             raise ValueError(f"num_features={num_features}; pass the feature dim F >= 1")

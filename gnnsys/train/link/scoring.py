@@ -6,7 +6,7 @@ over training links only). Then, per rank::
 
     links   <- its val/test links (sources it owns) and their fixed negatives (the store's)
     rows    <- embeddings of every destination and negative it does not own, one request per
-               peer (``TypedShardEvaluator.rows_of``; encoded with ``--eval-codec``, counted)
+               peer (``ShardEvaluator.rows_of``; encoded with ``--eval-codec``, counted)
     ranks   <- decoder scores of positive vs its Q negatives, in chunks of ``score_chunk`` links,
                OGB's rank (``metrics.link_ranks``: ties count half)
     sums    <- sum of 1/rank, hits@K per K, count -> the driver adds them (exact MRR, Hits@K)
@@ -74,7 +74,7 @@ def split_ranks(
 
 
 class _Scored(Protocol):
-    """What link scoring reads of the evaluator (``TypedShardEvaluator``)."""
+    """What link scoring reads of the evaluator (``ShardEvaluator``)."""
 
     @property
     def num_layers(self) -> int: ...

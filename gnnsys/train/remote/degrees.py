@@ -33,7 +33,7 @@ from gnnsys.train.remote.routed import group_by_owner
 from gnnsys.types import EdgeType
 
 if TYPE_CHECKING:
-    from gnnsys.store.shard import HeteroShard
+    from gnnsys.store.shard import Shard
 
 
 __all__ = ["RoutedDegreeSource", "fetch_degrees"]
@@ -98,7 +98,7 @@ class RoutedDegreeSource:
     @classmethod
     def of_relation(
         cls,
-        shard: HeteroShard,
+        shard: Shard,
         edge_type: EdgeType,
         part_N: np.ndarray,
         client: OwnerClient,

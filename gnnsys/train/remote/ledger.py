@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from torch import Tensor
 
-__all__ = ["CATEGORIES", "COUNTERS", "Ledger", "LedgerSnapshot", "TypedLedger"]
+__all__ = ["CATEGORIES", "COUNTERS", "Ledger", "LedgerSnapshot", "PerTypeLedger"]
 
 CATEGORIES: tuple[str, ...] = (
     "structure_request",
@@ -61,7 +61,7 @@ class LedgerSnapshot:
         messages: Category -> number of messages (one per remote call or collective).
         counts: Counter in :data:`COUNTERS` -> value (not bytes; see there).
         by_type: Node type -> category -> bytes, the part of ``bytes`` a heterogeneous run
-            attributes to one node type (empty for homogeneous runs; see ``TypedLedger``).
+            attributes to one node type (empty for homogeneous runs; see ``PerTypeLedger``).
     """
 
     bytes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
@@ -154,7 +154,7 @@ class Ledger:
             )
 
 
-class TypedLedger:
+class PerTypeLedger:
     """One :class:`Ledger` per node type plus one for untyped traffic (the allreduce).
 
     A heterogeneous worker hands ``of(t)`` to the routed sources of node type ``t`` (feature

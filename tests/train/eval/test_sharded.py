@@ -5,7 +5,7 @@ featureless with learnable rows) written as 1, 2 and 4 random parts:
 
 * after a trained epoch, every rank's logits of its own papers equal one process's
   full-neighbourhood forward of the same weights and embedding rows on the whole graph
-  (:func:`full_typed_outputs`) to 1e-5, for HeteroSAGE, HeteroGAT and R-GCN, at P = 1, 2, 4;
+  (:func:`full_typed_outputs`) to 1e-5, for RelationalSAGE, RelationalGAT and R-GCN, at P = 1, 2, 4;
 * the metrics the driver combines equal the metrics of those whole-graph logits exactly;
 * the same holds when a layer runs over many runs of destination rows (``chunk_edges``);
 * evaluation traffic is counted in its own ledger (per type), none at P = 1;
@@ -13,7 +13,7 @@ featureless with learnable rows) written as 1, 2 and 4 random parts:
 * a halo budget (``halo_mb``: runs of rows fetch only the halo rows they read) gives the same
   logits (to float rounding: smaller matmuls), for more evaluation bytes;
 * source-blocked layers (``block_mb``: spans of destinations, sources read in ascending blocks)
-  give the whole-graph logits to 1e-5 for HeteroSAGE at P = 1, 2, 4 with spans and blocks much
+  give the whole-graph logits to 1e-5 for RelationalSAGE at P = 1, 2, 4 with spans and blocks much
   smaller than a type (spilled tables too); R-GCN and GAT keep the default path.
 """
 
@@ -39,7 +39,7 @@ from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.run import worker_template
 from gnnsys.train.eval.evaluate import combine_evals
 from gnnsys.train.metrics import accuracy, confusion_matrix
-from gnnsys.train.node_types import HeteroConfig
+from gnnsys.train.node_types import NodeTypesConfig
 from gnnsys.train.trainer import Trainer
 from tests.train.typed_reference import full_typed_outputs
 
@@ -65,7 +65,7 @@ def _group(
         model=ModelConfig(hidden=16, dropout=dropout),
         trainer=Trainer.Config(lr=0.01, batch_size=256, seed=3),
         loop=Coordinator.Config(epochs=1, progress=False, deadline_s=60.0),
-        hetero=HeteroConfig(model=model),
+        hetero=NodeTypesConfig(model=model),
         eval=replace(
             RunConfig().eval,
             chunk_edges=chunk,
@@ -233,4 +233,4 @@ def test_projected_layers_equal_a_whole_graph_forward(
     monkeypatch.setattr(eval_blocked, "projected_typed_outputs", counted)
     group = _group(stores[parts], parts, "sage", 1 << 20, block_mb=1.0)
     _logits_against_the_whole_graph(mag, group, stores[parts])
-    assert calls and set(calls) == {"HeteroSAGELayer"}
+    assert calls and set(calls) == {"RelationalSAGELayer"}

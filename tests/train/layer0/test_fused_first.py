@@ -1,4 +1,4 @@
-"""Layer 0 from compressed halo rows (``TypedInputs`` fused types): equal to decoding first.
+"""Layer 0 from compressed halo rows (``PerTypeInputs`` fused types): equal to decoding first.
 
 Same traffic as decoding: the rows are fetched through the same ``RoutedFeatureSource``.
 """
@@ -18,7 +18,7 @@ from gnnsys.cache.codecs import make_codec
 from gnnsys.models import GAT, GCN, SAGE, BlockModel
 from gnnsys.train.control.run import train_local
 from gnnsys.train.device import StepDevice, StepInputs, to_host
-from gnnsys.train.inputs import TypedInputs
+from gnnsys.train.inputs import PerTypeInputs
 from gnnsys.train.layer0.base import FirstLayerConfig
 from gnnsys.train.remote.ledger import Ledger
 from gnnsys.types import ONE_RELATION, ONE_TYPE
@@ -45,8 +45,8 @@ def _batch(store: Path, codec: str, *, fanouts: tuple[int, ...] = (6, 4)) -> Typ
     return typed_batch(store, PART, client, fanouts=fanouts, num_seeds=64, seed=3, codec=codec)
 
 
-def _fused(features: Any, *, weighted: bool = False) -> TypedInputs:
-    return TypedInputs({ONE_TYPE: features}, {}, frozenset({ONE_TYPE}), weighted=weighted)
+def _fused(features: Any, *, weighted: bool = False) -> PerTypeInputs:
+    return PerTypeInputs({ONE_TYPE: features}, {}, frozenset({ONE_TYPE}), weighted=weighted)
 
 
 @torch.no_grad()

@@ -19,7 +19,7 @@ from torch import Tensor
 from gnnsys.cache.codecs import Codec, FP32Codec, make_codec
 from gnnsys.models import GCN, SAGE, BlockModel, GCNLayer
 from gnnsys.train.in_memory import one_type_model
-from gnnsys.train.inputs import TypedInputs
+from gnnsys.train.inputs import PerTypeInputs
 from gnnsys.train.layer0.base import FirstLayerConfig, Placement
 from gnnsys.train.layer0.owner_sums import FirstLayerAggregator
 from gnnsys.train.layer0.plan import PartialPlan
@@ -71,7 +71,7 @@ def _model(name: str) -> BlockModel:
 
 
 def _first(agg: FirstLayerAggregator, name: str, batch: TypedBatch) -> tuple[Tensor, Tensor]:
-    """``(agg_MF, x_dst_MF)`` of the one relation, as ``TypedInputs`` asks for them."""
+    """``(agg_MF, x_dst_MF)`` of the one relation, as ``PerTypeInputs`` asks for them."""
     block = batch.block()
     if name == "gcn":
         sums, roots = agg.weighted_sums([block], batch.n_id)
@@ -241,7 +241,7 @@ def test_trainer_step_with_owner_aggregation_matches_requester(store4: Path, nam
         owner_sums = {}
         if placement == "owner":
             owner_sums = {ONE_TYPE: _aggregator(batch, placement, Ledger())}
-        inputs = TypedInputs(
+        inputs = PerTypeInputs(
             {ONE_TYPE: batch.features}, {}, owner_sums=owner_sums, weighted=name == "gcn"
         )
         torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""Typed layer 0 without decoding or fetching every row (``TypedInputs.fetch_first``).
+"""Typed layer 0 without decoding or fetching every row (``PerTypeInputs.fetch_first``).
 
 - ``--codec int8``: a featured type's halo rows are summed from their codes per relation, as
   ``--decode-halo`` would after decoding them: same messages and bytes, the same aggregation

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from gnnsys.cache.codecs import make_codec
-from gnnsys.sampler.relational import HeteroSampledSubgraph
+from gnnsys.sampler.relational import RelationalSubgraph
 from gnnsys.store import load_book
 from gnnsys.train.in_memory import one_type_model
 from gnnsys.train.inputs import BoundSampler
@@ -31,7 +31,7 @@ from tests.train.conftest import rank_sources
 class TypedBatch:
     """One sampled batch of one part and the handles that produced it."""
 
-    sub: HeteroSampledSubgraph
+    sub: RelationalSubgraph
     features: RoutedFeatureSource
     part_N: np.ndarray
     client: Any
@@ -101,7 +101,7 @@ def typed_copy(model: nn.Module, name: str) -> Any:
 
 
 def runtime_inputs(store: Path, part: int, *, model: str, codec: str, **stages: Any) -> Any:
-    """Part ``part``'s ``TypedInputs`` as the runtime builds them (``stages``: ``layer0=``...)."""
+    """Part ``part``'s ``PerTypeInputs`` as the runtime builds them (``stages``: ``layer0=``...)."""
     from gnnsys.cache import CodecConfig
 
     sources, _, _ = rank_sources(store, part, model=model, codec=CodecConfig(name=codec), **stages)

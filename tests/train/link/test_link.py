@@ -34,7 +34,7 @@ from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.link.scoring import split_ranks
 from gnnsys.train.link.trainer import link_batch
 from gnnsys.train.metrics import HITS_AT, link_metrics, link_ranks, link_sums
-from gnnsys.train.node_types import HeteroConfig
+from gnnsys.train.node_types import NodeTypesConfig
 from gnnsys.train.schedule import batch_seed_for
 from gnnsys.train.trainer import Trainer
 from gnnsys.types import ONE_RELATION, ONE_TYPE
@@ -144,7 +144,7 @@ def _sharded_scores_equal_one_process(
     store = _store(split, parts, tmp_path)
     cfg = _config(store, parts, decoder=decoder, model=model)
     if typed:
-        cfg = replace(cfg, hetero=HeteroConfig(model=model, input_type=ONE_TYPE))
+        cfg = replace(cfg, hetero=NodeTypesConfig(model=model, input_type=ONE_TYPE))
     group = _group(cfg, store)
     try:
         group.run_epoch(0, group.start(), lambda _: None)  # trained, not initial, weights

@@ -38,7 +38,7 @@ from gnnsys.train.control.run import train_local, worker_template
 from gnnsys.train.eval.evaluate import combine_evals
 from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.metrics import link_metrics, link_ranks, link_sums
-from gnnsys.train.node_types import HeteroConfig
+from gnnsys.train.node_types import NodeTypesConfig
 from gnnsys.train.trainer import Trainer
 from tests.train.typed_reference import full_typed_outputs
 
@@ -113,7 +113,7 @@ def _config(parts: int, store: Path | None = None, et: tuple = CITES) -> RunConf
         model=ModelConfig(hidden=16, dropout=0.0),
         trainer=Trainer.Config(lr=0.01, batch_size=256, seed=3),
         loop=Coordinator.Config(epochs=2, progress=False, deadline_s=60.0),
-        hetero=HeteroConfig(),
+        hetero=NodeTypesConfig(),
         link=LinkConfig(),
     )
 
