@@ -67,7 +67,7 @@ def config(store: Path, parts: int, epochs: int, evaluate: bool = False) -> RunC
 def run(cfg: RunConfig, out: Path, runtime: str) -> dict[str, Any]:
     """One run; its median epoch after the first."""
     if runtime == "typed":
-        cfg = replace(cfg, hetero=NodeTypesConfig(input_type="node"))
+        cfg = replace(cfg, node_types=NodeTypesConfig(input_type="node"))
     result = train_local(cfg, out)
     lines = result.history[1:] if len(result.history) > 1 else result.history
     mid = sorted(lines, key=lambda m: m["seconds"]["total"])[(len(lines) - 1) // 2]

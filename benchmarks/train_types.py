@@ -58,7 +58,7 @@ def _config(args: argparse.Namespace) -> RunConfig:
         loop=Coordinator.Config(epochs=args.epochs, progress=False, deadline_s=args.deadline),
         codec=replace(base.codec, name=args.codec),
         cache=cache,
-        hetero=NodeTypesConfig(model=args.model),
+        node_types=NodeTypesConfig(model=args.model),
         eval=replace(base.eval, test_at_end=False),
     )
 

@@ -58,7 +58,7 @@ class RunConfig:
     link: LinkConfig | None = None
     """The link-prediction task (``--task link``; its split is ``data.link_split``); ``None``
     trains node classification."""
-    hetero: NodeTypesConfig | None = None
+    node_types: NodeTypesConfig | None = None
     """A heterogeneous dataset or store (``gnnsys train synthetic:mag``): typed owners and
     trainers, per-relation fanouts, per-type codecs, learnable embeddings; ``None`` for
     homogeneous graphs."""
@@ -77,7 +77,9 @@ class RunConfig:
         Raises:
             ValueError: A value its config refuses, or a shape that fits no field.
         """
-        out: RunConfig = _decode(cls, obj)
+        from gnnsys.run_file import RENAMED
+
+        out: RunConfig = _decode(cls, {RENAMED.get(k, k): v for k, v in obj.items()})
         return out
 
     def to_toml(self, header: str = "") -> str:

@@ -2,9 +2,9 @@
 
 The file has one table per field of ``RunConfig`` (``[data]``, ``[cluster]``, ``[sampler]``,
 ``[model]``, ``[trainer]``, ``[loop]``, ``[failure]``, ``[codec]``, ``[cache]``, ``[layer0]``,
-``[eval]``, ``[link]``, ``[hetero]``) and one key per field of that stage's ``Config``, with the
+``[eval]``, ``[link]``, ``[node_types]``) and one key per field of that stage's ``Config``, with the
 field's own name and meaning (``gnnsys train --help`` names the flag of each). Keys left out
-keep the preset's value; a table ``[link]`` or ``[hetero]`` present turns that part on.
+keep the preset's value; a table ``[link]`` or ``[node_types]`` present turns that part on.
 
 Reading is strict (:func:`apply_table`): an unknown table or key, a value of the wrong TOML type
 and a value the stage's ``Config`` refuses each fail with the key's path (``[trainer]
@@ -77,6 +77,18 @@ def dataclass_of(kind: Any) -> type | None:
     return None
 
 
+RENAMED = {"hetero": "node_types"}
+"""``RunConfig`` fields renamed since runs were first written: old name -> new. Read under
+their old name from a ``summary.json``, a ``--config``/``config.toml`` file and a checkpoint's
+identity (:func:`renamed_field`), so runs written before the rename load, resume and export."""
+
+
+def renamed_field(name: str) -> str:
+    """A dotted config field (``hetero.model``) under its current name (``node_types.model``)."""
+    head, dot, rest = name.partition(".")
+    return RENAMED.get(head, head) + dot + rest
+
+
 def apply_table(base: Any, table: Any, path: tuple[str, ...], source: str) -> Any:
     """``base`` (a config dataclass) with the keys of ``table`` applied, one at a time.
 
@@ -94,6 +106,9 @@ def apply_table(base: Any, table: Any, path: tuple[str, ...], source: str) -> An
     where = f"table {_where(path)}" if path else "the file"
     if not isinstance(table, dict):
         raise ValueError(f"{source}: {where} must be a table, got {table!r}")
+    if not path:  # a table under a field's old name (``[hetero]``) is that field's
+        table = {RENAMED.get(k, k) if RENAMED.get(k) not in table else k: v
+                 for k, v in table.items()}  # fmt: skip
     names, hints = _fields(kind), field_types(kind)
     unknown = sorted(set(table) - set(names))
     if unknown:

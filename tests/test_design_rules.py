@@ -301,7 +301,7 @@ KIND_BRANCHES: dict[str, tuple[int, str]] = {
     "store/writer.py": (1, "the one writer: a graph numbered per type gets a folder per type"),
 }
 """The rule: a branch whose condition names the graph's kind (an identifier containing
-``hetero``: ``config.hetero is None``, ``is_hetero_store(...)``, ``isinstance(x, HeteroData)``)
+``hetero``: ``config.node_types is None``, ``is_hetero_store(...)``, ``isinstance(x, HeteroData)``)
 stands only where the kind is a real parameter: where files or user objects are read and their
 kind decided, and at the run's one dispatch. Everywhere else the runtime is keyed by node type.
 The counts are ceilings: lower one when a branch goes."""
@@ -314,12 +314,21 @@ def _kind_branches(path: Path) -> int:
         if not isinstance(node, ast.If | ast.IfExp | ast.While):
             continue
         inner = {id(sub.value) for sub in ast.walk(node.test) if isinstance(sub, ast.Attribute)}
-        for sub in ast.walk(node.test):
-            name = sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", None)
-            if name and "hetero" in name.lower() and id(sub) not in inner:
-                count += 1
-                break
+        if any(_is_kind_test(sub) for sub in ast.walk(node.test) if id(sub) not in inner):
+            count += 1
     return count
+
+
+def _is_kind_test(node: ast.AST) -> bool:
+    """An identifier naming the kind (``hetero``, not an attribute's owner), or a run's
+    ``node_types`` settings tested against ``None`` (``RunConfig.node_types is None``: a typed
+    run; the field was ``RunConfig.hetero``)."""
+    if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute):
+        nones = all(isinstance(c, ast.Constant) and c.value is None for c in node.comparators)
+        if node.left.attr == "node_types" and nones:
+            return True
+    name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)
+    return bool(name and "hetero" in name.lower())
 
 
 def test_kind_branches_only_where_the_kind_is_a_parameter() -> None:

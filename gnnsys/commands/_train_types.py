@@ -3,7 +3,7 @@
 ``train.run`` hands a run here when the dataset is heterogeneous (``datasets.is_heterogeneous``) or
 ``--store`` is a heterogeneous store. The run goes through the same coordinator, executors,
 failure policy, checkpoints, metrics lines and ledger as a homogeneous one
-(``gnnsys.train.control.run``, with ``RunConfig.hetero`` set). Options that have no meaning
+(``gnnsys.train.control.run``, with ``RunConfig.node_types`` set). Options that have no meaning
 here are refused by name, before anything starts (:data:`NOT_FOR_HETERO`).
 """
 
@@ -63,10 +63,10 @@ def check_kind(args: argparse.Namespace, data: Any, typed_settings: bool = False
     Args:
         args: The parsed ``gnnsys train`` flags.
         data: The run's ``DataConfig`` (flags over the ``--config`` file over the preset).
-        typed_settings: The ``--config`` file has a ``[hetero]`` table.
+        typed_settings: The ``--config`` file has a ``[node_types]`` table.
 
     Raises:
-        ValueError: ``--model rgcn``, ``--embedding-dim`` or a ``[hetero]`` table on a
+        ValueError: ``--model rgcn``, ``--embedding-dim`` or a ``[node_types]`` table on a
             homogeneous dataset.
     """
     hetero = is_hetero_run(data)
@@ -74,7 +74,7 @@ def check_kind(args: argparse.Namespace, data: Any, typed_settings: bool = False
         _refuse_typed_flags(args)
         if typed_settings:
             raise ValueError(
-                f"--config {args.config}: table [hetero] applies to heterogeneous datasets "
+                f"--config {args.config}: table [node_types] applies to heterogeneous datasets "
                 f"only, and {data.store or data.dataset} has one node type: drop the table"
             )
     return hetero
@@ -139,7 +139,9 @@ def build_hetero_config(args: argparse.Namespace, cfg: Any) -> Any:
     from gnnsys.train.node_types import NodeTypesConfig, parse_relation_fanouts
 
     _refuse_flags(args)
-    hetero = cfg.hetero or NodeTypesConfig()  # a --config file's [hetero], else the defaults
+    hetero = (
+        cfg.node_types or NodeTypesConfig()
+    )  # a --config file's [node_types], else the defaults
     if args.model is not None:
         hetero = replace(hetero, model=args.model)
     sampler = cfg.sampler
@@ -150,7 +152,7 @@ def build_hetero_config(args: argparse.Namespace, cfg: Any) -> Any:
             sampler = replace(sampler, fanouts=default)
     if getattr(args, "embedding_dim", None) is not None:
         hetero = replace(hetero, embedding_dim=args.embedding_dim)
-    return replace(cfg, sampler=sampler, hetero=hetero)
+    return replace(cfg, sampler=sampler, node_types=hetero)
 
 
 def print_type_bytes(history: list[dict[str, Any]]) -> None:

@@ -144,7 +144,7 @@ def base_config(args: argparse.Namespace, store: Path, typed: bool = False) -> A
     from gnnsys.train.node_types import NodeTypesConfig
 
     cfg = apply_link_args(args, RunConfig())
-    cfg = replace(cfg, hetero=NodeTypesConfig(model=args.model) if typed else None)
+    cfg = replace(cfg, node_types=NodeTypesConfig(model=args.model) if typed else None)
     return replace(
         cfg,
         data=replace(cfg.data, dataset=args.dataset, root=args.root, store=str(store)),

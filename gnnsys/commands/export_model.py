@@ -92,7 +92,7 @@ def _spec(run_dir: Path, fields: dict[str, Any], state: dict[str, Any]) -> dict[
     from gnnsys.models.pyg_user import is_user_model
 
     dropout = float(fields["model.dropout"])
-    typed_model = fields.get("hetero.model")
+    typed_model = fields.get("node_types.model")
     if is_user_model(str(fields["model.name"])):
         return _user_spec(run_dir, RunConfig.from_run_dir(run_dir))
     if typed_model is None:

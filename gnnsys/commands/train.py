@@ -229,7 +229,7 @@ def build_config(args: argparse.Namespace) -> Any:
         data = replace(data, dataset=args.dataset)
     from gnnsys.commands import _train_types
 
-    hetero = _train_types.check_kind(args, data, cfg.hetero is not None)
+    hetero = _train_types.check_kind(args, data, cfg.node_types is not None)
     model = cfg.model
     if args.model is not None and not hetero:
         model = replace(model, name=args.model)
@@ -322,7 +322,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     link = result.summary["config"].get("link") is not None
     (print_link_table if link else print_table)(result.history)
-    if config.hetero is not None:
+    if config.node_types is not None:
         from gnnsys.commands._train_types import print_type_bytes
 
         print_type_bytes(result.history)

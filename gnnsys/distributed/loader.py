@@ -326,7 +326,7 @@ class DistNeighborLoader:
             model=ModelConfig(name="sage"),
             num_features=int(dims.get(self.input_type, 0)),
             num_classes=max(1, int(info.num_classes)), deadline_s=self.timeout_s,
-            codec=codec, cache=cache, owner_reads="local", hetero=hetero,
+            codec=codec, cache=cache, owner_reads="local", node_types=hetero,
             layer0=_first_layer(self.layer0, codec),
         )  # fmt: skip
         layout = replace(RankLayout.of(spec, info, need_labels=False), fanouts=per_relation)

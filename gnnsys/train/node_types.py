@@ -1,4 +1,4 @@
-"""``NodeTypesConfig``: the node-type settings of a run (``RunConfig.hetero``).
+"""``NodeTypesConfig``: the node-type settings of a run (``RunConfig.node_types``).
 
 A heterogeneous dataset or store sets it; a homogeneous run leaves it ``None`` and the runtime
 takes its one type (``gnnsys.train.rank.RankLayout.of``: ``NodeTypesConfig(model=<the run's

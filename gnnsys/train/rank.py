@@ -75,13 +75,13 @@ class RankLayout:
     """What a typed worker derives from its ``WorkerSpec`` and the store's manifest.
 
     Attributes:
-        hetero: The run's ``NodeTypesConfig`` (``spec.hetero``).
+        node_types: The run's ``NodeTypesConfig`` (``spec.node_types``).
         fanouts: Relation -> fanouts per hop (``spec.sampler.fanouts`` unless overridden).
         in_dims: Node type -> input width (features, or the embedding width).
         featured: Node types with stored features.
     """
 
-    hetero: NodeTypesConfig
+    node_types: NodeTypesConfig
     fanouts: dict[EdgeType, tuple[int, ...]]
     in_dims: dict[str, int]
     featured: tuple[str, ...]
@@ -101,7 +101,7 @@ class RankLayout:
         # a homogeneous store is its one type ``node`` and one relation (gnnsys.types)
         # a PyG model (gnnsys.models.pyg_user) runs on the one relation; ``sage``'s data path
         name = "sage" if spec.model.is_pyg else spec.model.name
-        hetero = spec.hetero or NodeTypesConfig(model=name, input_type=ONE_TYPE)
+        hetero = spec.node_types or NodeTypesConfig(model=name, input_type=ONE_TYPE)
         info = store_info(spec.store) if info is None else info
         dims, types = info.named_dims, info.named_types
         labelled = bool(info.num_classes) or spec.link is not None  # links need no labels
@@ -115,7 +115,7 @@ class RankLayout:
             check_gcn_relations(info.named_relations)
         dim = hetero.embedding_dim or dims[hetero.input_type]
         return cls(
-            hetero=hetero,
+            node_types=hetero,
             fanouts=hetero.fanouts_of(info.named_relations, tuple(spec.sampler.fanouts)),
             in_dims={t: dims.get(t, dim) for t in types},
             featured=tuple(t for t in types if t in dims),
@@ -128,8 +128,8 @@ def embedding_config(spec: WorkerSpec, layout: RankLayout) -> EmbeddingConfig:
     dim = layout.in_dims[featureless[0]] if featureless else 1
     return EmbeddingConfig(
         dim=dim,
-        optimizer=layout.hetero.embedding_optimizer,
-        lr=layout.hetero.embedding_lr or spec.trainer.lr,
+        optimizer=layout.node_types.embedding_optimizer,
+        lr=layout.node_types.embedding_lr or spec.trainer.lr,
         seed=spec.trainer.seed,
     )
 
@@ -155,7 +155,7 @@ def _encoder(spec: WorkerSpec, layout: RankLayout) -> nn.Module:
     torch.manual_seed(spec.trainer.seed)
     if spec.model.is_pyg:
         return _pyg_encoder(spec, layout, layers)
-    name = layout.hetero.model
+    name = layout.node_types.model
     return build_typed_model(name, in_dims, hidden, classes, edge_types, layers, dropout)
 
 
@@ -270,9 +270,9 @@ def _first_layer(
     remote rows; ``requester`` with an int8/int4 type sums them from their codes. RelationalGAT,
     RGCN and link encoders fetch and decode every row (``owner|auto``: rank 0 says so once).
     """
-    if layout.hetero.model not in ("sage", "gcn") or spec.link is not None or spec.model.is_pyg:
+    if layout.node_types.model not in ("sage", "gcn") or spec.link is not None or spec.model.is_pyg:
         if spec.layer0.placement != Placement.REQUESTER and spec.rank == 0:
-            model = spec.model.name if spec.model.is_pyg else layout.hetero.model
+            model = spec.model.name if spec.model.is_pyg else layout.node_types.model
             what = "link prediction" if spec.link is not None else f"--model {model}"
             log.warning(
                 "aggregate_at=%s: %s takes no owner sums (its layer 0 is not a linear reduction "
@@ -307,7 +307,7 @@ def _dry_run_seeds(spec: WorkerSpec, shard: Shard, layout: RankLayout) -> torch.
 
     All its owned ids when it has no train mask (a link run's seed type may have none).
     """
-    nodes = shard.nodes[layout.hetero.input_type]
+    nodes = shard.nodes[layout.node_types.input_type]
     owned = np.asarray(nodes.owned_lid, dtype=np.int64)
     mask = nodes.data.get("train_mask")
     return torch.from_numpy(owned if mask is None else owned[np.asarray(mask, dtype=bool)])
@@ -343,7 +343,7 @@ def build_sources(
 
         graph = assemble_hetero(spec.store, with_data=False)
         relation_sources = dict(csr_sources(graph))
-        if layout.hetero.model == "gcn":
+        if layout.node_types.model == "gcn":
             degrees = {et: DegreeTable.from_indptr(r.indptr) for et, r in graph.relations.items()}
     for et in shard.relations if not relation_sources else ():
         dst = et[2]
@@ -351,7 +351,7 @@ def build_sources(
         relation_sources[et] = RoutedNeighborSource(
             rank, books[dst].part_N, local, client, ledger.of(dst), edge_type=et
         )
-        if layout.hetero.model == "gcn":  # owned degrees from the shard, halo ones fetched once
+        if layout.node_types.model == "gcn":  # owned degrees from the shard, halo ones fetched once
             degrees[et] = RoutedDegreeSource.of_relation(
                 shard, et, books[dst].part_N, client, ledger.of(dst)
             )
@@ -362,7 +362,7 @@ def build_sources(
         degrees=degrees,
     )
     codecs = PerTypeCodecConfig.from_config(spec.codec, list(shard.nodes)).codecs()
-    input_type = layout.hetero.input_type
+    input_type = layout.node_types.input_type
 
     def draw(seeds: torch.Tensor, batch_seed: int) -> dict[str, torch.Tensor]:
         sub = sampler.sample(seeds, input_type=input_type, seed=batch_seed, with_edge_index=False)
@@ -389,16 +389,16 @@ def build_sources(
         features,
         rows,
         *_first_layer(spec, layout, features, codecs, books, client, ledger),
-        weighted=layout.hetero.model == "gcn",
+        weighted=layout.node_types.model == "gcn",
     )
-    return _Sources(BoundSampler(sampler, layout.hetero.input_type), inputs)
+    return _Sources(BoundSampler(sampler, layout.node_types.input_type), inputs)
 
 
 class RankRuntime:
     """What a rank trains, serves and evaluates, keyed by node type (``gnnsys.train.worker.Rank``).
 
     Args:
-        spec: This rank's spec (``spec.hetero``: the typed model and fanouts; ``None`` for a
+        spec: This rank's spec (``spec.node_types``: the typed model and fanouts; ``None`` for a
             homogeneous store, its one type).
         owners: Owner actor handles (Ray executor); unused with ``client``.
         client: Owner client (the in-process executor passes its own).
@@ -450,7 +450,7 @@ class RankRuntime:
         return 0 if self.embeddings is None else self.embeddings.steps
 
     def _trainer(self, sync: Any, rng_lock: threading.Lock | None) -> Trainer:
-        spec, input_type = self.spec, self.layout.hetero.input_type
+        spec, input_type = self.spec, self.layout.node_types.input_type
         sources = self._sources(self.ledger)
         handles: dict[str, Any] = {
             "model": build_typed_model(spec, self.layout), "sampler": sources.sampler,
@@ -507,7 +507,7 @@ class RankRuntime:
         return [
             OutputRows(t, np.asarray(self.hshard.nodes[t].owned_lid, np.int64), rows.numpy())
             for t, rows in self._typed_eval.owned(layer).items()
-            if not labelled or t == self.layout.hetero.input_type
+            if not labelled or t == self.layout.node_types.input_type
         ]
 
     def release_eval(self) -> None:
@@ -531,7 +531,7 @@ class RankRuntime:
                 shard=self.hshard,
                 books=cast(dict[str, Any], self.books),
                 layers=cast(nn.ModuleList, self._encoder().layers),
-                input_type=self.layout.hetero.input_type,
+                input_type=self.layout.node_types.input_type,
                 inputs=self._eval_inputs(),
                 peers=self._peers(),
                 ledger=PerTypeLedger(list(self.hshard.nodes)),  # each evaluation its own

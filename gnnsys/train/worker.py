@@ -99,7 +99,7 @@ class FaultSpec:
 class WorkerSpec:
     """Everything one trainer needs, for a graph of any kind; pickled to the actor, so frozen.
 
-    The stages' own configs travel untouched. A heterogeneous run sets ``hetero``; its typed
+    The stages' own configs travel untouched. A heterogeneous run sets ``node_types``; its typed
     worker derives each relation's fanouts and each type's input width from ``sampler``,
     ``model`` and the store (``gnnsys.train.rank.RankLayout``).
 
@@ -122,7 +122,7 @@ class WorkerSpec:
             then the embedding width.
         owner_reads: ``remote`` (owner actors) or ``local`` (in-process owner objects over the
             mapped store: ``ClusterConfig.owner_reads``).
-        hetero: Typed model, per-relation fanouts and embeddings of a heterogeneous run;
+        node_types: Typed model, per-relation fanouts and embeddings of a heterogeneous run;
             ``None`` for a graph of one node type and one relation.
         device: The driver's device plan (``plan_devices``): each rank resolves its own
             ``torch.device`` from it (``rank_device``).
@@ -146,7 +146,7 @@ class WorkerSpec:
     eval: EvalConfig = field(default_factory=EvalConfig)
     link: LinkConfig | None = None
     owner_reads: str = "remote"
-    hetero: NodeTypesConfig | None = None
+    node_types: NodeTypesConfig | None = None
     device: DevicePlan = field(default_factory=lambda: DevicePlan("cpu"))
     attempt: int = 0
     fault: FaultSpec | None = field(default=None)

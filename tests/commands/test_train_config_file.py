@@ -33,7 +33,7 @@ def test_every_setting_round_trips_through_toml(tmp_path: Path) -> None:
         base,
         data=replace(base.data, dataset_params=(("scale", 0.01), ("reverse", True))),
         model=replace(base.model, name="GIN", args=(("jk", "cat"), ("heads", "4"))),
-        hetero=NodeTypesConfig(model="gat", fanouts=(("paper__cites__paper", (10, 5)),)),
+        node_types=NodeTypesConfig(model="gat", fanouts=(("paper__cites__paper", (10, 5)),)),
         link=LinkConfig(neg_per_pos=3),
         loop=replace(base.loop, heartbeat_s=5.0),
     )
@@ -108,19 +108,25 @@ def test_flags_override_the_file_and_the_file_the_preset(tmp_path: Path) -> None
 
 def test_a_typed_table_on_a_one_type_dataset_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "run.toml"
-    path.write_text('[hetero]\nmodel = "rgcn"\n')
-    with pytest.raises(ValueError, match=r"table \[hetero\] applies to heterogeneous datasets"):
+    path.write_text('[node_types]\nmodel = "rgcn"\n')
+    with pytest.raises(ValueError, match=r"table \[node_types\] applies to heterogeneous datasets"):
         build_config(_args("synthetic:sbm", "--config", str(path)))
 
 
 def test_a_typed_table_and_flags_meet_on_a_typed_dataset(tmp_path: Path) -> None:
     path = tmp_path / "run.toml"
-    path.write_text('[hetero]\nmodel = "rgcn"\nembedding_dim = 8\n')
+    path.write_text('[node_types]\nmodel = "rgcn"\nembedding_dim = 8\n')
     mag = ("synthetic:mag", "-D", "scale=0.004", "--config", str(path))
     cfg = build_config(_args(*mag))
-    assert cfg.hetero is not None and (cfg.hetero.model, cfg.hetero.embedding_dim) == ("rgcn", 8)
+    assert cfg.node_types is not None and (cfg.node_types.model, cfg.node_types.embedding_dim) == (
+        "rgcn",
+        8,
+    )
     cfg = build_config(_args(*mag, "--model", "gat"))
-    assert cfg.hetero is not None and (cfg.hetero.model, cfg.hetero.embedding_dim) == ("gat", 8)
+    assert cfg.node_types is not None and (cfg.node_types.model, cfg.node_types.embedding_dim) == (
+        "gat",
+        8,
+    )
 
 
 def test_cli_refuses_a_bad_file_before_anything_starts(
@@ -153,3 +159,16 @@ def test_a_run_repeated_from_its_config_toml_trains_the_same(tmp_path: Path) -> 
     assert [m["loss"] for m in lines[0]] == [m["loss"] for m in lines[1]]
     assert RunConfig.from_run_dir(again) == RunConfig.from_run_dir(first)
     assert RunConfig.from_toml(again / "config.toml") == RunConfig.from_toml(written)
+
+
+def test_files_and_summaries_of_runs_before_the_rename_still_read(tmp_path: Path) -> None:
+    """``RunConfig.node_types`` was ``RunConfig.hetero``: an older ``config.toml``'s ``[hetero]``
+    table and an older ``summary.json``'s ``hetero`` object give the same settings."""
+    typed = NodeTypesConfig(model="rgcn", input_type="paper", embedding_dim=8)
+    want = replace(RunConfig(), node_types=typed)
+    path = tmp_path / "old.toml"
+    path.write_text('[hetero]\nmodel = "rgcn"\ninput_type = "paper"\nembedding_dim = 8\n')
+    assert RunConfig.from_toml(path) == want
+    old = want.to_json()
+    old["hetero"] = old.pop("node_types")
+    assert RunConfig.from_json(json.loads(json.dumps(old))) == want

@@ -193,4 +193,4 @@ def test_the_kind_comes_from_the_files_not_the_name(mag_root: Path) -> None:
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers())
     args = parser.parse_args(["train", "ogb:ogbn-mag-tiny", "--root", str(mag_root)])
-    assert build_config(args).hetero is not None  # gnnsys train runs it as heterogeneous
+    assert build_config(args).node_types is not None  # gnnsys train runs it as heterogeneous

@@ -119,7 +119,7 @@ def _typed(cfg: RunConfig, store: Path) -> RunConfig:
     hetero = NodeTypesConfig(
         model=cfg.model.name, input_type="node"
     )  # sage, gcn or gat per relation
-    return replace(cfg, hetero=hetero, data=replace(cfg.data, store=str(store)))
+    return replace(cfg, node_types=hetero, data=replace(cfg.data, store=str(store)))
 
 
 _RUN_PLANS = ("gcn-halo-budget",)
@@ -226,7 +226,7 @@ def _assert_link_metrics(line: dict[str, Any], h: torch.Tensor, split: Any) -> N
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("case", ["p2", "gcn", "gat"])
 def test_a_typed_config_on_one_type_is_the_same_run(case: str, tmp_path: Path) -> None:
-    """Naming the one type (``hetero=NodeTypesConfig(input_type="node")``) changes nothing."""
+    """Naming the one type (``node_types=NodeTypesConfig(input_type="node")``) changes nothing."""
     cfg = _cases()[case]
     plain = train_local(cfg, tmp_path / "plain")
     typed = train_local(_typed(cfg, tmp_path / "plain" / "store"), tmp_path / "typed")

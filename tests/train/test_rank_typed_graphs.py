@@ -67,7 +67,7 @@ def _config(store: Path, parts: int, *, epochs: int = 1, batch: int = 1024, **kw
         model=ModelConfig(hidden=16, dropout=0.0),
         trainer=Trainer.Config(lr=0.01, batch_size=batch, seed=3),
         loop=Coordinator.Config(epochs=epochs, progress=False, deadline_s=60.0, **kw),
-        hetero=NodeTypesConfig(),
+        node_types=NodeTypesConfig(),
     )
 
 
@@ -350,13 +350,13 @@ def test_other_models_train_and_metrics_line_has_every_type(
     stores: dict[int, Path], tmp_path: Path, model: str
 ) -> None:
     cfg = _config(stores[2], 2, epochs=2, batch=256)
-    cfg = replace(cfg, hetero=replace(cfg.hetero, model=model))
+    cfg = replace(cfg, node_types=replace(cfg.node_types, model=model))
     history = train_local(cfg, tmp_path).history
     assert history[1]["loss"] < history[0]["loss"]
     assert set(history[0]["bytes_by_type"]) == {"paper", *FEATURELESS}
     assert {"val_acc", "test_acc", "train_acc"} <= set(history[-1])
     config = json.loads((tmp_path / "summary.json").read_text())["config"]
-    assert config["hetero"]["model"] == model
+    assert config["node_types"]["model"] == model
 
 
 def test_per_type_codecs_and_cache_cut_the_typed_bytes(
@@ -482,9 +482,9 @@ def test_cli_config_of_per_relation_fanouts_and_type_codecs() -> None:
         ]  # fmt: skip
     )
     cfg = build_config(args)
-    assert cfg.hetero.model == "rgcn"
+    assert cfg.node_types.model == "rgcn"
     assert cfg.sampler.fanouts == (8, 4)
-    assert cfg.hetero.fanouts == (("paper__cites__paper", (3, 2)),)
+    assert cfg.node_types.fanouts == (("paper__cites__paper", (3, 2)),)
     assert cfg.codec.name == "paper=int8,author=fp16"
     assert dict(cfg.data.dataset_params)["scale"] == 0.01
 

@@ -28,7 +28,7 @@ import io
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -215,6 +215,16 @@ def identity_of(config_json: Mapping[str, Any], store: Mapping[str, str]) -> Run
     return RunIdentity(tuple(sorted(flat.items())))
 
 
+def stored_identity(fields: Iterable[tuple[str, str]]) -> RunIdentity:
+    """An identity read back from a file, its fields under their current names.
+
+    ``gnnsys.run_file.RENAMED``: an older run's ``hetero.model`` is ``node_types.model``.
+    """
+    from gnnsys.run_file import renamed_field
+
+    return RunIdentity(tuple(sorted((renamed_field(k), v) for k, v in fields)))
+
+
 def resume_differences(
     old: RunIdentity, new: RunIdentity, allowed: frozenset[str] = frozenset()
 ) -> list[Difference]:
@@ -293,7 +303,7 @@ def read_identity(run_dir: str | os.PathLike[str]) -> RunIdentity | None:
     try:
         obj = json.loads((Path(run_dir) / RUN_NAME).read_text())
         fields = obj["identity"]
-        return RunIdentity(tuple(sorted((str(k), str(v)) for k, v in fields.items())))
+        return stored_identity((str(k), str(v)) for k, v in fields.items())
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
@@ -392,7 +402,7 @@ def _read(path: Path) -> Checkpoint:
         if not isinstance(payload, dict) or payload.get("format_version") != version:
             raise ValueError(f"format_version {payload.get('format_version')!r}")
         raw = payload.get("identity")
-        identity = None if raw is None else RunIdentity(tuple(sorted(json.loads(raw).items())))
+        identity = None if raw is None else stored_identity(json.loads(raw).items())
         return Checkpoint(
             epoch=int(payload["epoch"]),
             model_state=payload["model_state"],

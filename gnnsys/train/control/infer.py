@@ -46,7 +46,7 @@ __all__ = ["InferResult", "infer"]
 
 log = logging.getLogger(__name__)
 
-_MATCH = ("model.", "hetero", "link", "run.dataset", "store.dataset", "store.graph")
+_MATCH = ("model.", "node_types", "link", "run.dataset", "store.dataset", "store.graph")
 """Identity fields a checkpoint and the store it is run on must share (any partition)."""
 _SAME_PARTITION = ("store.partition", "store.content")
 """Further fields that must match when inference runs on the run's own store."""
@@ -119,7 +119,7 @@ def infer(
             "num_layers": steps,
             "parts": len(parts),
             "node_types": list(node_types) if node_types else None,
-            "typed": config.hetero is not None,
+            "typed": config.node_types is not None,
             "run": {"run_dir": str(Path(run_dir).resolve()), "epoch": ckpt.epoch},
             "store": str(store_path),
             "decoder": _decoder(config, ckpt, staging) if kind == "embed" else None,

@@ -183,7 +183,7 @@ def _prepare(config: RunConfig, run_path: Path, allow_change: Iterable[str] = ()
         seed=config.trainer.seed,
         run_dir=run_path,
         reuse=config.loop.resume,
-        hetero=config.hetero is not None,
+        hetero=config.node_types is not None,
     )
     _check_task(config, prepared.path)
     _check_identity(config, run_path, prepared.path, frozenset(allow_change))
@@ -306,7 +306,7 @@ def resolve(config: RunConfig, store: Path, executor: str) -> tuple[RunConfig, S
     training's evaluation saw.
     """
     info = store_info(store)
-    if config.hetero is not None:
+    if config.node_types is not None:
         codec = resolved_typed_codec(config, store, info)
     else:
         codec = resolved_codec(config, store)
@@ -437,12 +437,12 @@ def worker_template(config: RunConfig, store: Path, info: StoreInfo, topology: s
         eval=config.eval,
         link=config.link,
         owner_reads=config.cluster.reads(),
-        hetero=config.hetero,
+        node_types=config.node_types,
     )
     if not info.typed:
         return replace(spec, num_features=info.num_features)
     layout = RankLayout.of(spec, info)  # refuses what the typed worker could not build
-    return replace(spec, num_features=layout.in_dims[layout.hetero.input_type])
+    return replace(spec, num_features=layout.in_dims[layout.node_types.input_type])
 
 
 def summary_of(

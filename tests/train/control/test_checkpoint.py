@@ -227,6 +227,18 @@ def test_identity_travels_in_run_json_and_checkpoints(tmp_path: Path) -> None:
     assert got is not None and got.identity == ident
 
 
+def test_an_identity_written_before_a_rename_reads_under_the_new_names(tmp_path: Path) -> None:
+    """A checkpoint's ``hetero.model`` (``RunConfig.hetero`` before it became ``node_types``)
+    is compared as ``node_types.model``, so a changed typed model is still refused on resume."""
+    import json
+
+    ident = identity_of(_config(), STORE)
+    old = {k.replace("node_types", "hetero", 1): v for k, v in ident.as_dict().items()}
+    assert "hetero" in old and "node_types" not in old
+    (tmp_path / "run.json").write_text(json.dumps({"identity": old}))
+    assert read_identity(tmp_path) == ident
+
+
 def test_dataset_is_compared_even_without_a_store_on_one_side() -> None:
     old = identity_of(_config(), {})  # a fresh run: no store yet
     new_cfg = _config()

@@ -65,7 +65,7 @@ def _group(
         model=ModelConfig(hidden=16, dropout=dropout),
         trainer=Trainer.Config(lr=0.01, batch_size=256, seed=3),
         loop=Coordinator.Config(epochs=1, progress=False, deadline_s=60.0),
-        hetero=NodeTypesConfig(model=model),
+        node_types=NodeTypesConfig(model=model),
         eval=replace(
             RunConfig().eval,
             chunk_edges=chunk,

@@ -144,7 +144,7 @@ def _sharded_scores_equal_one_process(
     store = _store(split, parts, tmp_path)
     cfg = _config(store, parts, decoder=decoder, model=model)
     if typed:
-        cfg = replace(cfg, hetero=NodeTypesConfig(model=model, input_type=ONE_TYPE))
+        cfg = replace(cfg, node_types=NodeTypesConfig(model=model, input_type=ONE_TYPE))
     group = _group(cfg, store)
     try:
         group.run_epoch(0, group.start(), lambda _: None)  # trained, not initial, weights

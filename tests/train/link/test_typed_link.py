@@ -113,7 +113,7 @@ def _config(parts: int, store: Path | None = None, et: tuple = CITES) -> RunConf
         model=ModelConfig(hidden=16, dropout=0.0),
         trainer=Trainer.Config(lr=0.01, batch_size=256, seed=3),
         loop=Coordinator.Config(epochs=2, progress=False, deadline_s=60.0),
-        hetero=NodeTypesConfig(),
+        node_types=NodeTypesConfig(),
         link=LinkConfig(),
     )
 
