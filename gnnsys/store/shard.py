@@ -3,10 +3,10 @@
 Per relation, the in-edges of every owned destination are kept in the relation's CSR order, with
 ``e_id`` their CSR positions: the sampler's randomness contract (``gnnsys.sampler.base``)
 depends on it, so that sampling a node at its owner draws what the whole-graph sampler draws.
-:func:`build_hetero_shard` builds the shard of a graph of any number of types
-(``Shard``: ``TypeShard`` per node type, ``RelationShard`` per relation);
-:func:`build_shard` the one-type record ``PartitionShard`` that the homogeneous writer saves,
-which ``Shard.one_type`` gives back.
+:func:`build_shard`, the one shard builder, builds the shard of a graph of any number of types
+(``Shard``: ``TypeShard`` per node type, ``RelationShard`` per relation); a one-type store's
+record is ``Shard.one_type`` (``PartitionShard``), which the streaming writer saves without
+building a shard at all (``gnnsys.store.writer``).
 
 Shape legend: ``N`` nodes, ``G`` nodes of all types, ``M``/``M_t`` owned nodes (of type
 ``t``), ``E`` owned in-edges (of a relation), ``H``/``H_t`` halo nodes.
@@ -28,7 +28,6 @@ __all__ = [
     "Shard",
     "RelationShard",
     "TypeShard",
-    "build_hetero_shard",
     "build_shard",
     "data_arrays",
     "local_index",
@@ -51,49 +50,6 @@ def local_index(
         raise ValueError(f"part {part}: an edge source is neither owned nor in the halo")
     out: np.ndarray = np.where(owned_E, book.lid_N[src_gid_E], num_owned + halo_pos)
     return out.astype(np.int64)
-
-
-def build_shard(
-    graph: Graph, book: PartitionBook, part: int, num_hops: int, *, with_data: bool = True
-) -> PartitionShard:
-    """The shard of ``part``: owned gids, their in-edge CSR, the k-hop halo, and owned data.
-
-    Args:
-        graph: The whole graph.
-        book: Its partition book (``PartitionBook.from_assignment``).
-        part: Which part, in ``[0, P)``.
-        num_hops: ``k`` of the k-hop halo (number of GNN layers).
-        with_data: Also gather the owned rows of ``x``, ``y`` and the masks (copies).
-
-    Returns:
-        A ``PartitionShard`` with ``indices_local`` set.
-    """
-    if not 0 <= part < book.num_parts:
-        raise ValueError(f"part={part}; choose a part in [0, {book.num_parts - 1}]")
-    owned_gid = np.flatnonzero(book.part_N == part).astype(np.int64)
-    pos_E, count_M = csr_positions(graph.indptr, owned_gid)
-    indptr = np.zeros(owned_gid.shape[0] + 1, dtype=np.int64)
-    np.cumsum(count_M, out=indptr[1:])
-    indices_gid = np.asarray(graph.indices[pos_E], dtype=np.int64)
-    halo_gid = halo_of_part(graph, book.part_N, part, num_hops, seeds=owned_gid)
-    data: dict[str, np.ndarray | None] = {}
-    if with_data:
-        for key in ("x", "y", "train_mask", "val_mask", "test_mask"):
-            value = getattr(graph, key)
-            data[key] = None if value is None else np.asarray(value[owned_gid])
-    return PartitionShard(
-        part=part,
-        num_parts=book.num_parts,
-        num_nodes=graph.num_nodes,
-        owned_gid=owned_gid,
-        indptr=indptr,
-        indices_gid=indices_gid,
-        e_id=pos_E,
-        halo_gid=halo_gid,
-        halo_part=book.part_N[halo_gid].astype(np.int32),
-        indices_local=local_index(indices_gid, book, part, halo_gid, owned_gid.shape[0]),
-        **data,
-    )
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -189,7 +145,7 @@ def data_arrays(graph: HeteroGraph, node_type: str) -> dict[str, np.ndarray]:
     return {(k if k not in node_set.attrs else f"attr-{k}"): v for k, v in arrays.items()}
 
 
-def build_hetero_shard(
+def build_shard(
     graph: HeteroGraph,
     part_N: np.ndarray,
     num_parts: int,

@@ -3,7 +3,7 @@
 ``write_partitions`` is the one entry point. A ``Graph`` (one type) is streamed in bounded
 memory (below); a ``HeteroGraph``, whose nodes are numbered per type (the one real difference:
 owned and halo ids are type-local, one folder per type and relation), has its rows gathered in
-chunks and its shards built whole per part (``store.shard.build_hetero_shard``). Both go through
+chunks and its shards built whole per part (``store.shard.build_shard``). Both go through
 the same staging, per-part loop (``_write_parts``) and files (``gnnsys.store.npy_files``) into
 the one format (``gnnsys.store.layout``) and manifest record (``gnnsys.store.manifest``).
 
@@ -19,7 +19,8 @@ with plain ``write`` calls after the ``.npy`` header. What it builds whole is O(
 each part's ``owned_gid``, ``indptr`` and halo (``halo_of_part`` reads edges in blocks too).
 So its peak extra memory is O(N) plus one block, and a graph whose ``indices`` and ``x`` are
 read-only memory maps of files larger than memory can be written. The bytes are exactly those
-of saving ``build_shard``'s arrays whole (the tests compare checksums).
+of saving a shard's arrays built whole (the tests compare checksums with
+``tests/store/shard_reference.py``).
 
 **Disk errors.** The free space is checked against a lower bound of the store's size before
 anything is written, and any ``OSError`` on the way (full disk, read-only file system, no
@@ -78,7 +79,7 @@ from gnnsys.store.npy_files import (
     staged,
     write_npy_header,
 )
-from gnnsys.store.shard import Shard, build_hetero_shard, data_arrays, local_index
+from gnnsys.store.shard import Shard, build_shard, data_arrays, local_index
 from gnnsys.types import Assignment, Graph, PartitionBook
 
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ def _save_edges(
 
     A block is whole owned rows (``row_blocks``) holding at most ``_EDGES_PER_BLOCK`` edges (or
     one larger row), so its edges are the next slice of each file, in global CSR order, and
-    ``local_index`` is elementwise: the files are byte for byte ``build_shard``'s arrays saved
+    ``local_index`` is elementwise: the files are byte for byte the whole shard's arrays saved
     whole. Scratch: about ten ``int64`` arrays of one block (``local_index`` makes most).
     """
     count_M = graph.indptr[owned_gid + 1] - graph.indptr[owned_gid]
@@ -179,7 +180,7 @@ def _write_part(
 
     Returns the manifest entries of the files written and the part's summary.
 
-    ``owned_gid``, ``indptr`` and the halo are O(N) and built whole, as ``build_shard`` builds
+    ``owned_gid``, ``indptr`` and the halo are O(N) and built whole, as the whole shard builds
     them; the edge files go through ``_save_edges``, so no ``[E_p]`` array is ever held.
     """
     owned_gid = np.flatnonzero(book.part_N == part).astype(np.int64)
@@ -424,7 +425,7 @@ def _write_types(
     directed = graph.to_homogeneous()[0]
 
     def write_one(part: int) -> tuple[dict[str, FileEntry], PartCounts]:
-        shard = build_hetero_shard(
+        shard = build_shard(
             graph, assignment.part_N, assignment.num_parts, part, num_hops, directed,
             with_data=False,
         )  # fmt: skip

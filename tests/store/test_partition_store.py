@@ -5,13 +5,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shard_reference import whole_shard
 from store_mutations import edit_manifest, rewrite_array
 
 from gnnsys.errors import PartitionStoreError
 from gnnsys.partitioners import partition
 from gnnsys.partitioners.halo import halo_of_part
 from gnnsys.store import (
-    build_shard,
     integrity,
     load_book,
     load_partition,
@@ -51,7 +51,7 @@ def test_round_trip_exact(tiny_graph: Graph, store: Path) -> None:
     np.testing.assert_array_equal(book.lid_N, ref.lid_N)
     for p in range(P):
         shard = load_shard(store, p)
-        mem = build_shard(tiny_graph, ref, p, 2)
+        mem = whole_shard(tiny_graph, ref, p, 2)
         for key in ("owned_gid", "indptr", "indices_gid", "indices_local", "e_id", "halo_gid"):
             np.testing.assert_array_equal(getattr(shard, key), getattr(mem, key), err_msg=key)
         for key in ("x", "y", "train_mask", "val_mask", "test_mask"):

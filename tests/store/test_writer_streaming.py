@@ -3,7 +3,8 @@
 ``write_partitions`` appends each shard's edge files a block of whole owned rows at a time
 (``writer._EDGES_PER_BLOCK``) and the partitioners' edge passes read blocks of
 ``base.EDGES_PER_BLOCK`` edges. These tests shrink both so blocks really split a part's rows,
-and compare every file with a store written the old way, from ``build_shard``'s whole arrays.
+and compare every file with a store written the old way, from ``whole_shard``'s arrays
+(``shard_reference.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TypeVar
 
 import numpy as np
 import pytest
+from shard_reference import whole_shard
 
 import gnnsys.partitioners.base as base_mod
 import gnnsys.store.integrity as integrity_mod
@@ -25,7 +27,7 @@ from gnnsys.partitioners import partition
 from gnnsys.partitioners.base import row_blocks
 from gnnsys.partitioners.halo import khop_reach
 from gnnsys.partitioners.metrics import edge_cut
-from gnnsys.store import build_shard, write_partitions
+from gnnsys.store import write_partitions
 from gnnsys.store import writer as writer_mod
 from gnnsys.store.layout import SHARD_ARRAYS, SHARD_DATA, FileEntry, shard_file
 from gnnsys.store.links import links_of_part
@@ -52,8 +54,8 @@ def _whole_part(
     num_hops: int,
     links: LinkSplit | None = None,
 ) -> tuple[dict[str, FileEntry], PartEntry]:
-    """The writer's part before streaming: ``build_shard``'s arrays and gathered rows, np.save'd."""
-    shard = build_shard(graph, book, part, num_hops, with_data=False)
+    """The writer's part before streaming: ``whole_shard``'s arrays and gathered rows, np.save'd."""
+    shard = whole_shard(graph, book, part, num_hops, with_data=False)
     for folder in ("x", "indptr"):
         (tmp / shard_file(part, folder)).parent.mkdir(parents=True)
     files = {
@@ -301,7 +303,7 @@ def test_memmap_graph_partitions_and_writes_in_bounded_memory(
 
     if method == "hash":  # the bound is tight enough to catch the whole-part path
         book = PartitionBook.from_assignment(assignment.part_N, _PARTS)
-        _, whole_peak = _peak(lambda: build_shard(on_disk, book, 0, 2, with_data=False))
+        _, whole_peak = _peak(lambda: whole_shard(on_disk, book, 0, 2, with_data=False))
         assert whole_peak > _bound(integrity_mod._BLOCK), (
             f"whole-part peak {whole_peak:,} B is within the bound"
         )
