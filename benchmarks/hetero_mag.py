@@ -49,7 +49,7 @@ def run_extended(graph: Any, scale: float, mode: str, order: Any, plain: int) ->
 
     from gnnsys.sampler.candidates import time_sorted
     from gnnsys.sampler.extended import ExtendedSampler
-    from gnnsys.sampler.relational import csr_sources
+    from gnnsys.sampler.neighbor import csr_sources
 
     fanouts = {et: (15, 10) for et in graph.edge_types}
     config = ExtendedSampler.Config(fanouts=fanouts, disjoint=mode == "disjoint")
@@ -113,7 +113,7 @@ def run_one(scale: float, modes: list[str]) -> dict[str, float]:
     import torch
 
     from gnnsys.datasets.mag import synthetic_mag
-    from gnnsys.sampler.relational import RelationalSampler, csr_sources
+    from gnnsys.sampler.neighbor import RelationalSampler, csr_sources
 
     import_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB
     start = time.perf_counter()

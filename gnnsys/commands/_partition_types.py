@@ -122,7 +122,7 @@ def _simulate(
     graph: Any, part_N: Any, num_parts: int, fanouts: tuple[int, ...], args: argparse.Namespace
 ) -> dict[str, int]:
     """``simulate_remote_fetches`` with the typed sampler, every relation at ``fanouts``."""
-    from gnnsys.sampler.relational import RelationalSampler, csr_sources
+    from gnnsys.sampler.neighbor import RelationalSampler, csr_sources
     from gnnsys.sampler.remote_fetches import simulate_remote_fetches
 
     config = RelationalSampler.Config(fanouts={et: fanouts for et in graph.edge_types})

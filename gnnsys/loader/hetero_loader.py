@@ -50,7 +50,7 @@ from gnnsys.loader.pyg_sampler import induced_edges
 from gnnsys.sampler.candidates import check_strategy, time_sorted
 from gnnsys.sampler.csr_source import CSRNeighborSource
 from gnnsys.sampler.extended import ExtendedSampler
-from gnnsys.sampler.relational import RelationalSampler, csr_sources
+from gnnsys.sampler.neighbor import RelationalSampler, csr_sources
 from gnnsys.types import EdgeType
 
 __all__ = [

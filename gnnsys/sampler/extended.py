@@ -5,7 +5,7 @@ path for plain fanouts (the distributed runtime's); this sampler adds PyG's othe
 whole-graph ``CSRNeighborSource`` s keyed by relation. A homogeneous graph is its one-type case
 (``ExtendedSampler.over_graph``, ``sample_graph``: the ``SampledSubgraph`` layout, seeds first,
 one segment per hop, edges grouped by destination in ``n_id`` order, blocks as prefixes); a
-typed graph gets ``gnnsys.sampler.relational``'s layout (per type, seeds first and one segment per
+typed graph gets ``gnnsys.sampler.neighbor``'s layout (per type, seeds first and one segment per
 hop; per relation, edges grouped by destination; typed blocks as prefixes):
 
 * **disjoint**: every seed grows its own tree over all node types; a node reached from two
@@ -53,15 +53,15 @@ from gnnsys.sampler.candidates import (
 )
 from gnnsys.sampler.csr_source import CSRNeighborSource
 from gnnsys.sampler.draw import draw_key
-from gnnsys.sampler.relabel import Piece
-from gnnsys.sampler.relational import (
+from gnnsys.sampler.neighbor import (
     RelationalSampler,
     RelationalSubgraph,
     checked_seeds,
     relation_seed,
     seeds_of,
 )
-from gnnsys.sampler.relational import assemble as assemble_hetero
+from gnnsys.sampler.neighbor import assemble as assemble_hetero
+from gnnsys.sampler.relabel import Piece
 from gnnsys.types import ONE_RELATION, ONE_TYPE, EdgeType, SampledSubgraph
 
 __all__ = ["ExtendedSampler"]

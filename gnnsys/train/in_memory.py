@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from gnnsys.models import LinkModel, build_decoder
 from gnnsys.models.relational import RelationalGCN, RelationalSAGE
 from gnnsys.sampler import CSRNeighborSource
-from gnnsys.sampler.relational import RelationalSampler
+from gnnsys.sampler.neighbor import RelationalSampler
 from gnnsys.train.inputs import BoundSampler, PerTypeInputs
 from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.link.trainer import LinkTrainer

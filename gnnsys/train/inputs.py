@@ -18,7 +18,7 @@ from torch import Tensor
 
 from gnnsys.cache import CacheCounters, SplitRows
 from gnnsys.models import GCNLayer
-from gnnsys.sampler.relational import RelationalSampler, RelationalSubgraph
+from gnnsys.sampler.neighbor import RelationalSampler, RelationalSubgraph
 from gnnsys.train.layer0.fused import decoded_roots, fused_sum
 from gnnsys.train.layer0.owner_sums import FirstLayerAggregator
 from gnnsys.train.remote.features import RoutedFeatureSource

@@ -37,7 +37,7 @@ from gnnsys.models.relational import check_gcn_relations
 from gnnsys.models.sparse_embedding import EmbeddingConfig
 from gnnsys.outputs import OutputRows
 from gnnsys.sampler import CSRNeighborSource, DegreeTable
-from gnnsys.sampler.relational import RelationalSampler
+from gnnsys.sampler.neighbor import RelationalSampler
 from gnnsys.store.info import StoreInfo, store_info
 from gnnsys.store.shard import Shard
 from gnnsys.train.device import rank_device
@@ -338,7 +338,7 @@ def build_sources(
     relation_sources: dict[EdgeType, Any] = {}
     degrees: dict[EdgeType, Any] = {}  # a model that normalises by in-degrees (GCN)
     if spec.topology == "replicated":  # every relation's whole CSR, read once from the store
-        from gnnsys.sampler.relational import csr_sources
+        from gnnsys.sampler.neighbor import csr_sources
         from gnnsys.store import assemble_hetero
 
         graph = assemble_hetero(spec.store, with_data=False)

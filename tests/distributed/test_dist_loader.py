@@ -74,7 +74,7 @@ def _batches(rec: dict, tag: str, epoch: int, marker: str = "batch_size") -> lis
 
 
 def _reference(store: Path, fanouts: dict):
-    from gnnsys.sampler.relational import RelationalSampler, csr_sources
+    from gnnsys.sampler.neighbor import RelationalSampler, csr_sources
 
     graph = assemble_hetero(store)
     sampler = RelationalSampler(

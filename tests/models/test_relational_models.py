@@ -20,7 +20,7 @@ from gnnsys.models.relational import (
     RGCNLayer,
     TypedBlocks,
 )
-from gnnsys.sampler.relational import RelationalSampler, csr_sources
+from gnnsys.sampler.neighbor import RelationalSampler, csr_sources
 from gnnsys.types import Block
 
 WIDTHS = {"paper": 12, "author": 6, "institution": 5, "field_of_study": 7}

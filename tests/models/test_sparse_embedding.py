@@ -353,7 +353,7 @@ def train_mag(num_owners: int, steps: int = 3) -> tuple[dict[str, Tensor], dict[
     """2 ranks train RelationalSAGE + owner-held embeddings; returns (model state, tables)."""
     from gnnsys.datasets.mag import synthetic_mag
     from gnnsys.models.relational import RelationalSAGE
-    from gnnsys.sampler.relational import RelationalSampler, csr_sources
+    from gnnsys.sampler.neighbor import RelationalSampler, csr_sources
 
     graph = synthetic_mag(0.003, seed=2, num_features=16, num_classes=5, reverse=True)
     config = EmbeddingConfig(dim=16, lr=0.05, seed=4)

@@ -1,7 +1,7 @@
 """``ExtendedSampler``: weighted, temporal and disjoint draws, on one node type and on many.
 
 A homogeneous graph is the one-type case (``over_graph`` / ``sample_graph``, the layout of
-``NeighborSampler``); a typed graph gets one draw per relation (``gnnsys.sampler.relational``'s
+``NeighborSampler``); a typed graph gets one draw per relation (``gnnsys.sampler.neighbor``'s
 layout).
 """
 
@@ -17,7 +17,7 @@ from gnnsys.datasets.mag import synthetic_mag
 from gnnsys.sampler import CSRNeighborSource
 from gnnsys.sampler.candidates import time_sorted
 from gnnsys.sampler.extended import ExtendedSampler
-from gnnsys.sampler.relational import RelationalSubgraph, csr_sources, relation_seed
+from gnnsys.sampler.neighbor import RelationalSubgraph, csr_sources, relation_seed
 from gnnsys.types import ONE_RELATION, EdgeType, SampledSubgraph
 
 

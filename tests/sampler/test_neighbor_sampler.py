@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from gnnsys.sampler import CSRNeighborSource, NeighborSampler, neighbor
+from gnnsys.sampler import CSRNeighborSource, NeighborSampler, engine
 from gnnsys.store import read_shard, write_partitions
 from gnnsys.types import (
     ONE_RELATION,
@@ -232,7 +232,7 @@ def _every_field(sub: SampledSubgraph) -> list[Tensor]:
 def test_thread_count_never_changes_the_batch(
     tiny_graph: Graph, replace: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(neighbor, "_MIN_DST_PER_CHUNK", 4)  # split even tiny hops
+    monkeypatch.setattr(engine, "_MIN_DST_PER_CHUNK", 4)  # split even tiny hops
     seeds = torch.arange(0, 1000, 9)
     subs = []
     for threads in (1, 2, 3):
@@ -250,7 +250,7 @@ def test_thread_count_never_changes_the_batch(
 def test_serial_source_gets_one_call_per_hop_at_any_thread_count(
     tiny_graph: Graph, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(neighbor, "_MIN_DST_PER_CHUNK", 4)
+    monkeypatch.setattr(engine, "_MIN_DST_PER_CHUNK", 4)
     source = _SerialSource(CSRNeighborSource.from_graph(tiny_graph))
     config = NeighborSampler.Config(fanouts=(6, 6), num_threads=2)
     got = NeighborSampler(config, source=source).sample(torch.arange(40), seed=3)
@@ -263,7 +263,7 @@ def test_serial_source_gets_one_call_per_hop_at_any_thread_count(
 def test_error_in_a_worker_thread_leaves_the_sampler_usable(
     tiny_graph: Graph, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(neighbor, "_MIN_DST_PER_CHUNK", 4)
+    monkeypatch.setattr(engine, "_MIN_DST_PER_CHUNK", 4)
     part_N = (np.arange(tiny_graph.num_nodes) % 2).astype(np.int32)
     _, (shard, _) = _shard_sources(tiny_graph, part_N, tmp_path / "parts")
     sampler = NeighborSampler(NeighborSampler.Config(fanouts=(3,), num_threads=2), source=shard)
@@ -285,7 +285,7 @@ def test_num_threads_config() -> None:
 def test_sampler_used_before_fork_works_in_the_child(
     tiny_graph: Graph, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(neighbor, "_MIN_DST_PER_CHUNK", 4)
+    monkeypatch.setattr(engine, "_MIN_DST_PER_CHUNK", 4)
     config = NeighborSampler.Config(fanouts=(5, 5), num_threads=2)
     sampler = NeighborSampler(config, source=CSRNeighborSource.from_graph(tiny_graph))
     want = sampler.sample(torch.arange(0, 1000, 2), seed=4).n_id  # starts the worker thread

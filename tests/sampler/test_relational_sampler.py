@@ -10,7 +10,7 @@ import torch
 
 from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.datasets.mag import synthetic_mag
-from gnnsys.sampler.relational import RelationalSampler, RelationalSubgraph, csr_sources
+from gnnsys.sampler.neighbor import RelationalSampler, RelationalSubgraph, csr_sources
 from gnnsys.types import EdgeType
 
 WRITES: EdgeType = ("author", "writes", "paper")
@@ -180,9 +180,9 @@ def test_thread_count_never_changes_the_typed_batch(
     graph: HeteroGraph, replace: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The typed sampler runs on the threaded engine: chunks per relation, same batch."""
-    from gnnsys.sampler import neighbor
+    from gnnsys.sampler import engine
 
-    monkeypatch.setattr(neighbor, "_MIN_DST_PER_CHUNK", 4)  # split even tiny hops
+    monkeypatch.setattr(engine, "_MIN_DST_PER_CHUNK", 4)  # split even tiny hops
     fanouts = uniform(graph, (5, 3))
     fanouts[WRITES] = (0, -1)
     subs = []
@@ -207,9 +207,9 @@ def test_serial_sources_get_one_call_per_relation_and_hop(
     graph: HeteroGraph, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A source without concurrent calls (a remote owner) keeps one request per hop."""
-    from gnnsys.sampler import neighbor
+    from gnnsys.sampler import engine
 
-    monkeypatch.setattr(neighbor, "_MIN_DST_PER_CHUNK", 4)
+    monkeypatch.setattr(engine, "_MIN_DST_PER_CHUNK", 4)
     calls: list[EdgeType] = []
 
     class Serial:

@@ -37,7 +37,7 @@ from gnnsys.errors import WorkerFailedError
 from gnnsys.models import ModelConfig
 from gnnsys.models.sparse_embedding import EmbeddingConfig, LocalEmbeddingGroup, init_rows
 from gnnsys.sampler import NeighborSampler
-from gnnsys.sampler.relational import RelationalSampler, csr_sources
+from gnnsys.sampler.neighbor import RelationalSampler, csr_sources
 from gnnsys.store import read_shard
 from gnnsys.store.info import store_info
 from gnnsys.store.source import DataConfig

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from gnnsys.cache.codecs import make_codec
-from gnnsys.sampler.relational import RelationalSubgraph
+from gnnsys.sampler.neighbor import RelationalSubgraph
 from gnnsys.store import load_book
 from gnnsys.train.in_memory import one_type_model
 from gnnsys.train.inputs import BoundSampler
