@@ -1,7 +1,7 @@
 """Stage 1, datasets: ``load(name) -> Graph`` from a registry of dataset families.
 
 Heterogeneous graphs (``synthetic:mag``, ``ogb:ogbn-mag``) load with ``load_hetero(name) ->
-HeteroGraph`` from their own registry (``gnnsys.datasets.hetero`` describes the record).
+HeteroGraph`` from their own registry (``gnnsys.types.relations`` describes the record).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from typing import Any
 
 from gnnsys.datasets.base import DatasetSource, find_dir, reading
 from gnnsys.datasets.deezer import load_deezer
-from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.datasets.link_split import LinkSplit, LinkSplitConfig, edge_split
 from gnnsys.datasets.mag import load_synthetic_hetero
 from gnnsys.datasets.musae import load_musae
@@ -25,6 +24,7 @@ from gnnsys.datasets.planetoid import load_planetoid
 from gnnsys.datasets.synthetic import load_synthetic
 from gnnsys.errors import DatasetNotFoundError
 from gnnsys.types import Graph
+from gnnsys.types.relations import HeteroGraph
 
 
 def _load_parquet(variant: str, root: Path | None = None, **params: Any) -> Graph:

@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from gnnsys.datasets.hetero import HeteroGraph, Relation
 from gnnsys.types import EdgeType, Graph
+from gnnsys.types.relations import HeteroGraph, Relation
 
 __all__ = [
     "LinkSplit",

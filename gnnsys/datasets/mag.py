@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from gnnsys.datasets.hetero import HeteroGraph, NodeSet, Relation, relation_from_coo
 from gnnsys.types import EdgeType
+from gnnsys.types.relations import HeteroGraph, NodeSet, Relation, relation_from_coo
 
 __all__ = ["MAG_EDGE_COUNTS", "MAG_NODE_COUNTS", "load_synthetic_hetero", "synthetic_mag"]
 

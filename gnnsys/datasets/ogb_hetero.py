@@ -27,9 +27,9 @@ from pathlib import Path
 import numpy as np
 
 from gnnsys.datasets.base import find_dir, require_file
-from gnnsys.datasets.hetero import HeteroGraph, NodeSet, Relation, relation_from_coo
 from gnnsys.datasets.ogb import HOW_TO_GET, SPLIT_FILES, _read_csv_gz, _split_dir
 from gnnsys.types import EdgeType
+from gnnsys.types.relations import HeteroGraph, NodeSet, Relation, relation_from_coo
 
 __all__ = ["load_ogb_hetero"]
 

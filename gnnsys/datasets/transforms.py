@@ -18,8 +18,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.types import Graph
+from gnnsys.types.relations import HeteroGraph
 
 __all__ = ["FEATURE_NORMS", "normalize_rows", "typed_feature_norm"]
 

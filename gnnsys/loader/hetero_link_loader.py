@@ -29,7 +29,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.loader.base_loader import Sampling
 from gnnsys.loader.hetero_loader import (
     HeteroGraphView,
@@ -41,6 +40,7 @@ from gnnsys.loader.hetero_loader import (
 )
 from gnnsys.loader.link_inputs import LinkInputs, edge_input
 from gnnsys.types import EdgeType
+from gnnsys.types.relations import HeteroGraph
 
 __all__ = ["TypedLinkSeeds", "is_hetero_link"]
 

@@ -44,7 +44,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.loader.base_loader import Sampling, input_gid, mask_ids, per_input
 from gnnsys.loader.pyg_sampler import induced_edges
 from gnnsys.sampler.candidates import check_strategy, time_sorted
@@ -52,6 +51,7 @@ from gnnsys.sampler.csr_source import CSRNeighborSource
 from gnnsys.sampler.extended import ExtendedSampler
 from gnnsys.sampler.neighbor import RelationalSampler, csr_sources
 from gnnsys.types import EdgeType
+from gnnsys.types.relations import HeteroGraph
 
 __all__ = [
     "HeteroGraphView",

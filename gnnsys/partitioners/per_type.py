@@ -27,12 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.partitioners.base import check_num_parts, make_assignment
 from gnnsys.partitioners.metis import Metis, metis_csr, run_pymetis
 from gnnsys.partitioners.simple import Hash, Random, Range
 from gnnsys.partitioners.streaming import Fennel, Ldg
 from gnnsys.types import Assignment, Graph
+from gnnsys.types.relations import HeteroGraph
 
 __all__ = [
     "HETERO_METHODS",

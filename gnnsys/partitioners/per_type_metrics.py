@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.partitioners.base import sorted_unique
 from gnnsys.partitioners.halo import halo_of_part
 from gnnsys.partitioners.per_type import hetero_train_mask
 from gnnsys.types import Assignment, EdgeType, Graph
+from gnnsys.types.relations import HeteroGraph
 
 __all__ = [
     "PerTypePartitionMetrics",

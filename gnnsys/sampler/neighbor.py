@@ -72,7 +72,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.prefetch.ordered import OrderedMap
 from gnnsys.sampler.base import NeighborSource, prefix_blocks
 from gnnsys.sampler.csr_source import CSRNeighborSource
@@ -81,6 +80,7 @@ from gnnsys.sampler.draw import batch_seed
 from gnnsys.sampler.engine import FanoutEngine
 from gnnsys.sampler.relabel import Piece
 from gnnsys.types import ONE_RELATION, ONE_TYPE, Block, EdgeType, SampledSubgraph
+from gnnsys.types.relations import HeteroGraph
 
 __all__ = [
     "NeighborSampler",

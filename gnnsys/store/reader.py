@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 
-from gnnsys.datasets.hetero import HeteroGraph, NodeSet, Relation
 from gnnsys.errors import PartitionStoreError
 from gnnsys.store.integrity import (
     check_book,
@@ -42,6 +41,7 @@ from gnnsys.store.manifest import REL_ARRAYS, TYPE_ARRAYS, Manifest, StoreManife
 from gnnsys.store.pages import advise_random, release_pages
 from gnnsys.store.shard import RelationShard, Shard, TypeShard
 from gnnsys.types import PartitionBook, PartitionShard
+from gnnsys.types.relations import HeteroGraph, NodeSet, Relation
 
 __all__ = [
     "assemble_hetero",

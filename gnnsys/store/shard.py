@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.partitioners.base import csr_positions
 from gnnsys.partitioners.halo import halo_of_part
 from gnnsys.store.layout import SHARD_DATA
 from gnnsys.types import EdgeType, Graph, PartitionBook, PartitionShard
+from gnnsys.types.relations import HeteroGraph
 
 __all__ = [
     "Shard",

@@ -83,8 +83,8 @@ from gnnsys.store.shard import Shard, build_shard, data_arrays, local_index
 from gnnsys.types import Assignment, Graph, PartitionBook
 
 if TYPE_CHECKING:
-    from gnnsys.datasets.hetero import HeteroGraph
     from gnnsys.datasets.link_split import LinkSplit, TypedLinkSplit
+    from gnnsys.types.relations import HeteroGraph
 
 logger = logging.getLogger(__name__)
 
@@ -289,7 +289,7 @@ def write_partitions(
         DiskError: Less free space than the store needs, or a write failed (full disk,
             read-only file system, no permission); nothing is left behind.
     """
-    from gnnsys.datasets.hetero import HeteroGraph
+    from gnnsys.types.relations import HeteroGraph
 
     if isinstance(graph, HeteroGraph):  # numbered per type: one folder per type and relation
         if parts_writer is not None:

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch_geometric.data import HeteroData
 
-from gnnsys.datasets.hetero import HeteroGraph, NodeSet, relation_from_coo
+from gnnsys.types.relations import HeteroGraph, NodeSet, relation_from_coo
 
 
 def small_hetero(sorted_by_dst: bool = True) -> HeteroData:

@@ -7,11 +7,11 @@ import torch
 from torch_geometric.data import HeteroData
 from torch_geometric.nn import SAGEConv, to_hetero
 
-from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.datasets.mag import synthetic_mag
 from gnnsys.loader import LinkNeighborLoader
 from gnnsys.loader.hetero_link_loader import TypedLinkSeeds
 from gnnsys.types import EdgeType
+from gnnsys.types.relations import HeteroGraph
 
 WRITES: EdgeType = ("author", "writes", "paper")
 CITES: EdgeType = ("paper", "cites", "paper")

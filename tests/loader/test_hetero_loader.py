@@ -10,10 +10,10 @@ import torch
 from torch_geometric.data import HeteroData
 from torch_geometric.nn import SAGEConv, to_hetero
 
-from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.datasets.mag import synthetic_mag
 from gnnsys.loader import NeighborLoader
 from gnnsys.loader.hetero_loader import TypedNodeSeeds
+from gnnsys.types.relations import HeteroGraph
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,10 @@ import torch
 from torch_geometric.data import HeteroData
 from torch_geometric.testing import MyFeatureStore, MyGraphStore
 
-from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.datasets.mag import synthetic_mag
 from gnnsys.loader import NeighborLoader
 from gnnsys.types import EdgeType
+from gnnsys.types.relations import HeteroGraph
 
 CITES: EdgeType = ("paper", "cites", "paper")
 WRITES: EdgeType = ("author", "writes", "paper")

@@ -9,7 +9,6 @@ import torch
 from torch_geometric.data import HeteroData
 from torch_geometric.nn import GCNConv, HeteroConv, RGCNConv, SAGEConv
 
-from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.datasets.mag import synthetic_mag
 from gnnsys.models import GCN
 from gnnsys.models.relational import (
@@ -22,6 +21,7 @@ from gnnsys.models.relational import (
 )
 from gnnsys.sampler.neighbor import RelationalSampler, csr_sources
 from gnnsys.types import Block
+from gnnsys.types.relations import HeteroGraph
 
 WIDTHS = {"paper": 12, "author": 6, "institution": 5, "field_of_study": 7}
 

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from gnnsys.datasets import load_hetero
-from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.partitioners import (
     HETERO_METHODS,
     compute_hetero_metrics,
@@ -17,6 +16,7 @@ from gnnsys.partitioners import (
     partition_hetero,
 )
 from gnnsys.partitioners.per_type_metrics import type_balance
+from gnnsys.types.relations import HeteroGraph
 
 
 @pytest.fixture(scope="module")

@@ -12,13 +12,13 @@ import pytest
 import torch
 from torch import Tensor
 
-from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.datasets.mag import synthetic_mag
 from gnnsys.sampler import CSRNeighborSource
 from gnnsys.sampler.candidates import time_sorted
 from gnnsys.sampler.extended import ExtendedSampler
 from gnnsys.sampler.neighbor import RelationalSubgraph, csr_sources, relation_seed
 from gnnsys.types import ONE_RELATION, EdgeType, SampledSubgraph
+from gnnsys.types.relations import HeteroGraph
 
 
 def _source(src: list[int], dst: list[int], num_nodes: int) -> CSRNeighborSource:

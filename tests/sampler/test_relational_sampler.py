@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.datasets.mag import synthetic_mag
 from gnnsys.sampler.neighbor import RelationalSampler, RelationalSubgraph, csr_sources
 from gnnsys.types import EdgeType
+from gnnsys.types.relations import HeteroGraph
 
 WRITES: EdgeType = ("author", "writes", "paper")
 CITES: EdgeType = ("paper", "cites", "paper")

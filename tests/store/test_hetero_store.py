@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from gnnsys.datasets import load_hetero
-from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.errors import PartitionStoreError
 from gnnsys.partitioners import partition_hetero
 from gnnsys.store import (
@@ -21,6 +20,7 @@ from gnnsys.store import (
     write_partitions,
 )
 from gnnsys.store.integrity import clear_caches
+from gnnsys.types.relations import HeteroGraph
 
 
 @pytest.fixture(scope="module")

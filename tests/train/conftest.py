@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from gnnsys.cache.codecs import Codec, EncodedRows
-from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.datasets.mag import synthetic_mag
 from gnnsys.partitioners import partition, partition_hetero
 from gnnsys.store import write_partitions
@@ -17,6 +16,7 @@ from gnnsys.train.remote.client import SampleArrays
 from gnnsys.train.remote.server import LocalOwnerClient as RuntimeClient
 from gnnsys.train.remote.server import ShardOwner
 from gnnsys.types import ONE_TYPE, EdgeType, Graph
+from gnnsys.types.relations import HeteroGraph
 
 
 @pytest.fixture(scope="session")

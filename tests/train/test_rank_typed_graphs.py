@@ -31,7 +31,6 @@ from torch.nn import functional
 
 from gnnsys.cache import CodecConfig
 from gnnsys.config import RunConfig
-from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.distributed.batches import epoch_positions
 from gnnsys.errors import WorkerFailedError
 from gnnsys.models import ModelConfig
@@ -50,6 +49,7 @@ from gnnsys.train.rank import build_typed_model
 from gnnsys.train.schedule import batch_seed_for
 from gnnsys.train.trainer import Trainer
 from gnnsys.train.worker import FaultSpec
+from gnnsys.types.relations import HeteroGraph
 
 pytestmark = pytest.mark.usefixtures("shared_stores")  # runs share their stores (conftest)
 

@@ -28,7 +28,6 @@ import pytest
 import torch
 
 from gnnsys.config import RunConfig
-from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.models import ModelConfig
 from gnnsys.sampler import NeighborSampler
 from gnnsys.store import read_shard
@@ -41,6 +40,7 @@ from gnnsys.train.eval.evaluate import combine_evals
 from gnnsys.train.metrics import accuracy, confusion_matrix
 from gnnsys.train.node_types import NodeTypesConfig
 from gnnsys.train.trainer import Trainer
+from gnnsys.types.relations import HeteroGraph
 from tests.train.typed_reference import full_typed_outputs
 
 pytestmark = pytest.mark.usefixtures("shared_stores")  # runs share their stores (conftest)

@@ -23,7 +23,6 @@ import pytest
 import torch
 
 from gnnsys.config import RunConfig
-from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.datasets.link_split import LinkSplitConfig, TypedLinkSplit, typed_edge_split
 from gnnsys.models import ModelConfig
 from gnnsys.partitioners import partition_hetero
@@ -40,6 +39,7 @@ from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.metrics import link_metrics, link_ranks, link_sums
 from gnnsys.train.node_types import NodeTypesConfig
 from gnnsys.train.trainer import Trainer
+from gnnsys.types.relations import HeteroGraph
 from tests.train.typed_reference import full_typed_outputs
 
 pytestmark = pytest.mark.usefixtures("shared_stores")  # runs share their stores (conftest)

@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from gnnsys.cache.codecs import make_codec
-from gnnsys.datasets.hetero import HeteroGraph
 from gnnsys.store import load_book, load_books, load_shard, read_shard
 from gnnsys.store.info import store_info
 from gnnsys.train.remote.server import ShardOwner
 from gnnsys.types import PartitionBook
+from gnnsys.types.relations import HeteroGraph
 
 CITES = ("paper", "cites", "paper")
 

@@ -1,5 +1,8 @@
 """Records that the stages hand each other: frozen dataclasses with validation, no I/O.
 
+This module holds the one-type ``Graph``, ``EdgeType`` and the partition and batch records;
+``gnnsys.types.relations`` holds ``HeteroGraph``, a graph of several node types and relations.
+
 Index spaces (README glossary): ``gid`` is a global node id in ``[0, num_nodes)``; ``lid`` is a
 node's index inside one shard (its position among the owned nodes of its part); ``part`` is a
 partition id in ``[0, num_parts)``.
