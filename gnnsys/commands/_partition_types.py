@@ -77,9 +77,9 @@ class TypedSteps:
         args: argparse.Namespace, graph: Any, assignment: Any, manifest: Any
     ) -> dict[str, Any]:
         """Balance and halo per type, cut per relation and in all."""
-        from gnnsys.partitioners import compute_hetero_metrics
+        from gnnsys.partitioners import compute_per_type_metrics
 
-        metrics = compute_hetero_metrics(graph, assignment, num_hops=args.hops)
+        metrics = compute_per_type_metrics(graph, assignment, num_hops=args.hops)
         return {
             "dataset": graph.name,
             "method": args.method,
@@ -224,13 +224,13 @@ class TypedBench:
         self, graph: Any, method: str, num_parts: int, args: argparse.Namespace
     ) -> dict[str, Any]:
         """Assign, measure and score one ``(method, parts)`` row."""
-        from gnnsys.partitioners import compute_hetero_metrics, partition_hetero
+        from gnnsys.partitioners import compute_per_type_metrics, partition_hetero
 
         fanouts = tuple(int(f) for f in args.fanouts.split(","))  # every relation's
         homo, directed = self._graphs(graph)
         with Measured() as m:
             assignment = partition_hetero(graph, method, num_parts, args.seed, homogeneous=homo)
-        metrics = compute_hetero_metrics(graph, assignment, len(fanouts), directed=directed)
+        metrics = compute_per_type_metrics(graph, assignment, len(fanouts), directed=directed)
         row: dict[str, Any] = {
             "dataset": graph.name,
             "num_nodes": graph.num_nodes(),

@@ -162,10 +162,10 @@ class DistLinkNeighborLoader(DistNeighborLoader):
 
     def _default_links(self, verify: bool) -> tuple[Tensor, Tensor]:
         """The store's train links of the relation (link split), else the part's edges."""
-        from gnnsys.store.links import link_edge_type, load_typed_links
+        from gnnsys.store.links import link_edge_type, load_relation_links
 
         if link_edge_type(self.store) == self.edge_type:
-            _, split = load_typed_links(self.store, self.rank, verify=verify)
+            _, split = load_relation_links(self.store, self.rank, verify=verify)
             train = torch.from_numpy(np.ascontiguousarray(split.train_2E, dtype=np.int64))
             return train, torch.arange(int(train.shape[1]))
         rel = self.shard.relations[self.edge_type]

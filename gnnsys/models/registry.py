@@ -20,7 +20,7 @@ from torch import nn
 
 from gnnsys.types import EdgeType
 
-__all__ = ["REGISTRY", "ModelKind", "build_typed_model"]
+__all__ = ["REGISTRY", "ModelKind", "build_relational_model"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +94,7 @@ REGISTRY: dict[str, ModelKind] = {
 """Built-in model name -> its entry. ``sage`` is the default of every run."""
 
 
-def build_typed_model(
+def build_relational_model(
     name: str,
     in_dims: dict[str, int],
     hidden: int,

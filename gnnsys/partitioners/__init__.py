@@ -14,7 +14,7 @@ from gnnsys.partitioners.halo import halo_of_part, khop_reach
 from gnnsys.partitioners.metis import HAS_METIS, Metis
 from gnnsys.partitioners.metrics import PartitionMetrics, compute_metrics
 from gnnsys.partitioners.per_type import HETERO_METHODS, partition_graph, partition_hetero
-from gnnsys.partitioners.per_type_metrics import PerTypePartitionMetrics, compute_hetero_metrics
+from gnnsys.partitioners.per_type_metrics import PerTypePartitionMetrics, compute_per_type_metrics
 from gnnsys.partitioners.simple import Hash, Random, Range
 from gnnsys.partitioners.streaming import Fennel, Ldg
 from gnnsys.types import Assignment, Graph
@@ -34,7 +34,7 @@ __all__ = [
     "Partitioner",
     "Random",
     "Range",
-    "compute_hetero_metrics",
+    "compute_per_type_metrics",
     "compute_metrics",
     "halo_of_part",
     "khop_reach",

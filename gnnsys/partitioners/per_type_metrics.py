@@ -30,7 +30,7 @@ __all__ = [
     "PerTypePartitionMetrics",
     "RelationCut",
     "TypeMetrics",
-    "compute_hetero_metrics",
+    "compute_per_type_metrics",
     "relation_key",
     "type_balance",
 ]
@@ -143,7 +143,7 @@ def _halo_counts(
     return halo_PT, fetch_PT
 
 
-def compute_hetero_metrics(
+def compute_per_type_metrics(
     graph: HeteroGraph,
     assignment: Assignment,
     num_hops: int = 2,

@@ -91,7 +91,7 @@ __all__ = [
     "csr_sources",
     "relation_seed",
     "seeds_of",
-    "typed_output",
+    "relational_output",
 ]
 
 
@@ -290,7 +290,7 @@ class RelationalSampler:
             empty, as PyG keeps them).
         degrees: Relation -> whole-graph in-degrees of its nodes (``DegreeSource``), for a
             model that normalises by them (GCN): that relation's blocks carry
-            ``src_in_degree`` (:func:`with_typed_in_degree`), as ``NeighborSampler``'s do.
+            ``src_in_degree`` (:func:`with_in_degrees`), as ``NeighborSampler``'s do.
 
     Raises:
         ValueError: A relation of ``config.fanouts`` without a source or naming an unknown type.
@@ -396,7 +396,7 @@ class RelationalSampler:
             )
         seeds = checked_seeds(seed_lids, lambda t, lid: seeds_of(t, lid, self.node_types))
         out = self.engine.run(seeds, seed)
-        sub = typed_output(
+        sub = relational_output(
             out.num_nodes,
             out.num_edges,
             out.rowptr,
@@ -407,7 +407,7 @@ class RelationalSampler:
             self.config.num_hops,
             with_edge_index=with_edge_index,
         )
-        return with_typed_in_degree(sub, self.degrees) if self.degrees else sub
+        return with_in_degrees(sub, self.degrees) if self.degrees else sub
 
 
 def assemble(
@@ -445,7 +445,7 @@ def assemble(
         )
         e_id[et] = torch.from_numpy(np.concatenate(none + [p.e_id_E for p in pieces]))
     n_id = {t: torch.from_numpy(np.concatenate(ps)) for t, ps in parts.items()}
-    return typed_output(
+    return relational_output(
         num_nodes,
         num_edges,
         rowptr,
@@ -459,7 +459,7 @@ def assemble(
     )
 
 
-def typed_output(
+def relational_output(
     num_nodes: dict[str, tuple[int, ...]],
     num_edges: dict[EdgeType, tuple[int, ...]],
     rowptr: dict[EdgeType, Tensor],
@@ -505,7 +505,7 @@ def typed_output(
     )
 
 
-def with_typed_in_degree(
+def with_in_degrees(
     sub: RelationalSubgraph, degrees: Mapping[EdgeType, DegreeSource]
 ) -> RelationalSubgraph:
     """``sub`` with the blocks of every relation in ``degrees`` carrying ``src_in_degree``.

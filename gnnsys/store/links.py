@@ -40,7 +40,7 @@ __all__ = [
     "link_edge_type",
     "links_of_part",
     "load_links",
-    "load_typed_links",
+    "load_relation_links",
 ]
 
 LINK_DATA = ("link_train", "link_val", "link_val_neg", "link_test", "link_test_neg")
@@ -124,7 +124,7 @@ def load_links(root: str | os.PathLike[str], part: int, *, verify: bool = True) 
     return _load_part(root, manifest, part, verify, (0, manifest.num_nodes, manifest.num_nodes))
 
 
-def load_typed_links(
+def load_relation_links(
     root: str | os.PathLike[str], part: int, *, verify: bool = True
 ) -> tuple[tuple[str, str, str], ShardLinks]:
     """A store's target relation and part ``part``'s links of it, for a store of either kind.

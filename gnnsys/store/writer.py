@@ -373,7 +373,7 @@ def _manifest(
     )
 
 
-def hetero_fingerprint(graph: HeteroGraph) -> str:
+def types_fingerprint(graph: HeteroGraph) -> str:
     """First 16 hex digits of sha256 over the type counts and every relation's CSR."""
     counts = ",".join(f"{t}={graph.num_nodes(t)}" for t in graph.node_types)
     digest = hashlib.sha256(counts.encode())
@@ -502,7 +502,7 @@ def _manifest_of_types(
     )
     return StoreManifest(
         dataset=graph.name,
-        fingerprint=hetero_fingerprint(graph),
+        fingerprint=types_fingerprint(graph),
         num_parts=assignment.num_parts,
         num_hops=num_hops,
         strategy=assignment.method,

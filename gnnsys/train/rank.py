@@ -63,7 +63,7 @@ from gnnsys.types import ONE_TYPE, EdgeType, PartitionBook
 __all__ = [
     "RankRuntime",
     "RankLayout",
-    "build_typed_model",
+    "rank_model",
     "embedding_config",
 ]
 
@@ -134,7 +134,7 @@ def embedding_config(spec: WorkerSpec, layout: RankLayout) -> EmbeddingConfig:
     )
 
 
-def build_typed_model(spec: WorkerSpec, layout: RankLayout | None = None) -> nn.Module:
+def rank_model(spec: WorkerSpec, layout: RankLayout | None = None) -> nn.Module:
     """``RelationalSAGE``, ``RelationalGCN``, ``RelationalGAT`` or ``RGCN`` (the same everywhere).
 
     Over one relation from a type to itself they save under ``SAGE``'s, ``GCN``'s and ``GAT``'s
@@ -147,7 +147,7 @@ def build_typed_model(spec: WorkerSpec, layout: RankLayout | None = None) -> nn.
 
 
 def _encoder(spec: WorkerSpec, layout: RankLayout) -> nn.Module:
-    from gnnsys.models.registry import build_typed_model
+    from gnnsys.models.registry import build_relational_model
 
     edge_types, in_dims = list(layout.fanouts), layout.in_dims
     layers = len(next(iter(layout.fanouts.values())))
@@ -156,7 +156,7 @@ def _encoder(spec: WorkerSpec, layout: RankLayout) -> nn.Module:
     if spec.model.is_pyg:
         return _pyg_encoder(spec, layout, layers)
     name = layout.node_types.model
-    return build_typed_model(name, in_dims, hidden, classes, edge_types, layers, dropout)
+    return build_relational_model(name, in_dims, hidden, classes, edge_types, layers, dropout)
 
 
 def _pyg_encoder(spec: WorkerSpec, layout: RankLayout, layers: int) -> nn.Module:
@@ -196,7 +196,7 @@ def _degree_score(shard: Shard, node_type: str) -> torch.Tensor:
     return score_N
 
 
-def typed_cache(
+def rank_caches(
     spec: WorkerSpec,
     layout: RankLayout,
     shard: Shard,
@@ -369,7 +369,7 @@ def build_sources(
         return dict(sub.n_id)
 
     seeds = _dry_run_seeds(spec, shard, layout)
-    caches = typed_cache(spec, layout, shard, codecs, draw, seeds, device=on or "cpu")
+    caches = rank_caches(spec, layout, shard, codecs, draw, seeds, device=on or "cpu")
     wire = spec.codec.wire if spec.cache.enabled else None  # measured into the cache counters
     features, rows = {}, {}
     for t, nodes in shard.nodes.items():
@@ -453,16 +453,16 @@ class RankRuntime:
         spec, input_type = self.spec, self.layout.node_types.input_type
         sources = self._sources(self.ledger)
         handles: dict[str, Any] = {
-            "model": build_typed_model(spec, self.layout), "sampler": sources.sampler,
+            "model": rank_model(spec, self.layout), "sampler": sources.sampler,
             "inputs": sources.inputs, "books": self.books, "embeddings": self.embeddings,
             "ledger": self.ledger, "rank": spec.rank, "world_size": spec.world_size,
             "sync": sync, "rng_lock": rng_lock,
             "device": self.device,
         }  # fmt: skip
         if spec.link is not None:
-            from gnnsys.store.links import load_typed_links
+            from gnnsys.store.links import load_relation_links
 
-            self.edge_type, self.links = load_typed_links(spec.store, spec.rank)
+            self.edge_type, self.links = load_relation_links(spec.store, spec.rank)
             return LinkTrainer(
                 spec.trainer, spec.link, edge_type=self.edge_type,
                 train_2E=torch.from_numpy(self.links.train_2E),

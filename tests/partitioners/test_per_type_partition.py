@@ -11,7 +11,7 @@ import pytest
 from gnnsys.datasets import load_hetero
 from gnnsys.partitioners import (
     HETERO_METHODS,
-    compute_hetero_metrics,
+    compute_per_type_metrics,
     partition_graph,
     partition_hetero,
 )
@@ -58,8 +58,8 @@ def test_metis_balances_every_type_and_cuts_less(mag: HeteroGraph) -> None:
     # METIS's multi-constraint mode meets one constraint per type to ~1.03-1.09 here
     for node_type, (_, imbalance) in type_balance(mag, metis.part_N, 4).items():
         assert imbalance <= 1.10, node_type
-    cut = compute_hetero_metrics(mag, metis).edge_cut_fraction
-    rand = compute_hetero_metrics(mag, partition_hetero(mag, "random", 4)).edge_cut_fraction
+    cut = compute_per_type_metrics(mag, metis).edge_cut_fraction
+    rand = compute_per_type_metrics(mag, partition_hetero(mag, "random", 4)).edge_cut_fraction
     assert cut < 0.5 * rand
 
 
@@ -75,7 +75,7 @@ def test_metis_train_constraint(mag: HeteroGraph) -> None:
 def test_metrics_per_relation_and_type_are_exact() -> None:
     g = load_hetero("synthetic:mag", scale=0.002)
     a = partition_hetero(g, "hash", 3)
-    m = compute_hetero_metrics(g, a, num_hops=1)
+    m = compute_per_type_metrics(g, a, num_hops=1)
     offsets = g.node_offsets()
     for (src, rel, dst), relation in g.relations.items():
         src_part = a.part_N[relation.indices.astype(np.int64) + offsets[src]]

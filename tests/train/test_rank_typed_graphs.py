@@ -45,7 +45,7 @@ from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.run import train_local, worker_template
 from gnnsys.train.node_types import NodeTypesConfig
-from gnnsys.train.rank import build_typed_model
+from gnnsys.train.rank import rank_model
 from gnnsys.train.schedule import batch_seed_for
 from gnnsys.train.trainer import Trainer
 from gnnsys.train.worker import FaultSpec
@@ -150,7 +150,7 @@ def _reference_steps(
     torch.set_num_threads(1)  # as every rank (matmul blocking can depend on threads)
     cfg = _config(store, parts, batch=batch)
     spec = worker_template(cfg, store, store_info(store), "partitioned")
-    model = build_typed_model(spec)
+    model = rank_model(spec)
     tables = {
         t: LocalEmbeddingGroup(EMB, node_type=t, owner_of=torch.zeros(mag.num_nodes(t)).long())
         for t in FEATURELESS

@@ -12,7 +12,7 @@ distinct halo rows are fetched once, in sorted blocks. A layer so costs ``ceil(M
 sequential passes over the own table.
 
 A SAGE layer much narrower than its input (the last layer: ``H`` classes from a ``F``-wide
-hidden table) runs projected instead (``projected_typed_outputs``, relation by relation):
+hidden table) runs projected instead (``projected_outputs``, relation by relation):
 ``lin_l`` is linear, so ``lin_l(mean x_j) = mean(x_j W^T) + b``. One sequential pass over the
 own table and one over the halo rows project every source to ``H`` columns (and
 ``lin_r(x_i) + b`` is added per destination); every in-edge is then summed from the
@@ -41,10 +41,10 @@ from gnnsys.types import Block
 
 __all__ = [
     "RelationInput",
-    "projected_typed_outputs",
-    "blocked_typed_outputs",
+    "projected_outputs",
+    "blocked_outputs",
     "linear_reduce",
-    "typed_blocked",
+    "is_blocked_layer",
 ]
 
 _PIECE_EDGES = 1 << 20  # in-edges read from the shard at once while a span is bucketed
@@ -164,14 +164,14 @@ def linear_reduce(module: object) -> str | None:
     return reduce
 
 
-def typed_blocked(module: object) -> bool:
+def is_blocked_layer(module: object) -> bool:
     """Whether a typed layer runs source-blocked: SAGE (mean or sum) or GCN per relation."""
     return linear_reduce(module) is not None
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class RelationInput:
-    """One relation into the destination type of :func:`blocked_typed_outputs`.
+    """One relation into the destination type of :func:`blocked_outputs`.
 
     Attributes:
         block: In-edges of every owned destination; ``col`` below ``own.shape[0]`` is an owned
@@ -188,7 +188,7 @@ class RelationInput:
 
 
 @torch.no_grad()
-def blocked_typed_outputs(
+def blocked_outputs(
     module: object,
     dst_type: str,
     own_dst: Tensor,
@@ -209,7 +209,7 @@ def blocked_typed_outputs(
     source order).
 
     Args:
-        module: The layer (:func:`typed_blocked` holds).
+        module: The layer (:func:`is_blocked_layer` holds).
         dst_type: The destination type computed.
         own_dst: ``[M, F_dst]`` its owned rows (the roots).
         relations: Every relation into ``dst_type`` whose source type has rows this layer.
@@ -217,7 +217,7 @@ def blocked_typed_outputs(
         block_mb: The span budget.
         willneed: Read-ahead hint for rows of the owned tables (optional).
     """
-    assert typed_blocked(module)
+    assert is_blocked_layer(module)
     linear = cast(RelationalSAGELayer | RelationalGCNLayer, module)
     gcn = linear.linear_reduce == "gcn"
     m = int(own_dst.shape[0])
@@ -225,10 +225,8 @@ def blocked_typed_outputs(
     span_rows = max(1, int(block_mb * 2**20) // (4 * max(width, 1)))
     block_rows = max(1, span_rows // 4)
     sage = cast(RelationalSAGELayer, module)  # when not GCN
-    if not gcn and _typed_projects(sage, relations, block_mb):
-        projected_typed_outputs(
-            sage, own_dst, relations, into, block_rows=block_rows, willneed=willneed
-        )
+    if not gcn and _relations_project(sage, relations, block_mb):
+        projected_outputs(sage, own_dst, relations, into, block_rows=block_rows, willneed=willneed)
         return
     out: Tensor | None = None
     for start in range(0, m, span_rows):
@@ -269,7 +267,7 @@ def blocked_typed_outputs(
         out[start:end] = rows
 
 
-def _typed_projects(
+def _relations_project(
     module: RelationalSAGELayer,
     relations: dict[tuple[str, str, str], RelationInput],
     block_mb: float,
@@ -291,7 +289,7 @@ def _typed_projects(
 
 
 @torch.no_grad()
-def projected_typed_outputs(
+def projected_outputs(
     module: RelationalSAGELayer,
     own_dst: Tensor,
     relations: dict[tuple[str, str, str], RelationInput],

@@ -66,10 +66,10 @@ from gnnsys.store.shard import Shard
 from gnnsys.train.device import StepDevice
 from gnnsys.train.eval.blocked import (
     RelationInput,
-    blocked_typed_outputs,
+    blocked_outputs,
     divide_by_degree,
+    is_blocked_layer,
     linear_reduce,
-    typed_blocked,
 )
 from gnnsys.train.eval.evaluate import EvalConfig, RankEval
 from gnnsys.train.eval.memory import (
@@ -223,7 +223,7 @@ class ShardEvaluator:
         for t in self.types:  # every peer finished reading layer - 1 before this step
             self.tables.pop(self.table(layer - 1, t))
         present = list(self.inputs) if layer == 0 else self.present(layer)
-        if self.config.block_mb and self.config.in_place and typed_blocked(self.layers[layer]):
+        if self.config.block_mb and self.config.in_place and is_blocked_layer(self.layers[layer]):
             done = self._blocked_tables(layer, present)
         else:
             done = self._span_tables(layer, present)
@@ -376,7 +376,7 @@ class ShardEvaluator:
                 done[number] = self.tables.buffer(number, rows, width)
                 return done[number]
 
-            blocked_typed_outputs(
+            blocked_outputs(
                 self.layers[layer], node_type, own[node_type], relations, into,
                 block_mb=self.config.block_mb, willneed=willneed_rows,
             )  # fmt: skip

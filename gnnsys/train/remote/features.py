@@ -15,7 +15,7 @@ apart from the epochs. The codec is always an object (``FP32Codec`` for float32 
 owners always encode and the ledger counts ``EncodedRows.nbytes`` (``K * F * 4`` for fp32).
 
 The rank builds one source per featured node type, its cache and the cache's admission policy
-scored from what the worker holds, no driver round trip (``gnnsys.train.rank.typed_cache``):
+scored from what the worker holds, no driver round trip (``gnnsys.train.rank.rank_caches``):
 
 - ``degree``: in-edges from each halo node of the type into the part's owned nodes;
 - ``presample``: halo accesses per epoch in ``presample_epochs`` dry-run epochs of this worker's

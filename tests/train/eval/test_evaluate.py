@@ -447,20 +447,20 @@ def test_blocked_evaluation_equals_full_graph(
 ) -> None:
     blocked_widths: list[int] = []
     projected_widths: list[int] = []
-    blocked = eval_typed.blocked_typed_outputs
+    blocked = eval_typed.blocked_outputs
 
     def spy(module: Any, node_type: str, own: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         blocked_widths.append(int(own.shape[1]))
         blocked(module, node_type, own, *args, **kwargs)
 
-    projected = eval_blocked.projected_typed_outputs
+    projected = eval_blocked.projected_outputs
 
     def spy_projected(module: Any, own: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         projected_widths.append(int(own.shape[1]))
         projected(module, own, *args, **kwargs)
 
-    monkeypatch.setattr(eval_typed, "blocked_typed_outputs", spy)
-    monkeypatch.setattr(eval_blocked, "projected_typed_outputs", spy_projected)
+    monkeypatch.setattr(eval_typed, "blocked_outputs", spy)
+    monkeypatch.setattr(eval_blocked, "projected_outputs", spy_projected)
     # 40 rows of layer 0 (F = 12), 30 of layer 1 (H = 16): the projections do not fit
     block_mb = float(fetch.pop("block_mb", 40 * 12 * 4 / 2**20))  # type: ignore[arg-type]
     reports, reference = _sharded(sbm_graph, parts, model, tmp_path, block_mb=block_mb, **fetch)

@@ -208,9 +208,9 @@ def test_source_blocked_layers_equal_a_whole_graph_forward(
 
     def counted(*args: object, **kw: object) -> None:
         spans.append(1)
-        eval_blocked.blocked_typed_outputs(*args, **kw)  # type: ignore[arg-type]
+        eval_blocked.blocked_outputs(*args, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(eval_typed, "blocked_typed_outputs", counted)
+    monkeypatch.setattr(eval_typed, "blocked_outputs", counted)
     group = _group(stores[parts], parts, model, 1 << 20, spill_mb=0.001, block_mb=0.01)
     _logits_against_the_whole_graph(mag, group, stores[parts])
     assert bool(spans) == (model == "sage")  # R-GCN keeps the default path
@@ -224,13 +224,13 @@ def test_projected_layers_equal_a_whole_graph_forward(
     from gnnsys.train.eval import blocked as eval_blocked
 
     calls: list[str] = []
-    projected = eval_blocked.projected_typed_outputs
+    projected = eval_blocked.projected_outputs
 
     def counted(module: Any, *args: Any, **kw: Any) -> None:
         calls.append(type(module).__name__)
         projected(module, *args, **kw)
 
-    monkeypatch.setattr(eval_blocked, "projected_typed_outputs", counted)
+    monkeypatch.setattr(eval_blocked, "projected_outputs", counted)
     group = _group(stores[parts], parts, "sage", 1 << 20, block_mb=1.0)
     _logits_against_the_whole_graph(mag, group, stores[parts])
     assert calls and set(calls) == {"RelationalSAGELayer"}

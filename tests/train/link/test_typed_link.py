@@ -29,7 +29,7 @@ from gnnsys.partitioners import partition_hetero
 from gnnsys.sampler import NeighborSampler
 from gnnsys.store import write_partitions
 from gnnsys.store.info import store_info
-from gnnsys.store.links import load_typed_links
+from gnnsys.store.links import load_relation_links
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.control.local_group import LocalWorkerGroup
@@ -90,7 +90,7 @@ def test_store_gives_each_part_its_sources_links(mag: HeteroGraph, tmp_path: Pat
     offset = mag.node_offsets()["author"]
     got = []
     for part in range(3):
-        et, links = load_typed_links(tmp_path / "s", part)
+        et, links = load_relation_links(tmp_path / "s", part)
         assert et == WRITES
         owner = assignment.part_N[offset + links.train_2E[0]]
         assert (owner == part).all()
@@ -218,5 +218,5 @@ def test_cli_trains_a_relation_of_synthetic_mag(tmp_path: Path) -> None:
     assert code == 0
     [line] = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert 0.0 < line["val_mrr"] <= 1.0 and "test_hits@20" in line
-    _, links = load_typed_links(out / "store", 0)
+    _, links = load_relation_links(out / "store", 0)
     assert links.val_neg_KQ.shape[1] == 20
