@@ -20,15 +20,9 @@ Edges are grouped by destination and destinations appear in ``n_id`` order, so t
 layer ``l`` (input layer first) is therefore a *prefix* of the arrays of the input block: every
 block is a zero-copy slice.
 
-Relabelling uses a gid -> local-id table of ``N`` int32 kept between batches (as DGL and PyG do
-with their hash maps): ``O(E)`` gathers instead of a sort, and only touched entries are reset.
-It grows on demand, so a remote source need not tell the sampler ``N``.
-
-Threads (``Config.num_threads``): a hop with enough destinations is cut into contiguous chunks,
-one per thread; each thread draws its chunk (when the source allows concurrent calls) and looks
-its sources up, and only one scatter-min per hop runs alone (``gnnsys.sampler.relabel``). A
-node's draw depends only on ``(seed, hop, gid, degree)`` and ids follow first appearance in the
-whole hop, so the batch is identical for every thread count.
+Relabelling (one gid -> local-id table per type, kept between batches) and threads
+(``Config.num_threads``: a big hop cut into per-thread chunks; the batch never depends on the
+count) are the engine's: ``gnnsys.sampler.engine``.
 
 **One engine for both kinds.** ``FanoutEngine`` runs the hops over typed nodes: one table per
 node type, one fanout list and source per relation. ``NeighborSampler`` is its one-type case
