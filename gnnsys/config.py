@@ -77,9 +77,9 @@ class RunConfig:
         Raises:
             ValueError: A value its config refuses, or a shape that fits no field.
         """
-        from gnnsys.run_file import RENAMED
+        from gnnsys.run_file import renamed_keys
 
-        out: RunConfig = _decode(cls, {RENAMED.get(k, k): v for k, v in obj.items()})
+        out: RunConfig = _decode(cls, renamed_keys(obj))
         return out
 
     def to_toml(self, header: str = "") -> str:

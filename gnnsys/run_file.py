@@ -83,6 +83,15 @@ their old name from a ``summary.json``, a ``--config``/``config.toml`` file and 
 identity (:func:`renamed_field`), so runs written before the rename load, resume and export."""
 
 
+def renamed_keys(table: dict[str, Any]) -> dict[str, Any]:
+    """``table``'s top-level keys under their current names (:data:`RENAMED`).
+
+    An old name whose new one is also present stays as it is (refused as unknown where keys are
+    checked).
+    """
+    return {RENAMED.get(k, k) if RENAMED.get(k) not in table else k: v for k, v in table.items()}
+
+
 def renamed_field(name: str) -> str:
     """A dotted config field (``hetero.model``) under its current name (``node_types.model``)."""
     head, dot, rest = name.partition(".")
@@ -107,8 +116,7 @@ def apply_table(base: Any, table: Any, path: tuple[str, ...], source: str) -> An
     if not isinstance(table, dict):
         raise ValueError(f"{source}: {where} must be a table, got {table!r}")
     if not path:  # a table under a field's old name (``[hetero]``) is that field's
-        table = {RENAMED.get(k, k) if RENAMED.get(k) not in table else k: v
-                 for k, v in table.items()}  # fmt: skip
+        table = renamed_keys(table)
     names, hints = _fields(kind), field_types(kind)
     unknown = sorted(set(table) - set(names))
     if unknown:

@@ -176,9 +176,6 @@ class DistLinkNeighborLoader(DistNeighborLoader):
         return torch.from_numpy(np.stack([src, dst])), torch.from_numpy(e_id)
 
     # ---- the hooks of the link seed kind ---------------------------------------------------
-    def _num_items(self) -> int:
-        return int(self.links.shape[1])
-
     def _item_ids(self) -> Tensor:
         return self.links
 

@@ -458,8 +458,8 @@ class DistNeighborLoader:
 
     # ---- the hooks of a seed kind (nodes here, links in DistLinkNeighborLoader) ---------------
     def _num_items(self) -> int:
-        """Seeds of this rank (nodes; links for the link loader)."""
-        return int(self.seed_gid.numel())
+        """Seeds of this rank (nodes; links for the link loader): its ``_item_ids``."""
+        return int(self._item_ids().shape[-1])
 
     def _item_ids(self) -> Tensor:
         """The seeds' global identities (``[n]`` node ids; ``[2, n]`` a link's endpoints)."""

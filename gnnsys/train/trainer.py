@@ -188,8 +188,8 @@ class Trainer:
         return BatchPlan(self._num_items(), self.config.batch_size, self.config.schedule)
 
     def _num_items(self) -> int:
-        """Train items of this rank: its seed nodes."""
-        return int(self.train_lid.numel())
+        """Train items of this rank (the gradient's weight per batch too): its ``_item_ids``."""
+        return int(self._item_ids().shape[-1])
 
     def _item_ids(self) -> Tensor:
         """The items' global identities, the keys of the epoch's order: the seeds' ids."""

@@ -157,10 +157,6 @@ class LinkTrainer(Trainer):
         self.link, self.edge_type = link, edge_type
         self.train_2E, self.num_dst = train_2E.long(), int(num_dst)
 
-    def _num_items(self) -> int:
-        """Train items of this rank: its positive links (the gradient's weight per batch too)."""
-        return int(self.train_2E.shape[1])
-
     def _item_ids(self) -> Tensor:
         """The links' endpoints, the keys of the epoch's order (``DistLinkNeighborLoader``'s)."""
         return self.train_2E
