@@ -47,7 +47,7 @@ def main() -> None:
     typed = store.is_hetero_store(args.store)
     if full is None:  # the earlier checkout: one full check per kind
         full = store.verify_hetero if typed else store.verify  # type: ignore[attr-defined]
-    num_parts = store.read_hetero_manifest(args.store).num_parts
+    num_parts = store.read_store_manifest(args.store).num_parts
     load = read if typed else store.load_shard
     best = {"load_s": float("inf"), "verify_s": float("inf")}
     for _ in range(args.rounds):

@@ -191,8 +191,8 @@ def _driver_side_accuracy(store: str, run_dir: str, model: Any, fanouts: int) ->
 
     from gnnsys.models import build_model
     from gnnsys.store.info import store_info
+    from gnnsys.testing.reference import full_block, full_graph_logits
     from gnnsys.train.control.checkpoint import load_checkpoint
-    from gnnsys.train.eval.evaluate import full_block, full_graph_logits
     from gnnsys.train.topology import assemble_graph
 
     torch.set_num_threads(2)

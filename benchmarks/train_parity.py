@@ -4,7 +4,7 @@ For each dataset and seed, trains gnnsys SAGE twice with the same fanouts, epoch
 and global batch size (single process: ``B``; distributed: ``B / 4`` per worker):
 
 * ``single``: the pure-torch ``Trainer`` in one process over the graph in memory
-  (``gnnsys.train.in_memory``: the typed sampler over the whole graph), no store, no Ray;
+  (``gnnsys.testing.in_memory``: the typed sampler over the whole graph), no store, no Ray;
 * ``distributed``: ``gnnsys.train.control.run.train`` with 4 Ray workers on a 4-part METIS store
   (remote sampling and feature fetch, gloo allreduce).
 
@@ -37,9 +37,9 @@ from gnnsys.partitioners import partition
 from gnnsys.sampler import NeighborSampler
 from gnnsys.store import write_partitions
 from gnnsys.store.source import DataConfig
+from gnnsys.testing.in_memory import one_type_trainer
+from gnnsys.testing.reference import full_block
 from gnnsys.train.control.run import train
-from gnnsys.train.eval.evaluate import full_block
-from gnnsys.train.in_memory import one_type_trainer
 from gnnsys.train.schedule import steps_per_epoch
 from gnnsys.train.trainer import Trainer
 from gnnsys.types import ONE_RELATION, ONE_TYPE, Graph

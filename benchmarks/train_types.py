@@ -36,7 +36,7 @@ from gnnsys.cache import CacheConfig
 from gnnsys.config import RunConfig
 from gnnsys.models import ModelConfig
 from gnnsys.sampler import NeighborSampler
-from gnnsys.store import read_hetero_manifest
+from gnnsys.store import read_store_manifest
 from gnnsys.store.source import DataConfig
 from gnnsys.train.control.coordinator import Coordinator
 from gnnsys.train.node_types import NodeTypesConfig
@@ -64,7 +64,7 @@ def _config(args: argparse.Namespace) -> RunConfig:
 
 
 def _common(args: argparse.Namespace) -> dict[str, Any]:
-    manifest = read_hetero_manifest(args.store)
+    manifest = read_store_manifest(args.store)
     return {
         "dataset": manifest.dataset,
         "num_nodes": manifest.num_nodes,

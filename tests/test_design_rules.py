@@ -136,7 +136,6 @@ TRAIN_ROOMS: dict[str, set[str]] = {
         "schedule",
         "trainer",
     },  # fmt: skip
-    "in_memory": {"inputs", "link", "trainer"},
     "models": set(),
     "topology": set(),
     "worker": {
@@ -276,32 +275,38 @@ def test_train_tests_mirror_the_train_rooms() -> None:
 # ---- branches on the graph's kind ----------------------------------------------------------------
 KIND_BRANCHES: dict[str, tuple[int, str]] = {
     # module -> (most branches on the graph's kind, why the kind is a real parameter there)
-    "commands/_train_types.py": (1, "the one place that refuses flags for typed runs"),
-    "commands/train.py": (4, "the CLI's switch from flags to a RunConfig of either kind"),
+    # -- user objects and files: their kind is read where they come in
+    "datasets/__init__.py": (3, "the dataset's kind is read from its files"),
+    "datasets/ogb.py": (1, "OGB's two folder layouts"),
+    "store/reader.py": (1, "a homogeneous store's book is its own file (keyed None)"),
+    "store/manifest.py": (1, "Manifest, the one-type view of the one schema, refuses others"),
+    "store/info.py": (1, "a homogeneous store's sizes keep their None-keyed form"),
+    "store/writer.py": (1, "the one writer: a graph numbered per type gets a folder per type"),
+    "loader/node_loader.py": (1, "PyG's NeighborLoader takes Data or HeteroData"),
+    "loader/link_loader.py": (1, "PyG's LinkNeighborLoader takes Data or HeteroData"),
+    "distributed/pyg_format.py": (1, "PyG's batches: Data on one type, HeteroData on many"),
+    "models/pyg.py": (1, "the PyG export of a typed run is to_hetero(model)"),
+    "outputs.py": (1, "an outputs file of several types has a node_type column"),
+    # -- the run's one dispatch, per command
+    "commands/_train_types.py": (2, "gnnsys train's switch to a typed RunConfig"),
     "commands/_preflight.py": (
         2,
         "a store's kind is read from its manifest, a dataset's from its files",
     ),
     "commands/partition.py": (1, "the dataset's kind is read from its files"),
     "commands/bench_partition.py": (1, "the dataset's kind is read from its files"),
-    "datasets/__init__.py": (3, "the dataset's kind is read from its files"),
-    "datasets/ogb.py": (1, "OGB's two folder layouts"),
-    "store/reader.py": (2, "a store's kind is read from its manifest"),
-    "partitioners/per_type.py": (1, "users pass a HeteroGraph or PyG's HeteroData"),
-    "loader/node_loader.py": (1, "PyG's NeighborLoader takes Data or HeteroData"),
-    "loader/link_loader.py": (1, "PyG's LinkNeighborLoader takes Data or HeteroData"),
-    "loader/hetero_loader.py": (7, "PyG's loaders take Data or HeteroData"),
-    "loader/hetero_link_loader.py": (1, "PyG's loaders take Data or HeteroData"),
-    "train/control/prepare.py": (3, "the store is written from a dataset of either kind"),
+    "commands/bench_comm.py": (3, "the benchmark's grid differs for typed datasets"),
+    "commands/export_model.py": (1, "a typed run exports to_hetero(model)"),
+    "commands/store.py": (1, "a typed store's verify line names its types and relations"),
+    "train/control/prepare.py": (1, "the store is written from a dataset of either kind"),
     "train/control/run.py": (
         2,
-        "a typed run resolves its codec per node type; a typed store's links name their relation",
+        "a typed run resolves its codec per node type and its input width from its layout",
     ),
-    "store/info.py": (1, "a store's kind is read from its manifest"),
-    "store/writer.py": (1, "the one writer: a graph numbered per type gets a folder per type"),
 }
 """The rule: a branch whose condition names the graph's kind (an identifier containing
-``hetero``: ``config.node_types is None``, ``is_hetero_store(...)``, ``isinstance(x, HeteroData)``)
+``hetero`` or ``typed``: ``is_hetero_store(...)``, ``isinstance(x, HeteroData)``,
+``info.typed``; ``config.node_types is None``; ``manifest.kind == "typed"``)
 stands only where the kind is a real parameter: where files or user objects are read and their
 kind decided, and at the run's one dispatch. Everywhere else the runtime is keyed by node type.
 The counts are ceilings: lower one when a branch goes."""
@@ -320,15 +325,19 @@ def _kind_branches(path: Path) -> int:
 
 
 def _is_kind_test(node: ast.AST) -> bool:
-    """An identifier naming the kind (``hetero``, not an attribute's owner), or a run's
+    """An identifier naming the kind (``hetero`` or ``typed``, not an attribute's owner), a run's
     ``node_types`` settings tested against ``None`` (``RunConfig.node_types is None``: a typed
-    run; the field was ``RunConfig.hetero``)."""
+    run; the field was ``RunConfig.hetero``), or a store manifest's ``kind`` compared with
+    ``"typed"``/``"homogeneous"``."""
     if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute):
         nones = all(isinstance(c, ast.Constant) and c.value is None for c in node.comparators)
         if node.left.attr == "node_types" and nones:
             return True
+        kinds = {c.value for c in node.comparators if isinstance(c, ast.Constant)}
+        if node.left.attr == "kind" and kinds & {"typed", "homogeneous"}:
+            return True  # a store manifest's kind
     name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)
-    return bool(name and "hetero" in name.lower())
+    return bool(name and ("hetero" in name.lower() or "typed" in name.lower()))
 
 
 def test_kind_branches_only_where_the_kind_is_a_parameter() -> None:

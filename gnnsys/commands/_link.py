@@ -26,10 +26,10 @@ _LINK_FLAGS = (
 )
 
 
-def add_link_args(p: argparse.ArgumentParser, *, typed: bool = False) -> None:
+def add_link_args(p: argparse.ArgumentParser, *, target_edge: bool = False) -> None:
     """Register ``--task`` and the link-prediction flags.
 
-    ``typed``: also ``--target-edge``, for commands that take heterogeneous datasets.
+    ``target_edge``: also ``--target-edge``, for commands that take heterogeneous datasets.
     """
     p.add_argument(
         "--task",
@@ -45,7 +45,7 @@ def add_link_args(p: argparse.ArgumentParser, *, typed: bool = False) -> None:
     p.add_argument("--split-seed", type=int, help="link: seed of the held-out split (0)")
     p.add_argument("--decoder", help="link: pair scorer, dot (default) or mlp")
     p.add_argument("--neg-per-pos", type=int, help="link: training negatives per positive (1)")
-    if not typed:
+    if not target_edge:  # gnnsys train's relations to predict
         return
     p.add_argument(
         "--target-edge",

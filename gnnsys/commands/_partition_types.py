@@ -18,7 +18,7 @@ from typing import Any
 from gnnsys.options import parse_kv
 from gnnsys.partitioners.measure import GraphSource, Measured
 
-__all__ = ["TypedBench", "TypedSteps"]
+__all__ = ["PerTypeBench", "PerTypeSteps"]
 
 
 def load(args: argparse.Namespace) -> Any:
@@ -28,7 +28,7 @@ def load(args: argparse.Namespace) -> Any:
     return load_hetero(args.dataset, root=args.root, **parse_kv(args.dataset_param))
 
 
-class TypedSteps:
+class PerTypeSteps:
     """``partition.run``'s steps for a ``HeteroGraph`` (see ``partition.GraphSteps``)."""
 
     @staticmethod
@@ -176,7 +176,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-class TypedBench:
+class PerTypeBench:
     """``bench_partition.run``'s steps for a ``HeteroGraph`` (see ``bench_partition.GraphBench``).
 
     Each row reports its time, peak RSS, balance per node type, edge cut per relation, halo per
@@ -203,12 +203,13 @@ class TypedBench:
         Raises:
             ValueError: A strategy that does not.
         """
-        from gnnsys.partitioners import HETERO_METHODS
+        from gnnsys.partitioners import PER_TYPE_METHODS
 
-        unknown = [m for m in names if m not in HETERO_METHODS]
+        unknown = [m for m in names if m not in PER_TYPE_METHODS]
         if unknown:
             raise ValueError(
-                f"methods {unknown} do not take heterogeneous graphs; choose from {HETERO_METHODS}"
+                f"methods {unknown} do not take heterogeneous graphs; choose from "
+                f"{PER_TYPE_METHODS}"
             )
         return names
 

@@ -15,10 +15,11 @@ from typing import Any
 
 __all__ = [
     "NOT_FOR_HETERO",
-    "add_hetero_args",
-    "build_hetero_config",
-    "check_kind",
+    "add_dataset_args",
+    "build_node_types_config",
+    "for_kind",
     "is_hetero_run",
+    "parse_fanouts",
     "print_type_bytes",
 ]
 
@@ -29,7 +30,7 @@ refused with its reason below; ``--model gcn`` runs where every relation leads f
 itself, checked by ``models.relational.check_gcn_relations``)."""
 
 
-def add_hetero_args(p: argparse.ArgumentParser) -> None:
+def add_dataset_args(p: argparse.ArgumentParser) -> None:
     """``-D KEY=VALUE`` (dataset options) and ``--embedding-dim``."""
     p.add_argument(
         "-D",
@@ -57,27 +58,47 @@ def is_hetero_run(data: Any) -> bool:
     return is_heterogeneous(data.dataset, data.root)
 
 
-def check_kind(args: argparse.Namespace, data: Any, typed_settings: bool = False) -> bool:
-    """Whether the run is heterogeneous; refuses the heterogeneous-only flags otherwise.
+def for_kind(args: argparse.Namespace, cfg: Any, typed_settings: bool = False) -> Any:
+    """``cfg`` with ``--model`` and ``--fanouts`` applied for the run's graph kind.
+
+    The CLI's one switch on the kind: a heterogeneous dataset or store gets its
+    ``RunConfig.node_types`` (:func:`build_node_types_config`); a homogeneous one refuses the
+    heterogeneous-only flags and takes ``--model`` and ``--fanouts`` as they are.
 
     Args:
         args: The parsed ``gnnsys train`` flags.
-        data: The run's ``DataConfig`` (flags over the ``--config`` file over the preset).
+        cfg: The run's ``RunConfig`` (flags over the ``--config`` file over the preset).
         typed_settings: The ``--config`` file has a ``[node_types]`` table.
 
     Raises:
         ValueError: ``--model rgcn``, ``--embedding-dim`` or a ``[node_types]`` table on a
-            homogeneous dataset.
+            homogeneous dataset; a malformed ``--fanouts``.
     """
-    hetero = is_hetero_run(data)
-    if not hetero:
-        _refuse_typed_flags(args)
-        if typed_settings:
-            raise ValueError(
-                f"--config {args.config}: table [node_types] applies to heterogeneous datasets "
-                f"only, and {data.store or data.dataset} has one node type: drop the table"
-            )
-    return hetero
+    if is_hetero_run(cfg.data):
+        return build_node_types_config(args, cfg)
+    _refuse_typed_flags(args)
+    if typed_settings:
+        raise ValueError(
+            f"--config {args.config}: table [node_types] applies to heterogeneous datasets "
+            f"only, and {cfg.data.store or cfg.data.dataset} has one node type: drop the table"
+        )
+    if args.model is not None:
+        cfg = replace(cfg, model=replace(cfg.model, name=args.model))
+    if getattr(args, "model_arg", None):  # after the name: the args are the named model's
+        from gnnsys.models.pyg_user import parse_model_args
+
+        cfg = replace(cfg, model=replace(cfg.model, args=parse_model_args(args.model_arg)))
+    if args.fanouts is not None:
+        cfg = replace(cfg, sampler=replace(cfg.sampler, fanouts=parse_fanouts(args.fanouts)))
+    return cfg
+
+
+def parse_fanouts(text: str) -> tuple[int, ...]:
+    """``--fanouts 15,10`` of a homogeneous run."""
+    try:
+        return tuple(int(f) for f in text.split(","))
+    except ValueError as err:
+        raise ValueError(f"--fanouts {text!r}; use comma-separated ints, e.g. 15,10") from err
 
 
 def _refuse_typed_flags(args: argparse.Namespace) -> None:
@@ -126,7 +147,7 @@ def _given(args: argparse.Namespace, dest: str) -> bool:
     return value not in (None, False)
 
 
-def build_hetero_config(args: argparse.Namespace, cfg: Any) -> Any:
+def build_node_types_config(args: argparse.Namespace, cfg: Any) -> Any:
     """``cfg`` (the homogeneous ``build_config`` result) turned into a heterogeneous run.
 
     ``--fanouts`` may be one list or ``src__rel__dst=...`` entries; ``--model`` any name of

@@ -98,7 +98,9 @@ def run(args: argparse.Namespace) -> int:
 
     # the kind, read from the files:
     bench = (
-        _partition_types.TypedBench() if is_heterogeneous(args.dataset, args.root) else GraphBench()
+        _partition_types.PerTypeBench()
+        if is_heterogeneous(args.dataset, args.root)
+        else GraphBench()
     )
     parts = [int(p) for p in args.parts.split(",")]
     names = (args.methods or bench.default_methods).split(",")
@@ -175,7 +177,7 @@ def write_plots(rows: list[dict[str, Any]], out: Path) -> None:
 
 
 class GraphBench:
-    """``run``'s steps for a ``Graph`` (the typed ones: ``_partition_types.TypedBench``)."""
+    """``run``'s steps for a ``Graph`` (the typed ones: ``_partition_types.PerTypeBench``)."""
 
     default_methods = DEFAULT_METHODS
     methods = staticmethod(available)

@@ -158,7 +158,7 @@ def graph_kind(args: argparse.Namespace) -> Any:
     from gnnsys.datasets import is_heterogeneous
 
     if is_heterogeneous(args.dataset, args.root):
-        return _partition_types.TypedSteps()
+        return _partition_types.PerTypeSteps()
     return GraphSteps()
 
 
@@ -204,7 +204,7 @@ def _summary(
 
 
 class GraphSteps:
-    """``run``'s steps for a ``Graph`` (the typed ones: ``_partition_types.TypedSteps``)."""
+    """``run``'s steps for a ``Graph`` (the typed ones: ``_partition_types.PerTypeSteps``)."""
 
     source = staticmethod(_graph_of)  # in memory, or built on disk out of core
     summary = staticmethod(_summary)  # cut and balance

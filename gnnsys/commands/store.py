@@ -34,11 +34,10 @@ def run_verify(args: argparse.Namespace) -> int:
         print(f"gnnsys store verify: {err}", file=sys.stderr)
         return 1
     graph = f"{manifest.dataset}, {manifest.num_nodes:,} nodes"
-    if manifest.kind == "typed":
+    edges = f"{manifest.num_edges:,} edges"
+    if manifest.kind == "typed":  # the types and relations are worth naming
         types = ", ".join(f"{t.name} {t.num_nodes:,}" for t in manifest.node_types)
         graph = f"heterogeneous {graph} ({types})"
-    edges = f"{manifest.num_edges:,} edges"
-    if manifest.kind == "typed":
         edges += f" in {len(manifest.relations)} relations"
     print(
         f"{args.dir}: OK ({len(manifest.files)} files checked): {graph}, {edges}, "

@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gnnsys.commands._link import add_link_args, apply_link_args, print_link_table
-from gnnsys.commands._train_types import add_hetero_args
-from gnnsys.models.pyg_user import parse_model_args
+from gnnsys.commands._train_types import add_dataset_args
 
 if TYPE_CHECKING:
     from gnnsys.cache import CacheConfig
@@ -176,13 +175,13 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--num-nodes", type=int, help="nodes of a synthetic dataset")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_hetero_args(p)
+    add_dataset_args(p)
     for title, flags in _field_flags().items():
         group = p.add_argument_group(title)
         if title.startswith("model"):
             _add_model_flags(group)
         add_flags(group, flags)
-    add_link_args(p, typed=True)
+    add_link_args(p, target_edge=True)
     p.add_argument("--inject-fault", help=argparse.SUPPRESS)  # KIND:RANK:EPOCH:BATCH, tests
     p.add_argument("--inject-delay-ms", type=float, help=argparse.SUPPRESS)  # owner latency
     p.set_defaults(func=run)
@@ -229,28 +228,15 @@ def build_config(args: argparse.Namespace) -> Any:
         data = replace(data, dataset=args.dataset)
     from gnnsys.commands import _train_types
 
-    hetero = _train_types.check_kind(args, data, cfg.node_types is not None)
     model = cfg.model
-    if args.model is not None and not hetero:
-        model = replace(model, name=args.model)
-    if args.model_arg:
-        model = replace(model, args=parse_model_args(args.model_arg))
-    if args.fanouts is not None and not hetero:
-        cfg = replace(cfg, sampler=replace(cfg.sampler, fanouts=_parse_fanouts(args.fanouts)))
     loop = replace(
         cfg.loop,
         resume=cfg.loop.resume or args.resume,
         progress=cfg.loop.progress and not args.no_progress and sys.stderr.isatty(),
     )
+    typed_settings = cfg.node_types is not None  # the --config file's [node_types] table
     cfg = replace(cfg, data=data, model=model, loop=loop)
-    return _train_types.build_hetero_config(args, cfg) if hetero else cfg
-
-
-def _parse_fanouts(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(f) for f in text.split(","))
-    except ValueError as err:
-        raise ValueError(f"--fanouts {text!r}; use comma-separated ints, e.g. 15,10") from err
+    return _train_types.for_kind(args, cfg, typed_settings)
 
 
 def _parse_fault(text: str | None, delay_ms: float | None = None) -> Any:
@@ -322,10 +308,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
     link = result.summary["config"].get("link") is not None
     (print_link_table if link else print_table)(result.history)
-    if config.node_types is not None:
-        from gnnsys.commands._train_types import print_type_bytes
+    from gnnsys.commands._train_types import print_type_bytes
 
-        print_type_bytes(result.history)
+    print_type_bytes(result.history)  # typed runs' lines carry bytes_by_type
     best, metric = result.summary["best"], result.summary["metric"]
     topology = result.summary["config"]["cluster"]["topology"]
     if best is None:

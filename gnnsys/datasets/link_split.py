@@ -28,9 +28,9 @@ from gnnsys.types.relations import HeteroGraph, Relation
 __all__ = [
     "LinkSplit",
     "LinkSplitConfig",
-    "TypedLinkSplit",
+    "RelationLinkSplit",
     "edge_split",
-    "typed_edge_split",
+    "relation_edge_split",
     "undirected_pairs",
 ]
 
@@ -196,7 +196,7 @@ def edge_split(graph: Graph, config: LinkSplitConfig) -> LinkSplit:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class TypedLinkSplit:
+class RelationLinkSplit:
     """A link-prediction split of one relation of a heterogeneous graph.
 
     Attributes:
@@ -222,9 +222,9 @@ class TypedLinkSplit:
     test_neg_KQ: np.ndarray
 
 
-def typed_edge_split(
+def relation_edge_split(
     graph: HeteroGraph, edge_type: EdgeType, config: LinkSplitConfig
-) -> TypedLinkSplit:
+) -> RelationLinkSplit:
     """Hold out ``config.val`` and ``config.test`` of ``edge_type``'s links (see the module doc).
 
     Candidates are the relation's distinct ``(src, dst)`` pairs; for a same-type relation,
@@ -265,7 +265,7 @@ def typed_edge_split(
             relations[et] = _without(
                 r, held, forward=et[0] == src and et[2] == dst, same=src == dst
             )
-    return TypedLinkSplit(
+    return RelationLinkSplit(
         graph=replace(graph, relations=relations),
         edge_type=edge_type,
         train_2E=pairs[:, train],

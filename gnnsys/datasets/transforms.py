@@ -1,7 +1,7 @@
 """Feature transforms applied to a loaded graph before it is partitioned.
 
 ``FEATURE_NORMS`` maps a name to a function ``Graph -> Graph`` (``DataConfig.feature_norm``,
-``--feature-norm``); ``typed_feature_norm`` applies the same transform to every feature table of
+``--feature-norm``); ``per_type_feature_norm`` applies the same transform to every feature table of
 a ``HeteroGraph`` (each node type's rows on their own). ``row`` is Kipf & Welling's
 preprocessing for the Planetoid citation graphs and PyG's ``NormalizeFeatures``: every feature
 row divided by its sum (rows summing to 0 stay 0). It is applied once, in the process that
@@ -21,7 +21,7 @@ import numpy as np
 from gnnsys.types import Graph
 from gnnsys.types.relations import HeteroGraph
 
-__all__ = ["FEATURE_NORMS", "normalize_rows", "typed_feature_norm"]
+__all__ = ["FEATURE_NORMS", "normalize_rows", "per_type_feature_norm"]
 
 
 def _row_sums(x_NF: np.ndarray) -> np.ndarray:
@@ -39,7 +39,7 @@ def normalize_rows(graph: Graph) -> Graph:
     return replace(graph, x=_row_sums(graph.x))
 
 
-def typed_feature_norm(graph: HeteroGraph, name: str) -> HeteroGraph:
+def per_type_feature_norm(graph: HeteroGraph, name: str) -> HeteroGraph:
     """``graph`` with ``FEATURE_NORMS[name]`` applied to each featured type's rows.
 
     Raises:
@@ -64,4 +64,4 @@ FEATURE_NORMS: dict[str, Callable[[Graph], Graph]] = {"none": _identity, "row": 
 """Feature normalisation name -> transform."""
 
 _TABLE_NORMS: dict[str, Callable[[np.ndarray], np.ndarray]] = {"row": _row_sums}
-"""The same transforms on one feature table (``typed_feature_norm``)."""
+"""The same transforms on one feature table (``per_type_feature_norm``)."""

@@ -43,17 +43,12 @@ from torch import Tensor
 from gnnsys.distributed.layer_files import barrier, owner_rows, save_rows
 from gnnsys.distributed.loader import DistNeighborLoader, _group
 from gnnsys.distributed.metrics import DEFAULT_TIMEOUT_S
+from gnnsys.distributed.pyg_format import pyg_format
 
 __all__ = ["inference"]
 
 METHODS = ("auto", "layerwise", "sampled")
 LAYERS = ".layers"
-
-
-def _is_layerwise(model: Any) -> bool:
-    return hasattr(model, "inference_per_layer") and isinstance(
-        getattr(model, "num_layers", None), int
-    )
 
 
 def _num_layers(model: Any) -> int | None:
@@ -65,7 +60,7 @@ def _num_layers(model: Any) -> int | None:
     return len(convs) if isinstance(convs, torch.nn.ModuleList) else None
 
 
-def _method(model: Any, method: str, num_neighbors: Any, typed: bool, plan: Any = None) -> str:
+def _method(model: Any, method: str, num_neighbors: Any, form: Any, plan: Any = None) -> str:
     """The method to run, after the checks that name a bad setting and its fix."""
     if method not in METHODS:
         raise ValueError(f"method={method!r}; choose one of {METHODS}")
@@ -76,21 +71,12 @@ def _method(model: Any, method: str, num_neighbors: Any, typed: bool, plan: Any 
             f"{len(num_neighbors)} hops; pass one fanout per layer ({layers}), or None for "
             "exact layer-wise inference"
         )
-    exact = plan is not None if typed else _is_layerwise(model)
+    exact = form.exact(model, plan)
     if method == "auto":
         method = "layerwise" if exact else "sampled"
     if method == "layerwise":
-        if typed and not exact:
-            raise TypeError(
-                f"method='layerwise' on a typed store runs a to_hetero(BasicGNN) model; "
-                f"{type(model).__name__} is not one: pass method='sampled' and num_neighbors"
-            )
         if not exact:
-            raise TypeError(
-                f"method='layerwise' needs PyG's BasicGNN layer interface (num_layers, "
-                f"inference_per_layer); {type(model).__name__} has none: pass "
-                "method='sampled' and num_neighbors"
-            )
+            raise TypeError(form.not_layerwise(model))
     elif num_neighbors is None:
         raise ValueError(
             f"method='sampled' needs num_neighbors (one fanout per layer, -1: all) for "
@@ -154,8 +140,9 @@ def inference(
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise ValueError(f"{out} exists and is not empty; pass overwrite=True or another out")
     info = store_info(Path(store))
-    plan = _plan(model, info)
-    method = _method(model, method, num_neighbors, bool(info.typed), plan)
+    form = pyg_format(info)  # PyG's batch kind of the store
+    plan = form.plan(model, info)
+    method = _method(model, method, num_neighbors, form, plan)
     staging = _staging(out, rank, overwrite, timeout_s)
     model.eval()
     try:
@@ -195,31 +182,18 @@ def _all_owned(
     codec: Any, timeout_s: float,
 ) -> DistNeighborLoader:  # fmt: skip
     """Batches of every node of the output type, each rank its own, in ascending id order."""
-    from gnnsys.store.reader import read_hetero_manifest
-
-    t = input_type or (info.named_types[0] if not info.typed else None)
+    form = pyg_format(info)
+    t = form.output_type(input_type, info)
     if t is None or t not in info.named_types:
         raise ValueError(
             f"input_type={t!r}: name the node type of {store} to write, one of {info.named_types}"
         )
-    num = int(info.num_nodes)
-    if info.typed:  # the type's count, from the manifest (no second read of the books)
-        num = int(read_hetero_manifest(Path(store)).node_type(t).num_nodes)
-    mask = torch.ones(num, dtype=torch.bool)
-    nodes: Any = (t, mask) if info.typed else mask
+    mask = torch.ones(form.num_nodes(store, info, t), dtype=torch.bool)
+    nodes = form.seeds(t, mask)
     return DistNeighborLoader(
         store, fanouts, input_nodes=nodes, batch_size=batch_size, codec=codec,
         timeout_s=timeout_s,
     )  # fmt: skip
-
-
-def _plan(model: Any, info: Any) -> Any:
-    """A ``to_hetero(BasicGNN)`` model's layer plan on a typed store (else ``None``)."""
-    if not info.typed:
-        return None
-    from gnnsys.distributed.to_hetero import plan_of
-
-    return plan_of(model, [(et[0], et[1], et[2]) for et in info.named_relations])
 
 
 def _typed_layerwise(
@@ -244,17 +218,7 @@ def _sampled(model: Any, loader: DistNeighborLoader, embeddings: dict[str, Any])
     """``[M, H]`` outputs of the rank's nodes from sampled batches."""
     outs = []
     for batch in loader:
-        if loader.typed:
-            from gnnsys.distributed.to_hetero import embedding_rows
-
-            x_dict = dict(batch.x_dict)
-            for t, table in embeddings.items():  # featureless types: the given rows
-                if t in batch.node_types and t not in x_dict:
-                    x_dict[t] = embedding_rows(table, batch[t].n_id)
-            y = model(x_dict, batch.edge_index_dict)[loader.input_type]
-            size = int(batch[loader.input_type].batch_size)
-        else:
-            y, size = model(batch.x, batch.edge_index), int(batch.batch_size)
+        y, size = loader.format.forward(model, batch, loader.input_type, embeddings)
         outs.append(y[:size].float())
     return torch.cat(outs)
 
@@ -317,7 +281,7 @@ def _write(
         raise RuntimeError(
             f"rank {loader.rank}: {rows.shape[0]} output rows for {ids.shape[0]} nodes"
         )
-    node_type = loader.input_type if loader.typed else None
+    node_type = loader.format.node_type(loader.input_type)
     layers = int(_num_layers(model) or 0)
     request = OutputRequest(kind, layers, str(staging))
     part = write_part(request, loader.rank, [OutputRows(node_type, ids, rows.numpy())])
@@ -344,7 +308,7 @@ def _publish(
         "layer": layers,
         "num_layers": layers,
         "parts": world,
-        "node_types": [loader.input_type] if loader.typed else None,
+        "node_types": loader.format.node_types(loader.input_type),
         "typed": loader.typed,
         "run": None,
         "store": str(Path(store).resolve()),

@@ -39,7 +39,7 @@ from torch import Tensor
 
 from gnnsys.distributed.loader import DistNeighborLoader
 from gnnsys.distributed.metrics import DEFAULT_TIMEOUT_S
-from gnnsys.types import ONE_RELATION, EdgeType
+from gnnsys.types import EdgeType
 
 __all__ = ["DistLinkNeighborLoader"]
 
@@ -102,33 +102,7 @@ class DistLinkNeighborLoader(DistNeighborLoader):
     # ---- construction ---------------------------------------------------------------------
     def _edge_type(self, edge_label_index: Any) -> tuple[EdgeType, Any]:
         """The seed relation and what ``edge_label_index`` says about its links."""
-        relations = [tuple(et) for et in self.info.named_relations]
-        names_type = isinstance(edge_label_index, tuple) and (
-            len(edge_label_index) == 3 and all(isinstance(p, str) for p in edge_label_index)
-        )
-        if not self.typed:
-            if names_type or isinstance(edge_label_index, tuple | str):
-                raise TypeError(
-                    f"edge_label_index={edge_label_index!r} names an edge type, but "
-                    f"{self.store} is a homogeneous store (one relation): pass None or a "
-                    "[2, L] tensor"
-                )
-            return ONE_RELATION, edge_label_index
-        if names_type:
-            edge_type, given = edge_label_index, None
-        elif isinstance(edge_label_index, tuple) and len(edge_label_index) == 2:
-            edge_type, given = tuple(edge_label_index[0]), edge_label_index[1]
-        else:
-            raise TypeError(
-                f"{self.store} is a typed store (relations {relations}); name the seed relation "
-                "as PyG does for HeteroData: edge_label_index=(src, rel, dst) or "
-                f"((src, rel, dst), [2, L]), got {type(edge_label_index).__name__}"
-            )
-        if edge_type not in relations:
-            raise ValueError(
-                f"edge_label_index names relation {edge_type!r}; the store's: {relations}"
-            )
-        return (edge_type[0], edge_type[1], edge_type[2]), given
+        return self.format.edge_type(self.store, edge_label_index, self.info)
 
     def _links(
         self, given: Any, edge_label: Tensor | None, verify: bool
@@ -226,15 +200,15 @@ class DistLinkNeighborLoader(DistNeighborLoader):
             extra = (0, 0, none, none)
         b, num_neg, inv_src, inv_dst = extra
         src_t, _, dst_t = self.edge_type
-        rel = batch[self.edge_type] if self.typed else batch
+        rel = self.format.of_type(batch, self.edge_type)
         rel.input_id = self.input_id[pos]
         if neg is None or neg.is_binary():
             rel.edge_label_index = torch.stack([inv_src, inv_dst])
             label = torch.ones(b) if self.link_label is None else self.link_label[pos]
             rel.edge_label = torch.cat([label, label.new_zeros((num_neg, *label.shape[1:]))])
             return batch
-        src_store = batch[src_t] if self.typed else batch
-        dst_store = batch[dst_t] if self.typed else batch
+        src_store = self.format.of_type(batch, src_t)
+        dst_store = self.format.of_type(batch, dst_t)
         src_store.src_index = inv_src
         dst_store.dst_pos_index = inv_dst[:b]
         dst_store.dst_neg_index = inv_dst[b:].view(b, -1).squeeze(-1)

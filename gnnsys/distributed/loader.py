@@ -79,14 +79,10 @@ from torch import Tensor
 from torch import distributed as dist
 
 from gnnsys.distributed.metrics import DEFAULT_TIMEOUT_S, _check_group, all_gather_counts
+from gnnsys.distributed.pyg_format import SPLITS, pyg_format
 from gnnsys.types import ONE_TYPE, EdgeType
 
 __all__ = ["DistNeighborLoader"]
-
-
-SPLITS = ("train", "val", "test")
-"""Split names ``input_nodes`` may give (``'val'``, or ``('paper', 'val')`` on a typed store):
-the store's ``<split>_mask`` of the seed type."""
 
 
 def _group(what: str) -> tuple[int, int]:
@@ -114,14 +110,9 @@ LAYER0 = ("rows", "owner", "fused")
 """``DistNeighborLoader``'s ``layer0`` choices (its docstring)."""
 
 
-def _check_layer0(layer0: Any, typed: bool) -> str:
+def _check_layer0(layer0: Any) -> str:
     if layer0 not in LAYER0:
         raise ValueError(f"layer0={layer0!r}; choose one of {LAYER0}")
-    if layer0 != "rows" and typed:
-        raise ValueError(
-            f"layer0={layer0!r} serves a homogeneous store (one relation's means in agg0); "
-            "a typed store takes layer0='rows'"
-        )
     return str(layer0)
 
 
@@ -202,8 +193,9 @@ class DistNeighborLoader:
     ) -> None:
         self._open(store, verify, batch_size, num_workers, prefetch, schedule)
         self._settings(batch_size, shuffle, drop_last, num_workers, seed, prefetch, timeout_s)
-        self.layer0 = _check_layer0(layer0, self.typed)
-        self.input_type, seeds_given = self._input_type(input_nodes, self.info)
+        self.layer0 = _check_layer0(layer0)
+        self.format.check_layer0(self.layer0)
+        self.input_type, seeds_given = self.format.input_type(self.store, input_nodes, self.info)
         self._sources, self.ledger, self.layout = self._build(num_neighbors, codec, cache)
         self.seed_gid, self.input_id, self.seed_y = self._seeds(seeds_given)
         self._num_batches = self._agree(schedule)
@@ -242,7 +234,8 @@ class DistNeighborLoader:
                 f"`gnnsys partition ... --parts {self.world_size}` or launch "
                 f"{info.num_parts} ranks (torchrun --nproc-per-node {info.num_parts})"
             )
-        self.typed, self.num_classes = bool(info.typed), int(info.num_classes)
+        self.format = pyg_format(info)  # PyG's batch kind: Data or HeteroData
+        self.typed, self.num_classes = self.format.typed, int(info.num_classes)
         self.shard = read_shard(self.store, self.rank, verify=verify)
         self._raw_books = load_books(self.store)  # keyed None on a homogeneous store
         self.books = {ONE_TYPE if t is None else t: b for t, b in self._raw_books.items()}
@@ -256,35 +249,6 @@ class DistNeighborLoader:
         self.num_workers, self.prefetch, self.seed = num_workers, prefetch, int(seed)
         self.timeout_s = float(timeout_s)
 
-    def _input_type(self, input_nodes: Any, info: Any) -> tuple[str, Any]:
-        """The seed type and what ``input_nodes`` says about its seeds (``None``: train mask)."""
-        if not self.typed:
-            if isinstance(input_nodes, str) and input_nodes in SPLITS:
-                return ONE_TYPE, input_nodes
-            if isinstance(input_nodes, str) or (
-                isinstance(input_nodes, tuple) and input_nodes and isinstance(input_nodes[0], str)
-            ):
-                raise TypeError(
-                    f"input_nodes={input_nodes!r} names a node type, but {self.store} is a "
-                    "homogeneous store (one node type): pass None (its train mask), a bool mask "
-                    "or an id tensor"
-                )
-            return ONE_TYPE, input_nodes
-        types = list(info.node_types)
-        if isinstance(input_nodes, str):
-            name, given = input_nodes, None
-        elif isinstance(input_nodes, tuple) and len(input_nodes) == 2:
-            name, given = input_nodes
-        else:
-            raise TypeError(
-                f"{self.store} is a typed store (node types {types}); name the seed type as PyG "
-                "does for HeteroData: input_nodes='type' or ('type', mask | ids), got "
-                f"{type(input_nodes).__name__}"
-            )
-        if name not in types:
-            raise ValueError(f"input_nodes names node type {name!r}; the store's types: {types}")
-        return name, given
-
     layer0 = "rows"
     """How layer 0's rows arrive (``DistNeighborLoader``'s ``layer0``)."""
 
@@ -294,7 +258,6 @@ class DistNeighborLoader:
         from gnnsys.cache.codecs import CodecConfig
         from gnnsys.models import ModelConfig
         from gnnsys.sampler import NeighborSampler
-        from gnnsys.train.node_types import NodeTypesConfig
         from gnnsys.train.rank import RankLayout, build_sources
         from gnnsys.train.remote.ledger import PerTypeLedger
         from gnnsys.train.remote.server import LocalOwnerClient, ShardOwner
@@ -317,7 +280,7 @@ class DistNeighborLoader:
         featured = (
             self.input_type if self.input_type in dims else min(dims, default=self.input_type)
         )
-        hetero = NodeTypesConfig(model="sage", input_type=featured) if self.typed else None
+        hetero = self.format.node_types_config(featured)
         spec = WorkerSpec(
             rank=self.rank, world_size=self.world_size, store=str(self.store),
             topology="partitioned",
@@ -346,11 +309,7 @@ class DistNeighborLoader:
     ) -> dict[EdgeType, tuple[int, ...]]:
         """Relation -> fanouts (a list: the same for every relation)."""
         if isinstance(num_neighbors, dict):
-            if not self.typed:
-                raise TypeError(
-                    "num_neighbors is a dict of edge types, but the store is homogeneous: "
-                    "pass a list of fanouts"
-                )
+            self.format.relation_fanouts(num_neighbors)
             keys = {tuple(k) for k in num_neighbors}
             missing, extra = set(relations) - keys, keys - set(relations)
             if missing or extra:
@@ -475,7 +434,7 @@ class DistNeighborLoader:
 
     def _fields(self, batch: Any, extra: Any, pos: Tensor, batch_size: int) -> Any:
         """The seed kind's fields of ``batch``: ``batch_size``, ``input_id`` and the labels."""
-        seeds = batch[self.input_type] if self.typed else batch
+        seeds = self.format.of_type(batch, self.input_type)
         seeds.batch_size, seeds.input_id = batch_size, self.input_id[pos]
         if self.seed_y is not None:
             seeds.y = self.seed_y[pos]
@@ -499,28 +458,7 @@ class DistNeighborLoader:
 
     def _join(self, sub: Any, x_dict: dict[str, Tensor]) -> Any:
         """``Data`` (one node type) or ``HeteroData`` of a sampled subgraph and its rows."""
-        from torch_geometric.data import Data, HeteroData
-
-        if not self.typed:
-            t = ONE_TYPE
-            ((et, edge_index),) = sub.edge_index.items()
-            return Data(
-                x=x_dict[t], edge_index=edge_index, n_id=sub.n_id[t],
-                num_sampled_nodes=list(sub.num_sampled_nodes[t]),
-                num_sampled_edges=list(sub.num_sampled_edges[et]),
-            )  # fmt: skip
-        batch = HeteroData()
-        for t, n_id in sub.n_id.items():
-            batch[t].n_id = n_id
-            batch[t].num_sampled_nodes = list(sub.num_sampled_nodes[t])
-            if t in x_dict:
-                batch[t].x = x_dict[t]
-            else:
-                batch[t].num_nodes = int(n_id.numel())
-        for et, edge_index in sub.edge_index.items():
-            batch[et].edge_index = edge_index
-            batch[et].num_sampled_edges = list(sub.num_sampled_edges[et])
-        return batch
+        return self.format.join(sub, x_dict)
 
     def _empty(self) -> Any:
         """A batch without seeds (a rank with fewer seeds than batches): every field, no rows."""

@@ -49,11 +49,9 @@ def is_hetero_link(data: Any, edge_label_index: Any) -> bool:
     """Whether ``LinkNeighborLoader(data, edge_label_index=...)`` is heterogeneous (PyG's rule)."""
     from torch_geometric.data import HeteroData
 
-    if isinstance(data, HeteroGraph | HeteroData):
-        return True
     named = isinstance(edge_label_index, tuple | list) and bool(edge_label_index)
     named = named and isinstance(edge_label_index[0], str | tuple | list)
-    return isinstance(data, tuple) and named
+    return isinstance(data, HeteroGraph | HeteroData) or (isinstance(data, tuple) and named)
 
 
 class TypedLinkSeeds:

@@ -38,7 +38,7 @@ Shape legend: ``N_t`` nodes of type ``t``, ``E`` edges of one relation, ``B`` se
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -71,16 +71,12 @@ def is_hetero_input(data: Any, input_nodes: Any) -> bool:
 
     ``HeteroData`` and ``HeteroGraph`` always are; stores are when ``input_nodes`` names a type.
     """
-    if isinstance(data, HeteroGraph):
-        return True
     from torch_geometric.data import HeteroData
 
-    if isinstance(data, HeteroData):
-        return True
     named = isinstance(input_nodes, str) or (
         isinstance(input_nodes, tuple) and bool(input_nodes) and isinstance(input_nodes[0], str)
     )
-    return isinstance(data, tuple) and named
+    return isinstance(data, HeteroGraph | HeteroData) or (isinstance(data, tuple) and named)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -93,33 +89,41 @@ class HeteroGraphView:
         num_nodes: Node type -> ``N_t``, in the input's type order.
         data: The ``HeteroData`` batches are filtered from (for a ``HeteroGraph``, one holding
             its node arrays and empty ``edge_index`` placeholders), or the store pair.
+        edge_types: The relations, in the input's order.
+        attrs: The input format's attribute reader and batch filter, chosen once in ``of``.
     """
 
     sources: dict[EdgeType, CSRNeighborSource]
     num_nodes: dict[str, int]
-    data: Any = None
-    edge_types: list[EdgeType] = field(default_factory=list)
+    data: Any
+    edge_types: list[EdgeType]
+    attrs: _DataAttrs | _StoreAttrs
+    """The input format's attribute reader and batch filter (``_DataAttrs``, ``_StoreAttrs``)."""
 
     @classmethod
     def of(cls, data: Any) -> HeteroGraphView:
         """Build from a ``HeteroData``, a ``HeteroGraph`` or ``(FeatureStore, GraphStore)``."""
-        if isinstance(data, HeteroGraph):
-            return cls._of_graph(data)
         from torch_geometric.data import HeteroData
 
-        if isinstance(data, HeteroData):
-            num_nodes = {t: int(data[t].num_nodes) for t in data.node_types}
-            sources = {
-                et: _bipartite_source(data[et].edge_index, num_nodes[et[0]], num_nodes[et[2]])
-                for et in data.edge_types
-            }
-            return cls(sources, num_nodes, data, list(data.edge_types))
+        formats = ((HeteroGraph, cls._of_graph), (HeteroData, cls._of_data))
+        for kind, build in formats:  # the input formats, each read once into the one view
+            if isinstance(data, kind):
+                return build(data)
         if isinstance(data, tuple) and len(data) == 2:
             return cls._of_stores(data[0], data[1])
         raise TypeError(
             "heterogeneous data must be a HeteroData, a gnnsys HeteroGraph or a (FeatureStore, "
             f"GraphStore) tuple, got {type(data).__name__}"
         )
+
+    @classmethod
+    def _of_data(cls, data: Any) -> HeteroGraphView:
+        num_nodes = {t: int(data[t].num_nodes) for t in data.node_types}
+        sources = {
+            et: _bipartite_source(data[et].edge_index, num_nodes[et[0]], num_nodes[et[2]])
+            for et in data.edge_types
+        }
+        return cls(sources, num_nodes, data, list(data.edge_types), _DataAttrs(data))
 
     @classmethod
     def _of_graph(cls, graph: HeteroGraph) -> HeteroGraphView:
@@ -133,7 +137,8 @@ class HeteroGraphView:
         for edge_type in graph.edge_types:  # overwritten per batch by filter_hetero_data
             nodes_only[edge_type].edge_index = torch.zeros(2, 0, dtype=torch.int64)
         num_nodes = {t: s.num_nodes for t, s in graph.nodes.items()}
-        return cls(csr_sources(graph), num_nodes, nodes_only, graph.edge_types)
+        attrs = _DataAttrs(nodes_only)
+        return cls(csr_sources(graph), num_nodes, nodes_only, graph.edge_types, attrs)
 
     @classmethod
     def _of_stores(cls, feature_store: Any, graph_store: Any) -> HeteroGraphView:
@@ -155,36 +160,72 @@ class HeteroGraphView:
             edge_index = torch.stack([row.long(), col.long()])
             sources[attr.edge_type] = _bipartite_source(edge_index, num_nodes[src], num_nodes[dst])
         edge_types = [attr.edge_type for attr in attrs]
-        return cls(sources, num_nodes, (feature_store, graph_store), edge_types)
+        reader = _StoreAttrs(feature_store, graph_store)
+        return cls(sources, num_nodes, (feature_store, graph_store), edge_types, reader)
 
     def node_attrs(self, name: str) -> dict[str, Tensor]:
         """Node type -> its ``[N_t]`` attribute ``name``, for the types that have it."""
-        from torch_geometric.data import HeteroData
-
-        if isinstance(self.data, HeteroData):
-            return {t: self.data[t][name] for t in self.num_nodes if name in self.data[t]}
-        return self._store_attrs(name, str)
+        return self.attrs.node(name)
 
     def edge_attrs(self, name: str) -> dict[EdgeType, Tensor]:
         """Relation -> its ``[E]`` attribute ``name`` by edge id, for the relations with it."""
-        from torch_geometric.data import HeteroData
+        return self.attrs.edge(name)
 
-        if isinstance(self.data, HeteroData):
-            stores = {et: self.data[et] for et in self.edge_types if et in self.data.edge_types}
-            return {et: store[name] for et, store in stores.items() if name in store}
-        return self._store_attrs(name, tuple)
+    def join(self, out: Any, custom_cls: Any = None) -> Any:
+        """A ``HeteroSamplerOutput``'s nodes and edges with their attributes (PyG's filter)."""
+        return self.attrs.join(out, custom_cls)
 
-    def _store_attrs(self, name: str, group: type) -> dict[Any, Tensor]:
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _DataAttrs:
+    """Attributes and batches of a ``HeteroData`` (PyG's ``filter_hetero_data``)."""
+
+    data: Any
+
+    def node(self, name: str) -> dict[str, Tensor]:
+        return {t: self.data[t][name] for t in self.data.node_types if name in self.data[t]}
+
+    def edge(self, name: str) -> dict[EdgeType, Tensor]:
+        stores = {et: self.data[et] for et in self.data.edge_types}
+        return {et: store[name] for et, store in stores.items() if name in store}
+
+    def join(self, out: Any, custom_cls: Any = None) -> Any:
+        from torch_geometric.loader.utils import filter_hetero_data
+
+        return filter_hetero_data(self.data, out.node, out.row, out.col, out.edge, None)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _StoreAttrs:
+    """Attributes and batches of PyG's store pair (``filter_custom_hetero_store``)."""
+
+    feature_store: Any
+    graph_store: Any
+
+    def node(self, name: str) -> dict[str, Tensor]:
+        return self._tensors(name, str)
+
+    def edge(self, name: str) -> dict[EdgeType, Tensor]:
+        return self._tensors(name, tuple)
+
+    def _tensors(self, name: str, group: type) -> dict[Any, Tensor]:
         """The feature store's tensors named ``name``, by group.
 
         ``group`` picks node types (``str`` group names) or edge types (``tuple``).
         """
-        feature_store = self.data[0]
         return {
-            attr.group_name: feature_store.get_tensor(attr.group_name, name, None)
-            for attr in feature_store.get_all_tensor_attrs()
+            attr.group_name: self.feature_store.get_tensor(attr.group_name, name, None)
+            for attr in self.feature_store.get_all_tensor_attrs()
             if attr.attr_name == name and isinstance(attr.group_name, group)
         }
+
+    def join(self, out: Any, custom_cls: Any = None) -> Any:
+        from torch_geometric.loader.utils import filter_custom_hetero_store
+
+        return filter_custom_hetero_store(
+            self.feature_store, self.graph_store, out.node, out.row, out.col, out.edge,
+            custom_cls,
+        )  # fmt: skip
 
 
 def _bipartite_source(edge_index: Tensor, num_src: int, num_dst: int) -> CSRNeighborSource:
@@ -286,16 +327,7 @@ def join_hetero(view: HeteroGraphView, out: Any, custom_cls: Any = None) -> Any:
     PyG's ``filter_hetero_data`` (or ``filter_custom_hetero_store``), then ``n_id``, ``e_id``,
     ``batch`` and the per-hop counts.
     """
-    from torch_geometric.data import HeteroData
-    from torch_geometric.loader.utils import filter_custom_hetero_store, filter_hetero_data
-
-    data = view.data
-    if isinstance(data, HeteroData):
-        batch = filter_hetero_data(data, out.node, out.row, out.col, out.edge, None)
-    else:
-        batch = filter_custom_hetero_store(
-            data[0], data[1], out.node, out.row, out.col, out.edge, custom_cls
-        )
+    batch = view.join(out, custom_cls)
     for key, node in out.node.items():
         if "n_id" not in batch[key]:
             batch[key].n_id = node

@@ -13,7 +13,7 @@ from gnnsys.partitioners.external import KaHIP, MtKaHyPar
 from gnnsys.partitioners.halo import halo_of_part, khop_reach
 from gnnsys.partitioners.metis import HAS_METIS, Metis
 from gnnsys.partitioners.metrics import PartitionMetrics, compute_metrics
-from gnnsys.partitioners.per_type import HETERO_METHODS, partition_graph, partition_hetero
+from gnnsys.partitioners.per_type import PER_TYPE_METHODS, partition_graph, partition_hetero
 from gnnsys.partitioners.per_type_metrics import PerTypePartitionMetrics, compute_per_type_metrics
 from gnnsys.partitioners.simple import Hash, Random, Range
 from gnnsys.partitioners.streaming import Fennel, Ldg
@@ -21,7 +21,7 @@ from gnnsys.types import Assignment, Graph
 
 __all__ = [
     "HAS_METIS",
-    "HETERO_METHODS",
+    "PER_TYPE_METHODS",
     "PARTITIONERS",
     "Fennel",
     "Hash",

@@ -35,7 +35,7 @@ from gnnsys.types import Assignment, Graph
 from gnnsys.types.relations import HeteroGraph
 
 __all__ = [
-    "HETERO_METHODS",
+    "PER_TYPE_METHODS",
     "PER_TYPE_BALANCE",
     "hetero_train_mask",
     "partition_graph",
@@ -52,7 +52,7 @@ PER_TYPE_BALANCE: dict[str, str] = {
 }
 """How each strategy balances every node type (module docstring)."""
 
-HETERO_METHODS = tuple(PER_TYPE_BALANCE)
+PER_TYPE_METHODS = tuple(PER_TYPE_BALANCE)
 """Strategies ``partition_hetero`` takes."""
 
 
@@ -102,7 +102,7 @@ def partition_hetero(
 
     Args:
         graph: The heterogeneous graph.
-        method: One of ``HETERO_METHODS``.
+        method: One of ``PER_TYPE_METHODS``.
         num_parts: ``P``, ``1 <= P <= G``.
         seed: Seed of every random choice; same seed -> identical assignment.
         per_type: Balance each node type (``PER_TYPE_BALANCE``); ``False`` balances only the
@@ -118,10 +118,10 @@ def partition_hetero(
         ValueError: Unknown method or option, ``num_parts`` out of range, or a ``train``
             constraint on a graph without train nodes.
     """
-    if method not in HETERO_METHODS:
+    if method not in PER_TYPE_METHODS:
         raise ValueError(
             f"partitioner {method!r} does not take heterogeneous graphs; choose one of "
-            f"{list(HETERO_METHODS)}"
+            f"{list(PER_TYPE_METHODS)}"
         )
     homo = partition_graph(graph) if homogeneous is None else homogeneous
     if homo.num_nodes != graph.num_nodes():

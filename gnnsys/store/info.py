@@ -91,11 +91,11 @@ def store_info(store: str | Path) -> StoreInfo:
 
     Reads no structure and no features.
     """
-    from gnnsys.store import is_hetero_store, read_hetero_manifest, read_manifest
+    from gnnsys.store import is_hetero_store, read_manifest, read_store_manifest
 
     root = Path(store)
     if is_hetero_store(root):
-        typed = read_hetero_manifest(root)
+        typed = read_store_manifest(root)
         return StoreInfo(
             num_nodes=typed.num_nodes,
             num_edges=typed.num_edges,

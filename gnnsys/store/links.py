@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from gnnsys.datasets.link_split import LinkSplit, TypedLinkSplit
+from gnnsys.datasets.link_split import LinkSplit, RelationLinkSplit
 from gnnsys.errors import PartitionStoreError
 from gnnsys.store.layout import NODE_TO_PART, shard_file
 from gnnsys.store.reader import load_array, read_manifest
@@ -79,7 +79,7 @@ class ShardLinks:
 
 
 def links_of_part(
-    split: LinkSplit | TypedLinkSplit, part_N: np.ndarray, part: int
+    split: LinkSplit | RelationLinkSplit, part_N: np.ndarray, part: int
 ) -> dict[str, np.ndarray]:
     """The arrays of :data:`LINK_DATA` for ``part``: links whose source ``part`` owns."""
 
@@ -136,10 +136,10 @@ def load_relation_links(
     Raises:
         PartitionStoreError: The store holds no links, or they are corrupt or inconsistent.
     """
-    from gnnsys.store.reader import read_hetero_manifest
+    from gnnsys.store.reader import read_store_manifest
 
     root = Path(root)
-    manifest = read_hetero_manifest(root)
+    manifest = read_store_manifest(root)
     edge_type = _link_edge_type(manifest)
     if edge_type is None:
         raise PartitionStoreError(
@@ -154,16 +154,21 @@ def load_relation_links(
 
 def link_edge_type(root: str | os.PathLike[str]) -> tuple[str, str, str] | None:
     """The relation a store's link split is of (either kind of store), or ``None`` without one."""
-    from gnnsys.store.reader import read_hetero_manifest
+    from gnnsys.store.reader import read_store_manifest
 
-    return _link_edge_type(read_hetero_manifest(Path(root)))
+    return _link_edge_type(read_store_manifest(Path(root)))
 
 
 def _link_edge_type(manifest: Any) -> tuple[str, str, str] | None:
-    if manifest.kind == "homogeneous" and _holds_links(manifest.files):
-        return ONE_RELATION
+    """The relation a manifest's links are of (``None``: no links).
+
+    A store whose manifest names no ``link_edge_type`` but holds link files is of one relation
+    (a homogeneous store's manifest does not name it).
+    """
     edge_type = manifest.link_edge_type
-    return None if edge_type is None else (edge_type[0], edge_type[1], edge_type[2])
+    if edge_type is None:
+        return ONE_RELATION if _holds_links(manifest.files) else None
+    return (edge_type[0], edge_type[1], edge_type[2])
 
 
 def _load_part(

@@ -370,10 +370,10 @@ class Manifest:
 
     def to_json(self) -> dict[str, Any]:
         """The exact ``manifest.json`` content: the one schema, kind ``homogeneous``."""
-        out: dict[str, Any] = self.typed().to_json()
+        out: dict[str, Any] = self.store_manifest().to_json()
         return out
 
-    def typed(self) -> Any:
+    def store_manifest(self) -> Any:
         """This manifest as the one schema's record (a ``StoreManifest`` of one type)."""
         data = {}
         for key in SHARD_DATA:  # every part stores each listed array: part 0 names them

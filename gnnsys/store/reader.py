@@ -51,11 +51,10 @@ __all__ = [
     "load_books",
     "load_partition",
     "load_shard",
-    "read_hetero_manifest",
+    "read_store_manifest",
     "read_json",
     "read_manifest",
     "read_shard",
-    "read_store_manifest",
     "verify",
 ]
 
@@ -173,16 +172,7 @@ def is_hetero_store(root: str | os.PathLike[str]) -> bool:
     return isinstance(obj, dict) and obj.get("kind") == "typed"
 
 
-def read_store_manifest(root: str | os.PathLike[str]) -> Manifest | StoreManifest:
-    """The manifest of a store of either kind (its kind is read from the file).
-
-    Raises:
-        PartitionStoreError: As ``read_manifest`` / :func:`read_hetero_manifest`.
-    """
-    return read_hetero_manifest(root) if is_hetero_store(root) else read_manifest(root)
-
-
-def read_hetero_manifest(root: str | os.PathLike[str]) -> StoreManifest:
+def read_store_manifest(root: str | os.PathLike[str]) -> StoreManifest:
     """Parse and validate ``root/manifest.json`` of a store of either kind (the one schema).
 
     A homogeneous store's is one type ``node`` and one relation ``node__to__node``.
@@ -204,12 +194,12 @@ def load_books(root: str | os.PathLike[str]) -> dict[str | None, PartitionBook]:
     code runs per type with type-local ids in place of gids.
 
     Raises:
-        PartitionStoreError: As ``load_book`` / :func:`read_hetero_manifest`.
+        PartitionStoreError: As ``load_book`` / :func:`read_store_manifest`.
     """
     if not is_hetero_store(root):
         return {None: load_book(root)}
     root = Path(root)
-    manifest = read_hetero_manifest(root)
+    manifest = read_store_manifest(root)
     part_N = load_array(root, manifest, NODE_TO_PART, mmap=True)
     check_book(root, manifest, part_N)
     return {
@@ -240,7 +230,7 @@ def load_book(root: str | os.PathLike[str], *, verify: bool = True) -> Partition
     manifest = read_manifest(root)
     part_N = load_array(root, manifest, NODE_TO_PART, mmap=True, verify=verify)
     if verify:
-        check_book(root, manifest.typed(), part_N)
+        check_book(root, manifest.store_manifest(), part_N)
     else:
         _check_part_ids(part_N, manifest.num_parts, root / NODE_TO_PART)
     if NODE_LID not in manifest.files:
@@ -272,7 +262,7 @@ def read_shard(
         PartitionStoreError: ``part`` out of range, or any missing or corrupt file (named).
     """
     root = Path(root)
-    return _read_shard(root, read_hetero_manifest(root), part, mmap=mmap, verify=verify)
+    return _read_shard(root, read_store_manifest(root), part, mmap=mmap, verify=verify)
 
 
 def load_shard(
@@ -284,7 +274,7 @@ def load_shard(
         PartitionStoreError: A typed store, or as ``read_shard``.
     """
     root = Path(root)
-    one = read_manifest(root).typed()
+    one = read_manifest(root).store_manifest()
     return _read_shard(root, one, part, mmap=mmap, verify=verify).one_type()
 
 
@@ -368,7 +358,7 @@ def load_partition(
     """
     root = Path(root)
     book = load_book(root, verify=verify)
-    one = read_manifest(root).typed()
+    one = read_manifest(root).store_manifest()
     shards = [_read_shard(root, one, p, mmap=True, verify=verify) for p in range(one.num_parts)]
     if verify:
         check_edge_ids(root, one, shards)
@@ -389,7 +379,7 @@ def _read_all(
 ) -> tuple[StoreManifest, list[Shard]]:
     """The manifest and every shard, plus the cross-shard edge-id check per relation."""
     root = Path(root)
-    manifest = read_hetero_manifest(root)
+    manifest = read_store_manifest(root)
     shards = [
         _read_shard(root, manifest, p, mmap=True, verify=verify) for p in range(manifest.num_parts)
     ]
@@ -453,7 +443,7 @@ def verify(root: str | os.PathLike[str]) -> StoreManifest:
         PartitionStoreError: The first problem found, naming the file and the fix.
     """
     root = Path(root)
-    manifest = read_hetero_manifest(root)
+    manifest = read_store_manifest(root)
     for rel, entry in sorted(manifest.files.items()):
         load_array(root, manifest, rel, verify=False)
         sha, fast = file_digests(root / rel, xxh3=entry.xxh3 is not None)

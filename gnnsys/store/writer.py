@@ -83,7 +83,7 @@ from gnnsys.store.shard import Shard, build_shard, data_arrays, local_index
 from gnnsys.types import Assignment, Graph, PartitionBook
 
 if TYPE_CHECKING:
-    from gnnsys.datasets.link_split import LinkSplit, TypedLinkSplit
+    from gnnsys.datasets.link_split import LinkSplit, RelationLinkSplit
     from gnnsys.types.relations import HeteroGraph
 
 logger = logging.getLogger(__name__)
@@ -247,7 +247,7 @@ def write_partitions(
 def write_partitions(
     graph: HeteroGraph, assignment: Assignment, root: str | os.PathLike[str], *,
     num_hops: int = 2, overwrite: bool = False, progress: ProgressFn | None = None,
-    links: TypedLinkSplit | None = None, parts_writer: None = None,
+    links: RelationLinkSplit | None = None, parts_writer: None = None,
 ) -> StoreManifest: ...  # fmt: skip
 
 
@@ -274,7 +274,7 @@ def write_partitions(
         progress: Called with each part id once that part is written.
         links: A link-prediction split of ``graph`` (``graph`` is its training graph): each
             part also stores the links whose source it owns (``gnnsys.store.links``); on a
-            ``HeteroGraph`` a ``TypedLinkSplit`` of one relation, named in the manifest.
+            ``HeteroGraph`` a ``RelationLinkSplit`` of one relation, named in the manifest.
         parts_writer: Writes the part folders instead of this process, one after the other
             (see :data:`PartsWriter`); the files are the same. Not with ``links``; one type.
 
@@ -418,7 +418,7 @@ def _write_types(
     num_hops: int,
     overwrite: bool,
     progress: ProgressFn | None,
-    links: TypedLinkSplit | None,
+    links: RelationLinkSplit | None,
 ) -> StoreManifest:
     """``write_partitions`` of a ``HeteroGraph``: each part's shard built whole, then saved."""
     _check_graph_of_types(graph, assignment, root, num_hops, overwrite)
@@ -449,7 +449,7 @@ def _write_types(
 
 
 def _write_links_of_types(
-    tmp: Path, graph: HeteroGraph, assignment: Assignment, links: TypedLinkSplit, part: int
+    tmp: Path, graph: HeteroGraph, assignment: Assignment, links: RelationLinkSplit, part: int
 ) -> dict[str, FileEntry]:
     """Part ``part``'s link arrays: the links whose source node (of the source type) it owns."""
     src = links.edge_type[0]

@@ -429,7 +429,7 @@ class RankRuntime:
         self.embeddings = self._embeddings()
         self.trainer = self._trainer(grad_sync(spec, sync, self.ledger), rng_lock)
         self.features = self.trainer.inputs
-        self._typed_eval: ShardEvaluator | None = None
+        self._evaluator: ShardEvaluator | None = None
         self._eval_degrees: dict[EdgeType, torch.Tensor] = {}
 
     def _embeddings(self) -> OwnedEmbeddings | None:
@@ -494,26 +494,26 @@ class RankRuntime:
 
         A table is a layer input of one node type (``ShardEvaluator.table``).
         """
-        if self._typed_eval is None:
+        if self._evaluator is None:
             raise ValueError(f"rank {self.spec.rank} has not started evaluating")
-        return self._typed_eval.serve_rows(table, gid)
+        return self._evaluator.serve_rows(table, gid)
 
     def owned_outputs(self, layer: int, labelled: bool) -> list[OutputRows]:
         """Each type's owned rows of evaluation table ``layer`` (type-local ids).
 
         ``labelled``: only the seed type, whose logits the model is trained to give.
         """
-        assert self._typed_eval is not None  # the group ran the layers before this
+        assert self._evaluator is not None  # the group ran the layers before this
         return [
             OutputRows(t, np.asarray(self.hshard.nodes[t].owned_lid, np.int64), rows.numpy())
-            for t, rows in self._typed_eval.owned(layer).items()
+            for t, rows in self._evaluator.owned(layer).items()
             if not labelled or t == self.layout.node_types.input_type
         ]
 
     def release_eval(self) -> None:
         """Free the evaluation tables."""
-        if self._typed_eval is not None:
-            self._typed_eval.release()
+        if self._evaluator is not None:
+            self._evaluator.release()
 
     def serve_degree(self, gid: np.ndarray) -> np.ndarray:
         """Typed models do not normalise by whole-graph degrees (no GCN per relation).
@@ -525,8 +525,8 @@ class RankRuntime:
 
     def eval_layer(self, layer: int) -> None:
         """One step of the sharded exact evaluation (``gnnsys.train.eval.sharded``)."""
-        if layer == 0 or self._typed_eval is None:
-            self._typed_eval = ShardEvaluator(
+        if layer == 0 or self._evaluator is None:
+            self._evaluator = ShardEvaluator(
                 self.spec.eval,
                 shard=self.hshard,
                 books=cast(dict[str, Any], self.books),
@@ -539,7 +539,7 @@ class RankRuntime:
                 degrees=self._eval_degrees,  # GCN's, fetched by the first evaluation
                 device_layers=cast(nn.ModuleList, self._encoder(self.trainer.model).layers),
             )
-        self._typed_eval.run_layer(layer)
+        self._evaluator.run_layer(layer)
 
     def _encoder(self, model: nn.Module | None = None) -> nn.Module:
         """The message-passing stack (a link model's encoder) of ``model``.
@@ -565,15 +565,15 @@ class RankRuntime:
 
     def eval_report(self, splits: tuple[str, ...], with_logits: bool) -> RankEval:
         """This rank's confusion matrices after the last layer step; frees the tables."""
-        assert self._typed_eval is not None  # the group ran eval_layer for every layer first
+        assert self._evaluator is not None  # the group ran eval_layer for every layer first
         link = self.spec.link
         if link is not None:
             model = cast(LinkModel, self.trainer.host_model())
             assert self.links is not None  # loaded with the link trainer
             report = score_links(
-                self._typed_eval, self.links, model, splits,
+                self._evaluator, self.links, model, splits,
                 chunk=link.score_chunk, edge_type=self.edge_type, with_logits=with_logits,
             )  # fmt: skip
         else:
-            report = self._typed_eval.report(splits, with_logits=with_logits)
+            report = self._evaluator.report(splits, with_logits=with_logits)
         return replace(report, peak_rss_bytes=peak_rss())

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gnnsys.cache import CODECS, CodecConfig, PerTypeCodecConfig, make_codec
-from gnnsys.cache.codecs.config import is_typed_spec, split_codec_spec
+from gnnsys.cache.codecs.config import is_per_type_spec, split_codec_spec
 
 TYPES = ["paper", "author", "institution", "field_of_study"]
 KNOWN = sorted(CODECS)
@@ -103,7 +103,7 @@ def test_parse_rejects_bad_specs_naming_value_and_fix(spec: str, message: str) -
 def test_codec_config_checks_spec_syntax_before_the_types_are_known(
     spec: str, message: str
 ) -> None:
-    if not is_typed_spec(spec):  # a bare name keeps CodecConfig's own message
+    if not is_per_type_spec(spec):  # a bare name keeps CodecConfig's own message
         message = f"codec name={spec!r}; choose one of {KNOWN}"
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         CodecConfig(name=spec)
@@ -124,13 +124,13 @@ def test_for_type_names_the_known_types() -> None:
 
 
 def test_plain_names_keep_their_meaning_and_typed_specs_stop_homogeneous_runs() -> None:
-    assert not CodecConfig(name="int8").typed and CodecConfig(name="int8").make() == make_codec(
+    assert not CodecConfig(name="int8").per_type and CodecConfig(name="int8").make() == make_codec(
         "int8"
     )
     assert split_codec_spec("int8") == ("int8", ())
     assert split_codec_spec(" paper=int8 , *=fp16") == ("fp16", (("paper", "int8"),))
     typed = CodecConfig(name="paper=int8,*=fp16")
-    assert typed.typed
+    assert typed.per_type
     x = torch.randn(4, 3)
     for what, call in [
         ("make", typed.make),

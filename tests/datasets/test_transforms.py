@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnsys.datasets.transforms import FEATURE_NORMS, normalize_rows, typed_feature_norm
+from gnnsys.datasets.transforms import FEATURE_NORMS, normalize_rows, per_type_feature_norm
 from gnnsys.store.source import DataConfig
 from gnnsys.types import Graph
 
@@ -38,7 +38,7 @@ def test_typed_norm_normalises_each_featured_type() -> None:
     from gnnsys.datasets.mag import synthetic_mag
 
     mag = synthetic_mag(scale=0.002, seed=0)
-    normed = typed_feature_norm(mag, "row")
+    normed = per_type_feature_norm(mag, "row")
     for t, nodes in mag.nodes.items():
         if nodes.x is None:
             assert normed.nodes[t].x is None
@@ -46,6 +46,6 @@ def test_typed_norm_normalises_each_featured_type() -> None:
         one_type = Graph(np.zeros(nodes.num_nodes + 1, np.int64), np.zeros(0, np.int32),
                          nodes.num_nodes, x=nodes.x)  # fmt: skip
         np.testing.assert_array_equal(normed.nodes[t].x, normalize_rows(one_type).x)
-    assert typed_feature_norm(mag, "none") is mag
+    assert per_type_feature_norm(mag, "none") is mag
     with pytest.raises(ValueError, match="feature_norm='l1'"):
-        typed_feature_norm(mag, "l1")
+        per_type_feature_norm(mag, "l1")

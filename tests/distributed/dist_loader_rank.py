@@ -147,12 +147,12 @@ def hetero_infer_model(store: str):
     from torch_geometric.nn.models import GraphSAGE
 
     from gnnsys.store.info import store_info
-    from gnnsys.store.reader import read_hetero_manifest
+    from gnnsys.store.reader import read_store_manifest
 
     info = store_info(Path(store))
     types = list(info.named_types)
     relations = [tuple(et) for et in info.named_relations]
-    manifest = read_hetero_manifest(Path(store))
+    manifest = read_store_manifest(Path(store))
     torch.manual_seed(11)
     embeddings = {
         t: torch.randn(int(manifest.node_type(t).num_nodes), 8)

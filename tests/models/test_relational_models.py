@@ -196,7 +196,7 @@ def test_a_one_relation_stack_is_the_homogeneous_model(name: str) -> None:
     loaded under the homogeneous model's names, and the same outputs (checkpoints agree)."""
     from gnnsys.models import REGISTRY
     from gnnsys.models.gat import RelationalGAT
-    from gnnsys.train.eval.evaluate import full_block
+    from gnnsys.testing.reference import full_block
     from gnnsys.types import ONE_RELATION, ONE_TYPE
 
     typed_cls = {"sage": RelationalSAGE, "gcn": RelationalGCN, "gat": RelationalGAT}[name]

@@ -10,7 +10,7 @@ import pytest
 
 from gnnsys.datasets import load_hetero
 from gnnsys.partitioners import (
-    HETERO_METHODS,
+    PER_TYPE_METHODS,
     compute_per_type_metrics,
     partition_graph,
     partition_hetero,
@@ -24,7 +24,7 @@ def mag() -> HeteroGraph:
     return load_hetero("synthetic:mag", scale=0.05, reverse=True)
 
 
-@pytest.mark.parametrize("method", HETERO_METHODS)
+@pytest.mark.parametrize("method", PER_TYPE_METHODS)
 def test_assignment_covers_every_node_of_every_type(mag: HeteroGraph, method: str) -> None:
     a = partition_hetero(mag, method, 4, seed=1)
     assert a.part_N.shape == (mag.num_nodes(),) and a.part_N.dtype == np.int32

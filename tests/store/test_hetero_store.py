@@ -154,12 +154,12 @@ def test_a_homogeneous_store_reads_as_its_one_type(tmp_path: Path) -> None:
     ``node__to__node``, the same arrays at no copy."""
     from gnnsys.datasets.synthetic import sbm
     from gnnsys.partitioners import partition
-    from gnnsys.store import read_hetero_manifest, write_partitions
+    from gnnsys.store import read_store_manifest, write_partitions
 
     graph = sbm(300, 4, num_features=8, seed=1)
     root = tmp_path / "one"
     write_partitions(graph, partition(graph, "random", 2, seed=0), root, num_hops=2)
-    manifest = read_hetero_manifest(root)
+    manifest = read_store_manifest(root)
     assert manifest.kind == "homogeneous" and not is_hetero_store(root)
     assert [t.name for t in manifest.node_types] == ["node"]
     assert [r.edge_type for r in manifest.relations] == [("node", "to", "node")]

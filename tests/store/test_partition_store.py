@@ -87,7 +87,7 @@ def test_manifest_contents(tiny_graph: Graph, store: Path) -> None:
     assert sum(p.num_owned["node"] for p in m.parts) == 1000
     assert sum(p.num_edges["node__to__node"] for p in m.parts) == tiny_graph.num_edges
     assert shard_file(0, "x") in m.files and m.files[shard_file(0, "x")].dtype == "<f4"
-    assert m.kind == "homogeneous" and read_manifest(store).typed() == m
+    assert m.kind == "homogeneous" and read_manifest(store).store_manifest() == m
 
 
 def test_existing_target_and_overwrite(tiny_graph: Graph, copy: Path) -> None:

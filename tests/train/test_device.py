@@ -10,6 +10,7 @@ import torch
 
 from gnnsys.cache import CacheConfig, CodecConfig
 from gnnsys.cache.codecs import EncodedRows
+from gnnsys.testing.in_memory import one_type_trainer
 from gnnsys.train.control.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.run import train_local
@@ -23,7 +24,6 @@ from gnnsys.train.device import (
     to_host,
     visible_index,
 )
-from gnnsys.train.in_memory import one_type_trainer
 from gnnsys.train.layer0.base import FirstLayerConfig
 from gnnsys.train.trainer import Trainer
 from gnnsys.types import Block, Graph, SampledSubgraph

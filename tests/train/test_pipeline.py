@@ -15,10 +15,10 @@ from gnnsys.cache import CacheConfig, CodecConfig
 from gnnsys.errors import WorkerFailedError
 from gnnsys.models import ModelConfig
 from gnnsys.sampler import NeighborSampler
+from gnnsys.testing.in_memory import Rows, one_type_trainer
 from gnnsys.train.control.checkpoint import load_checkpoint
 from gnnsys.train.control.recorder import METRICS_NAME
 from gnnsys.train.control.run import train_local
-from gnnsys.train.in_memory import Rows, one_type_trainer
 from gnnsys.train.pipeline import STAGES
 from gnnsys.train.trainer import Trainer
 from gnnsys.train.worker import FaultSpec

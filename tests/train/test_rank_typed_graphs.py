@@ -437,14 +437,14 @@ def test_cli_link_task_names_its_relation(
 
 def test_codec_auto_is_resolved_per_type(stores: dict[int, Path]) -> None:
     from gnnsys.cache.codecs import PerTypeCodecConfig
-    from gnnsys.train.control.run import resolved_typed_codec
+    from gnnsys.train.control.run import resolved_per_type_codec
 
     base = _config(stores[2], 2)
     info = store_info(stores[2])
     for spec, want in (("auto", "int4"), ("paper=auto,*=fp16", "int4"), ("paper=int8", "int8")):
         cfg = replace(base, codec=replace(base.codec, name=spec, lossy="int4"))
         got = PerTypeCodecConfig.parse(
-            resolved_typed_codec(cfg, stores[2], info).name, info.node_types
+            resolved_per_type_codec(cfg, stores[2], info).name, info.node_types
         )
         assert got.for_type("paper").name == want, spec  # the features fit no lossless codec
         other = "fp16" if "*=fp16" in spec else "fp32"  # featureless: auto is fp32

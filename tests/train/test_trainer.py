@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from gnnsys.distributed.batches import epoch_positions
-from gnnsys.train.eval.evaluate import full_block
-from gnnsys.train.in_memory import one_type_trainer
+from gnnsys.testing.in_memory import one_type_trainer
+from gnnsys.testing.reference import full_block
 from gnnsys.train.schedule import (
     BatchPlan,
     global_windows,

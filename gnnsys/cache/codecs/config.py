@@ -23,7 +23,13 @@ from gnnsys.cache.codecs.auto import AutoCodec
 from gnnsys.cache.codecs.base import Codec
 from gnnsys.cache.codecs.binary import is_binary
 
-__all__ = ["WIRE_STAGES", "CodecConfig", "PerTypeCodecConfig", "is_typed_spec", "split_codec_spec"]
+__all__ = [
+    "WIRE_STAGES",
+    "CodecConfig",
+    "PerTypeCodecConfig",
+    "is_per_type_spec",
+    "split_codec_spec",
+]
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +55,7 @@ class CodecConfig:
     def __post_init__(self) -> None:
         from gnnsys.cache.codecs import CODECS
 
-        if is_typed_spec(self.name):
+        if is_per_type_spec(self.name):
             split_codec_spec(self.name)  # syntax and codec names; types are checked by parse
         elif self.name not in CODECS:
             raise ValueError(f"codec name={self.name!r}; choose one of {sorted(CODECS)}")
@@ -100,19 +106,19 @@ class CodecConfig:
         return make_codec(self.name)
 
     @property
-    def typed(self) -> bool:
+    def per_type(self) -> bool:
         """Whether ``name`` is a per-type spec (``paper=int8,*=fp16``) rather than one codec."""
-        return is_typed_spec(self.name)
+        return is_per_type_spec(self.name)
 
     def _plain(self, what: str) -> None:
-        if is_typed_spec(self.name):
+        if is_per_type_spec(self.name):
             raise ValueError(
                 f"codec {self.name!r} names a codec per node type, which only a heterogeneous "
                 f"graph has ({what} needs one codec); pass one codec name, e.g. --codec int8"
             )
 
 
-def is_typed_spec(spec: str) -> bool:
+def is_per_type_spec(spec: str) -> bool:
     """Whether ``spec`` names codecs per node type (it has ``=`` or ``,``), not one codec."""
     return "=" in spec or "," in spec
 
@@ -195,9 +201,9 @@ class PerTypeCodecConfig:
         dups = sorted({t for t in types if types.count(t) > 1})
         if dups:
             raise ValueError(f"PerTypeCodecConfig lists node types {dups} twice; list each once")
-        typed = [t for t, c in self.by_type if c.typed]
-        if typed:
-            raise ValueError(f"node types {typed} hold a per-type spec; give each one codec name")
+        nested = [t for t, c in self.by_type if c.per_type]
+        if nested:
+            raise ValueError(f"node types {nested} hold a per-type spec; give each one codec name")
 
     @classmethod
     def parse(

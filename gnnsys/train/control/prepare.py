@@ -112,11 +112,10 @@ def prepare_store(
         DiskError: Writing the store failed for a file-system reason (raised by the child).
         ProcessDiedError: The child was killed (by a signal) or exited without a result.
     """
-    from gnnsys.store import read_hetero_manifest, read_manifest
+    from gnnsys.store import read_store_manifest
 
-    reader: Any = read_hetero_manifest if hetero else read_manifest
     if spec.store is not None:
-        manifest = reader(spec.store)
+        manifest = read_store_manifest(spec.store)
         if manifest.num_parts != num_parts:
             raise ValueError(
                 f"store {spec.store} has {manifest.num_parts} parts but --parts={num_parts}; "
@@ -125,12 +124,10 @@ def prepare_store(
         return PreparedStore(Path(spec.store))
     target = run_dir / "store"
     if reuse and (target / "manifest.json").exists():
-        from gnnsys.store import is_hetero_store
-
-        same_task = hetero == is_hetero_store(target)
-        if same_task:
-            same_task = (spec.link_split is not None) == store_has_links(target)
-        if reader(target).num_parts == num_parts and same_task:
+        held = read_store_manifest(target)
+        same_task = (held.kind == "typed") == hetero  # the same dataset's kind and task
+        same_task = same_task and (spec.link_split is not None) == store_has_links(target)
+        if held.num_parts == num_parts and same_task:
             log.info("reusing the partition store %s", target)
             return PreparedStore(target)
     start = time.perf_counter()
@@ -252,11 +249,9 @@ def _write_store(spec: DataConfig, num_parts: int, num_hops: int, seed: int, tar
 
 def store_has_links(target: Path) -> bool:
     """Whether the store at ``target`` holds a link split (either kind of store)."""
-    from gnnsys.store import has_links, is_hetero_store, read_hetero_manifest
+    from gnnsys.store.links import link_edge_type
 
-    if is_hetero_store(target):
-        return read_hetero_manifest(target).link_edge_type is not None
-    return has_links(target)
+    return link_edge_type(target) is not None
 
 
 def _write_hetero_store(
@@ -264,15 +259,15 @@ def _write_hetero_store(
 ) -> int:
     """``_write_store`` for a heterogeneous dataset (every node type in one assignment)."""
     from gnnsys.datasets import load_hetero
-    from gnnsys.datasets.transforms import typed_feature_norm
+    from gnnsys.datasets.transforms import per_type_feature_norm
     from gnnsys.partitioners import partition_hetero
     from gnnsys.store import write_partitions
 
     graph = load_hetero(spec.dataset, root=spec.root, **dict(spec.dataset_params))
-    graph = typed_feature_norm(graph, spec.feature_norm)  # the rows, before any split
+    graph = per_type_feature_norm(graph, spec.feature_norm)  # the rows, before any split
     links = None
     if spec.link_split is not None:  # held-out links leave the graph before partitioning
-        from gnnsys.datasets.link_split import typed_edge_split
+        from gnnsys.datasets.link_split import relation_edge_split
 
         if not spec.link_split.edge_type:
             names = sorted("__".join(e) for e in graph.edge_types)
@@ -280,7 +275,7 @@ def _write_hetero_store(
                 f"{spec.dataset} is heterogeneous: name the relation to predict with "
                 f"--target-edge SRC__REL__DST, one of {names}"
             )
-        links = typed_edge_split(graph, spec.link_split.target, spec.link_split)
+        links = relation_edge_split(graph, spec.link_split.target, spec.link_split)
         graph = links.graph
     log.info(
         "partitioning %s (%d nodes, %d edges) into %d parts with %s",

@@ -244,7 +244,7 @@ def _check_task(config: RunConfig, store: Path) -> None:
     Link files present or missing; a heterogeneous store's links of another relation than
     ``--target-edge``.
     """
-    from gnnsys.store import is_hetero_store, read_hetero_manifest
+    from gnnsys.store.links import link_edge_type
 
     if (config.link is not None) != store_has_links(store):
         what = "has no link split" if config.link is not None else "was written for --task link"
@@ -253,8 +253,8 @@ def _check_task(config: RunConfig, store: Path) -> None:
             "pass the matching --task"
         )
     split = config.data.link_split
-    if split is not None and split.edge_type and is_hetero_store(store):
-        held = read_hetero_manifest(store).link_edge_type
+    if split is not None and split.edge_type:
+        held = link_edge_type(store)
         if held != split.target:
             raise ValueError(
                 f"store {store} holds links of {'__'.join(held or ())}, not of --target-edge "
@@ -307,7 +307,7 @@ def resolve(config: RunConfig, store: Path, executor: str) -> tuple[RunConfig, S
     """
     info = store_info(store)
     if config.node_types is not None:
-        codec = resolved_typed_codec(config, store, info)
+        codec = resolved_per_type_codec(config, store, info)
     else:
         codec = resolved_codec(config, store)
     topology = "partitioned"
@@ -388,7 +388,7 @@ def _finish(
     return TrainResult(history=history, summary=summary, run_dir=run_path)
 
 
-def resolved_typed_codec(config: RunConfig, store: Path, info: StoreInfo) -> CodecConfig:
+def resolved_per_type_codec(config: RunConfig, store: Path, info: StoreInfo) -> CodecConfig:
     """``config.codec`` of a typed run with ``auto`` resolved per type (a canonical spec).
 
     A featured type's ``auto`` is resolved from its rows (streamed); a featureless type's is

@@ -20,12 +20,13 @@ activations of its own nodes (in unlinked memory-mapped files, i.e. page cache, 
 
 Exactness: a rank's block has every in-edge of its nodes, and GCN normalises with the in-degrees
 of the whole graph (``Block.src_in_degree``; a halo node's comes from its owner once), so the
-logits equal :func:`full_graph_logits` on the assembled graph (tested to 1e-5 at P = 1, 2, 4).
+logits equal ``gnnsys.testing.reference.full_graph_logits`` on the assembled graph (tested to
+1e-5 at P = 1, 2, 4).
 
 The evaluator is ``gnnsys.train.eval.sharded.ShardEvaluator`` (one table per layer and node
 type; a homogeneous graph is its one-type case). This module holds its settings
 (:class:`EvalConfig`), a rank's report (:class:`RankEval`), the driver's sum of the reports
-(:func:`combine_evals`) and the single-process reference (:func:`full_graph_logits`).
+(:func:`combine_evals`); the single-process reference is ``gnnsys.testing.reference``.
 
 Shape legend: ``M`` owned nodes, ``H`` halo nodes of the block, ``E`` in-edges of owned nodes,
 ``F`` input width of a layer, ``C`` classes.
@@ -34,14 +35,10 @@ Shape legend: ``M`` owned nodes, ``H`` halo nodes of the block, ``E`` in-edges o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import cast
 
 import numpy as np
-import torch
-from torch import Tensor, nn
 
 from gnnsys.cache.codecs import CODECS
-from gnnsys.models import BlockModel
 from gnnsys.train.eval.memory import (
     eval_ticks,
     release_free_memory,
@@ -55,7 +52,6 @@ from gnnsys.train.metrics import (
     roc_auc,
 )
 from gnnsys.train.remote.ledger import LedgerSnapshot
-from gnnsys.types import Block
 
 __all__ = [
     "SPLITS",
@@ -64,8 +60,6 @@ __all__ = [
     "RankEval",
     "combine_evals",
     "eval_ticks",  # the worker's progress while it evaluates (defined in eval.memory)
-    "full_block",
-    "full_graph_logits",
     "release_free_memory",  # gnnsys.out_of_core.runtime's import (defined in eval.memory)
 ]
 
@@ -263,35 +257,3 @@ def combine_evals(reports: list[RankEval], num_classes: int) -> EvalResult:
         peak_rss_bytes=tuple(r.peak_rss_bytes for r in reports),
         peak_device_bytes=tuple(r.peak_device_bytes for r in reports),
     )
-
-
-def full_block(indptr: np.ndarray, indices: np.ndarray, num_nodes: int) -> Block:
-    """Every in-edge of a whole graph as one block (destinations = sources = all nodes).
-
-    Carries the in-degrees, so GCN normalises as on a rank's shard block (and as PyG's
-    ``GCNConv`` does on the full graph).
-    """
-    rowptr = torch.from_numpy(np.asarray(indptr, dtype=np.int64))
-    return Block(
-        num_src=num_nodes,
-        num_dst=num_nodes,
-        rowptr=rowptr,
-        col=torch.from_numpy(np.asarray(indices, dtype=np.int64)),
-        e_id=torch.arange(int(indptr[-1]), dtype=torch.int64),
-        src_in_degree=rowptr[1:] - rowptr[:-1],
-    )
-
-
-@torch.no_grad()
-def full_graph_logits(model: nn.Module, block: Block, x_NF: Tensor) -> Tensor:
-    """Layer-wise inference over one whole-graph block: the single-process reference.
-
-    Costs one ``[N, H]`` activation per layer; used by tests and small-graph tools, never by
-    the runtime (which evaluates sharded, ``gnnsys.train.eval.sharded.ShardEvaluator``).
-    """
-    model.eval()
-    layered = cast(BlockModel, model)
-    h = x_NF
-    for layer in range(layered.num_layers):
-        h = layered.forward_layer(layer, h, block)
-    return h

@@ -23,6 +23,7 @@ from gnnsys.sampler import NeighborSampler
 from gnnsys.store import write_partitions
 from gnnsys.store.info import store_info
 from gnnsys.store.source import DataConfig
+from gnnsys.testing.reference import full_block, full_graph_logits
 from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.run import worker_template
@@ -35,8 +36,6 @@ from gnnsys.train.eval.evaluate import (
     EvalConfig,
     RankEval,
     combine_evals,
-    full_block,
-    full_graph_logits,
 )
 from gnnsys.train.metrics import accuracy, confusion_matrix, macro_f1
 from gnnsys.train.trainer import Trainer

@@ -153,7 +153,7 @@ def test_spilled_tables_give_the_same_logits(mag: HeteroGraph, stores: dict[int,
             for layer in range(2):
                 for w in group.workers:
                     w.eval_layer(layer)
-            spilled = [w.rank._typed_eval.tables.spilled() for w in group.workers]
+            spilled = [w.rank._evaluator.tables.spilled() for w in group.workers]
             reports = [w.eval_report(SPLITS, True) for w in group.workers]
         finally:
             group.stop()

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from gnnsys.cache.codecs import Codec, FP32Codec, make_codec
 from gnnsys.models import GCN, SAGE, BlockModel, GCNLayer
-from gnnsys.train.in_memory import one_type_model
+from gnnsys.testing.in_memory import one_type_model
 from gnnsys.train.inputs import PerTypeInputs
 from gnnsys.train.layer0.base import FirstLayerConfig, Placement
 from gnnsys.train.layer0.owner_sums import FirstLayerAggregator

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from gnnsys.cache.codecs import make_codec
 from gnnsys.sampler.neighbor import RelationalSubgraph
 from gnnsys.store import load_book
-from gnnsys.train.in_memory import one_type_model
+from gnnsys.testing.in_memory import one_type_model
 from gnnsys.train.inputs import BoundSampler
 from gnnsys.train.remote.features import RoutedFeatureSource
 from gnnsys.train.remote.ledger import Ledger

@@ -25,11 +25,12 @@ from gnnsys.sampler import CSRNeighborSource, NeighborSampler
 from gnnsys.store import load_links, write_partitions
 from gnnsys.store.info import store_info
 from gnnsys.store.source import DataConfig
+from gnnsys.testing.in_memory import one_type_link_trainer, one_type_model
+from gnnsys.testing.reference import full_block, full_graph_logits
 from gnnsys.train.control.cluster_config import ClusterConfig
 from gnnsys.train.control.local_group import LocalWorkerGroup
 from gnnsys.train.control.run import worker_template
-from gnnsys.train.eval.evaluate import EvalConfig, combine_evals, full_block, full_graph_logits
-from gnnsys.train.in_memory import one_type_link_trainer, one_type_model
+from gnnsys.train.eval.evaluate import EvalConfig, combine_evals
 from gnnsys.train.link.config import LinkConfig
 from gnnsys.train.link.scoring import split_ranks
 from gnnsys.train.link.trainer import link_batch

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from gnnsys.config import RunConfig
-from gnnsys.datasets.link_split import LinkSplitConfig, TypedLinkSplit, typed_edge_split
+from gnnsys.datasets.link_split import LinkSplitConfig, RelationLinkSplit, relation_edge_split
 from gnnsys.models import ModelConfig
 from gnnsys.partitioners import partition_hetero
 from gnnsys.sampler import NeighborSampler
@@ -48,8 +48,8 @@ CITES = ("paper", "cites", "paper")
 WRITES = ("author", "writes", "paper")
 
 
-def _split(mag: HeteroGraph, et: tuple[str, str, str]) -> TypedLinkSplit:
-    return typed_edge_split(mag, et, LinkSplitConfig(num_neg=30, edge_type="__".join(et)))
+def _split(mag: HeteroGraph, et: tuple[str, str, str]) -> RelationLinkSplit:
+    return relation_edge_split(mag, et, LinkSplitConfig(num_neg=30, edge_type="__".join(et)))
 
 
 def _pairs(rel: object) -> set[tuple[int, int]]:
